@@ -1,0 +1,44 @@
+"""The prim set: the small, documented set of ATen ops that every graph is decomposed to.
+
+AOT autograd differentiates these (one VJP rule each) and the lowering turns them into loop
+IR (one lowering each). Anything outside the set is run by torch as a fallback kernel, with
+the reason logged. Extern ops (matmul, conv) stay calls into torch's libraries on purpose.
+
+This list is the contract between decompositions.py, aot_autograd.py and lowering.py; it may
+grow, but every op added needs a decomposition test, a VJP rule and a lowering (or an
+explicit fallback).
+"""
+from __future__ import annotations
+
+import torch
+
+aten = torch.ops.aten
+prims = torch.ops.prims
+
+POINTWISE_UNARY = [
+    aten.neg, aten.abs, aten.exp, aten.log, aten.log1p, aten.expm1, aten.sqrt, aten.rsqrt,
+    aten.reciprocal, aten.sin, aten.cos, aten.tanh, aten.sigmoid, aten.erf, aten.sign,
+    aten.logical_not, aten.relu,
+]
+POINTWISE_BINARY = [
+    aten.add, aten.sub, aten.mul, aten.div, aten.pow, aten.maximum, aten.minimum,
+    aten.eq, aten.ne, aten.lt, aten.le, aten.gt, aten.ge, aten.logical_and, aten.logical_or,
+]
+POINTWISE_OTHER = [aten.where, prims.convert_element_type, aten.clone]
+VIEWS = [aten.view, aten.expand, aten.permute, aten.unsqueeze, aten.squeeze, aten.slice,
+         aten.select, aten.alias]
+REDUCTIONS = [aten.sum, aten.amax, aten.amin, aten.mean, aten.var]
+CREATION = [aten.full, aten.scalar_tensor, aten.arange, aten.empty]
+INDEXING = [aten.index, aten.embedding, aten.index_put, aten.gather, aten.scatter_add]
+EXTERN = [aten.mm, aten.bmm, aten.convolution]
+
+PRIM_SET = frozenset(
+    POINTWISE_UNARY + POINTWISE_BINARY + POINTWISE_OTHER + VIEWS + REDUCTIONS + CREATION
+    + INDEXING + EXTERN
+)
+
+
+def is_prim(target) -> bool:
+    """True when an FX node target (an OpOverload or OpOverloadPacket) belongs to the prim set."""
+    packet = getattr(target, "overloadpacket", target)
+    return packet in PRIM_SET

@@ -1,0 +1,74 @@
+"""Artefacts that each compiler layer produces for one compiled frame.
+
+Every layer (bytecode, FX graph, guards, transformed code, joint/forward/backward graphs,
+loop IR, kernels, wrapper code) calls :func:`record` while a frame is being compiled. The
+records land in the :class:`CompileArtifacts` of that frame, which the instructor's view
+(``tinydynamo.show``) and the debug dump read. Recording only happens at compile time, so
+cached calls pay nothing for it.
+"""
+from __future__ import annotations
+
+import collections
+import contextlib
+import dataclasses
+from typing import Any, Iterator
+
+#: The kinds, in the order the instructor's view shows them (pipeline order).
+KINDS = (
+    "source",
+    "bytecode",
+    "graph",
+    "guards",
+    "transformed_code",
+    "joint_graph",
+    "forward_graph",
+    "backward_graph",
+    "ir",
+    "kernels",
+    "output_code",
+)
+
+
+@dataclasses.dataclass
+class CompileArtifacts:
+    """Everything recorded while compiling one frame (one code object, one cache entry)."""
+
+    name: str
+    items: dict[str, list[tuple[str, Any]]] = dataclasses.field(
+        default_factory=lambda: collections.defaultdict(list)
+    )
+
+    def get(self, kind: str) -> list[tuple[str, Any]]:
+        return self.items.get(kind, [])
+
+    def __str__(self) -> str:
+        parts = [f"=== compiled frame {self.name} ==="]
+        for kind in sorted(self.items, key=lambda k: KINDS.index(k) if k in KINDS else len(KINDS)):
+            for title, value in self.items[kind]:
+                parts.append(f"--- {kind}: {title} ---\n{value}")
+        return "\n".join(parts)
+
+
+_stack: list[CompileArtifacts] = []
+#: The most recent compiled frames, newest last.
+history: collections.deque[CompileArtifacts] = collections.deque(maxlen=64)
+
+
+def record(kind: str, title: str, value: Any) -> None:
+    """Attach ``value`` (text, or an object whose ``str`` is readable) to every frame being compiled."""
+    if kind not in KINDS:
+        raise ValueError(f"unknown artefact kind {kind!r}; use one of {KINDS}")
+    for arts in _stack:
+        arts.items[kind].append((title, value))
+
+
+@contextlib.contextmanager
+def collecting(name: str) -> Iterator[CompileArtifacts]:
+    """Collect the records made while compiling the frame ``name``; nests (inlined frames, resume functions)."""
+    arts = CompileArtifacts(name)
+    _stack.append(arts)
+    try:
+        yield arts
+    finally:
+        _stack.remove(arts)
+        history.append(arts)
