@@ -199,9 +199,13 @@ class TritonKernel:
             return None
         ptr = self._arg(name, output=True)
         self.stored.add(name)
-        mask = self._mask(index)
+        names = {s.name[0] for s in index.free_symbols}
+        offset = pexpr(index)
+        if "x" not in names:  # e.g. a full reduction's single element: make the pointer a block too
+            offset += " + tl.zeros_like(xindex)"
+        mask = "xmask & rmask" if "r" in names else "xmask"
         target = self.post if value in self.post_vars else self.body
-        target.writeline(f"tl.store({ptr} + ({pexpr(index)}), {value}{', ' + mask if mask else ''})")
+        target.writeline(f"tl.store({ptr} + ({offset}), {value}, {mask})")
         return None
 
     def reduction(self, dtype, src_dtype, reduction_type, value):
