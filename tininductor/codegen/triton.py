@@ -144,6 +144,8 @@ class TritonKernel:
     def _mask(self, index: sympy.Expr) -> str | None:
         """Mask by the loop variables the index uses: ``xmask``, ``rmask``, both, or none."""
         names = {s.name[0] for s in index.free_symbols}
+        if "t" in names:  # an indirect index (a tmp variable): guard by the row mask too
+            names.add("x")
         return " & ".join(m for m, p in (("xmask", "x"), ("rmask", "r")) if p in names) or None
 
     def _arg(self, name: str, output: bool) -> str:
@@ -175,6 +177,11 @@ class TritonKernel:
         if expr.is_Integer:
             return self.constant(int(expr), dtype)
         return self.cse.generate(self.body, f"({pexpr(expr)}).to({triton_type(dtype)})")
+
+    def indirect_indexing(self, value, size):
+        """Bind a loaded index to a variable usable in index expressions (wrapping negatives)."""
+        var = self.cse.generate(self.body, f"tl.where({value} < 0, {value} + {size}, {value})")
+        return sympy.Symbol(var, integer=True)
 
     def to_dtype(self, x, dtype):
         if x in self.literals:
