@@ -50,7 +50,7 @@ class TritonOverrides:
         "sqrt": "tl.sqrt({0})", "rsqrt": "tl.rsqrt({0})", "reciprocal": "1 / {0}",
         "sin": "tl.sin({0})", "cos": "tl.cos({0})", "tanh": "triton_helpers.tanh({0})",
         "sigmoid": "tl.sigmoid({0})", "erf": "tl.erf({0})", "sign": "triton_helpers.sign({0})",
-        "relu": "triton_helpers.maximum({0}, 0)", "logical_not": "{0} == 0",
+        "relu": "triton_helpers.maximum({0}, 0)", "logical_not": "{0} == 0", "bitwise_not": "~{0}",
         "floor": "tl.floor({0})", "ceil": "tl.ceil({0})",
         # binary
         "add": "{0} + {1}", "sub": "{0} - {1}", "mul": "{0} * {1}", "truediv": "{0} / {1}",
