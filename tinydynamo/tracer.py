@@ -140,14 +140,15 @@ def _short(value: Any) -> str:
 
 
 def is_user_code(code: types.CodeType) -> bool:
-    """Default frame filter: watch code that is not torch's, the standard library's, or ours."""
+    """Default frame filter: watch your code, not torch's, installed packages', the standard
+    library's, or the tracer's own (pass ``include=`` to choose otherwise)."""
     filename = code.co_filename
-    if filename.startswith("<frozen") or os.path.abspath(filename) == _THIS_FILE:
+    if filename.startswith("<frozen"):
         return False
     path = os.path.abspath(filename)
-    if path.startswith(_STDLIB) and "site-packages" not in path and "dist-packages" not in path:
+    if path == _THIS_FILE or "site-packages" in path or "dist-packages" in path:
         return False
-    return not path.startswith(_torch_dir())
+    return not path.startswith(_STDLIB) and not path.startswith(_torch_dir())
 
 
 def _torch_dir() -> str:

@@ -1,0 +1,149 @@
+"""tinydynamo.tracer: settrace events, opcode histograms and torch ops attributed to instructions."""
+import collections
+import inspect
+import sys
+
+import pytest
+import torch
+
+from tinydynamo import tracer
+from tinydynamo.bytecode import get_instructions
+
+
+def _line(fn, text):
+    """Absolute line number of the first source line of ``fn`` containing ``text``."""
+    lines, start = inspect.getsourcelines(fn)
+    return start + next(i for i, line in enumerate(lines) if text in line)
+
+
+def helper(t):
+    return t.sin() * 2
+
+
+def f(x, y):
+    z = torch.relu(x) + y
+    w = helper(z)
+    return w.sum(dim=0, keepdim=True)
+
+
+def straight(x, y):
+    a = x * y
+    b = torch.cos(a) - 1.5
+    return b.mean()
+
+
+def loop(x, n):
+    for i in range(n):
+        x = x + i
+    return x
+
+
+@pytest.mark.parametrize("shape", [(2, 3), (4,), (1, 5, 2)])
+def test_trace_returns_eager_result(shape):
+    torch.manual_seed(0)
+    x, y = torch.randn(shape), torch.randn(shape)
+    t = tracer.trace(f, x, y)
+    torch.testing.assert_close(t.result, f(x, y))
+
+
+def test_ops_are_attributed_to_lines_and_instructions():
+    t = tracer.trace(f, torch.randn(2, 2), torch.randn(2, 2))
+    assert [(op.name, op.code_name, op.opname) for op in t.ops] == [
+        ("torch.relu", "f", "CALL"),
+        ("torch.Tensor.add", "f", "BINARY_OP"),
+        ("torch.Tensor.sin", "helper", "CALL"),
+        ("torch.Tensor.mul", "helper", "BINARY_OP"),
+        ("torch.Tensor.sum", "f", "CALL"),
+    ]
+    assert t.lines_with_ops() == {
+        _line(f, "torch.relu"): ["torch.relu", "torch.Tensor.add"],
+        _line(f, "w.sum"): ["torch.Tensor.sum"],
+    }
+    assert t.lines_with_ops("helper") == {_line(helper, "t.sin"): ["torch.Tensor.sin", "torch.Tensor.mul"]}
+    assert [op.depth for op in t.ops] == [0, 0, 1, 1, 0]
+
+
+def test_frames_and_events():
+    t = tracer.trace(f, torch.randn(3), torch.randn(3))
+    assert t.frames() == ["f", "  helper"]
+    kinds = collections.Counter(e.kind for e in t.events)
+    assert kinds["call"] == kinds["return"] == 2
+    lines = [e.lineno for e in t.events if e.kind == "line" and e.code_name == "f"]
+    assert lines == [_line(f, "torch.relu"), _line(f, "helper(z)"), _line(f, "w.sum")]
+    text = t.format()
+    assert "CALL           2 kw=('dim', 'keepdim')" in text and "-> torch.Tensor.sum" in text
+    assert "call helper" in text and "return f -> Tensor(shape=(1,)" in text
+
+
+def test_straight_line_histogram_matches_static_listing():
+    """Without jumps every normalised instruction runs once (RESUME raises no opcode event)."""
+    t = tracer.trace(straight, torch.randn(3), torch.randn(3))
+    static = collections.Counter(i.opname for i in get_instructions(straight) if i.opname != "RESUME")
+    assert t.opcode_histogram() == static
+
+
+@pytest.mark.parametrize("n", [0, 1, 4])
+def test_loop_histogram_counts_iterations(n):
+    t = tracer.trace(loop, torch.zeros(2), n)
+    hist = t.opcode_histogram()
+    assert hist["FOR_ITER"] == n + 1
+    assert hist["BINARY_OP"] == n
+    assert hist["JUMP_BACKWARD"] == n
+    assert [op.name for op in t.ops] == ["torch.Tensor.add"] * n
+    torch.testing.assert_close(t.result, loop(torch.zeros(2), n))
+
+
+def test_lines_only_mode_has_no_opcode_events_but_keeps_ops():
+    t = tracer.trace(f, torch.randn(2), torch.randn(2), opcodes=False)
+    assert not any(e.kind == "opcode" for e in t.events)
+    assert len(t.ops) == 5
+    assert "-> torch.relu, torch.Tensor.add" in t.format()
+
+
+def test_library_python_functions_are_not_watched_but_their_op_is_seen():
+    def g(x):
+        return torch.nn.functional.silu(x)
+
+    t = tracer.trace(g, torch.randn(4))
+    assert t.frames() == ["g"]
+    assert [op.name for op in t.ops] == ["torch.nn.functional.silu"]
+
+
+def test_module_forward_is_watched():
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = torch.nn.Linear(3, 2)
+
+        def forward(self, x):
+            return torch.tanh(self.fc(x))
+
+    torch.manual_seed(0)
+    net, x = Net(), torch.randn(4, 3)
+    t = tracer.trace(net, x)
+    assert t.frames() == ["forward"]
+    assert "torch.tanh" in [op.name for op in t.ops]
+    torch.testing.assert_close(t.result, net(x))
+
+
+def test_trace_function_restored_and_exceptions_propagate():
+    def boom(x):
+        y = x + 1
+        raise ValueError("no")
+
+    before = sys.gettrace()
+    with tracer.FrameTracer() as ft:
+        with pytest.raises(ValueError):
+            boom(torch.ones(1))
+    assert sys.gettrace() is before
+    assert [e.kind for e in ft.trace.events if e.kind in ("call", "exception", "return")] == [
+        "call", "exception", "return"]
+    assert [op.name for op in ft.trace.ops] == ["torch.Tensor.add"]
+
+
+def test_include_filter_and_bad_input():
+    t = tracer.trace(f, torch.randn(2), torch.randn(2), include=lambda code: False)
+    assert t.frames() == ["f"]  # the traced function itself is always watched
+    assert [op.code_name for op in t.ops] == ["f", "f", "f", "f", "f"]  # helper's ops land on its CALL
+    with pytest.raises(TypeError, match="needs a callable"):
+        tracer.trace(f(torch.ones(1), torch.ones(1)))
