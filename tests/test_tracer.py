@@ -147,3 +147,40 @@ def test_include_filter_and_bad_input():
     assert [op.code_name for op in t.ops] == ["f", "f", "f", "f", "f"]  # helper's ops land on its CALL
     with pytest.raises(TypeError, match="needs a callable"):
         tracer.trace(f(torch.ones(1), torch.ones(1)))
+
+
+# ---- the stored bytecode listings chapter 1 shows (notebooks/data) --------------------------
+
+def _listings_module():
+    import importlib.util
+    import pathlib
+
+    path = pathlib.Path(__file__).resolve().parent.parent / "notebooks" / "data" / "make_ch01_listings.py"
+    spec = importlib.util.spec_from_file_location("make_ch01_listings", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("version", ["3.11", "3.12", "3.13"])
+def test_stored_listings_are_what_the_generator_writes(version):
+    """The notebook's 3.11/3.12/3.13 listings come from real runs: regenerate and compare."""
+    import json
+    import subprocess
+
+    make = _listings_module()
+    with open(make.listing_path(version)) as fh:
+        stored = json.load(fh)
+    assert stored["version"].startswith(version + ".")
+    assert set(stored["functions"]) == {"add_relu", "sum_keepdim", "scale_if_big", "running_sum", "squares"}
+    if sys.version.startswith(version + "."):
+        fresh = make.listings_here()
+    else:
+        python = make.find_interpreter(version)
+        if python is None:
+            pytest.skip(f"python{version} not on this machine")
+        code = ("import json, sys; sys.path.insert(0, sys.argv[1]); import make_ch01_listings as m; "
+                "print(json.dumps(m.listings_here()))")
+        out = subprocess.run([python, "-c", code, str(make.HERE)], capture_output=True, text=True, check=True)
+        fresh = json.loads(out.stdout)
+    assert fresh["functions"] == stored["functions"], "run: python notebooks/data/make_ch01_listings.py"
