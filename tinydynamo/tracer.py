@@ -116,7 +116,8 @@ class Trace:
                 lines.append(f"{pad}  line {e.lineno:<4} {text}".rstrip())
             elif e.kind == "opcode" and opcodes:
                 for inst in e.instructions:
-                    arg = inst.argrepr + (" (+NULL)" if inst.push_null else "")
+                    arg = f"to #{inst.target}" if inst.target is not None else inst.argrepr
+                    arg += " (+NULL)" if inst.push_null else ""
                     lines.append(f"{pad}      {inst.opname:<14} {arg}".rstrip())
             elif e.kind == "return":
                 lines.append(f"{pad}return {e.code_name} -> {_short(e.value)}")
