@@ -8,7 +8,7 @@ your answers run unchanged on CPython 3.11, 3.12 and 3.13. Each instruction has 
 index of a jump's destination).
 
 * Exercise 1.1 ``global_names``: which globals (and builtins) a function reads.
-* Exercise 1.2 ``StackMachine``: the stack handlers of a tiny bytecode interpreter.
+* Exercise 1.2 ``StackMachine.stack_op``: the stack basics of a tiny bytecode interpreter.
 * Exercise 1.3 ``StackMachine.CALL``: calls, with call slots and keyword names.
 * Exercise 1.4 ``opcode_histogram``: count the instructions a call executes, with ``sys.settrace``.
 """
@@ -76,7 +76,8 @@ class Frame:
 
 
 class StackMachine:
-    """Run a function by interpreting its normalised bytecode: one method per opname.
+    """Run a function by interpreting its normalised bytecode: one method per opname
+    (after :meth:`stack_op`, which handles the five stack basics in one place).
 
     This is the *concrete* twin of tinydynamo's ``InstructionTranslator``: the same dispatch
     over the same instructions, but with real values on the stack instead of symbolic ones.
@@ -93,13 +94,14 @@ class StackMachine:
         while not frame.returned:
             inst = frame.instructions[frame.pc]
             frame.pc += 1
-            handler = getattr(self, inst.opname, None)
-            if handler is None:
-                raise NotImplementedError(
-                    f"StackMachine has no handler for {inst.opname} (line {inst.lineno} of "
-                    f"{fn.__name__}); add a method named {inst.opname}\n"
-                    + bytecode.format_instructions(frame.instructions, current=inst.index))
-            handler(frame, inst)
+            if not self.stack_op(frame, inst):
+                handler = getattr(self, inst.opname, None)
+                if handler is None:
+                    raise NotImplementedError(
+                        f"StackMachine has no handler for {inst.opname} (line {inst.lineno} of "
+                        f"{fn.__name__}); add a method named {inst.opname}\n"
+                        + bytecode.format_instructions(frame.instructions, current=inst.index))
+                handler(frame, inst)
             self.executed.append(inst.opname)
             if self.verbose:
                 print(f"{inst.opname:<13} {inst.argrepr:<26} stack: {_show(frame.stack)}")
@@ -157,25 +159,20 @@ class StackMachine:
     POP_JUMP_IF_TRUE = POP_JUMP_IF_NONE = POP_JUMP_IF_NOT_NONE = POP_JUMP_IF_FALSE
 
     # -- Exercise 1.2: the stack basics -----------------------------------------------------
-    def LOAD_FAST(self, frame: Frame, inst: Instruction) -> None:
-        """Push the local variable named ``inst.argval``."""
-        raise NotImplementedError("Exercise 1.2: push frame.locals[inst.argval] onto frame.stack")
+    def stack_op(self, frame: Frame, inst: Instruction) -> bool:
+        """Execute one of the stack basics and return True; return False for any other opname.
 
-    def STORE_FAST(self, frame: Frame, inst: Instruction) -> None:
-        """Pop the top of the stack into the local variable named ``inst.argval``."""
-        raise NotImplementedError("Exercise 1.2: pop the top of frame.stack into frame.locals[inst.argval]")
+        ``run`` offers every instruction to this method first, then to the method named after
+        the opname. Handle:
 
-    def LOAD_CONST(self, frame: Frame, inst: Instruction) -> None:
-        """Push the constant ``inst.argval``."""
-        raise NotImplementedError("Exercise 1.2: push the constant inst.argval onto frame.stack")
-
-    def BINARY_OP(self, frame: Frame, inst: Instruction) -> None:
-        """Pop ``right`` then ``left``; push ``left <op> right`` (``inst.argval`` is ``'+'``, ``'@'``, ``'-='``...)."""
-        raise NotImplementedError("Exercise 1.2: pop right then left, push bytecode.BINARY_OPS[inst.argval](left, right)")
-
-    def RETURN_VALUE(self, frame: Frame, inst: Instruction) -> None:
-        """Pop the return value; finish the frame (set ``returned`` and ``return_value``)."""
-        raise NotImplementedError("Exercise 1.2: pop the top of frame.stack into frame.return_value and set frame.returned = True")
+        * ``LOAD_FAST``: push ``frame.locals[inst.argval]``;
+        * ``STORE_FAST``: pop the top of ``frame.stack`` into ``frame.locals[inst.argval]``;
+        * ``LOAD_CONST``: push the constant ``inst.argval``;
+        * ``BINARY_OP``: pop ``right``, then ``left``; push ``left <op> right``, where
+          ``bytecode.BINARY_OPS[inst.argval]`` is the function for the symbol (``'+'``, ``'@'``...);
+        * ``RETURN_VALUE``: pop the result into ``frame.return_value``; set ``frame.returned``.
+        """
+        raise NotImplementedError("Exercise 1.2: handle LOAD_FAST, STORE_FAST, LOAD_CONST, BINARY_OP and RETURN_VALUE on frame.stack / frame.locals; return False for other opnames")
 
     # -- Exercise 1.3: calls ------------------------------------------------------------------
     def CALL(self, frame: Frame, inst: Instruction) -> None:

@@ -287,10 +287,11 @@ print(sorted(ch.global_names(uses_comprehension)))
 # `ch.StackMachine` runs a function by walking its normalised instructions: a `Frame` holds
 # the locals, the value stack and the index of the next instruction, and the machine calls the
 # method named after each opname, just as TorchDynamo's `InstructionTranslator` has one method
-# per opcode. The dispatch loop, jumps, globals and attributes are given; you write the stack
-# basics (Exercise 1.2: `LOAD_FAST`, `STORE_FAST`, `LOAD_CONST`, `BINARY_OP`, `RETURN_VALUE`)
-# and `CALL` with its call slots and keyword names (Exercise 1.3). With `verbose=True` it prints
-# the stack after every instruction:
+# per opcode. The dispatch loop, jumps, globals and attributes are given. You write the five
+# stack basics in `stack_op`, which sees every instruction first (Exercise 1.2: `LOAD_FAST`,
+# `STORE_FAST`, `LOAD_CONST`, `BINARY_OP`, `RETURN_VALUE`), and the `CALL` method with its call
+# slots and keyword names (Exercise 1.3). With `verbose=True` it prints the stack after every
+# instruction:
 
 # %%
 x, y = torch.randn(2, 3), torch.randn(2, 3)

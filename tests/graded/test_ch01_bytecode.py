@@ -140,6 +140,47 @@ def test_stack_machine_plain_python_values():
 
 # ---- Exercise 1.3 ---------------------------------------------------------------------------
 
+def _call_instruction(fn):
+    """The (last) normalised CALL instruction of ``fn``."""
+    return [i for i in get_instructions(fn) if i.opname == "CALL"][-1]
+
+
+def _clamp(x):
+    return torch.clamp(x, min=0.1, max=0.9)
+
+
+def _run_call(stack, inst):
+    """Run only your CALL handler on a prepared stack; return the stack afterwards."""
+    frame = ch.Frame(_clamp, (None,))
+    frame.stack = list(stack)
+    ch.StackMachine().CALL(frame, inst)
+    return frame.stack
+
+
+@pytest.mark.ch01_3
+def test_call_handler_with_null_slot_and_keywords():
+    torch.manual_seed(3)
+    x = torch.randn(5)
+    inst = _call_instruction(_clamp)
+    expect_equal((inst.argval, inst.kw_names), (3, ("min", "max")), "the CALL instruction (test setup)")
+    marker = object()  # something below the call: CALL must leave it alone
+    stack = _run_call([marker, *ch.bytecode.with_null(torch.clamp, ch.NULL), x, 0.1, 0.9], inst)
+    expect_equal(len(stack), 2, "stack depth after CALL (one result pushed on what was below)")
+    expect_true(stack[0] is marker, "CALL must pop exactly its slots and arguments")
+    expect_close(stack[1], _clamp(x), "result of torch.clamp(x, min=0.1, max=0.9)",
+                 context=format_instructions(_clamp))
+
+
+@pytest.mark.ch01_3
+def test_call_handler_method_and_self_slots():
+    """CPython's own method form: slots ``method, self`` (no NULL); self is the first argument."""
+    x = torch.arange(6.0).reshape(2, 3)
+    inst = _call_instruction(lambda t: t.sum(1))
+    stack = _run_call([torch.Tensor.sum, x, 1], inst)
+    expect_equal(len(stack), 1, "stack depth after CALL")
+    expect_close(stack[0], x.sum(1), "Tensor.sum(x, 1) from slots (method, self)")
+
+
 @pytest.mark.ch01_3
 @pytest.mark.parametrize("shape", [(2, 3), (4, 4)])
 def test_stack_machine_calls_with_keywords(shape):
