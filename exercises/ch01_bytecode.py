@@ -11,6 +11,7 @@ index of a jump's destination).
 * Exercise 1.2 ``StackMachine.stack_op``: the stack basics of a tiny bytecode interpreter.
 * Exercise 1.3 ``StackMachine.CALL``: calls, with call slots and keyword names.
 * Exercise 1.4 ``opcode_histogram``: count the instructions a call executes, with ``sys.settrace``.
+* Exercise 1.5 ``torch_op_lines``: which torch ops each source line ran (a ``TorchFunctionMode``).
 """
 from __future__ import annotations
 
@@ -229,3 +230,24 @@ def opcode_histogram(fn: types.FunctionType, *args: Any) -> tuple[Any, collectio
     * Restore the previous trace function (``sys.gettrace()``) afterwards, even on errors.
     """
     raise NotImplementedError("Exercise 1.4: count the normalised instructions at frame.f_lasti on every 'opcode' event of fn's frame")
+
+
+# ---------------------------------------------------------------------------------------------
+# Exercise 1.5
+# ---------------------------------------------------------------------------------------------
+
+
+def torch_op_lines(fn: types.FunctionType, *args: Any) -> tuple[Any, dict[int, list[str]]]:
+    """Call ``fn(*args)``; report which torch ops ran on which source line of ``fn``.
+
+    Returns ``(result, lines)`` where ``lines`` maps a line number of ``fn`` to the names of
+    the torch ops it ran, in call order (``torch.overrides.resolve_name(func)``, e.g.
+    ``'torch.relu'``, ``'torch.Tensor.add'``). An op run inside a function that ``fn`` calls
+    counts for the line of ``fn`` that made that call. Lines without torch ops are absent.
+    How: subclass ``torch.overrides.TorchFunctionMode``; its
+    ``__torch_function__(self, func, types, args=(), kwargs=None)`` sees every torch op before
+    it runs (call ``func(*args, **(kwargs or {}))`` and return the result). Walk back from
+    ``sys._getframe()`` through ``f_back`` to the frame whose ``f_code is fn.__code__``; its
+    ``f_lineno`` is the line. This is the information FX records as a node's stack trace.
+    """
+    raise NotImplementedError("Exercise 1.5: in a TorchFunctionMode, find fn's frame with sys._getframe().f_back and record resolve_name(func) under its f_lineno")

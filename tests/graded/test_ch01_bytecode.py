@@ -232,3 +232,39 @@ def test_histogram_counts_loop_iterations(n):
     expect_equal(dict(counts), dict(reference), f"opcode counts of looping(x, {n})",
                  context=format_instructions(looping))
     expect_equal(counts["FOR_ITER"], n + 1, "FOR_ITER count")
+
+
+# ---- Exercise 1.5 ---------------------------------------------------------------------------
+
+def _scaled(t):
+    return torch.sigmoid(t) * SCALE
+
+
+def layered(x, w):
+    h = x @ w
+    h = _scaled(h) + 1
+    for _ in range(2):
+        h = h.tanh()
+    return F.relu(h).mean(dim=-1)
+
+
+@pytest.mark.ch01_5
+@pytest.mark.parametrize("fn, make_args", [
+    (layered, lambda: (torch.randn(3, 4), torch.randn(4, 2))),
+    (calls, lambda: (torch.randn(2, 3), torch.randn(3, 5))),
+    (branches, lambda: (torch.randn(4), 3)),
+    (looping, lambda: (torch.randn(2), 3)),
+])
+def test_torch_op_lines_match_the_tracer(fn, make_args):
+    torch.manual_seed(11)
+    args = make_args()
+    result, lines = ch.torch_op_lines(fn, *args)
+    expect_close(result, fn(*args), f"{fn.__name__}'s result")
+    reference = tracer.trace(fn, *args, include=lambda code: False).lines_with_ops()
+    expect_equal(lines, reference, f"torch ops per line of {fn.__name__}", context=format_instructions(fn))
+
+
+@pytest.mark.ch01_5
+def test_torch_op_lines_of_code_without_torch_ops():
+    result, lines = ch.torch_op_lines(branches, 2.0, 5)
+    expect_equal((result, lines), (branches(2.0, 5), {}), "plain numbers run no torch ops")
