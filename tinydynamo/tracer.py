@@ -315,7 +315,7 @@ def trace(fn: Callable, *args: Any, include: Callable[[types.CodeType], bool] | 
     """
     if not callable(fn):
         raise TypeError(f"trace() needs a callable, got {type(fn).__name__}; pass the function, not its result")
-    target = bytecode._code_of(fn) if hasattr(getattr(fn, "__func__", fn), "__code__") else None
+    target = getattr(getattr(fn, "__func__", fn), "__code__", None)  # functions and bound methods
     base = include or is_user_code
     tracer = FrameTracer(lambda code: code is target or base(code), opcodes=opcodes, torch_ops=torch_ops)
     with tracer:
