@@ -104,12 +104,12 @@ dis.dis(f)
 #
 # | instructions | value stack after them |
 # |---|---|
-# | `LOAD_GLOBAL torch` (+NULL), `LOAD_ATTR relu` | `NULL, torch.relu` (two *call slots*) |
+# | `LOAD_GLOBAL torch`, `LOAD_METHOD relu` | `NULL, torch.relu` (two *call slots*: `relu` is a plain function of a module, so the first is NULL) |
 # | `LOAD_FAST x` | `NULL, torch.relu, x` |
 # | `PRECALL 1`, `CALL 1` | `relu(x)` |
 # | `LOAD_FAST y`, `BINARY_OP +` | `relu(x) + y` |
 # | `STORE_FAST z` | *(empty)* |
-# | `LOAD_FAST z`, `LOAD_METHOD sum` | `z.sum` method, `z` |
+# | `LOAD_FAST z`, `LOAD_METHOD sum` | `Tensor.sum, z` (the slots hold a method and its `self`) |
 # | `LOAD_CONST 0`, `LOAD_CONST True`, `KW_NAMES ('dim', 'keepdim')`, `CALL 2` | the result |
 # | `RETURN_VALUE` | |
 #
@@ -161,9 +161,10 @@ side_by_side("sum_keepdim", ("3.11", "3.13"))
 
 # %% [markdown]
 # **Comparisons, jumps and returns.** The `COMPARE_OP` argument is an encoded number that
-# changed meaning twice: `4` means `>` on 3.11, `68` on 3.12 (the operator shifted left by 4
-# bits, plus a cache hint), and `148` on 3.13, where `bool(>)` also says the result is
-# converted to a bool (3.13 otherwise adds `TO_BOOL` before a conditional jump). 3.11 has
+# changed meaning twice: `>` is `4` on 3.11; `68` on 3.12 (the operator index shifted left by
+# 4 bits, the low bits a hint for the specialising interpreter); `148` on 3.13 (shifted by 5,
+# and bit 4 set: `bool(>)`, convert the result to a bool, which 3.13 otherwise does with a
+# separate `TO_BOOL` before a conditional jump). 3.11 has
 # direction-specific jumps (`POP_JUMP_FORWARD_IF_FALSE`); 3.12 renamed them to
 # `POP_JUMP_IF_FALSE`. 3.12 adds `RETURN_CONST` for `return <constant>`.
 
@@ -171,10 +172,11 @@ side_by_side("sum_keepdim", ("3.11", "3.13"))
 side_by_side("scale_if_big", ("3.11", "3.12", "3.13"))
 
 # %% [markdown]
-# **Loops.** `FOR_ITER` leaves the loop differently: 3.11 pops the exhausted iterator and jumps
-# past the loop; 3.12 jumps to a new `END_FOR` instruction (and, executed, skips it); 3.13
-# jumps to `END_FOR; POP_TOP`. 3.13 also fuses pairs of instructions into *superinstructions*
-# such as `LOAD_FAST_LOAD_FAST`.
+# **Loops.** When the iterator is exhausted, 3.11's `FOR_ITER` pops it and jumps past the loop.
+# 3.12 places an `END_FOR` cleanup after the loop (3.13: `END_FOR; POP_TOP`), and `FOR_ITER`'s
+# jump argument points at it, yet the exhausted `FOR_ITER` pops the iterator itself and skips
+# that cleanup. An interpreter that trusts the jump argument pops twice. 3.13 also fuses pairs
+# of instructions into *superinstructions* such as `LOAD_FAST_LOAD_FAST`.
 
 # %%
 side_by_side("running_sum", ("3.11", "3.13"))
@@ -381,7 +383,10 @@ static = collections.Counter(i.opname for i in bytecode.get_instructions(looping
 print("static listing:", dict(sorted(static.items())))
 
 # %% [markdown]
-# (The test suite runs the same histogram on 3.12 and 3.13: the counts are identical.)
+# (The test suite also runs the tracer's histogram on 3.12 and 3.13. The counts agree, with one
+# instructive exception: for an `if` inside a loop, 3.12+ lay the branch out the other way
+# round and use `POP_JUMP_IF_TRUE` where 3.11 uses `POP_JUMP_IF_FALSE`. Normalisation smooths
+# over *encodings*; it cannot undo a different decision of the compiler.)
 #
 # ### Which torch op ran at which line?
 #
@@ -477,8 +482,10 @@ print(tracer.trace(branchy, torch.ones(3)).format())
 # %% [markdown]
 # ## 6. PEP 523, and what pure Python can and cannot intercept
 #
-# Every Python call ends up in one C function that evaluates a frame (in CPython,
-# `_PyEval_EvalFrameDefault`: a large loop over the instructions, like our `StackMachine`).
+# CPython runs every Python frame in its interpreter loop, the C function
+# `_PyEval_EvalFrameDefault`: a large loop over the instructions, like our `StackMachine`.
+# (Since 3.11 a Python-to-Python call even stays inside the same invocation of that loop,
+# unless a PEP 523 hook is installed.)
 # **PEP 523** (Python 3.6) lets a C extension replace that function for the whole interpreter:
 # `_PyInterpreterState_SetEvalFrameFunc(interp, my_eval_frame)`. From then on *every* frame, in
 # any module, called from anywhere, goes through `my_eval_frame` before it runs.
