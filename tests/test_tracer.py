@@ -145,6 +145,9 @@ def test_include_filter_and_bad_input():
     t = tracer.trace(f, torch.randn(2), torch.randn(2), include=lambda code: False)
     assert t.frames() == ["f"]  # the traced function itself is always watched
     assert [op.code_name for op in t.ops] == ["f", "f", "f", "f", "f"]  # helper's ops land on its CALL
+    everything = tracer.trace(f, torch.randn(2), torch.randn(2), include=lambda code: True)
+    assert not any(e.filename == tracer.__file__ for e in everything.events)  # never traces itself
+    assert [op.name for op in everything.ops] == [op.name for op in t.ops]
     with pytest.raises(TypeError, match="needs a callable"):
         tracer.trace(f(torch.ones(1), torch.ones(1)))
 

@@ -212,8 +212,9 @@ class FrameTracer:
 
     # -- settrace callbacks ------------------------------------------------------------------
     def _global(self, frame: types.FrameType, event: str, arg: Any):
-        if event != "call" or self._busy or not self.include(frame.f_code):
-            return None
+        code = frame.f_code
+        if event != "call" or self._busy or code.co_filename == __file__ or not self.include(code):
+            return None  # never watch the tracer itself, whatever ``include`` says
         parent = frame.f_back
         while parent is not None and parent not in self._frames:
             parent = parent.f_back
