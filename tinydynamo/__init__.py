@@ -16,7 +16,7 @@ _LAZY = {
     "cache_info": "tinydynamo.eval_frame:cache_info",
     "counters": "tinydynamo.eval_frame:counters",
     "OptimizedModule": "tinydynamo.eval_frame:OptimizedModule",
-    "config": "tinydynamo.config:config",
+    "config": "tinydynamo.config:",
     "Unsupported": "tinydynamo.exc:Unsupported",
     "register_backend": "tinydynamo.backends:register_backend",
     "list_backends": "tinydynamo.backends:list_backends",

@@ -37,7 +37,7 @@ def list_backends() -> list[str]:
 
 
 def lookup_backend(backend: str | Backend | None) -> Backend:
-    from tinydynamo.config import config
+    from tinydynamo import config
 
     if backend is None:
         backend = config.default_backend

@@ -24,7 +24,7 @@ from torch import nn
 
 from tinydynamo import artifacts, bytecode, logs
 from tinydynamo.backends import lookup_backend
-from tinydynamo.config import config
+from tinydynamo import config
 from tinydynamo.exc import Unsupported
 from tinydynamo.output_graph import CompiledFrame, OutputGraph
 

@@ -19,7 +19,7 @@ from typing import Any, Callable
 
 from tinydynamo import bytecode as bc
 from tinydynamo.bytecode import Instruction
-from tinydynamo.config import config
+from tinydynamo import config
 from tinydynamo.exc import Unsupported, unimplemented
 from tinydynamo.output_graph import OutputGraph
 from tinydynamo.source import GlobalSource, LocalSource

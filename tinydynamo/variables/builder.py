@@ -79,7 +79,10 @@ class VariableBuilder:
                 self.guard("ID_MATCH", value)
             return PythonModuleVariable(value, src)
         if isinstance(value, eval_frame.OptimizedFunction):  # a compiled function called from traced code
-            return self.wrap(value._orig_fn)
+            self.guard("ID_MATCH", value)
+            from tinydynamo.source import AttrSource
+
+            return VariableBuilder(self.tx, AttrSource(src, "_orig_fn") if src else None).wrap(value._orig_fn)
         if getattr(value, "_tinydynamo_disabled", False):
             self.guard("ID_MATCH", value)
             return DisabledFunctionVariable(value, src)

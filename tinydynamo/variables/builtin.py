@@ -192,6 +192,13 @@ class BuiltinVariable(VariableTracker):
                     items[k.as_python_constant()] = v
             items.update(kwargs)
             return DictVariable(items)
+        if fn is sorted and len(args) == 1 and not kwargs:
+            items = args[0].unpack_var_sequence(tx)
+            if all(isinstance(i, TupleVariable) and i.items and i.items[0].is_python_constant() for i in items):
+                firsts = [i.items[0].as_python_constant() for i in items]
+                if len(set(firsts)) == len(firsts):  # (key, value) pairs with distinct constant keys
+                    return ListVariable([items[k] for k in sorted(range(len(items)), key=firsts.__getitem__)])
+            unimplemented("sorted() of values that are not constants")
         if fn is sum and 1 <= len(args) <= 2:
             total = args[1] if len(args) == 2 else ConstantVariable(0)
             for item in args[0].unpack_var_sequence(tx):

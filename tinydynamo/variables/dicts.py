@@ -23,6 +23,13 @@ class DictVariable(VariableTracker):
     def as_example(self):
         return {k: v.as_example() for k, v in self.items.items()}
 
+    def var_getattr(self, tx, name: str):
+        from tinydynamo.variables.misc import GetAttrVariable
+
+        if callable(getattr(self.python_type(), name, None)):
+            return GetAttrVariable(self, name)  # a method: calling it goes to call_method
+        return super().var_getattr(tx, name)
+
     def truth(self, tx) -> bool:
         return bool(self.items)
 

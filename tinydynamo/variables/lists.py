@@ -27,6 +27,13 @@ class BaseListVariable(VariableTracker):
     def as_example(self):
         return self.container(v.as_example() for v in self.items)
 
+    def var_getattr(self, tx, name: str):
+        from tinydynamo.variables.misc import GetAttrVariable
+
+        if callable(getattr(self.python_type(), name, None)):
+            return GetAttrVariable(self, name)  # a method: calling it goes to call_method
+        return super().var_getattr(tx, name)
+
     def truth(self, tx) -> bool:
         return len(self.items) > 0
 

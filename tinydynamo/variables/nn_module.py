@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 from tinydynamo.exc import unimplemented
-from tinydynamo.source import AttrSource
+from tinydynamo.source import AttrSource, GetItemSource
 from tinydynamo.variables.base import VariableTracker
 from tinydynamo.variables.constant import ConstantVariable
 
@@ -38,7 +38,11 @@ class NNModuleVariable(VariableTracker):
         return True
 
     def _child_source(self, name: str):
-        return AttrSource(self.source, name) if self.source is not None else None
+        if self.source is None:
+            return None
+        if name.isdigit() and isinstance(self.module, (nn.Sequential, nn.ModuleList, nn.ParameterList)):
+            return GetItemSource(self.source, int(name))  # L['self'].h[0] rather than getattr(..., '0')
+        return AttrSource(self.source, name)
 
     def _wrap_child(self, tx, name: str, value) -> VariableTracker:
         from tinydynamo.variables.builder import VariableBuilder
