@@ -231,6 +231,11 @@ class OptimizedModule(nn.Module):
             return super().__getattr__(name)
         return getattr(self._orig_mod, name)
 
+    def train(self, mode: bool = True):
+        self._orig_mod.train(mode)
+        self.training = mode
+        return self
+
     def state_dict(self, *args, **kwargs):
         return self._orig_mod.state_dict(*args, **kwargs)
 

@@ -65,6 +65,7 @@ class InstructionTranslatorBase:
         self.ip = 0
         self.current_inst: Instruction | None = None
         self.return_value: VariableTracker | None = None
+        self.generator_items: list[VariableTracker] | None = None  # set when inlining a generator
 
     # ---- stack ---------------------------------------------------------------------------------
     def push(self, v: VariableTracker) -> None:
@@ -125,13 +126,19 @@ class InstructionTranslatorBase:
     def inline_user_function(self, fn_var, args, kwargs) -> VariableTracker:
         """Trace a user function's bytecode in a nested translator sharing this graph."""
         code = fn_var.get_code()
-        if code.co_flags & (inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR):
-            unimplemented(f"calling generator/coroutine function {code.co_name}")
+        if code.co_flags & (inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR):
+            unimplemented(f"calling coroutine function {code.co_name}")
         if self.depth + 1 > config.max_inline_depth:
             unimplemented(f"inlining deeper than config.max_inline_depth={config.max_inline_depth} (recursion?)")
         bound = fn_var.bind(self, args, kwargs)
         tx = InliningInstructionTranslator(code, fn_var.get_globals(), bound, self.output,
                                            fn_var.closure_cells(self), self.depth + 1)
+        if code.co_flags & inspect.CO_GENERATOR:
+            # a generator (e.g. a generator expression): run it to the end now, collecting what it
+            # yields; the caller gets an iterator over those values
+            tx.generator_items = []
+            tx.run()
+            return ListIteratorVariable(tx.generator_items)
         return tx.run()
 
     def jump_if(self, inst: Instruction, cond: bool) -> None:
@@ -510,6 +517,21 @@ def SET_FUNCTION_ATTRIBUTE(tx: T, inst):
     fn = tx.pop()
     fn.set_attribute(inst.argval, tx.pop())
     tx.push(fn)
+
+
+@_handler
+def RETURN_GENERATOR(tx: T, inst):
+    if tx.generator_items is None:
+        unimplemented("generators")
+    tx.push(ConstantVariable(None))  # popped by the POP_TOP that follows
+
+
+@_handler
+def YIELD_VALUE(tx: T, inst):
+    if tx.generator_items is None:
+        unimplemented("yield outside an inlined generator")
+    tx.generator_items.append(tx.pop())
+    tx.push(ConstantVariable(None))  # the value sent back in: always None for a plain iteration
 
 
 _UNSUPPORTED_OPS = {

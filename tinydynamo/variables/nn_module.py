@@ -26,6 +26,11 @@ def _has_hooks(m: nn.Module) -> bool:
                 or module_mod._global_forward_hooks or module_mod._global_forward_pre_hooks)
 
 
+#: methods answered directly from the real module (their nn.Module code uses sets and generators)
+SPECIAL_METHODS = {"parameters", "named_parameters", "buffers", "named_buffers", "children", "named_children",
+                   "modules", "named_modules", "keys", "values", "items"}
+
+
 class NNModuleVariable(VariableTracker):
     def __init__(self, module: nn.Module, source=None):
         super().__init__(source)
@@ -52,8 +57,12 @@ class NNModuleVariable(VariableTracker):
     def var_getattr(self, tx, name: str) -> VariableTracker:
         from tinydynamo.variables.functions import UserFunctionVariable, UserMethodVariable
 
+        from tinydynamo.variables.misc import GetAttrVariable
+
         m = self.module
         d = m.__dict__
+        if name in SPECIAL_METHODS:
+            return GetAttrVariable(self, name)  # answered by call_method, not by inlining nn.Module's code
         for table in ("_parameters", "_buffers", "_modules"):
             if name in d.get(table, {}):
                 return self._wrap_child(tx, name, d[table][name])
