@@ -127,7 +127,9 @@ class OptimizedFunction:
     def _compile(self, cache: FrameCache, L: dict, G: dict) -> CompiledFrame | None:
         name = self._code.co_qualname if hasattr(self._code, "co_qualname") else self._code.co_name
         if cache.entries:
-            reason = cache.entries[0].check_fn.failure_reason(L, G) or "guards of an entry for another backend"
+            # every entry failed: say why, newest first (the first failing guard of each)
+            reasons = [e.check_fn.failure_reason(L, G) or "compiled for another backend" for e in cache.entries]
+            reason = "; ".join(reasons)
             cache.last_reason = reason
             if len(cache.entries) >= config.recompile_limit:
                 cache.run_eagerly = f"hit config.recompile_limit ({config.recompile_limit})"
@@ -138,8 +140,9 @@ class OptimizedFunction:
                 counters["frames"]["recompile_limit"] += 1
                 return None
             counters["recompiles"][name] += 1
-            recompiles_log.info("Recompiling function %s in %s:%d\n    triggered by the following guard failure(s):\n    - %s",
-                                name, self._code.co_filename, self._code.co_firstlineno, reason)
+            recompiles_log.info("Recompiling function %s in %s:%d\n    triggered by the following guard failure(s):\n%s",
+                                name, self._code.co_filename, self._code.co_firstlineno,
+                                "\n".join(f"    - entry {len(reasons) - 1 - i}: {r}" for i, r in enumerate(reasons)))
         try:
             entry = compile_frame(self._fn, L, G, self._backend, name)
         except Unsupported as e:
