@@ -79,11 +79,20 @@ def _tensor_code(g: Guard, ref: str, scope: SourceScope) -> list[str]:
     return [
         f"type({ref}) is {scope.constant(m.type, 't')}",
         f"{ref}.dtype is {scope.constant(m.dtype, 'dt')}",
-        f"{ref}.device == {scope.constant(m.device, 'dev')}",
+        _device_check(ref, m.device, scope),
         f"{ref}.shape == {m.size!r}",
         f"{ref}.stride() == {m.stride!r}",
         f"{ref}.requires_grad is {m.requires_grad!r}",
     ]
+
+
+def _device_check(ref: str, device: torch.device, scope: SourceScope) -> str:
+    """The cheapest exact device test: ``is_cpu`` for CPU, ``is_cuda`` + index for CUDA."""
+    if device.type == "cpu":
+        return f"{ref}.is_cpu"
+    if device.type == "cuda" and device.index is not None:
+        return f"{ref}.is_cuda and {ref}.get_device() == {device.index}"
+    return f"{ref}.device == {scope.constant(device, 'dev')}"
 
 
 def _tensor_failure(g: Guard, v: Any) -> str | None:
