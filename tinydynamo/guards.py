@@ -12,9 +12,11 @@ A :class:`Guard` has a kind (``TENSOR_MATCH``, ``TYPE_MATCH``, ``ID_MATCH``, ...
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+from typing import Any, Callable, Iterator
+
 import torch
-from typing import Any, Callable
 
 from tinydynamo.source import Source, SourceScope
 
@@ -66,6 +68,17 @@ GUARD_KINDS: dict[str, GuardKind] = {}
 
 def register_guard_kind(kind: str, code, failure, readable) -> None:
     GUARD_KINDS[kind] = GuardKind(code, failure, readable)
+
+
+@contextlib.contextmanager
+def use_guard_kind(kind: str, code=None, failure=None, readable=None) -> Iterator[None]:
+    """Temporarily replace parts of a guard kind (the course plugs a learner's guard in this way)."""
+    saved = GUARD_KINDS[kind]
+    GUARD_KINDS[kind] = GuardKind(code or saved.code, failure or saved.failure, readable or saved.readable)
+    try:
+        yield
+    finally:
+        GUARD_KINDS[kind] = saved
 
 
 def _tname(t: type) -> str:
@@ -208,6 +221,55 @@ register_guard_kind(
 )
 
 
+def generate_check_code(guards: list[Guard], scope: SourceScope) -> str:
+    """The source of ``___check_guards(L, G)``: every guard's conditions, cheapest path first.
+
+    Each source is read once into a local (``___v0 = L['x']``); a nested source reuses its
+    parent's local (``L['self'].fc1`` -> ``___v1``, then ``___v1.weight``). Each guard becomes
+    ``if not (<its conditions joined by and>): return False``.
+    """
+    lines = ["def ___check_guards(L, G):"]
+    refs: dict[str, str] = {}
+
+    def ref_of(source: Source) -> str:
+        key = source.name()
+        if key in refs:
+            return refs[key]
+        base = getattr(source, "base", None)
+        if base is not None:  # evaluate the parent once, reuse it: L['self'].fc1 -> ___v1.weight
+            parent = ref_of(base)
+            expr = key.replace(base.name(), parent, 1)
+        else:
+            expr = key
+        ref = f"___v{len(refs)}"
+        refs[key] = ref
+        lines.append(f"    {ref} = {expr}")
+        return ref
+
+    for g in guards:
+        ref = ref_of(g.source) if g.source is not None else "None"
+        conds = GUARD_KINDS[g.kind].code(g, ref, scope)
+        lines.append(f"    # {g.kind}: {g.readable()}")
+        lines.append(f"    if not ({' and '.join(conds)}):")
+        lines.append("        return False")
+    lines.append("    return True")
+    return "\n".join(lines) + "\n"
+
+
+_codegen = {"generate": generate_check_code}
+
+
+@contextlib.contextmanager
+def use_check_codegen(fn: Callable[[list[Guard], SourceScope], str]) -> Iterator[None]:
+    """Temporarily generate check functions with ``fn`` (the course plugs a learner's version in)."""
+    saved = _codegen["generate"]
+    _codegen["generate"] = fn
+    try:
+        yield
+    finally:
+        _codegen["generate"] = saved
+
+
 class CheckFunction:
     """The compiled guards of one cache entry: ``check(L, G) -> bool``, plus the slow ``failure_reason``."""
 
@@ -220,32 +282,7 @@ class CheckFunction:
         self.check: Callable[[dict, dict], bool] = namespace["___check_guards"]
 
     def _generate(self) -> str:
-        lines = ["def ___check_guards(L, G):"]
-        refs: dict[str, str] = {}
-
-        def ref_of(source: Source) -> str:
-            key = source.name()
-            if key in refs:
-                return refs[key]
-            base = getattr(source, "base", None)
-            if base is not None:  # evaluate the parent once, reuse it: L['self'].fc1 -> ___v1.weight
-                parent = ref_of(base)
-                expr = key.replace(base.name(), parent, 1)
-            else:
-                expr = key
-            ref = f"___v{len(refs)}"
-            refs[key] = ref
-            lines.append(f"    {ref} = {expr}")
-            return ref
-
-        for g in self.guards:
-            ref = ref_of(g.source) if g.source is not None else "None"
-            conds = GUARD_KINDS[g.kind].code(g, ref, self.scope)
-            lines.append(f"    # {g.kind}: {g.readable()}")
-            lines.append(f"    if not ({' and '.join(conds)}):")
-            lines.append("        return False")
-        lines.append("    return True")
-        return "\n".join(lines) + "\n"
+        return _codegen["generate"](self.guards, self.scope)
 
     def __call__(self, L: dict, G: dict) -> bool:
         try:

@@ -12,10 +12,11 @@ filled from the methods below; :func:`register_opcode` lets a chapter plug in it
 from __future__ import annotations
 
 import builtins
+import contextlib
 import inspect
 import linecache
 import types
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from tinydynamo import bytecode as bc
 from tinydynamo.bytecode import Instruction
@@ -39,6 +40,21 @@ from tinydynamo.variables import (
 from tinydynamo.variables.builder import VariableBuilder
 
 OPCODE_HANDLERS: dict[str, Callable[["InstructionTranslatorBase", Instruction], None]] = {}
+
+
+@contextlib.contextmanager
+def use_handlers(**handlers: Callable[["InstructionTranslatorBase", Instruction], None]) -> Iterator[None]:
+    """Temporarily replace opcode handlers, e.g. ``use_handlers(BINARY_OP=my_binary_op)`` (the course does)."""
+    saved = {name: OPCODE_HANDLERS.get(name) for name in handlers}
+    OPCODE_HANDLERS.update(handlers)
+    try:
+        yield
+    finally:
+        for name, fn in saved.items():
+            if fn is None:
+                OPCODE_HANDLERS.pop(name, None)
+            else:
+                OPCODE_HANDLERS[name] = fn
 
 
 def register_opcode(opname: str):
