@@ -207,6 +207,13 @@ class BuiltinVariable(VariableTracker):
         if fn in (all, any) and len(args) == 1:
             truths = [v.truth(tx) for v in args[0].unpack_var_sequence(tx)]
             return ConstantVariable(fn(truths))
+        if fn in (min, max) and set(kwargs) == {"key"}:
+            items = args[0].unpack_var_sequence(tx) if len(args) == 1 else list(args)
+            keys = [kwargs["key"].call_function(tx, [i], {}) for i in items]
+            if all(k.is_python_constant() for k in keys):
+                best = fn(range(len(items)), key=lambda j: keys[j].as_python_constant())
+                return items[best]
+            unimplemented(f"{fn.__name__}(key=...) with non-constant keys")
         if fn in (min, max) and not kwargs:
             items = args[0].unpack_var_sequence(tx) if len(args) == 1 else list(args)
             if all(i.is_python_constant() for i in items):
