@@ -337,3 +337,19 @@ def test_accepts_code_object_and_method():
     assert [i.opname for i in get_instructions(A().m)] == [i.opname for i in get_instructions(A.m.__code__)]
     with pytest.raises(TypeError, match="function or code object"):
         get_instructions(42)
+
+
+def f_closure(x):
+    a, b = x, 2 * x
+
+    def inner(y):
+        return a * y + b
+
+    return inner(3)
+
+
+def test_closure_cells_load_closure_on_every_version():
+    insts = get_instructions(f_closure)
+    names = [i.opname for i in insts]
+    assert names.count("LOAD_CLOSURE") == 2 and "MAKE_CELL" in names
+    assert [i.argval for i in insts if i.opname == "SET_FUNCTION_ATTRIBUTE"] == ["closure"]
