@@ -88,6 +88,8 @@ class CompiledFunction(torch.autograd.Function):
 
 def _lift_parameters(gm: torch.nn.Module):
     """``(fn, names)``: ``fn(*params_and_buffers, *args)`` calls ``gm`` with those tensors swapped in."""
+    if not isinstance(gm, torch.nn.Module):
+        return gm, []
     names = [name for name, _ in gm.named_parameters()] + [name for name, _ in gm.named_buffers()]
     if not names:
         return gm, names
@@ -103,18 +105,17 @@ def compile_aot(gm: torch.nn.Module, example_inputs, fw_compiler: Callable, bw_c
                 partition_fn: Callable = default_partition) -> Callable:
     """The body of the backend :func:`aot_autograd` returns (see the module docstring)."""
     fn, state_names = _lift_parameters(gm)
-    state = [gm.get_parameter(n) if n in dict(gm.named_parameters()) else gm.get_buffer(n)
-             for n in state_names]
+
+    def current_state():
+        params, buffers = dict(gm.named_parameters()), dict(gm.named_buffers())
+        return [params[n] if n in params else buffers[n] for n in state_names]
+
+    state = current_state()
     all_inputs = [*state, *example_inputs]
     fakes, mode = fake_inputs(all_inputs)
     prim_gm = decompose(fn, fakes)  # finds and reuses the fake mode of ``fakes``
     aot = AOTOutput(prim_gm)
     requires_grad = [isinstance(x, torch.Tensor) and x.requires_grad for x in all_inputs]
-
-    def current_state():
-        params = dict(gm.named_parameters())
-        buffers = dict(gm.named_buffers())
-        return [params[n] if n in params else buffers[n] for n in state_names]
 
     if not (torch.is_grad_enabled() and any(requires_grad)):
         artifacts.record("forward_graph", "inference graph (no input requires grad)", _readable(prim_gm))

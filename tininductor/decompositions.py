@@ -7,6 +7,11 @@ reaches the graph is therefore prims, plus whatever torch's own CompositeImplici
 kernels expand to on the way (matmul -> mm/bmm/view, for example). Ops that end up outside
 the prim set stay in the graph as *fallbacks* (run by torch), each logged with the reason.
 
+Only ops that reach the dispatcher can be decomposed here. CompositeImplicitAutograd ops
+(``linear``, ``layer_norm``, ``matmul``, ``reshape``, ``dropout``, ``softmax.int`` ...) are
+expanded by torch's own C++ kernels before any table sees them, so the table holds what
+they expand to: ``addmm`` and ``t`` for linear, ``native_layer_norm`` for layer_norm, and so on.
+
 A decomposition may return ``NotImplemented`` to keep the op as it is (``dropout`` with
 ``p > 0`` in training mode, ``add`` without an ``alpha``): that is how one entry normalises
 an op's rare forms and leaves its common form alone.
@@ -19,6 +24,7 @@ import operator
 from typing import Callable
 
 import torch
+from torch._dispatch.python import enable_python_dispatcher
 from torch.fx.experimental.proxy_tensor import make_fx
 
 from tininductor.prims import is_prim
@@ -76,17 +82,6 @@ def _upcast(x: torch.Tensor) -> torch.Tensor:
 
 
 # ----------------------------------------------------------------------------- linear algebra
-@register_decomposition(aten.linear)
-def linear(x, weight, bias=None):
-    """y = x @ weight.T + bias, as one 2-d mm over the flattened leading dimensions."""
-    out_features = weight.shape[0]
-    x2 = reshape(x, [-1, x.shape[-1]])
-    y = aten.mm(x2, aten.permute(weight, [1, 0]))
-    if bias is not None:
-        y = aten.add(y, bias)
-    return reshape(y, [*x.shape[:-1], out_features])
-
-
 @register_decomposition(aten.addmm)
 def addmm(bias, a, b, beta=1, alpha=1):
     y = aten.mm(a, b)
@@ -113,7 +108,7 @@ def transpose(x, dim0, dim1):
     return aten.permute(x, order)
 
 
-@register_decomposition(aten._unsafe_view, aten.reshape)
+@register_decomposition(aten._unsafe_view)
 def _reshape(x, shape):
     return reshape(x, shape)
 
@@ -170,11 +165,6 @@ def rsub(x, y, alpha=1):
     return aten.sub(y, aten.mul(x, alpha) if alpha != 1 else x)
 
 
-@register_decomposition(aten.square)
-def square(x):
-    return aten.mul(x, x)
-
-
 @register_decomposition(aten.silu)
 def silu(x):
     return aten.mul(x, aten.sigmoid(x))
@@ -214,14 +204,6 @@ def masked_fill(x, mask, value):
     return aten.where(mask, _scalar(value, x), x)
 
 
-@register_decomposition(aten.where.ScalarSelf, aten.where.ScalarOther, aten.where.Scalar)
-def where_scalar(cond, a, b):
-    like = a if isinstance(a, torch.Tensor) else b if isinstance(b, torch.Tensor) else None
-    if like is None:
-        like = aten.scalar_tensor(a)
-    return aten.where(cond, _scalar(a, like), _scalar(b, like))
-
-
 def _make_triangle(lower: bool) -> Callable:
     def triangle(x, diagonal=0):
         """Keep the entries with ``col - row <= diagonal`` (tril) or ``>= diagonal`` (triu)."""
@@ -250,6 +232,16 @@ def _to_copy(x, dtype=None, device=None, layout=None, pin_memory=None, non_block
 # ----------------------------------------------------------------------------- creation
 def _full(shape, value, like, dtype=None, device=None):
     return aten.full(list(shape), value, dtype=dtype or like.dtype, device=device or like.device)
+
+
+@register_decomposition(aten.zeros)
+def zeros(size, dtype=None, layout=None, device=None, pin_memory=None):
+    return aten.full(list(size), 0, dtype=dtype or torch.get_default_dtype(), device=device)
+
+
+@register_decomposition(aten.ones)
+def ones(size, dtype=None, layout=None, device=None, pin_memory=None):
+    return aten.full(list(size), 1, dtype=dtype or torch.get_default_dtype(), device=device)
 
 
 @register_decomposition(aten.zeros_like)
@@ -303,11 +295,6 @@ def native_layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5):
     return prims.convert_element_type(out, x.dtype) if out.dtype != x.dtype else out, mean, rstd
 
 
-@register_decomposition(aten.layer_norm)
-def layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5, cudnn_enable=True):
-    return native_layer_norm(x, normalized_shape, weight, bias, eps)[0]
-
-
 @register_decomposition(aten._softmax)
 def _softmax(x, dim, half_to_float=False):
     """exp(x - max) / sum(exp(x - max)): subtracting the row max keeps exp from overflowing."""
@@ -350,17 +337,12 @@ def nll_loss_forward(logp, target, weight, reduction, ignore_index):
     return total, total_weight
 
 
-@register_decomposition(aten.dropout)
-def dropout(x, p, train):
-    """Identity when it drops nothing (eval mode or p == 0); random dropout stays a fallback."""
-    if p != 0 and train:
-        return NotImplemented
-    return aten.alias(x)
-
-
 @register_decomposition(aten.native_dropout)
 def native_dropout(x, p, train):
-    """Like :func:`dropout`, also returning the keep-mask (all True)."""
+    """Identity plus an all-True keep-mask when nothing is dropped (eval mode or p == 0).
+
+    Random dropout stays a (logged) fallback: it needs a random-number prim we do not have.
+    """
     if p != 0 and train is not False:
         return NotImplemented
     return aten.alias(x), aten.full(list(x.shape), True, dtype=torch.bool, device=x.device)
@@ -415,7 +397,8 @@ def decompose(gm: torch.fx.GraphModule, example_inputs) -> torch.fx.GraphModule:
     the prim set are logged and listed in ``result.meta["fallbacks"]``.
     """
     fakes, mode = fake_inputs(example_inputs)
-    with torch.no_grad(), mode:
+    # the Python dispatcher makes torch's composite kernels emit functional ops (squeeze, not squeeze_)
+    with torch.no_grad(), mode, enable_python_dispatcher():
         out = make_fx(gm, decomposition_table=DECOMPOSITIONS)(*fakes)
     out.meta["fallbacks"] = fallback_ops(out)
     for name, reason in out.meta["fallbacks"]:

@@ -384,12 +384,6 @@ def index_vjp(grad, out, x, indices):
     return aten.index_put(_zeros_like_shape(x, grad), indices, grad, True), None
 
 
-@register_vjp(aten.embedding)
-def embedding_vjp(grad, out, weight, indices, *args):
-    return (aten.index_put(_zeros_like_shape(weight, grad), [indices], grad, True), None) + (
-        None,) * len(args)
-
-
 @register_vjp(aten.index_put)
 def index_put_vjp(grad, out, x, indices, values, accumulate=False):
     if accumulate:
