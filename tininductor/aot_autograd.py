@@ -107,6 +107,8 @@ def compile_aot(gm: torch.nn.Module, example_inputs, fw_compiler: Callable, bw_c
     fn, state_names = _lift_parameters(gm)
 
     def current_state():
+        if not state_names:
+            return []
         params, buffers = dict(gm.named_parameters()), dict(gm.named_buffers())
         return [params[n] if n in params else buffers[n] for n in state_names]
 
@@ -127,7 +129,7 @@ def compile_aot(gm: torch.nn.Module, example_inputs, fw_compiler: Callable, bw_c
                 raise RuntimeError(
                     "this function was compiled for inference (no input required grad), but "
                     "was called with inputs that require grad: compile it again with them")
-            return compiled(*current_state(), *args) if state_names else compiled(*args)
+            return compiled(*current_state(), *args)
 
         run_inference.aot = aot
         return run_inference
@@ -147,7 +149,7 @@ def compile_aot(gm: torch.nn.Module, example_inputs, fw_compiler: Callable, bw_c
         num_outputs=joint.num_outputs, diff_outputs=joint.diff_outputs, grad_mask=joint.grad_mask)
 
     def run_training(*args):
-        primals = [*current_state(), *args] if state_names else args
+        primals = [*current_state(), *args]
         outs = CompiledFunction.apply(runtime, *primals)
         return pytree.tree_unflatten(list(outs), joint.out_spec)
 
