@@ -29,7 +29,7 @@ from tininductor.vjp_rules import get_vjp
 class JointGraph:
     """The joint graph and the bookkeeping the partitioners and the runtime wrapper need."""
 
-    gm: fx.GraphModule            #: placeholders primals_1.., tangents_1..; returns (*outputs, *grads)
+    gm: fx.GraphModule            #: gm([primals], [tangents]) -> (*outputs, *grads)
     num_primals: int
     num_outputs: int              #: forward outputs (flattened)
     diff_outputs: list[bool]      #: which forward outputs get a tangent
