@@ -356,14 +356,14 @@ def embedding(weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=
 
 
 # ----------------------------------------------------------------------------- the pass
-def fallback_ops(gm: torch.fx.GraphModule) -> list[tuple[str, str]]:
+def fallback_ops(gm: torch.fx.GraphModule, table: dict | None = None) -> list[tuple[str, str]]:
     """``(op name, reason)`` for every call in ``gm`` that is outside the prim set."""
     found = []
     for node in gm.graph.nodes:
         if node.op != "call_function" or node.target is operator.getitem or is_prim(node.target):
             continue
         name = str(node.target)
-        if node.target in DECOMPOSITIONS:
+        if node.target in (DECOMPOSITIONS if table is None else table):
             reason = "its decomposition declined these arguments (returned NotImplemented)"
         else:
             reason = "no decomposition registered in tininductor.decompositions"
@@ -388,19 +388,21 @@ def fake_inputs(example_inputs):
     return fakes, mode
 
 
-def decompose(gm: torch.fx.GraphModule, example_inputs) -> torch.fx.GraphModule:
+def decompose(gm: torch.fx.GraphModule, example_inputs, table: dict | None = None) -> torch.fx.GraphModule:
     """Re-trace ``gm`` into a graph of prim-set ATen ops with the same calling convention.
 
     Tracing runs on fake tensors (no real compute) with autograd off: decompositions are
     about meaning, gradients are AOT autograd's business. Every node of the result carries
     ``meta["val"]``, a fake tensor with the node's shape, dtype and device. Ops left outside
-    the prim set are logged and listed in ``result.meta["fallbacks"]``.
+    the prim set are logged and listed in ``result.meta["fallbacks"]``. ``table`` replaces
+    :data:`DECOMPOSITIONS` (the course plugs a learner's decompositions in this way).
     """
+    table = DECOMPOSITIONS if table is None else table
     fakes, mode = fake_inputs(example_inputs)
     # the Python dispatcher makes torch's composite kernels emit functional ops (squeeze, not squeeze_)
     with torch.no_grad(), mode, enable_python_dispatcher():
-        out = make_fx(gm, decomposition_table=DECOMPOSITIONS)(*fakes)
-    out.meta["fallbacks"] = fallback_ops(out)
+        out = make_fx(gm, decomposition_table=table)(*fakes)
+    out.meta["fallbacks"] = fallback_ops(out, table)
     for name, reason in out.meta["fallbacks"]:
         log.info("fallback to torch for %s: %s", name, reason)
     return out

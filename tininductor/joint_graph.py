@@ -65,11 +65,13 @@ def _accumulate(grads: dict, node: fx.Node, grad: torch.Tensor) -> None:
 
 
 def backward_pass(graph: fx.Graph, env: dict[fx.Node, object], needs_grad: set[fx.Node],
-                  output_grads: dict[fx.Node, torch.Tensor]) -> dict[fx.Node, torch.Tensor]:
+                  output_grads: dict[fx.Node, torch.Tensor], rules: dict | None = None
+                  ) -> dict[fx.Node, torch.Tensor]:
     """Walk ``graph`` backwards from ``output_grads``, applying one VJP rule per node.
 
     ``env`` maps each node to its forward value. Returns the gradient of every node reached
-    (placeholders included); a node no gradient reaches is simply absent.
+    (placeholders included); a node no gradient reaches is simply absent. ``rules`` replaces
+    the VJP registry (vjp_rules.VJP_RULES).
     """
     grads = dict(output_grads)
     for node in reversed(graph.nodes):
@@ -79,7 +81,7 @@ def backward_pass(graph: fx.Graph, env: dict[fx.Node, object], needs_grad: set[f
             raise NotImplementedError(f"no VJP for multi-output op feeding {node.name}")
         args = fx.node.map_arg(node.args, lambda n: env[n])
         kwargs = fx.node.map_arg(node.kwargs, lambda n: env[n])
-        input_grads = get_vjp(node.target)(grads[node], env[node], *args, **kwargs)
+        input_grads = get_vjp(node.target, rules)(grads[node], env[node], *args, **kwargs)
         for arg, grad in zip(node.args, input_grads):
             if isinstance(arg, fx.Node) and arg in needs_grad and grad is not None:
                 _accumulate(grads, arg, grad)
@@ -87,8 +89,13 @@ def backward_pass(graph: fx.Graph, env: dict[fx.Node, object], needs_grad: set[f
 
 
 def create_joint(fw_gm: fx.GraphModule, fake_primals: list, requires_grad: list[bool],
-                 fake_mode) -> JointGraph:
-    """Trace forward + reverse-mode AD of the prim graph ``fw_gm`` into one joint graph."""
+                 fake_mode, rules: dict | None = None, backward=None) -> JointGraph:
+    """Trace forward + reverse-mode AD of the prim graph ``fw_gm`` into one joint graph.
+
+    ``rules`` (a VJP registry) and ``backward`` (a :func:`backward_pass`) can be swapped,
+    which is how the course plugs a learner's rule or pass into the real pipeline.
+    """
+    backward = backward or backward_pass
     graph = fw_gm.graph
     needs_grad = requires_grad_nodes(graph, requires_grad)
     placeholders = [n for n in graph.nodes if n.op == "placeholder"]
@@ -111,7 +118,7 @@ def create_joint(fw_gm: fx.GraphModule, fake_primals: list, requires_grad: list[
         for o, diff, tangent in zip(flat_outs, diff_outputs, _iter_tangents(diff_outputs, tangents)):
             if diff:
                 _accumulate(seeds, o, tangent)
-        grads = backward_pass(graph, env, needs_grad, seeds)
+        grads = backward(graph, env, needs_grad, seeds, rules)
         grad_mask[:] = [p in grads for p in placeholders]
         return (*outs, *[grads[p] for p in placeholders if p in grads])
 

@@ -33,11 +33,11 @@ def register_vjp(*ops) -> Callable:
     return wrap
 
 
-def get_vjp(target) -> Callable:
-    """The rule for an FX node target, or a clear error naming the op."""
+def get_vjp(target, rules: dict | None = None) -> Callable:
+    """The rule for an FX node target (from ``rules``, default the registry), or a clear error."""
     packet = getattr(target, "overloadpacket", target)
     try:
-        return VJP_RULES[packet]
+        return (VJP_RULES if rules is None else rules)[packet]
     except KeyError:
         raise NotImplementedError(
             f"no VJP rule for {target}: register one with "
