@@ -14,27 +14,11 @@ import time
 from pathlib import Path
 
 import torch
-import torch.nn as nn
-import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from course.models import TinyBlock  # noqa: E402
 from tininductor.aot_autograd import aot_eager, aot_eager_min_cut  # noqa: E402
-
-
-class TinyBlock(nn.Module):
-    """The seeds' LayerNorm-MLP block."""
-
-    def __init__(self, hidden, expansion):
-        super().__init__()
-        self.ln = nn.LayerNorm(hidden)
-        self.fc1 = nn.Linear(hidden, hidden * expansion)
-        self.fc2 = nn.Linear(hidden * expansion, hidden)
-
-    def forward(self, x):
-        r = x
-        x = self.fc2(F.gelu(self.fc1(self.ln(x))) * 1.41421356 + 0.01)
-        return x + r
 
 
 def torch_saved(model, x, partition_fn):

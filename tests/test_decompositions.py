@@ -47,6 +47,7 @@ CASES = {
     "silu": (lambda x: F.silu(x), [_randn(3, 4)]),
     "tanh_sigmoid": (lambda x: torch.tanh(x) + torch.sigmoid(x), [_randn(3, 4)]),
     "masked_fill": (lambda x, m: x.masked_fill(m, float("-inf")).softmax(-1), [_randn(3, 4), _mask(3, 4)]),
+    "masked_fill_not_mask": (lambda x, m: x.masked_fill(~m, -1.0), [_randn(3, 4), _mask(3, 4)]),
     "masked_fill_broadcast": (lambda x, m: x.masked_fill(m, 0.5), [_randn(2, 3, 4), _mask(3, 4)]),
     "views": (lambda x: x.transpose(0, 2).reshape(-1, 3).t().unsqueeze(1).squeeze(1).permute(1, 0)
               .view(4, 6).expand(2, 4, 6) * 2, [_randn(3, 2, 4)]),

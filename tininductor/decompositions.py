@@ -199,6 +199,12 @@ def clamp_max(x, max):
     return aten.minimum(x, _scalar(max, x))
 
 
+@register_decomposition(aten.bitwise_not)
+def bitwise_not(x):
+    """``~mask`` on a bool tensor is logical not; integer bit flips stay a fallback."""
+    return aten.logical_not(x) if x.dtype == torch.bool else NotImplemented
+
+
 @register_decomposition(aten.masked_fill)
 def masked_fill(x, mask, value):
     return aten.where(mask, _scalar(value, x), x)
