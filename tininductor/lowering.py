@@ -687,3 +687,39 @@ def gather(x, dim, index, sparse_grad=False):
         return load_x(list(idx[:dim]) + [pos] + list(idx[dim + 1:]))
 
     return ir.StorageBox(ir.Pointwise(x.get_device(), x.get_dtype(), inner_fn, index.get_size()))
+
+
+@register_lowering(aten.index)
+def index(x, indices):
+    """Advanced indexing ``x[i0, :, i2]``: each index tensor becomes an indirect load.
+
+    The index tensors broadcast together; their dims replace the indexed dims in place when
+    the indexed dims are adjacent, and go first otherwise (NumPy's rule).
+    """
+    size = x.get_size()
+    indices = list(indices) + [None] * (len(size) - len(indices))
+    pos = [d for d, t in enumerate(indices) if t is not None]
+    if not pos:
+        return clone(x)
+    if any(indices[d].get_dtype() == torch.bool for d in pos):
+        raise Unsupported("boolean-mask indexing (data-dependent output shape)")
+    bshape = broadcast_shapes(*[indices[d].get_size() for d in pos])
+    adjacent = pos == list(range(pos[0], pos[-1] + 1))
+    before = [d for d in range(pos[0]) if indices[d] is None] if adjacent else []
+    after = [d for d in range(len(size)) if indices[d] is None and d not in before]
+    out_size = [size[d] for d in before] + bshape + [size[d] for d in after]
+    load_x = x.make_loader()
+    loaders = {d: broadcast_loader(indices[d], bshape) for d in pos}
+
+    def inner_fn(idx):
+        nb, nk = len(before), len(bshape)
+        full = [None] * len(size)
+        for k, d in enumerate(before):
+            full[d] = idx[k]
+        for k, d in enumerate(after):
+            full[d] = idx[nb + nk + k]
+        for d in pos:
+            full[d] = ops.indirect_indexing(loaders[d](idx[nb:nb + nk]), size[d])
+        return load_x(full)
+
+    return ir.StorageBox(ir.Pointwise(x.get_device(), x.get_dtype(), inner_fn, out_size))
