@@ -1,0 +1,551 @@
+"""C++ code generation: loop IR -> an OpenMP C++ function -> g++ -> ctypes.
+
+A fused kernel is one ``extern "C"`` function. Its nodes share an *outer* loop nest (the
+iteration space their sizes agree on, run with ``#pragma omp parallel for``); each node adds
+its own *inner* loop inside it (the reduction dimensions of a reduction, the trailing
+dimensions of a pointwise node in a reduction group), marked ``#pragma omp simd`` so g++
+vectorises the contiguous innermost loop. For softmax that is::
+
+    #pragma omp parallel for
+    for (x0 ...) {            // one row per iteration, rows in parallel
+        for (r0 ...) max  = tiny_max(max, x[x0, r0]);
+        for (r0 ...) sum += exp(x[x0, r0] - max);
+        for (r0 ...) out[x0, r0] = exp(x[x0, r0] - max) / sum;
+    }
+
+Nodes are written as ``inner_fn(index)`` against the ``ops`` handler; :class:`CppKernel` is
+that handler for C++. Each op is a format string in :data:`CPP_OPS` (a dict, like tinygrad's
+renderers); each result becomes a ``tmpN`` variable, and a repeated expression reuses its
+variable (common-subexpression elimination). fp16/bf16 are stored as 16-bit integers and
+computed in float. Sums accumulate in double (or int64), which keeps float32 sums within
+eager's tolerance without tricks. Kernels take only data pointers: sizes are constants.
+"""
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import dataclasses
+import functools
+import math
+import re
+from pathlib import Path
+from typing import Any, Callable, Iterator, Sequence
+
+import sympy
+import torch
+
+_TMP_RE = re.compile(r"\btmp\d+\b")
+PRELUDE = (Path(__file__).with_name("cpp_prelude.h")).read_text()
+
+#: torch dtype -> (C++ type in memory, C++ type computed in)
+CPP_DTYPES: dict[torch.dtype, tuple[str, str]] = {
+    torch.float32: ("float", "float"),
+    torch.float64: ("double", "double"),
+    torch.float16: ("uint16_t", "float"),
+    torch.bfloat16: ("uint16_t", "float"),
+    torch.int64: ("int64_t", "int64_t"),
+    torch.int32: ("int32_t", "int32_t"),
+    torch.int16: ("int16_t", "int16_t"),
+    torch.int8: ("int8_t", "int8_t"),
+    torch.uint8: ("uint8_t", "uint8_t"),
+    torch.bool: ("bool", "bool"),
+}
+_LOAD_CONVERT = {torch.float16: "tiny_half_to_float", torch.bfloat16: "tiny_bfloat16_to_float"}
+_STORE_CONVERT = {torch.float16: "tiny_float_to_half", torch.bfloat16: "tiny_float_to_bfloat16"}
+
+
+def cpp_type(dtype: torch.dtype) -> str:
+    """The C++ type values of ``dtype`` are computed in."""
+    try:
+        return CPP_DTYPES[dtype][1]
+    except KeyError:
+        raise NotImplementedError(f"C++ codegen has no mapping for {dtype}; add it to CPP_DTYPES") from None
+
+
+#: op name -> C++ expression template ({0}, {1}, {2} are the operands' C++ expressions).
+CPP_OPS: dict[str, str] = {
+    # unary
+    "neg": "-{0}",
+    "abs": "std::abs({0})",
+    "exp": "std::exp({0})",
+    "exp2": "std::exp2({0})",
+    "log": "std::log({0})",
+    "log2": "std::log2({0})",
+    "log1p": "std::log1p({0})",
+    "expm1": "std::expm1({0})",
+    "sqrt": "std::sqrt({0})",
+    "rsqrt": "1 / std::sqrt({0})",
+    "reciprocal": "1 / {0}",
+    "sin": "std::sin({0})",
+    "cos": "std::cos({0})",
+    "tan": "std::tan({0})",
+    "tanh": "std::tanh({0})",
+    "sigmoid": "1 / (1 + std::exp(-{0}))",
+    "erf": "std::erf({0})",
+    "floor": "std::floor({0})",
+    "ceil": "std::ceil({0})",
+    "trunc": "std::trunc({0})",
+    "round": "std::nearbyint({0})",
+    "sign": "tiny_sign({0})",
+    "relu": "({0} < 0 ? 0 : {0})",  # a NaN passes through, as in eager
+    "logical_not": "!{0}",
+    "bitwise_not": "~{0}",
+    "square": "{0} * {0}",
+    "isnan": "std::isnan({0})",
+    "isinf": "std::isinf({0})",
+    # binary
+    "add": "{0} + {1}",
+    "sub": "{0} - {1}",
+    "mul": "{0} * {1}",
+    "truediv": "{0} / {1}",
+    "div": "{0} / {1}",
+    "floordiv": "tiny_floordiv({0}, {1})",
+    "remainder": "tiny_remainder({0}, {1})",
+    "mod": "{0} % {1}",
+    "pow": "std::pow({0}, {1})",
+    "maximum": "tiny_max({0}, {1})",
+    "minimum": "tiny_min({0}, {1})",
+    "eq": "{0} == {1}",
+    "ne": "{0} != {1}",
+    "lt": "{0} < {1}",
+    "le": "{0} <= {1}",
+    "gt": "{0} > {1}",
+    "ge": "{0} >= {1}",
+    "logical_and": "{0} && {1}",
+    "logical_or": "{0} || {1}",
+    "logical_xor": "{0} != {1}",
+    "bitwise_and": "{0} & {1}",
+    "bitwise_or": "{0} | {1}",
+    "bitwise_xor": "{0} ^ {1}",
+    "atan2": "std::atan2({0}, {1})",
+    # ternary
+    "where": "{0} ? {1} : {2}",
+}
+
+#: reduction type -> (identity for a dtype's C++ type, update statement, OpenMP reduction identifier)
+CPP_REDUCTIONS: dict[str, tuple[Callable[[str], str], str, str]] = {
+    "sum": (lambda t: f"static_cast<{t}>(0)", "{acc} += {value}", "+"),
+    "prod": (lambda t: f"static_cast<{t}>(1)", "{acc} *= {value}", "*"),
+    "max": (lambda t: f"-std::numeric_limits<{t}>::infinity()" if t in ("float", "double")
+            else f"std::numeric_limits<{t}>::lowest()", "{acc} = tiny_max({acc}, {value})", "tiny_max"),
+    "min": (lambda t: f"std::numeric_limits<{t}>::infinity()" if t in ("float", "double")
+            else f"std::numeric_limits<{t}>::max()", "{acc} = tiny_min({acc}, {value})", "tiny_min"),
+    "any": (lambda t: "false", "{acc} = {acc} || {value}", "||"),
+    "all": (lambda t: "true", "{acc} = {acc} && {value}", "&&"),
+}
+_REDUCTION_ALIASES = {"amax": "max", "amin": "min"}
+
+#: OpenMP only pays off above this many element-iterations per kernel.
+PARALLEL_THRESHOLD = 32768
+
+
+def accumulator_type(reduction_type: str, dtype: torch.dtype) -> str:
+    """Sums accumulate in double (floats) or int64 (ints/bools): accurate and still vectorised."""
+    if reduction_type in ("sum", "prod"):
+        if dtype.is_floating_point:
+            return "double"
+        return "int64_t" if dtype != torch.bool else "int64_t"
+    if reduction_type in ("any", "all"):
+        return "bool"
+    ctype = cpp_type(dtype)
+    return "int64_t" if ctype in ("int32_t", "int16_t", "int8_t", "uint8_t", "bool") else ctype
+
+
+# ----------------------------------------------------------------------------------- indexing
+class _IndexPrinter(sympy.printing.str.StrPrinter):
+    """Prints integer index expressions as C++ (``//`` is C++ ``/`` for the non-negative
+    values indices are; ``FloorDiv``/``ModularIndexing``-style functions are printed by name)."""
+
+    def _print_Integer(self, expr):
+        return str(int(expr))
+
+    def _print_Symbol(self, expr):
+        return expr.name
+
+    def _print_Mul(self, expr):
+        return " * ".join(self.parenthesize(a, sympy.printing.precedence.precedence(expr)) for a in expr.args)
+
+    def _print_Add(self, expr):
+        terms = [self._print(a) for a in sympy.Add.make_args(expr)]
+        out = terms[0]
+        for t in terms[1:]:
+            out += f" - {t[1:]}" if t.startswith("-") else f" + {t}"
+        return f"{out}"
+
+    def _print_Pow(self, expr):
+        base, exp = expr.args
+        if exp.is_Integer and int(exp) > 0:
+            return " * ".join([self.parenthesize(base, 100)] * int(exp))
+        raise NotImplementedError(f"cannot print index power {expr}")
+
+    def _print_floor(self, expr):
+        (arg,) = expr.args
+        num, den = sympy.fraction(sympy.together(arg))
+        return f"(({self._print(num)}) / ({self._print(den)}))"
+
+    def _print_Mod(self, expr):
+        a, b = expr.args
+        return f"(({self._print(a)}) % ({self._print(b)}))"
+
+    def _print_Function(self, expr):
+        name = type(expr).__name__
+        args = [self._print(a) for a in expr.args]
+        if name in ("FloorDiv", "floordiv"):
+            return f"(({args[0]}) / ({args[1]}))"
+        if name == "ModularIndexing":  # base % mod, or (base // div) % mod
+            if len(args) == 2:
+                return f"(({args[0]}) % ({args[1]}))"
+            return f"((({args[0]}) / ({args[1]})) % ({args[2]}))"
+        if name in ("Min", "Max"):
+            return f"std::{name.lower()}<int64_t>({args[0]}, {args[1]})"
+        raise NotImplementedError(f"cannot print index function {name} in C++")
+
+    _print_Min = _print_Max = _print_Function
+
+
+_printer = _IndexPrinter()
+
+
+def cpp_index(expr: Any) -> str:
+    """C++ text of an index: a sympy expression, an int, or already-printed text."""
+    if isinstance(expr, str):
+        return expr
+    if isinstance(expr, int):
+        return str(expr)
+    return _printer.doprint(sympy.sympify(expr))
+
+
+def cpp_constant(value: Any, dtype: torch.dtype) -> str:
+    """A C++ literal of ``value`` in the compute type of ``dtype`` (inf/nan included)."""
+    ctype = cpp_type(dtype)
+    if dtype == torch.bool:
+        return "true" if value else "false"
+    if isinstance(value, float) and math.isnan(value):
+        return f"std::numeric_limits<{ctype}>::quiet_NaN()"
+    if isinstance(value, float) and math.isinf(value):
+        sign = "-" if value < 0 else ""
+        return f"{sign}std::numeric_limits<{ctype}>::infinity()"
+    if dtype.is_floating_point:
+        return f"static_cast<{ctype}>({float(value)!r})"
+    return f"static_cast<{ctype}>({int(value)})"
+
+
+# ------------------------------------------------------------------------------------ kernel
+@dataclasses.dataclass
+class _Loop:
+    """One node's code inside the outer loop: an optional inner loop nest plus its body."""
+
+    inner_vars: list[str]
+    inner_ranges: list[int]
+    prefix: list[str] = dataclasses.field(default_factory=list)   # before the inner loop (accumulators)
+    body: list[str] = dataclasses.field(default_factory=list)     # inside the innermost loop
+    suffix: list[str] = dataclasses.field(default_factory=list)   # after the inner loop (stores of results)
+    reductions: list[tuple[str, str]] = dataclasses.field(default_factory=list)  # (omp identifier, acc var)
+
+
+class CppKernel:
+    """One generated C++ function, and the ``ops`` handler that fills it in.
+
+    Usage (what ``CppScheduling`` does for each fused group)::
+
+        kernel = CppKernel(outer_ranges=[rows])
+        with kernel.loop(inner_ranges=[cols]) as (x, r):   # sympy index symbols
+            value = kernel.load("buf0", x[0] * cols + r[0])
+            kernel.store("buf1", x[0] * cols + r[0], kernel.sin(value))
+        source = kernel.codegen("cpp_fused_sin_0", origins=["sin"])
+    """
+
+    def __init__(self, outer_ranges: Sequence[int]):
+        self.outer_ranges = [int(s) for s in outer_ranges]
+        self.outer_vars = [sympy.Symbol(f"x{i}", integer=True, nonnegative=True) for i in range(len(self.outer_ranges))]
+        self.loops: list[_Loop] = []
+        self.inputs: dict[str, torch.dtype] = {}    # buffer name -> dtype, in first-use order
+        self.outputs: dict[str, torch.dtype] = {}
+        self._arg_names: dict[str, str] = {}
+        self._tmp = 0
+        self._cse: dict[str, str] = {}
+        self._section: list[str] | None = None
+        self._loop: _Loop | None = None
+        self._rvar_count = 0
+        self._suffix_vars: set[str] = set()
+
+    # -- structure ---------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def loop(self, inner_ranges: Sequence[int] = ()) -> Iterator[tuple[list[sympy.Symbol], list[sympy.Symbol]]]:
+        """Open one node's inner loop nest; yields (outer index symbols, inner index symbols)."""
+        rvars = [sympy.Symbol(f"r{self._rvar_count + i}", integer=True, nonnegative=True) for i in range(len(inner_ranges))]
+        self._rvar_count += len(inner_ranges)
+        self._loop = _Loop([v.name for v in rvars], [int(s) for s in inner_ranges])
+        self._section, self._cse, self._suffix_vars = self._loop.body, {}, set()
+        try:
+            yield list(self.outer_vars), rvars
+        finally:
+            self.loops.append(self._loop)
+            self._loop, self._section, self._cse = None, None, {}
+
+    def _need_loop(self) -> _Loop:
+        if self._loop is None:
+            raise RuntimeError("CppKernel ops must run inside `with kernel.loop(...)`")
+        return self._loop
+
+    def _emit(self, expr: str, section: list[str] | None = None) -> str:
+        """Bind ``expr`` to a fresh ``tmpN`` (or reuse the variable of an identical expression)."""
+        if section is None:
+            section = self._section
+            if section is None:
+                raise RuntimeError("CppKernel ops must run inside `with kernel.loop(...)`")
+            # a value computed from a reduction result only exists after the inner loop
+            if self._loop is not None and any(v in self._suffix_vars for v in _TMP_RE.findall(expr)):
+                section = self._loop.suffix
+        key = f"{id(section)}:{expr}"
+        if key in self._cse:
+            return self._cse[key]
+        var = f"tmp{self._tmp}"
+        self._tmp += 1
+        section.append(f"auto {var} = {expr};")
+        self._cse[key] = var
+        if self._loop is not None and section is self._loop.suffix:
+            self._suffix_vars.add(var)
+        return var
+
+    def _arg(self, name: str, dtype: torch.dtype, output: bool) -> str:
+        if output:
+            if name in self.inputs and name not in self.outputs:
+                raise RuntimeError(f"buffer {name} is written after being read in the same kernel")
+            self.outputs.setdefault(name, dtype)
+        elif name not in self.outputs:
+            self.inputs.setdefault(name, dtype)
+        if name not in self._arg_names:
+            prefix = "out_ptr" if output else "in_ptr"
+            count = sum(1 for a in self._arg_names.values() if a.startswith(prefix))
+            self._arg_names[name] = f"{prefix}{count}"
+        return self._arg_names[name]
+
+    # -- the ops handler ----------------------------------------------------------------------
+    def load(self, name: str, index: Any, dtype: torch.dtype | None = None) -> str:
+        """Read ``name[index]`` (converted to its compute type)."""
+        self._need_loop()
+        dtype = dtype or self._buffer_dtype(name)
+        ptr = self._arg(name, dtype, output=False)
+        expr = f"{ptr}[{cpp_index(index)}]"
+        if dtype in _LOAD_CONVERT:
+            expr = f"{_LOAD_CONVERT[dtype]}({expr})"
+        return self._emit(expr)
+
+    def store(self, name: str, index: Any, value: str, dtype: torch.dtype | None = None, mode: str | None = None) -> None:
+        """Write ``value`` to ``name[index]`` (converted to the storage type)."""
+        if mode not in (None, "atomic_add"):
+            raise NotImplementedError(f"store mode {mode!r}")
+        self._need_loop()
+        dtype = dtype or self._buffer_dtype(name)
+        ptr = self._arg(name, dtype, output=True)
+        stored = f"{_STORE_CONVERT[dtype]}({value})" if dtype in _STORE_CONVERT else f"static_cast<{CPP_DTYPES[dtype][0]}>({value})"
+        op = "+=" if mode == "atomic_add" else "="
+        section = self._section
+        if self._loop is not None and any(v in self._suffix_vars for v in _TMP_RE.findall(value)):
+            section = self._loop.suffix
+        section.append(f"{ptr}[{cpp_index(index)}] {op} {stored};")
+
+    def store_reduction(self, name: str, index: Any, value: str, dtype: torch.dtype | None = None) -> None:
+        """Write a reduction result (available after the inner loop) to ``name[index]``."""
+        loop = self._need_loop()
+        saved, self._section = self._section, loop.suffix
+        try:
+            self.store(name, index, value, dtype)
+        finally:
+            self._section = saved
+
+    def reduction(self, dtype: torch.dtype, src_dtype: torch.dtype, reduction_type: str, value: str) -> str:
+        """Fold ``value`` over the inner loop; returns the variable holding the result after it."""
+        loop = self._need_loop()
+        if reduction_type in ("argmax", "argmin"):
+            return self._arg_reduction(loop, dtype, src_dtype, reduction_type, value)
+        rtype = _REDUCTION_ALIASES.get(reduction_type, reduction_type)
+        if rtype not in CPP_REDUCTIONS:
+            raise NotImplementedError(f"C++ reduction {reduction_type!r}; known: {sorted(CPP_REDUCTIONS)}")
+        init, update, omp = CPP_REDUCTIONS[rtype]
+        acc_t = accumulator_type(rtype, src_dtype)
+        acc = f"acc{len(loop.reductions)}_{self._tmp}"
+        self._tmp += 1
+        loop.prefix.append(f"{acc_t} {acc} = {init(acc_t)};")
+        loop.body.append(update.format(acc=acc, value=f"static_cast<{acc_t}>({value})") + ";")
+        loop.reductions.append((omp, acc))
+        return self._emit(f"static_cast<{cpp_type(dtype)}>({acc})", loop.suffix)
+
+    def _arg_reduction(self, loop: _Loop, dtype, src_dtype, reduction_type: str, value: str) -> str:
+        """argmax/argmin: keep (best value, its flat inner index); the first NaN wins, as in eager.
+        The update is a loop-carried branch, so this loop gets no simd/parallel pragma."""
+        best_t = accumulator_type("max", src_dtype)
+        n = self._tmp
+        self._tmp += 1
+        best, idx = f"best{n}", f"idx{n}"
+        init, _, _ = CPP_REDUCTIONS["max" if reduction_type == "argmax" else "min"]
+        cmp = ">" if reduction_type == "argmax" else "<"
+        flat = " + ".join(
+            f"{v} * {math.prod(loop.inner_ranges[i + 1:])}" for i, v in enumerate(loop.inner_vars)
+        ) or "0"
+        loop.prefix += [f"{best_t} {best} = {init(best_t)};", f"int64_t {idx} = 0;"]
+        loop.body += [
+            "{",
+            f"    auto v = static_cast<{best_t}>({value});",
+            f"    if ({best} == {best} && (v != v || v {cmp} {best})) {{ {best} = v; {idx} = {flat}; }}",
+            "}",
+        ]
+        loop.reductions.append((None, idx))
+        return self._emit(f"static_cast<{cpp_type(dtype)}>({idx})", loop.suffix)
+
+    def constant(self, value: Any, dtype: torch.dtype) -> str:
+        return cpp_constant(value, dtype)
+
+    def index_expr(self, expr: Any, dtype: torch.dtype) -> str:
+        return self._emit(f"static_cast<{cpp_type(dtype)}>({cpp_index(expr)})")
+
+    def to_dtype(self, value: str, dtype: torch.dtype, src_dtype: torch.dtype | None = None, **_: Any) -> str:
+        if dtype == torch.bool:
+            return self._emit(f"static_cast<bool>({value} != 0)")
+        return self._emit(f"static_cast<{cpp_type(dtype)}>({value})")
+
+    def masked(self, mask: str, body: Callable[[], str], other: Any) -> str:
+        """``mask ? body() : other`` -- body is evaluated unconditionally, so loads in it must be in bounds."""
+        result = body()
+        return self._emit(f"{mask} ? {result} : {other}")
+
+    def __getattr__(self, name: str) -> Callable[..., str]:
+        if name in CPP_OPS:
+            template = CPP_OPS[name]
+
+            def op(*args: Any) -> str:
+                return self._emit(template.format(*(f"({a})" if " " in str(a) else str(a) for a in args)))
+
+            op.__name__ = name
+            return op
+        raise AttributeError(f"C++ codegen has no op {name!r}; add a format string to CPP_OPS")
+
+    # buffers may register their dtypes here (set by the scheduler before running inner_fns)
+    buffer_dtypes: dict[str, torch.dtype]
+
+    def _buffer_dtype(self, name: str) -> torch.dtype:
+        dtypes = getattr(self, "buffer_dtypes", {})
+        if name in dtypes:
+            return dtypes[name]
+        for table in (self.outputs, self.inputs):
+            if name in table:
+                return table[name]
+        raise KeyError(f"dtype of buffer {name!r} unknown: pass dtype= or set kernel.buffer_dtypes")
+
+    # -- emitting the function ----------------------------------------------------------------
+    @property
+    def arg_order(self) -> list[str]:
+        """Buffer names in the order the C++ function takes their pointers."""
+        return list(self._arg_names)
+
+    def codegen(self, name: str, origins: Sequence[str] = ()) -> str:
+        """The complete C++ source of this kernel (prelude + ``extern "C" void name(...)``)."""
+        params = []
+        for buf, arg in self._arg_names.items():
+            is_out = buf in self.outputs
+            ctype = CPP_DTYPES[self.outputs[buf] if is_out else self.inputs[buf]][0]
+            params.append(f"{'' if is_out else 'const '}{ctype}* __restrict__ {arg}")
+        lines = [PRELUDE, ""]
+        if origins:
+            lines.append(f"// Fused from FX nodes: {', '.join(origins)}")
+        lines.append(f'extern "C" void {name}({", ".join(params)})')
+        lines.append("{")
+        lines += ["    " + line for line in self._codegen_loops()]
+        lines.append("}")
+        return "\n".join(lines) + "\n"
+
+    def _work(self) -> int:
+        outer = math.prod(self.outer_ranges)
+        inner = max([math.prod(lp.inner_ranges) for lp in self.loops] or [1])
+        return outer * inner * max(len(self.loops), 1)
+
+    def _codegen_loops(self) -> list[str]:
+        """Outer loops around the nodes' code; OpenMP pragmas chosen by the shape of the work."""
+        n = len(self.outer_ranges)
+        has_inner = any(lp.inner_ranges for lp in self.loops)
+        parallel = self._work() >= PARALLEL_THRESHOLD
+        single_row = math.prod(self.outer_ranges) == 1
+        # a single outer iteration (e.g. a full reduction): parallelise the inner loops instead
+        parallel_inner = parallel and has_inner and single_row
+        body: list[str] = []
+        for lp in self.loops:
+            body += self._codegen_node(lp, parallel_inner)
+        pragmas: dict[int, str] = {}
+        if has_inner and not single_row and parallel:
+            pragmas[0] = "#pragma omp parallel for" + (f" collapse({n})" if n > 1 else "")
+        elif not has_inner and n >= 1:
+            if parallel and n == 1:
+                pragmas[0] = "#pragma omp parallel for simd"
+            elif parallel:
+                pragmas[0] = "#pragma omp parallel for" + (f" collapse({n - 1})" if n > 2 else "")
+            if n >= 2 or not parallel:
+                pragmas[n - 1] = "#pragma omp simd"
+        out: list[str] = []
+        for depth, (var, size) in enumerate(zip(self.outer_vars, self.outer_ranges)):
+            ind = "    " * depth
+            if depth in pragmas:
+                out.append(ind + pragmas[depth])
+            out.append(f"{ind}for (int64_t {var} = 0; {var} < {size}; ++{var})")
+            out.append(ind + "{")
+        out += ["    " * n + line for line in body]
+        for depth in reversed(range(n)):
+            out.append("    " * depth + "}")
+        return out
+
+    def _codegen_node(self, lp: _Loop, parallel_inner: bool) -> list[str]:
+        if not lp.inner_ranges:
+            return lp.prefix + lp.body + lp.suffix
+        out = ["{"] + ["    " + line for line in lp.prefix]
+        clauses = "".join(f" reduction({omp}:{acc})" for omp, acc in lp.reductions)
+        sequential = any(omp is None for omp, _ in lp.reductions)  # e.g. argmax: no pragmas at all
+        m = len(lp.inner_ranges)
+        for depth, (var, size) in enumerate(zip(lp.inner_vars, lp.inner_ranges)):
+            ind = "    " * (depth + 1)
+            if sequential:
+                pass
+            elif depth == 0 and parallel_inner:
+                collapse = f" collapse({m})" if m > 1 else ""
+                out.append(f"{ind}#pragma omp parallel for simd{collapse}{clauses}")
+            elif depth == m - 1 and not parallel_inner:
+                out.append(f"{ind}#pragma omp simd{clauses}")
+            out.append(f"{ind}for (int64_t {var} = 0; {var} < {size}; ++{var})")
+            out.append(ind + "{")
+        out += ["    " * (m + 1) + line for line in lp.body]
+        for depth in reversed(range(m)):
+            out.append("    " * (depth + 1) + "}")
+        out += ["    " + line for line in lp.suffix]
+        out.append("}")
+        return out
+
+
+# --------------------------------------------------------------------------------- launching
+class CppKernelRunner:
+    """A compiled kernel: call it with tensors in ``arg_order``; it passes their data pointers."""
+
+    def __init__(self, name: str, source: str, arg_order: Sequence[str]):
+        from tininductor.codecache import CppCodeCache
+
+        self.name, self.source, self.arg_order = name, source, list(arg_order)
+        lib = CppCodeCache.load(source)
+        self.fn = getattr(lib, name)
+        self.fn.argtypes = [ctypes.c_void_p] * len(self.arg_order)
+        self.fn.restype = None
+
+    def __call__(self, *tensors: torch.Tensor) -> None:
+        if len(tensors) != len(self.arg_order):
+            raise TypeError(f"{self.name} takes {len(self.arg_order)} buffers ({self.arg_order}), got {len(tensors)}")
+        self.fn(*[t.data_ptr() for t in tensors])
+
+    def __repr__(self) -> str:
+        return f"<CppKernelRunner {self.name}({', '.join(self.arg_order)})>"
+
+
+def kernel_name(origins: Sequence[str], index: int) -> str:
+    """``cpp_fused_add_sin_0`` from the FX op names a kernel came from."""
+    parts: list[str] = []
+    for o in origins:
+        short = str(o).split(".")[0]
+        if short not in parts:
+            parts.append(short)
+    return f"cpp_fused_{'_'.join(parts[:6]) or 'kernel'}_{index}"
