@@ -232,147 +232,237 @@ def cpp_constant(value: Any, dtype: torch.dtype) -> str:
 
 # ------------------------------------------------------------------------------------ kernel
 @dataclasses.dataclass
-class _Loop:
-    """One node's code inside the outer loop: an optional inner loop nest plus its body."""
+class _Step:
+    """One step of the outer loop body: an inner loop nest (``inner_ranges``), or straight-line code."""
 
+    sid: int
     inner_vars: list[str]
     inner_ranges: list[int]
-    prefix: list[str] = dataclasses.field(default_factory=list)   # before the inner loop (accumulators)
+    prefix: list[str] = dataclasses.field(default_factory=list)   # accumulators, before the inner loop
+    rdefs: list[str] = dataclasses.field(default_factory=list)    # r0 = rindex / 7 ... at the top of the loop
     body: list[str] = dataclasses.field(default_factory=list)     # inside the innermost loop
-    suffix: list[str] = dataclasses.field(default_factory=list)   # after the inner loop (stores of results)
-    reductions: list[tuple[str, str]] = dataclasses.field(default_factory=list)  # (omp identifier, acc var)
+    suffix: list[str] = dataclasses.field(default_factory=list)   # after the loop: reduction results, their stores
+    reductions: list[tuple[str | None, str]] = dataclasses.field(default_factory=list)  # (omp identifier, acc)
+
+    @property
+    def looped(self) -> bool:
+        return bool(self.inner_vars)
 
 
 class CppKernel:
     """One generated C++ function, and the ``ops`` handler that fills it in.
 
-    Usage (what ``CppScheduling`` does for each fused group)::
+    The function is an outer loop nest over ``outer_ranges``; its body is a list of *steps*,
+    each an inner loop nest (a reduction, or pointwise work over the reduced dims) or
+    straight-line code. Scoping follows C++: values made inside an inner loop die with it,
+    reduction results (made after the loop) live on for later steps. Usage::
 
         kernel = CppKernel(outer_ranges=[rows])
         with kernel.loop(inner_ranges=[cols]) as (x, r):   # sympy index symbols
-            value = kernel.load("buf0", x[0] * cols + r[0])
-            kernel.store("buf1", x[0] * cols + r[0], kernel.sin(value))
-        source = kernel.codegen("cpp_fused_sin_0", origins=["sin"])
+            value = kernel.load("buf0", x[0] * cols + r[0], torch.float32)
+            kernel.store("buf1", x[0], kernel.reduction(torch.float32, torch.float32, "sum", value))
+        source = kernel.codegen("cpp_fused_sum_0", origins=["sum_1"])
+
+    ``CppScheduling`` below drives it from the scheduler's fused groups.
     """
 
-    def __init__(self, outer_ranges: Sequence[int]):
+    def __init__(self, outer_ranges: Sequence[int], outer_names: Sequence[str] | None = None,
+                 keep_in_registers: Sequence[str] = ()):
         self.outer_ranges = [int(s) for s in outer_ranges]
-        self.outer_vars = [sympy.Symbol(f"x{i}", integer=True, nonnegative=True) for i in range(len(self.outer_ranges))]
-        self.loops: list[_Loop] = []
+        names = list(outer_names) if outer_names else [f"x{i}" for i in range(len(self.outer_ranges))]
+        self.outer_vars = [sympy.Symbol(n, integer=True, nonnegative=True) for n in names]
+        self.xdefs: list[str] = []
+        self.steps: list[_Step] = []
         self.inputs: dict[str, torch.dtype] = {}    # buffer name -> dtype, in first-use order
         self.outputs: dict[str, torch.dtype] = {}
+        self.stored: set[str] = set()
+        self.keep_in_registers = set(keep_in_registers)
+        self.needs_memory: set[str] = set()         # kept-in-register buffers that a later step re-read
+        self.buffer_dtypes: dict[str, torch.dtype] = {}
         self._arg_names: dict[str, str] = {}
         self._tmp = 0
-        self._cse: dict[str, str] = {}
-        self._section: list[str] | None = None
-        self._loop: _Loop | None = None
+        self._cse: dict[Any, str] = {}
+        self._scope: dict[str, tuple[str, int]] = {}  # var -> ("outer" | "body" | "suffix", step id)
+        self._defs: dict[str, str] = {}                # var -> its expression (to re-make it after a loop)
+        self._forward: dict[tuple[str, str], str] = {}  # (buffer, index) -> variable holding the stored value
+        self._step: _Step | None = None
         self._rvar_count = 0
-        self._suffix_vars: set[str] = set()
+        self._range_names: dict[Any, sympy.Symbol] = {}
 
     # -- structure ---------------------------------------------------------------------------
+    def open_loop(self, inner_ranges: Sequence[int] = (), inner_names: Sequence[str] | None = None):
+        """Start a step; returns (outer index symbols, inner index symbols)."""
+        if self._step is not None:
+            self.close_loop()
+        if inner_names is None:
+            inner_names = [f"r{self._rvar_count + i}" for i in range(len(inner_ranges))]
+            self._rvar_count += len(inner_ranges)
+        rvars = [sympy.Symbol(n, integer=True, nonnegative=True) for n in inner_names]
+        self._step = _Step(len(self.steps), [v.name for v in rvars], [int(s) for s in inner_ranges])
+        return list(self.outer_vars), rvars
+
+    def close_loop(self) -> None:
+        step = self._step
+        if step is None:
+            return
+        for var, (scope, sid) in list(self._scope.items()):
+            if sid == step.sid and (scope == "suffix" or not step.looped):
+                self._scope[var] = ("outer", sid)   # visible to every later step
+        self.steps.append(step)
+        self._step = None
+
     @contextlib.contextmanager
-    def loop(self, inner_ranges: Sequence[int] = ()) -> Iterator[tuple[list[sympy.Symbol], list[sympy.Symbol]]]:
-        """Open one node's inner loop nest; yields (outer index symbols, inner index symbols)."""
-        rvars = [sympy.Symbol(f"r{self._rvar_count + i}", integer=True, nonnegative=True) for i in range(len(inner_ranges))]
-        self._rvar_count += len(inner_ranges)
-        self._loop = _Loop([v.name for v in rvars], [int(s) for s in inner_ranges])
-        self._section, self._cse, self._suffix_vars = self._loop.body, {}, set()
+    def loop(self, inner_ranges: Sequence[int] = (), inner_names: Sequence[str] | None = None):
+        """``with kernel.loop([cols]) as (x, r):`` -- one step (see :meth:`open_loop`)."""
+        handles = self.open_loop(inner_ranges, inner_names)
         try:
-            yield list(self.outer_vars), rvars
+            yield handles
         finally:
-            self.loops.append(self._loop)
-            self._loop, self._section, self._cse = None, None, {}
+            self.close_loop()
 
-    def _need_loop(self) -> _Loop:
-        if self._loop is None:
+    def range_symbol(self, expr: Any) -> Any:
+        """Name an index sub-expression once: ``int64_t x1 = xindex / 16;`` and return ``x1``."""
+        expr = sympy.sympify(expr)
+        if expr.is_Integer or expr.is_Symbol:
+            return expr
+        inner = {v for v in self._need_step().inner_vars}
+        is_r = any(s.name in inner for s in expr.free_symbols)
+        key = (expr, self._step.sid if is_r else None)
+        if key not in self._range_names:
+            prefix = "r" if is_r else "x"
+            count = sum(1 for k in self._range_names.values() if k.name[0] == prefix)
+            symbol = sympy.Symbol(f"{prefix}{count}", integer=True, nonnegative=True)
+            self._range_names[key] = symbol
+            line = f"const int64_t {symbol} = {cpp_index(expr)};"
+            (self._step.rdefs if is_r else self.xdefs).append(line)
+        return self._range_names[key]
+
+    def _need_step(self) -> _Step:
+        if self._step is None:
             raise RuntimeError("CppKernel ops must run inside `with kernel.loop(...)`")
-        return self._loop
+        return self._step
 
-    def _emit(self, expr: str, section: list[str] | None = None) -> str:
-        """Bind ``expr`` to a fresh ``tmpN`` (or reuse the variable of an identical expression)."""
-        if section is None:
-            section = self._section
-            if section is None:
-                raise RuntimeError("CppKernel ops must run inside `with kernel.loop(...)`")
-            # a value computed from a reduction result only exists after the inner loop
-            if self._loop is not None and any(v in self._suffix_vars for v in _TMP_RE.findall(expr)):
-                section = self._loop.suffix
-        key = f"{id(section)}:{expr}"
-        if key in self._cse:
+    # -- values and scopes -------------------------------------------------------------------
+    def _alive(self, var: str) -> bool:
+        scope, sid = self._scope.get(var, ("outer", -1))
+        return scope == "outer" or (self._step is not None and sid == self._step.sid)
+
+    def _emit(self, expr: str, key: Any = None, suffix: bool = False) -> str:
+        """Bind ``expr`` to a fresh ``tmpN`` (or reuse a live variable holding the same thing).
+
+        It goes after the current inner loop when it uses a reduction result of that loop.
+        """
+        step = self._need_step()
+        operands = _TMP_RE.findall(expr)
+        suffix = suffix or any(self._scope.get(v, ("outer", -1)) == ("suffix", step.sid) for v in operands)
+        if suffix and step.looped:
+            # values made inside the loop are out of scope after it: make them again there
+            expr = _TMP_RE.sub(lambda m: self._in_suffix(m.group(0)), expr)
+        key = (key if key is not None else expr, suffix)
+        if key in self._cse and self._alive(self._cse[key]):
             return self._cse[key]
         var = f"tmp{self._tmp}"
         self._tmp += 1
-        section.append(f"auto {var} = {expr};")
+        (step.suffix if suffix else step.body).append(f"auto {var} = {expr};")
         self._cse[key] = var
-        if self._loop is not None and section is self._loop.suffix:
-            self._suffix_vars.add(var)
+        self._defs[var] = expr
+        self._scope[var] = ("suffix" if suffix and step.looped else "body" if step.looped else "outer", step.sid)
+        return var
+
+    def _in_suffix(self, var: str) -> str:
+        if self._scope.get(var, ("outer", -1)) == ("body", self._need_step().sid):
+            return self._emit(self._defs[var], suffix=True)
         return var
 
     def _arg(self, name: str, dtype: torch.dtype, output: bool) -> str:
         if output:
-            if name in self.inputs and name not in self.outputs:
-                raise RuntimeError(f"buffer {name} is written after being read in the same kernel")
             self.outputs.setdefault(name, dtype)
+            self.inputs.pop(name, None) if name not in self._arg_names else None
         elif name not in self.outputs:
             self.inputs.setdefault(name, dtype)
         if name not in self._arg_names:
             prefix = "out_ptr" if output else "in_ptr"
             count = sum(1 for a in self._arg_names.values() if a.startswith(prefix))
             self._arg_names[name] = f"{prefix}{count}"
+        elif output and self._arg_names[name].startswith("in_ptr"):
+            raise RuntimeError(f"buffer {name} is written after being read in the same kernel")
         return self._arg_names[name]
+
+    def _buffer_dtype(self, name: str) -> torch.dtype:
+        if name in self.buffer_dtypes:
+            return self.buffer_dtypes[name]
+        for table in (self.outputs, self.inputs):
+            if name in table:
+                return table[name]
+        try:
+            from tininductor.virtualized import V
+            return V.graph.get_buffer(name).get_dtype()
+        except Exception:
+            raise KeyError(f"dtype of buffer {name!r} unknown: pass dtype= or set kernel.buffer_dtypes") from None
 
     # -- the ops handler ----------------------------------------------------------------------
     def load(self, name: str, index: Any, dtype: torch.dtype | None = None) -> str:
-        """Read ``name[index]`` (converted to its compute type)."""
-        self._need_loop()
+        """Read ``name[index]`` (converted to its compute type), or reuse the value this kernel stored there."""
+        self._need_step()
+        text = cpp_index(index)
+        forwarded = self._forward.get((name, text))
+        if forwarded is not None and self._alive(forwarded):
+            return forwarded
+        if name in self.keep_in_registers and forwarded is not None:
+            self.needs_memory.add(name)     # its register died with an earlier loop: store it after all
         dtype = dtype or self._buffer_dtype(name)
-        ptr = self._arg(name, dtype, output=False)
-        expr = f"{ptr}[{cpp_index(index)}]"
+        ptr = self._arg(name, dtype, output=name in self.outputs)
+        expr = f"{ptr}[{text}]"
         if dtype in _LOAD_CONVERT:
             expr = f"{_LOAD_CONVERT[dtype]}({expr})"
-        return self._emit(expr)
+        return self._emit(expr, key=("load", name, text))
 
     def store(self, name: str, index: Any, value: str, dtype: torch.dtype | None = None, mode: str | None = None) -> None:
         """Write ``value`` to ``name[index]`` (converted to the storage type)."""
-        if mode not in (None, "atomic_add"):
+        step = self._need_step()
+        if mode is not None:
             raise NotImplementedError(f"store mode {mode!r}")
-        self._need_loop()
+        text = cpp_index(index)
+        value = str(value)
+        if not _TMP_RE.fullmatch(value):    # a literal: give it a variable so it can be forwarded
+            value = self._emit(value)
         dtype = dtype or self._buffer_dtype(name)
+        if dtype in _STORE_CONVERT:          # a later read sees the value rounded to 16 bits
+            self._forward[(name, text)] = self._emit(f"{_LOAD_CONVERT[dtype]}({_STORE_CONVERT[dtype]}({value}))")
+        else:
+            self._forward[(name, text)] = value
+        if name in self.keep_in_registers:
+            return
         ptr = self._arg(name, dtype, output=True)
+        self.stored.add(name)
         stored = f"{_STORE_CONVERT[dtype]}({value})" if dtype in _STORE_CONVERT else f"static_cast<{CPP_DTYPES[dtype][0]}>({value})"
-        op = "+=" if mode == "atomic_add" else "="
-        section = self._section
-        if self._loop is not None and any(v in self._suffix_vars for v in _TMP_RE.findall(value)):
-            section = self._loop.suffix
-        section.append(f"{ptr}[{cpp_index(index)}] {op} {stored};")
+        in_suffix = self._scope.get(value, ("outer", -1)) == ("suffix", step.sid)
+        (step.suffix if in_suffix else step.body).append(f"{ptr}[{text}] = {stored};")
 
     def store_reduction(self, name: str, index: Any, value: str, dtype: torch.dtype | None = None) -> None:
-        """Write a reduction result (available after the inner loop) to ``name[index]``."""
-        loop = self._need_loop()
-        saved, self._section = self._section, loop.suffix
-        try:
-            self.store(name, index, value, dtype)
-        finally:
-            self._section = saved
+        """Inductor's spelling: the value is a reduction result, stored after the loop."""
+        self.store(name, index, value, dtype)
 
     def reduction(self, dtype: torch.dtype, src_dtype: torch.dtype, reduction_type: str, value: str) -> str:
-        """Fold ``value`` over the inner loop; returns the variable holding the result after it."""
-        loop = self._need_loop()
+        """Fold ``value`` over the current inner loop; returns the variable holding the result after it."""
+        step = self._need_step()
+        if not step.looped:
+            raise RuntimeError("ops.reduction needs an inner loop: open the step with inner_ranges")
         if reduction_type in ("argmax", "argmin"):
-            return self._arg_reduction(loop, dtype, src_dtype, reduction_type, value)
+            return self._arg_reduction(step, dtype, src_dtype, reduction_type, value)
         rtype = _REDUCTION_ALIASES.get(reduction_type, reduction_type)
         if rtype not in CPP_REDUCTIONS:
             raise NotImplementedError(f"C++ reduction {reduction_type!r}; known: {sorted(CPP_REDUCTIONS)}")
         init, update, omp = CPP_REDUCTIONS[rtype]
         acc_t = accumulator_type(rtype, src_dtype)
-        acc = f"acc{len(loop.reductions)}_{self._tmp}"
+        acc = f"acc{self._tmp}"
         self._tmp += 1
-        loop.prefix.append(f"{acc_t} {acc} = {init(acc_t)};")
-        loop.body.append(update.format(acc=acc, value=f"static_cast<{acc_t}>({value})") + ";")
-        loop.reductions.append((omp, acc))
-        return self._emit(f"static_cast<{cpp_type(dtype)}>({acc})", loop.suffix)
+        step.prefix.append(f"{acc_t} {acc} = {init(acc_t)};")
+        step.body.append(update.format(acc=acc, value=f"static_cast<{acc_t}>({value})") + ";")
+        step.reductions.append((omp, acc))
+        return self._emit(f"static_cast<{cpp_type(dtype)}>({acc})", suffix=True)
 
-    def _arg_reduction(self, loop: _Loop, dtype, src_dtype, reduction_type: str, value: str) -> str:
+    def _arg_reduction(self, step: _Step, dtype, src_dtype, reduction_type: str, value: str) -> str:
         """argmax/argmin: keep (best value, its flat inner index); the first NaN wins, as in eager.
         The update is a loop-carried branch, so this loop gets no simd/parallel pragma."""
         best_t = accumulator_type("max", src_dtype)
@@ -382,17 +472,17 @@ class CppKernel:
         init, _, _ = CPP_REDUCTIONS["max" if reduction_type == "argmax" else "min"]
         cmp = ">" if reduction_type == "argmax" else "<"
         flat = " + ".join(
-            f"{v} * {math.prod(loop.inner_ranges[i + 1:])}" for i, v in enumerate(loop.inner_vars)
-        ) or "0"
-        loop.prefix += [f"{best_t} {best} = {init(best_t)};", f"int64_t {idx} = 0;"]
-        loop.body += [
+            f"{v} * {math.prod(step.inner_ranges[i + 1:])}" for i, v in enumerate(step.inner_vars)
+        )
+        step.prefix += [f"{best_t} {best} = {init(best_t)};", f"int64_t {idx} = 0;"]
+        step.body += [
             "{",
             f"    auto v = static_cast<{best_t}>({value});",
             f"    if ({best} == {best} && (v != v || v {cmp} {best})) {{ {best} = v; {idx} = {flat}; }}",
             "}",
         ]
-        loop.reductions.append((None, idx))
-        return self._emit(f"static_cast<{cpp_type(dtype)}>({idx})", loop.suffix)
+        step.reductions.append((None, idx))
+        return self._emit(f"static_cast<{cpp_type(dtype)}>({idx})", suffix=True)
 
     def constant(self, value: Any, dtype: torch.dtype) -> str:
         return cpp_constant(value, dtype)
@@ -405,12 +495,9 @@ class CppKernel:
             return self._emit(f"static_cast<bool>({value} != 0)")
         return self._emit(f"static_cast<{cpp_type(dtype)}>({value})")
 
-    def masked(self, mask: str, body: Callable[[], str], other: Any) -> str:
-        """``mask ? body() : other`` -- body is evaluated unconditionally, so loads in it must be in bounds."""
-        result = body()
-        return self._emit(f"{mask} ? {result} : {other}")
-
     def __getattr__(self, name: str) -> Callable[..., str]:
+        if name.startswith("_"):
+            raise AttributeError(name)
         if name in CPP_OPS:
             template = CPP_OPS[name]
 
@@ -421,34 +508,26 @@ class CppKernel:
             return op
         raise AttributeError(f"C++ codegen has no op {name!r}; add a format string to CPP_OPS")
 
-    # buffers may register their dtypes here (set by the scheduler before running inner_fns)
-    buffer_dtypes: dict[str, torch.dtype]
-
-    def _buffer_dtype(self, name: str) -> torch.dtype:
-        dtypes = getattr(self, "buffer_dtypes", {})
-        if name in dtypes:
-            return dtypes[name]
-        for table in (self.outputs, self.inputs):
-            if name in table:
-                return table[name]
-        raise KeyError(f"dtype of buffer {name!r} unknown: pass dtype= or set kernel.buffer_dtypes")
-
     # -- emitting the function ----------------------------------------------------------------
     @property
     def arg_order(self) -> list[str]:
         """Buffer names in the order the C++ function takes their pointers."""
         return list(self._arg_names)
 
-    def codegen(self, name: str, origins: Sequence[str] = ()) -> str:
-        """The complete C++ source of this kernel (prelude + ``extern "C" void name(...)``)."""
+    def codegen(self, name: str, origins: Sequence[str] = (), comment: str = "") -> str:
+        """The C++ source of this kernel: ``extern "C" void name(pointers...)`` (the prelude is
+        added when it is compiled: see :func:`load_cpp_kernel`)."""
+        self.close_loop()
         params = []
         for buf, arg in self._arg_names.items():
             is_out = buf in self.outputs
             ctype = CPP_DTYPES[self.outputs[buf] if is_out else self.inputs[buf]][0]
             params.append(f"{'' if is_out else 'const '}{ctype}* __restrict__ {arg}")
-        lines = [PRELUDE, ""]
+        lines = []
         if origins:
-            lines.append(f"// Fused from FX nodes: {', '.join(origins)}")
+            lines.append(f"// source nodes: {', '.join(origins)}")
+        if comment:
+            lines.append(f"// {comment}")
         lines.append(f'extern "C" void {name}({", ".join(params)})')
         lines.append("{")
         lines += ["    " + line for line in self._codegen_loops()]
@@ -457,24 +536,25 @@ class CppKernel:
 
     def _work(self) -> int:
         outer = math.prod(self.outer_ranges)
-        inner = max([math.prod(lp.inner_ranges) for lp in self.loops] or [1])
-        return outer * inner * max(len(self.loops), 1)
+        inner = sum(math.prod(st.inner_ranges) if st.looped else 1 for st in self.steps) or 1
+        return outer * inner
 
     def _codegen_loops(self) -> list[str]:
-        """Outer loops around the nodes' code; OpenMP pragmas chosen by the shape of the work."""
+        """Outer loops around the steps; OpenMP pragmas chosen by the shape of the work."""
         n = len(self.outer_ranges)
-        has_inner = any(lp.inner_ranges for lp in self.loops)
+        has_inner = any(st.looped for st in self.steps)
         parallel = self._work() >= PARALLEL_THRESHOLD
         single_row = math.prod(self.outer_ranges) == 1
-        # a single outer iteration (e.g. a full reduction): parallelise the inner loops instead
+        # one outer iteration (e.g. a full reduction): parallelise the inner loops instead
         parallel_inner = parallel and has_inner and single_row
-        body: list[str] = []
-        for lp in self.loops:
-            body += self._codegen_node(lp, parallel_inner)
+        body: list[str] = list(self.xdefs)
+        for st in self.steps:
+            body += self._codegen_step(st, parallel_inner)
         pragmas: dict[int, str] = {}
-        if has_inner and not single_row and parallel:
-            pragmas[0] = "#pragma omp parallel for" + (f" collapse({n})" if n > 1 else "")
-        elif not has_inner and n >= 1:
+        if has_inner:
+            if parallel and not single_row:
+                pragmas[0] = "#pragma omp parallel for" + (f" collapse({n})" if n > 1 else "")
+        elif n >= 1:
             if parallel and n == 1:
                 pragmas[0] = "#pragma omp parallel for simd"
             elif parallel:
@@ -493,15 +573,15 @@ class CppKernel:
             out.append("    " * depth + "}")
         return out
 
-    def _codegen_node(self, lp: _Loop, parallel_inner: bool) -> list[str]:
-        if not lp.inner_ranges:
-            return lp.prefix + lp.body + lp.suffix
-        out = ["{"] + ["    " + line for line in lp.prefix]
-        clauses = "".join(f" reduction({omp}:{acc})" for omp, acc in lp.reductions)
-        sequential = any(omp is None for omp, _ in lp.reductions)  # e.g. argmax: no pragmas at all
-        m = len(lp.inner_ranges)
-        for depth, (var, size) in enumerate(zip(lp.inner_vars, lp.inner_ranges)):
-            ind = "    " * (depth + 1)
+    def _codegen_step(self, st: _Step, parallel_inner: bool) -> list[str]:
+        if not st.looped:
+            return st.prefix + st.body + st.suffix
+        out = list(st.prefix)
+        clauses = "".join(f" reduction({omp}:{acc})" for omp, acc in st.reductions)
+        sequential = any(omp is None for omp, _ in st.reductions)  # argmax/argmin: a loop-carried branch
+        m = len(st.inner_ranges)
+        for depth, (var, size) in enumerate(zip(st.inner_vars, st.inner_ranges)):
+            ind = "    " * depth
             if sequential:
                 pass
             elif depth == 0 and parallel_inner:
@@ -511,23 +591,22 @@ class CppKernel:
                 out.append(f"{ind}#pragma omp simd{clauses}")
             out.append(f"{ind}for (int64_t {var} = 0; {var} < {size}; ++{var})")
             out.append(ind + "{")
-        out += ["    " * (m + 1) + line for line in lp.body]
+        out += ["    " * m + line for line in st.rdefs + st.body]
         for depth in reversed(range(m)):
-            out.append("    " * (depth + 1) + "}")
-        out += ["    " + line for line in lp.suffix]
-        out.append("}")
-        return out
+            out.append("    " * depth + "}")
+        return out + st.suffix
 
 
 # --------------------------------------------------------------------------------- launching
 class CppKernelRunner:
-    """A compiled kernel: call it with tensors in ``arg_order``; it passes their data pointers."""
+    """A compiled kernel: call it with tensors (one per pointer argument); it passes data pointers."""
 
-    def __init__(self, name: str, source: str, arg_order: Sequence[str]):
+    def __init__(self, name: str, source: str, arg_order: Sequence[str] | int):
         from tininductor.codecache import CppCodeCache
 
-        self.name, self.source, self.arg_order = name, source, list(arg_order)
-        lib = CppCodeCache.load(source)
+        self.name, self.source = name, source
+        self.arg_order = list(arg_order) if not isinstance(arg_order, int) else [f"arg{i}" for i in range(arg_order)]
+        lib = CppCodeCache.load(source if source.startswith(PRELUDE) else PRELUDE + "\n" + source)
         self.fn = getattr(lib, name)
         self.fn.argtypes = [ctypes.c_void_p] * len(self.arg_order)
         self.fn.restype = None
@@ -541,11 +620,16 @@ class CppKernelRunner:
         return f"<CppKernelRunner {self.name}({', '.join(self.arg_order)})>"
 
 
+def load_cpp_kernel(name: str, nargs: int, source: str) -> CppKernelRunner:
+    """What generated wrapper modules call: compile (or fetch from the code cache) and load."""
+    return CppKernelRunner(name, source, nargs)
+
+
 def kernel_name(origins: Sequence[str], index: int) -> str:
-    """``cpp_fused_add_sin_0`` from the FX op names a kernel came from."""
+    """``cpp_fused_add_sin_0`` from the op names a kernel came from."""
     parts: list[str] = []
     for o in origins:
         short = str(o).split(".")[0]
         if short not in parts:
             parts.append(short)
-    return f"cpp_fused_{'_'.join(parts[:6]) or 'kernel'}_{index}"
+    return f"cpp_fused_{'_'.join(parts[:5]) or 'kernel'}_{index}"
