@@ -8,6 +8,9 @@ from tinydynamo._lazy import lazy_attributes
 _LAZY = {
     "prims": "tininductor.prims:",
     "decompose": "tininductor.decompositions:decompose",
+    "compile_fx": "tininductor.compile_fx:compile_fx",
+    "compile_fx_inner": "tininductor.compile_fx:compile_fx_inner",
+    "config": "tininductor.config:",
 }
 
 __getattr__, __dir__ = lazy_attributes(globals(), _LAZY)
