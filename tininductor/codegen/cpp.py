@@ -337,6 +337,11 @@ class CppKernel:
             (self._step.rdefs if is_r else self.xdefs).append(line)
         return self._range_names[key]
 
+    def comment(self, text: str) -> None:
+        """A ``// text`` line at the current point (before the inner loop of a looped step)."""
+        step = self._need_step()
+        (step.prefix if step.looped else step.body).append(f"// {text}")
+
     def _need_step(self) -> _Step:
         if self._step is None:
             raise RuntimeError("CppKernel ops must run inside `with kernel.loop(...)`")
@@ -633,3 +638,99 @@ def kernel_name(origins: Sequence[str], index: int) -> str:
         if short not in parts:
             parts.append(short)
     return f"cpp_fused_{'_'.join(parts[:5]) or 'kernel'}_{index}"
+
+
+# -------------------------------------------------------------------------- the backend
+class CppScheduling:
+    """The C++ backend of the scheduling protocol (codegen/common.py): FusedGroup -> GeneratedKernel.
+
+    A pointwise group is one loop over ``xindex``. A reduction group is an outer loop over
+    ``xindex`` (one output row per iteration, rows in parallel) whose body has one inner loop
+    over ``rindex`` per *phase*: a node starts a new inner loop when it reads a reduction
+    finished in the current one (softmax: max | sum of exp | normalise). Nodes over the kept
+    elements only (``xonly``) run between the inner loops. Buffers the scheduler marked
+    internal stay in registers unless a later inner loop re-reads them.
+    """
+
+    kind = "cpp"
+
+    @staticmethod
+    def header() -> str:
+        return "from tininductor.codegen.cpp import load_cpp_kernel\n"
+
+    def kernel_name(self, group, index: int) -> str:
+        from tininductor.virtualized import V
+
+        ops_: list[str] = []
+        for node in group.nodes:
+            for op in V.graph.origin_ops(node.origins):
+                if op not in ops_:
+                    ops_.append(op)
+        return kernel_name(ops_, index)
+
+    @staticmethod
+    def phases(group) -> list[tuple[str, list]]:
+        """[("loop" | "outer", nodes)]: the steps of the outer loop body."""
+        if not group.is_reduction:
+            return [("outer", list(group.nodes))]
+        phases: list[tuple[str, list]] = []
+        current, reduced_here = None, set()
+        for node in group.nodes:
+            if group.kind(node) == "xonly":
+                phases.append(("outer", [node]))
+                current = None
+                continue
+            reads = {name for name, _ in group.read_writes(node).reads}
+            if current is None or reads & reduced_here:
+                current, reduced_here = [], set()
+                phases.append(("loop", current))
+            current.append(node)
+            if node.is_reduction():
+                reduced_here.add(node.get_name())
+        return phases
+
+    def generate(self, group, keep_in_registers) -> CppKernel:
+        """Run every node's body with a fresh :class:`CppKernel` installed as the ops handler."""
+        from tininductor.scheduler import iteration_vars
+        from tininductor.virtualized import V
+
+        kernel = CppKernel([group.numel], ["xindex"], keep_in_registers=keep_in_registers)
+        with V.set_ops_handler(kernel):
+            for kind, nodes in self.phases(group):
+                looped = kind == "loop"
+                kernel.open_loop([group.rnumel] if looped else [], ["rindex"] if looped else None)
+                for node in nodes:
+                    kernel.comment(f"{node.get_name()}: {group.kind(node)} node from {', '.join(node.origins)}")
+                    index, rindex = iteration_vars(node, group.kind(node), group.numel, group.rnumel)
+                    node.store_body([kernel.range_symbol(e) for e in index], [kernel.range_symbol(e) for e in rindex])
+                kernel.close_loop()
+        return kernel
+
+    def codegen_kernel(self, group, index: int):
+        from tininductor.codegen.common import GeneratedKernel
+
+        name = self.kernel_name(group, index)
+        keep = set(group.internal)
+        kernel = self.generate(group, keep)
+        while kernel.needs_memory & keep:   # a later inner loop re-reads it: store it after all
+            keep -= kernel.needs_memory
+            kernel = self.generate(group, keep)
+        origins = [o for n in group.nodes for o in n.origins]
+        shape = f"numel={group.numel}" + (f", rnumel={group.rnumel}" if group.is_reduction else "")
+        source = kernel.codegen(name, origins, comment=f"{len(group.nodes)} node(s) over {shape}")
+        args = kernel.arg_order
+        text = f'{name} = load_cpp_kernel({name!r}, {len(args)}, r"""\n{source}""")'
+
+        def launch(arg_refs: list[str]) -> str:
+            return f"{name}({', '.join(arg_refs)})"
+
+        return GeneratedKernel(name, text, args, set(kernel.stored), launch, origins)
+
+
+def _register() -> None:
+    from tininductor.codegen.common import register_backend
+
+    register_backend("cpu", CppScheduling)
+
+
+_register()
