@@ -689,11 +689,38 @@ class CppScheduling:
                 reduced_here.add(node.get_name())
         return phases
 
+    #: nest a pointwise kernel's loops only when the innermost one is long enough to vectorise
+    MIN_NESTED_INNER = 16
+
+    @classmethod
+    def nested_ranges(cls, group) -> list[int] | None:
+        """The common ranges of a pointwise group's nodes, when nesting loops over them pays."""
+        if group.is_reduction:
+            return None
+        ranges = {tuple(int(r) for r in n.get_ranges()) for n in group.nodes}
+        if len(ranges) != 1:
+            return None
+        (only,) = ranges
+        if len(only) < 2 or only[-1] < cls.MIN_NESTED_INNER:
+            return None
+        return list(only)
+
     def generate(self, group, keep_in_registers) -> CppKernel:
         """Run every node's body with a fresh :class:`CppKernel` installed as the ops handler."""
         from tininductor.scheduler import iteration_vars
         from tininductor.virtualized import V
 
+        nested = self.nested_ranges(group)
+        if nested is not None:
+            # every node iterates the same multi-dim ranges: nested loops, no div/mod in the index
+            kernel = CppKernel(nested, keep_in_registers=keep_in_registers)
+            with V.set_ops_handler(kernel):
+                index, _ = kernel.open_loop()
+                for node in group.nodes:
+                    kernel.comment(f"{node.get_name()}: pointwise node from {', '.join(node.origins)}")
+                    node.store_body(index, [])
+                kernel.close_loop()
+            return kernel
         kernel = CppKernel([group.numel], ["xindex"], keep_in_registers=keep_in_registers)
         with V.set_ops_handler(kernel):
             for kind, nodes in self.phases(group):
