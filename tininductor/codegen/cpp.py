@@ -35,6 +35,8 @@ import sympy
 import torch
 
 _TMP_RE = re.compile(r"\btmp\d+\b")
+#: helpers every kernel includes (precompiled once per cache by CppCodeCache)
+PRELUDE_NAME = "tiny_prelude.h"
 PRELUDE = (Path(__file__).with_name("cpp_prelude.h")).read_text()
 
 #: torch dtype -> (C++ type in memory, C++ type computed in)
@@ -611,7 +613,7 @@ class CppKernelRunner:
 
         self.name, self.source = name, source
         self.arg_order = list(arg_order) if not isinstance(arg_order, int) else [f"arg{i}" for i in range(arg_order)]
-        lib = CppCodeCache.load(source if source.startswith(PRELUDE) else PRELUDE + "\n" + source)
+        lib = CppCodeCache.load(f'#include "{PRELUDE_NAME}"\n{source}', headers={PRELUDE_NAME: PRELUDE})
         self.fn = getattr(lib, name)
         self.fn.argtypes = [ctypes.c_void_p] * len(self.arg_order)
         self.fn.restype = None
