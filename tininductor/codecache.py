@@ -121,6 +121,19 @@ def _sha256_file(path: Path) -> str | None:
         return None
 
 
+def entry_is_intact(library: Path, checksum: Path) -> bool:
+    """True when ``library`` exists and its SHA-256 is the one recorded in ``checksum``.
+
+    The checksum file is written only after the library is complete, so a missing checksum
+    means an interrupted build, and a mismatch means a truncated or overwritten library.
+    """
+    try:
+        expected = checksum.read_text().strip()
+    except OSError:
+        return False
+    return bool(expected) and _sha256_file(library) == expected
+
+
 class PyCodeCache:
     """Generated Python (wrappers, Triton kernels) -> ``<hash>.py`` -> an imported module.
 
@@ -208,12 +221,10 @@ class CppCodeCache:
             cls.stats["memory_hit"] += 1
             return cls.libraries[str(p["so"])]
         with FileLock(str(p["lock"])):
-            expected = p["sha256"].read_text().strip() if p["sha256"].exists() else None
-            actual = _sha256_file(p["so"])
-            if expected is not None and actual == expected:
+            if entry_is_intact(p["so"], p["sha256"]):
                 cls.stats["disk_hit"] += 1
             else:
-                if actual is not None or expected is not None:
+                if p["so"].exists() or p["sha256"].exists():
                     cls.stats["corrupt"] += 1
                 cls.stats["miss"] += 1
                 cls._build(source, p, tuple(extra_flags), headers or {})

@@ -137,6 +137,12 @@ CPP_REDUCTIONS: dict[str, tuple[Callable[[str], str], str, str]] = {
 }
 _REDUCTION_ALIASES = {"amax": "max", "amin": "min"}
 
+def reduction_code(reduction_type: str, acc_type: str) -> tuple[str, str, str]:
+    """(initial value, update statement with ``{acc}``/``{value}``, OpenMP reduction identifier)."""
+    init, update, omp = CPP_REDUCTIONS[reduction_type]
+    return init(acc_type), update, omp
+
+
 #: OpenMP only pays off above this many element-iterations per kernel.
 PARALLEL_THRESHOLD = 32768
 
@@ -460,11 +466,11 @@ class CppKernel:
         rtype = _REDUCTION_ALIASES.get(reduction_type, reduction_type)
         if rtype not in CPP_REDUCTIONS:
             raise NotImplementedError(f"C++ reduction {reduction_type!r}; known: {sorted(CPP_REDUCTIONS)}")
-        init, update, omp = CPP_REDUCTIONS[rtype]
         acc_t = accumulator_type(rtype, src_dtype)
+        init, update, omp = reduction_code(rtype, acc_t)
         acc = f"acc{self._tmp}"
         self._tmp += 1
-        step.prefix.append(f"{acc_t} {acc} = {init(acc_t)};")
+        step.prefix.append(f"{acc_t} {acc} = {init};")
         step.body.append(update.format(acc=acc, value=f"static_cast<{acc_t}>({value})") + ";")
         step.reductions.append((omp, acc))
         return self._emit(f"static_cast<{cpp_type(dtype)}>({acc})", suffix=True)
@@ -476,12 +482,12 @@ class CppKernel:
         n = self._tmp
         self._tmp += 1
         best, idx = f"best{n}", f"idx{n}"
-        init, _, _ = CPP_REDUCTIONS["max" if reduction_type == "argmax" else "min"]
+        init, _, _ = reduction_code("max" if reduction_type == "argmax" else "min", best_t)
         cmp = ">" if reduction_type == "argmax" else "<"
         flat = " + ".join(
             f"{v} * {math.prod(step.inner_ranges[i + 1:])}" for i, v in enumerate(step.inner_vars)
         )
-        step.prefix += [f"{best_t} {best} = {init(best_t)};", f"int64_t {idx} = 0;"]
+        step.prefix += [f"{best_t} {best} = {init};", f"int64_t {idx} = 0;"]
         step.body += [
             "{",
             f"    auto v = static_cast<{best_t}>({value});",
