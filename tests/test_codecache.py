@@ -109,6 +109,7 @@ def test_cpp_cache_build_hit_and_corruption():
 
     CppCodeCache.clear()
     good = paths["so"].read_bytes()
+    paths["so"].unlink()  # (a new inode: the loaded library stays mapped)
     paths["so"].write_bytes(good[: len(good) // 3])  # truncated library: must not be dlopen'ed
     CppCodeCache.load(src)
     assert CppCodeCache.stats["corrupt"] == 1 and CppCodeCache.stats["miss"] == 1

@@ -292,7 +292,7 @@ class CppKernel:
         self._cse: dict[Any, str] = {}
         self._scope: dict[str, tuple[str, int]] = {}  # var -> ("outer" | "body" | "suffix", step id)
         self._defs: dict[str, str] = {}                # var -> its expression (to re-make it after a loop)
-        self._forward: dict[tuple[str, str], str] = {}  # (buffer, index) -> variable holding the stored value
+        self._forward: dict[tuple[str, str], tuple[str, torch.dtype]] = {}  # (buffer, index) -> (stored value, dtype)
         self._step: _Step | None = None
         self._rvar_count = 0
         self._range_names: dict[Any, sympy.Symbol] = {}
@@ -418,10 +418,12 @@ class CppKernel:
         """Read ``name[index]`` (converted to its compute type), or reuse the value this kernel stored there."""
         self._need_step()
         text = cpp_index(index)
-        forwarded = self._forward.get((name, text))
-        if forwarded is not None and self._alive(forwarded):
-            return forwarded
-        if name in self.keep_in_registers and forwarded is not None:
+        value, stored_dtype = self._forward.get((name, text), (None, None))
+        if value is not None and self._alive(value):
+            if stored_dtype in _STORE_CONVERT:  # a read sees the value rounded to 16 bits, as in memory
+                return self._emit(f"{_LOAD_CONVERT[stored_dtype]}({_STORE_CONVERT[stored_dtype]}({value}))")
+            return value
+        if name in self.keep_in_registers and value is not None:
             self.needs_memory.add(name)     # its register died with an earlier loop: store it after all
         dtype = dtype or self._buffer_dtype(name)
         ptr = self._arg(name, dtype, output=name in self.outputs)
@@ -440,10 +442,7 @@ class CppKernel:
         if not _TMP_RE.fullmatch(value):    # a literal: give it a variable so it can be forwarded
             value = self._emit(value)
         dtype = dtype or self._buffer_dtype(name)
-        if dtype in _STORE_CONVERT:          # a later read sees the value rounded to 16 bits
-            self._forward[(name, text)] = self._emit(f"{_LOAD_CONVERT[dtype]}({_STORE_CONVERT[dtype]}({value}))")
-        else:
-            self._forward[(name, text)] = value
+        self._forward[(name, text)] = (value, dtype)
         if name in self.keep_in_registers:
             return
         ptr = self._arg(name, dtype, output=True)
