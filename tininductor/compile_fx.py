@@ -26,7 +26,7 @@ from . import config
 from .virtualized import V
 
 log = logging.getLogger("tininductor.compile_fx")
-output_code_log = logging.getLogger("tininductor.output_code")
+output_code_log = logging.getLogger("tininductor.output_code")  # used when tinydynamo.logs is absent
 
 
 def _artifacts():
@@ -169,9 +169,14 @@ def _use_interpreter_if_needed(graph) -> None:
 
 
 def _log_output_code(source: str) -> None:
-    if "output_code" in os.environ.get("TINY_LOGS", "").split(","):
-        print(source)
-    output_code_log.debug("Output code:\n%s", source)
+    """``TINY_LOGS=output_code`` (or ``tinydynamo.logs.set_logs(output_code=True)``) prints the wrapper."""
+    try:
+        from tinydynamo.logs import get_logger
+    except ImportError:  # tinydynamo without its log module: a plain logger
+        logger = output_code_log
+    else:
+        logger = get_logger("output_code")
+    logger.info("Output code (tininductor wrapper module):\n%s", source)
 
 
 class _CallableModule(types.ModuleType):
