@@ -135,6 +135,7 @@ def _compile_fx_inner(gm: torch.fx.GraphModule, example_inputs):
         artifacts.record("ir", "tininductor IR (realized buffers)", graph.ir_str())
         output_names = {o.get_name() for o in graph.graph_outputs if hasattr(o, "get_name")}
         scheduler = Scheduler(graph.buffers, output_names)
+        artifacts.record("ir", "fusion decisions (one FusedGroup per generated kernel)", str(scheduler))
         wrapper = WrapperCodeGen(graph, scheduler)
         source = wrapper.generate()
     for k in wrapper.kernels:
