@@ -79,7 +79,7 @@ def test_wrapper_module_runs_standalone(tmp_path):
     path = tmp_path / "dump.py"
     path.write_text(c.source)
     env = dict(os.environ, PYTHONPATH=os.getcwd())
-    out = subprocess.run([sys.executable, str(path)], capture_output=True, text=True, env=env, timeout=120)
+    out = subprocess.run([sys.executable, str(path), "2"], capture_output=True, text=True, env=env, timeout=120)
     assert out.returncode == 0, out.stderr
     assert "ms per call" in out.stdout
 
