@@ -1,0 +1,47 @@
+"""Pytest plumbing shared by all tests; stays torch-free so the bytecode tests run on any Python.
+
+``--course-mode`` selects the learner's exercises or the reference solutions for graded tests
+(default: the ``TINY_COURSE_MODE`` environment variable, else exercises, as for the notebooks;
+the test command passes ``--course-mode=solutions``). Task markers ``chNN_M`` name chapter NN, task M.
+"""
+from __future__ import annotations
+
+import os
+
+
+def pytest_addoption(parser):
+    parser.addoption(
+        "--course-mode",
+        choices=("exercises", "solutions"),
+        default=None,
+        help="load graded modules from exercises/ or solutions/ (default: $TINY_COURSE_MODE, else exercises)",
+    )
+    parser.addoption("--runslow", action="store_true", help="also run tests marked slow")
+
+
+def pytest_configure(config):
+    chosen = config.getoption("--course-mode") or os.environ.get("TINY_COURSE_MODE") or "exercises"
+    os.environ["TINY_COURSE_MODE"] = chosen
+    for chapter in range(11):
+        for task in range(1, 10):
+            config.addinivalue_line("markers", f"ch{chapter:02d}_{task}: graded task {task} of chapter {chapter}")
+    config.addinivalue_line("markers", "gpu: needs a CUDA device (skipped without one)")
+    config.addinivalue_line("markers", "slow: longer runs, skipped unless --runslow")
+
+
+def pytest_collection_modifyitems(config, items):
+    import pytest
+
+    if not config.getoption("--runslow"):
+        skip_slow = pytest.mark.skip(reason="slow: run with --runslow")
+        for item in items:
+            if "slow" in item.keywords:
+                item.add_marker(skip_slow)
+    if any("gpu" in item.keywords for item in items):
+        import torch
+
+        if not torch.cuda.is_available():
+            skip_gpu = pytest.mark.skip(reason="needs a CUDA GPU")
+            for item in items:
+                if "gpu" in item.keywords:
+                    item.add_marker(skip_gpu)

@@ -1,0 +1,107 @@
+"""Build the course notebooks from their jupytext sources, and check the pairs are in sync.
+
+Each chapter's source of truth is ``notebooks/NN_topic.py`` (jupytext percent format: easy to
+diff and review). ``build`` executes it in solutions mode and writes ``NN_topic.ipynb`` with
+its outputs, which nbval later compares against; ``check`` fails when an ``.ipynb``'s cells no
+longer match its ``.py`` (someone edited one side only).
+
+    python -m course.notebooks build            # all chapters
+    python -m course.notebooks build 03 07      # some chapters
+    python -m course.notebooks check
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+from course.loader import ROOT
+
+NOTEBOOKS = ROOT / "notebooks"
+FORMATS = "ipynb,py:percent"
+
+
+def sources(selected: list[str] | None = None) -> list[Path]:
+    paths = sorted(p for p in NOTEBOOKS.glob("[0-9][0-9]_*.py"))
+    if selected:
+        wanted = {s.zfill(2) for s in selected}
+        paths = [p for p in paths if p.name[:2] in wanted]
+    return paths
+
+
+def _cells(notebook) -> list[tuple[str, str]]:
+    return [(cell.cell_type, cell.source.strip()) for cell in notebook.cells]
+
+
+def build(path: Path, timeout: int = 900) -> float:
+    """Execute one notebook source in solutions mode and write its ``.ipynb``; returns seconds taken."""
+    import jupytext
+    import nbformat
+    from nbclient import NotebookClient
+
+    notebook = jupytext.read(path)
+    notebook.metadata["jupytext"] = {"formats": FORMATS}
+    notebook.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    env = {"TINY_COURSE_MODE": "solutions", "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    saved = {key: os.environ.get(key) for key in env}
+    os.environ.update(env)  # the kernel inherits this process's environment
+    start = time.perf_counter()
+    try:
+        NotebookClient(notebook, timeout=timeout, kernel_name="python3",
+                       resources={"metadata": {"path": str(NOTEBOOKS)}}).execute()
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+    for cell in notebook.cells:  # execution counts and timing metadata only add diff noise
+        cell.metadata.pop("execution", None)
+    nbformat.write(notebook, path.with_suffix(".ipynb"))
+    return time.perf_counter() - start
+
+
+def out_of_sync(paths: list[Path] | None = None) -> list[str]:
+    """Chapters whose ``.ipynb`` is missing or whose cells differ from the ``.py`` source."""
+    import jupytext
+
+    problems = []
+    for path in paths or sources():
+        ipynb = path.with_suffix(".ipynb")
+        if not ipynb.exists():
+            problems.append(f"{ipynb.name} missing")
+        elif _cells(jupytext.read(path)) != _cells(jupytext.read(ipynb)):
+            problems.append(f"{ipynb.name} differs from {path.name}")
+        elif not any(c.get("outputs") for c in jupytext.read(ipynb).cells if c.cell_type == "code"):
+            problems.append(f"{ipynb.name} has no outputs")
+    return problems
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("command", choices=("build", "check"))
+    parser.add_argument("chapters", nargs="*", help="two-digit chapter numbers (default: all)")
+    args = parser.parse_args(argv)
+    paths = sources(args.chapters)
+    if not paths:
+        print(f"no notebook sources match {args.chapters}")
+        return 1
+    if args.command == "build":
+        for path in paths:
+            seconds = build(path)
+            print(f"built {path.with_suffix('.ipynb').relative_to(ROOT)} in {seconds:.1f}s")
+        return 0
+    bad = out_of_sync(paths)
+    for problem in bad:
+        print(problem)
+    if bad:
+        print("fix: python -m course.notebooks build " + " ".join(sorted({p[:2] for p in bad})))
+        return 1
+    print(f"{len(paths)} notebooks in sync with their sources")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

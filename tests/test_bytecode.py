@@ -1,0 +1,339 @@
+"""tinydynamo.bytecode: version-normalised instructions. Torch-free; runs on CPython 3.11, 3.12, 3.13.
+
+The strongest check here is a tiny *concrete* interpreter over the normalised instructions:
+if normalisation lost or garbled anything (call slots, kw names, jump targets, FOR_ITER exits,
+superinstructions, slices), running real functions through it would give a different answer.
+"""
+import math
+import sys
+import types
+
+import pytest
+
+from tinydynamo import bytecode as bc
+from tinydynamo.bytecode import get_instructions
+
+assert "torch" not in sys.modules, "tinydynamo.bytecode must import without torch"
+
+
+class _Null:
+    def __repr__(self):
+        return "NULL"
+
+
+NULL = _Null()
+
+
+def run(fn, *args, **kwargs):
+    """Execute ``fn`` by interpreting its normalised instructions with real values (no closures)."""
+    code = fn.__code__
+    insts = get_instructions(fn)
+    names = code.co_varnames
+    bound = {}
+    pos = list(args)
+    nargs = code.co_argcount + code.co_kwonlyargcount
+    defaults = dict(zip(code.co_varnames[code.co_argcount - len(fn.__defaults__ or ()) : code.co_argcount],
+                        fn.__defaults__ or ()))
+    defaults.update(fn.__kwdefaults__ or {})
+    for i, n in enumerate(names[: code.co_argcount]):
+        bound[n] = pos[i] if i < len(pos) else kwargs.pop(n, defaults.get(n))
+    for n in names[code.co_argcount:nargs]:
+        bound[n] = kwargs.pop(n, defaults.get(n))
+    if code.co_flags & 0x04:
+        bound[names[nargs]] = tuple(pos[code.co_argcount:])
+        nargs += 1
+    if code.co_flags & 0x08:
+        bound[names[nargs]] = kwargs
+    local = dict(bound)
+    stack = []
+    pc = 0
+    glb = fn.__globals__
+    while True:
+        inst = insts[pc]
+        pc += 1
+        op, arg = inst.opname, inst.argval
+        if op in ("RESUME", "NOP"):
+            pass
+        elif op == "LOAD_FAST":
+            stack.append(local[arg])
+        elif op == "LOAD_FAST_AND_CLEAR":
+            stack.append(local.pop(arg, NULL))
+        elif op == "STORE_FAST":
+            v = stack.pop()
+            if v is NULL:
+                local.pop(arg, None)
+            else:
+                local[arg] = v
+        elif op == "LOAD_CONST":
+            stack.append(arg)
+        elif op == "LOAD_GLOBAL":
+            v = glb[arg] if arg in glb else __builtins__[arg] if isinstance(__builtins__, dict) else getattr(__builtins__, arg)
+            stack.extend(bc.with_null(v, NULL) if inst.push_null else [v])
+        elif op == "LOAD_ATTR":
+            v = getattr(stack.pop(), arg)
+            stack.extend(bc.with_null(v, NULL) if inst.push_null else [v])
+        elif op == "PUSH_NULL":
+            stack.append(NULL)
+        elif op == "CALL":
+            n = inst.argval
+            argv = stack[len(stack) - n :]
+            del stack[len(stack) - n :]
+            slot1, slot0 = stack.pop(), stack.pop()
+            f, lead = bc.resolve_call_slots(slot0, slot1, lambda v: v is NULL)
+            k = len(inst.kw_names)
+            kw = dict(zip(inst.kw_names, argv[n - k :])) if k else {}
+            stack.append(f(*lead, *argv[: n - k], **kw))
+        elif op == "CALL_FUNCTION_EX":
+            kw = stack.pop() if inst.argval else {}
+            a = stack.pop()
+            slot1, slot0 = stack.pop(), stack.pop()
+            f, lead = bc.resolve_call_slots(slot0, slot1, lambda v: v is NULL)
+            stack.append(f(*lead, *a, **kw))
+        elif op == "BINARY_OP":
+            b, a = stack.pop(), stack.pop()
+            stack.append(bc.BINARY_OPS[arg](a, b))
+        elif op == "COMPARE_OP":
+            b, a = stack.pop(), stack.pop()
+            stack.append(bc.COMPARE_OPS[arg](a, b))
+        elif op in ("IS_OP", "CONTAINS_OP"):
+            b, a = stack.pop(), stack.pop()
+            r = (a is b) if op == "IS_OP" else (a in b)
+            stack.append(r != arg)
+        elif op in bc.UNARY_OPS:
+            stack.append(bc.UNARY_OPS[op](stack.pop()))
+        elif op == "BINARY_SUBSCR":
+            k, c = stack.pop(), stack.pop()
+            stack.append(c[k])
+        elif op == "STORE_SUBSCR":
+            k, c, v = stack.pop(), stack.pop(), stack.pop()
+            c[k] = v
+        elif op == "BUILD_SLICE":
+            items = [stack.pop() for _ in range(arg)][::-1]
+            stack.append(slice(*items))
+        elif op in ("BUILD_TUPLE", "BUILD_LIST"):
+            items = stack[len(stack) - arg :]
+            del stack[len(stack) - arg :]
+            stack.append(tuple(items) if op == "BUILD_TUPLE" else list(items))
+        elif op == "BUILD_MAP":
+            items = stack[len(stack) - 2 * arg :]
+            del stack[len(stack) - 2 * arg :]
+            stack.append(dict(zip(items[::2], items[1::2])))
+        elif op == "LIST_APPEND":
+            v = stack.pop()
+            stack[-arg].append(v)
+        elif op == "LIST_EXTEND":
+            v = stack.pop()
+            stack[-arg].extend(v)
+        elif op == "DICT_MERGE":
+            v = stack.pop()
+            stack[-arg].update(v)
+        elif op == "MAKE_FUNCTION":
+            stack.append(types.FunctionType(stack.pop(), glb))
+        elif op == "SET_FUNCTION_ATTRIBUTE":
+            f, v = stack.pop(), stack.pop()
+            setattr(f, "__" + arg + "__", v) if arg != "closure" else None
+            stack.append(f)
+        elif op == "LIST_TO_TUPLE":
+            stack.append(tuple(stack.pop()))
+        elif op == "UNPACK_SEQUENCE":
+            stack.extend(reversed(list(stack.pop())))
+        elif op == "GET_ITER":
+            stack.append(iter(stack.pop()))
+        elif op == "FOR_ITER":
+            try:
+                stack.append(next(stack[-1]))
+            except StopIteration:
+                stack.pop()
+                pc = inst.target
+        elif op in ("JUMP_FORWARD", "JUMP_BACKWARD"):
+            pc = inst.target
+        elif op in bc.POP_JUMP_CONDITIONS:
+            if bc.POP_JUMP_CONDITIONS[op](stack.pop()):
+                pc = inst.target
+        elif op in ("JUMP_IF_TRUE_OR_POP", "JUMP_IF_FALSE_OR_POP"):
+            if bool(stack[-1]) == (op == "JUMP_IF_TRUE_OR_POP"):
+                pc = inst.target
+            else:
+                stack.pop()
+        elif op == "POP_TOP":
+            stack.pop()
+        elif op == "COPY":
+            stack.append(stack[-arg])
+        elif op == "SWAP":
+            stack[-1], stack[-arg] = stack[-arg], stack[-1]
+        elif op == "RETURN_VALUE":
+            return stack.pop()
+        else:
+            raise NotImplementedError(f"test interpreter: {op}\n{bc.format_instructions(insts, current=inst.index)}")
+
+
+# ---- functions covering the normalised differences ------------------------------------------
+
+def f_calls(x, y):
+    a = max(x, y, key=abs)  # LOAD_GLOBAL push_null + CALL with kw_names
+    b = "-".join([str(x), str(y)])  # method call: LOAD_ATTR is_method
+    c = math.hypot(x, y)  # module attribute call
+    d = sorted([y, x], reverse=True)[0]
+    return a, b, c, d
+
+
+def f_loops(n):
+    total = 0
+    for i in range(n):
+        if i % 2 == 0 and i != 4:
+            total += i
+        elif i > 7:
+            break
+        else:
+            total -= 1
+    while total > 10:
+        total -= 3
+    return total
+
+
+def f_slices(xs):
+    ys = list(xs)
+    ys[1:3] = [100, 200]
+    return ys[::2], ys[1:-1], xs[:2]
+
+
+def f_super(a, b):
+    a, b = b, a  # STORE_FAST_STORE_FAST on 3.13
+    c = a + b  # LOAD_FAST_LOAD_FAST
+    return [t * 2 for t in (a, b, c)]  # inlined comprehension on 3.12+, STORE_FAST_LOAD_FAST
+
+
+def f_compare(a, b):
+    return (a < b, a <= b, a == b, a != b, a > b, a >= b, a is None, a is not None,
+            a in (1, 2), a not in (1, 2), not a, -a, ~a)
+
+
+def f_return_const(flag):
+    if flag:
+        return None
+    return 7
+
+
+def f_star(*args, **kwargs):
+    return max(*args, **kwargs), [*args, 9]
+
+
+def f_or(a, b):
+    return (a or b), (a and b), (a if b else -1)
+
+
+def f_nested_loops(rows):
+    out = []
+    for r in rows:
+        for c in r:
+            if c is None:
+                continue
+            out.append(c)
+    return out
+
+
+def f_default(x, k=3, *, m=2):
+    return x * k + m
+
+
+CASES = [
+    (f_calls, (3, -5)), (f_calls, (2, 1)),
+    (f_loops, (3,)), (f_loops, (20,)), (f_loops, (9,)),
+    (f_slices, ([1, 2, 3, 4, 5],)),
+    (f_super, (1, 2)), (f_super, (5, -1)),
+    (f_compare, (1, 2)), (f_compare, (3, 3)),
+    (f_return_const, (True,)), (f_return_const, (False,)),
+    (f_star, (1, 5, 2)),
+    (f_or, (0, 4)), (f_or, (3, 0)),
+    (f_nested_loops, ([[1, None, 2], [], [None, 3]],)),
+    (f_default, (2,)), (f_default, (2, 5)),
+]
+
+
+@pytest.mark.parametrize("fn,args", CASES, ids=lambda v: getattr(v, "__name__", ""))
+def test_concrete_interpreter_matches_python(fn, args):
+    assert run(fn, *args) == fn(*args)
+
+
+def test_default_keyword_only():
+    assert run(f_default, 2, m=10) == f_default(2, m=10)
+
+
+def test_no_version_specific_opnames_survive():
+    forbidden = {"PRECALL", "CACHE", "EXTENDED_ARG", "KW_NAMES", "CALL_KW", "LOAD_METHOD", "TO_BOOL",
+                 "RETURN_CONST", "BINARY_SLICE", "STORE_SLICE", "LOAD_FAST_CHECK", "LOAD_FAST_LOAD_FAST",
+                 "STORE_FAST_STORE_FAST", "STORE_FAST_LOAD_FAST", "JUMP_BACKWARD_NO_INTERRUPT"}
+    for fn, _ in CASES:
+        names = {i.opname for i in get_instructions(fn)}
+        assert not names & forbidden, (fn.__name__, names & forbidden)
+        assert not any(n.startswith(("POP_JUMP_FORWARD", "POP_JUMP_BACKWARD")) for n in names)
+
+
+def test_call_facts():
+    insts = get_instructions(f_calls)
+    calls = [i for i in insts if i.opname == "CALL"]
+    assert calls[0].argval == 3 and calls[0].kw_names == ("key",)
+    g = next(i for i in insts if i.opname == "LOAD_GLOBAL" and i.argval == "max")
+    assert g.push_null and not g.is_method
+    m = next(i for i in insts if i.opname == "LOAD_ATTR" and i.argval == "join")
+    assert m.is_method and m.push_null
+    h = next(i for i in insts if i.opname == "LOAD_ATTR" and i.argval == "hypot")
+    mod = insts[h.index - 1]
+    assert mod.opname == "LOAD_GLOBAL" and mod.argval == "math"
+    # exactly one instruction provides the NULL call slot (which one differs by version)
+    near = insts[h.index - 1 : h.index + 2]
+    assert sum(i.push_null or i.opname == "PUSH_NULL" for i in near) == 1
+    assert all(not isinstance(i.argval, int) or i.opname not in ("LOAD_ATTR", "LOAD_GLOBAL") for i in insts)
+
+
+def test_operator_argvals():
+    ops = {i.argval for i in get_instructions(f_compare) if i.opname == "COMPARE_OP"}
+    assert ops == {"<", "<=", "==", "!=", ">", ">="}
+    assert all(i.argrepr == i.argval for i in get_instructions(f_compare) if i.opname == "COMPARE_OP")
+    bins = [i.argval for i in get_instructions(f_loops) if i.opname == "BINARY_OP"]
+    assert "%" in bins and "+=" in bins and "-=" in bins
+    negs = [i.argval for i in get_instructions(f_compare) if i.opname in ("IS_OP", "CONTAINS_OP")]
+    assert negs == [False, True, False, True]
+
+
+def test_jump_targets_are_indices():
+    insts = get_instructions(f_loops)
+    for i in insts:
+        assert i.index == insts.index(i)
+        if i.target is not None:
+            assert 0 <= i.target < len(insts)
+            assert insts[i.target].is_jump_target
+    fi = next(i for i in insts if i.opname == "FOR_ITER")
+    assert insts[fi.target].opname not in ("END_FOR", "POP_TOP")
+
+
+def test_slices_normalised_to_build_slice():
+    names = [i.opname for i in get_instructions(f_slices)]
+    assert "BUILD_SLICE" in names and "STORE_SUBSCR" in names and "BINARY_SUBSCR" in names
+
+
+def test_resolve_call_slots_rule():
+    null = object()
+    isn = lambda v: v is null  # noqa: E731
+    assert bc.resolve_call_slots(null, len, isn) == (len, [])
+    assert bc.resolve_call_slots(len, null, isn) == (len, [])
+    assert bc.resolve_call_slots(str.join, "-", isn) == (str.join, ["-"])
+    slots = bc.with_null(len, null)
+    assert bc.resolve_call_slots(*slots, isn) == (len, [])
+
+
+def test_format_instructions_listing():
+    text = bc.format_instructions(f_loops, current=3)
+    assert "FOR_ITER" in text and ">>" in text and "-->" in text
+    assert str(f_loops.__code__.co_firstlineno + 2) in text
+    assert "(+NULL" in bc.format_instructions(get_instructions(f_calls))
+
+
+def test_accepts_code_object_and_method():
+    class A:
+        def m(self, x):
+            return x + 1
+
+    assert [i.opname for i in get_instructions(A().m)] == [i.opname for i in get_instructions(A.m.__code__)]
+    with pytest.raises(TypeError, match="function or code object"):
+        get_instructions(42)

@@ -1,0 +1,104 @@
+"""The course machinery: stub generation, sync checks, the dependency lists, the loader switch."""
+from __future__ import annotations
+
+import re
+import tomllib
+
+import pytest
+
+from course import exercises, loader, notebooks
+from course.loader import ROOT
+
+SOLUTION = '''\
+def f(x):
+    """Doc."""
+    # BEGIN SOLUTION (Exercise 2.1: return "x" + 1)
+    y = x + 1
+    return y
+    # END SOLUTION
+
+
+def g():
+    return 0
+'''
+
+
+def test_strip_solutions_replaces_blocks_with_numbered_stubs():
+    text = exercises.strip_solutions(SOLUTION, "ch02_demo.py")
+    namespace: dict = {}
+    exec(text, namespace)
+    with pytest.raises(NotImplementedError, match=r'^Exercise 2\.1: return "x" \+ 1$'):
+        namespace["f"](1)
+    assert namespace["g"]() == 0
+    assert "y = x + 1" not in text
+
+
+@pytest.mark.parametrize(
+    "bad, problem",
+    [
+        ("# BEGIN SOLUTION (Exercise 1.1: a)\nx = 1\n", "never closed"),
+        ("x = 1\n# END SOLUTION\n", "without BEGIN"),
+        ("# BEGIN SOLUTION\nx = 1\n# END SOLUTION\n", "malformed marker"),
+        ("# BEGIN SOLUTION (Exercise 1.1: a)\n# BEGIN SOLUTION (Exercise 1.2: b)\n", "inside another"),
+    ],
+)
+def test_malformed_markers_are_reported_with_line_and_fix(bad, problem):
+    with pytest.raises(exercises.MarkerError, match=problem):
+        exercises.strip_solutions(bad, "ch01_x.py")
+
+
+def test_exercises_are_in_sync_with_solutions():
+    assert exercises.out_of_sync() == [], "run: python -m course.exercises"
+
+
+def test_every_solution_has_exercise_blocks_and_every_stub_names_its_exercise():
+    for path in sorted((ROOT / "solutions").glob("ch*_*.py")):
+        text = path.read_text()
+        numbers = re.findall(r"# BEGIN SOLUTION \(Exercise (\d+)\.(\d+):", text)
+        assert numbers, f"{path.name} has no exercise blocks"
+        chapter = int(path.name[2:4])
+        assert {int(c) for c, _ in numbers} == {chapter}, f"{path.name}: exercise numbers must start with {chapter}."
+        assert len(set(numbers)) == len(numbers), f"{path.name}: duplicate exercise numbers"
+
+
+def test_notebooks_are_in_sync_with_their_sources():
+    assert notebooks.out_of_sync() == [], "run: python -m course.notebooks build"
+
+
+def test_loader_switch_selects_solutions_or_exercises(monkeypatch):
+    paths = sorted((ROOT / "solutions").glob("ch*_*.py"))
+    if not paths:
+        pytest.skip("no chapters yet")
+    chapter = paths[0].name[:4]
+    monkeypatch.setenv(loader.MODE_ENV, "solutions")
+    assert loader.chapter_file(chapter).parent.name == "solutions"
+    monkeypatch.setenv(loader.MODE_ENV, "exercises")
+    assert loader.chapter_file(chapter).parent.name == "exercises"
+    monkeypatch.setenv(loader.MODE_ENV, "answers")
+    with pytest.raises(ValueError, match="exercises' or 'solutions"):
+        loader.mode()
+
+
+def _pyproject_requirements() -> dict[str, str]:
+    from packaging.requirements import Requirement
+
+    data = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    return {Requirement(r).name.lower(): str(Requirement(r).specifier) for r in data["project"]["dependencies"]}
+
+
+def _conda_requirements() -> dict[str, str]:
+    conda_to_pypi = {"pytorch": "torch", "python-graphviz": "graphviz"}
+    not_python_packages = {"python", "pip", "graphviz"}  # conda's graphviz is the `dot` binary
+    found = {}
+    text = (ROOT / "environment.yml").read_text()
+    for line in text.split("\ndependencies:\n", 1)[1].splitlines():
+        match = re.match(r"^  - ([A-Za-z0-9_.-]+)\s*([<>=!~][^#\s]*)?\s*(#.*)?$", line)
+        if match and match[1] not in not_python_packages:
+            from packaging.specifiers import SpecifierSet
+
+            found[conda_to_pypi.get(match[1], match[1]).lower()] = str(SpecifierSet(match[2] or ""))
+    return found
+
+
+def test_environment_yml_lists_the_same_packages_as_pyproject():
+    assert _conda_requirements() == _pyproject_requirements()
