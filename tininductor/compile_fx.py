@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
+import types
 import warnings
 
 import torch
@@ -123,3 +125,17 @@ def _log_output_code(source: str) -> None:
     if "output_code" in os.environ.get("TINY_LOGS", "").split(","):
         print(source)
     output_code_log.debug("Output code:\n%s", source)
+
+
+class _CallableModule(types.ModuleType):
+    """``tininductor.compile_fx`` names both this module and the backend function.
+
+    Importing the submodule rebinds the package attribute to the module, so the module
+    itself is made callable: ``torch.compile(f, backend=tininductor.compile_fx)`` always works.
+    """
+
+    def __call__(self, gm, example_inputs):
+        return compile_fx(gm, example_inputs)
+
+
+sys.modules[__name__].__class__ = _CallableModule

@@ -101,8 +101,8 @@ class TritonKernel:
     def __init__(self, group: FusedGroup, name: str):
         self.group = group
         self.name = name
-        self.reduction = group.is_reduction
-        self.persistent = self.reduction and group.rnumel <= config.triton.persistent_reduction_max
+        self.is_reduction = group.is_reduction
+        self.persistent = self.is_reduction and group.rnumel <= config.triton.persistent_reduction_max
         self.cse = CSE("tmp")
         self.in_args: dict[str, str] = {}  # buffer -> pointer argument
         self.out_args: dict[str, str] = {}
@@ -226,7 +226,7 @@ class TritonKernel:
         A node starts a new loop when it reads a reduction finished in the current loop.
         """
         group = self.group
-        if not self.reduction or self.persistent:
+        if not self.is_reduction or self.persistent:
             return [("loop", list(group.nodes))]
         phases, current, reduced_here = [], None, set()
         for node in group.nodes:
@@ -272,7 +272,7 @@ class TritonKernel:
         code = IndentedBuffer()
         with V.set_ops_handler(self):
             for p, (kind, nodes) in enumerate(phases):
-                looped = kind == "loop" and self.reduction and not self.persistent
+                looped = kind == "loop" and self.is_reduction and not self.persistent
                 self.pre, self.body, self.post = IndentedBuffer(), IndentedBuffer(), IndentedBuffer()
                 saved_cache = dict(self.cse.cache)
                 self.in_loop = looped
@@ -302,9 +302,9 @@ class TritonKernel:
         group = self.group
         ordered = list(self.in_args) + list(self.out_args)
         params = list(self.in_args.values()) + list(self.out_args.values()) + ["xnumel"]
-        if self.reduction:
+        if self.is_reduction:
             params += ["rnumel"]
-        params += ["XBLOCK: tl.constexpr"] + (["RBLOCK: tl.constexpr"] if self.reduction else [])
+        params += ["XBLOCK: tl.constexpr"] + (["RBLOCK: tl.constexpr"] if self.is_reduction else [])
         origins = [o for n in group.nodes for o in n.origins]
         code = IndentedBuffer()
         code.writeline("@triton.jit")
@@ -312,9 +312,9 @@ class TritonKernel:
         with code.indent():
             code.writeline(f"# source nodes: {', '.join(origins)}")
             code.writeline(f"# kernel: {len(group.nodes)} node(s) over numel={group.numel}"
-                           + (f", rnumel={group.rnumel}" if self.reduction else ""))
+                           + (f", rnumel={group.rnumel}" if self.is_reduction else ""))
             code.writeline("xoffset = tl.program_id(0) * XBLOCK")
-            if self.reduction:
+            if self.is_reduction:
                 code.writeline("xindex = xoffset + tl.arange(0, XBLOCK)[:, None]")
             else:
                 code.writeline("xindex = xoffset + tl.arange(0, XBLOCK)")
@@ -323,15 +323,15 @@ class TritonKernel:
                 code.writeline("rindex = tl.arange(0, RBLOCK)[None, :]")
                 code.writeline("rmask = rindex < rnumel")
                 code.writelines(self.r_defs)
-            elif self.reduction:
+            elif self.is_reduction:
                 code.writeline("rbase = tl.arange(0, RBLOCK)[None, :]")
             code.splice(self.x_defs)
             code.splice(body)
         xblock, rblock, warps = self.block_sizes()
         numel, rnumel = group.numel, group.rnumel
         grid = max(1, -(-numel // xblock))
-        size_args = [str(numel)] + ([str(rnumel)] if self.reduction else [])
-        consts = f"XBLOCK={xblock}" + (f", RBLOCK={rblock}" if self.reduction else "")
+        size_args = [str(numel)] + ([str(rnumel)] if self.is_reduction else [])
+        consts = f"XBLOCK={xblock}" + (f", RBLOCK={rblock}" if self.is_reduction else "")
         name = self.name
 
         def launch(arg_refs):
@@ -343,7 +343,7 @@ class TritonKernel:
 
     def block_sizes(self) -> tuple[int, int, int]:
         numel, rnumel = self.group.numel, self.group.rnumel
-        if not self.reduction:
+        if not self.is_reduction:
             xblock = min(next_power_of_2(max(numel, 1)), config.triton.max_xblock)
             return xblock, 1, max(1, min(8, xblock // 256))
         if self.persistent:
