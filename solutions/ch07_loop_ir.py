@@ -303,7 +303,7 @@ def _node_label(graph, buf) -> str:
     kind = "reduction" if isinstance(buf, ir.ComputedBuffer) and buf.is_reduction() else "pointwise"
     if not isinstance(buf, ir.ComputedBuffer):
         kind = "extern"
-    return f"{buf.get_name()} [{kind}]: {'+'.join(ops_)}"
+    return f"{buf.get_name()} [{kind}]: {'+'.join(dict.fromkeys(ops_))}"
 
 
 def fusion_text(graph, sched) -> str:
