@@ -377,6 +377,10 @@ class _CountingHandler:
         self.opcount += 1
         return "v"
 
+    def indirect_indexing(self, value, size):
+        self.opcount += 1
+        return sym("indirect")
+
     def __getattr__(self, name):
         def op(*args):
             self.opcount += 1

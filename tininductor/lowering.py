@@ -615,3 +615,38 @@ def gelu(x, approximate="none"):
 @register_lowering(aten.silu)
 def silu(x):
     return pointwise(lambda v: ops.mul(v, ops.sigmoid(v)), x, promote=Promote.INT_TO_FLOAT)
+
+
+# --------------------------------------------------------------------------- indirect indexing
+# ``ops.indirect_indexing(value, size)`` turns a loaded integer into an index variable (a sympy
+# symbol the backend binds to that value, negative indices wrapped), so a load can use it.
+
+
+@register_lowering(aten.embedding)
+def embedding(weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=False):
+    if len(weight.get_size()) != 2:
+        raise Unsupported("embedding with a non-2-D weight")
+    rows, dim = weight.get_size()
+    load_w, load_i = weight.make_loader(), indices.make_loader()
+    isize = indices.get_size()
+
+    def inner_fn(index):
+        row = ops.indirect_indexing(load_i(index[: len(isize)]), rows)
+        return load_w([row, index[-1]])
+
+    return ir.StorageBox(ir.Pointwise(weight.get_device(), weight.get_dtype(), inner_fn, isize + [dim]))
+
+
+@register_lowering(aten.gather)
+def gather(x, dim, index, sparse_grad=False):
+    size = x.get_size()
+    if len(size) == 0:
+        raise Unsupported("gather from a 0-d tensor")
+    dim = dim % len(size)
+    load_x, load_i = x.make_loader(), index.make_loader()
+
+    def inner_fn(idx):
+        pos = ops.indirect_indexing(load_i(idx), size[dim])
+        return load_x(list(idx[:dim]) + [pos] + list(idx[dim + 1:]))
+
+    return ir.StorageBox(ir.Pointwise(x.get_device(), x.get_dtype(), inner_fn, index.get_size()))

@@ -144,6 +144,8 @@ class TritonKernel:
     def _mask(self, index: sympy.Expr) -> str | None:
         """Mask by the loop variables the index uses: ``xmask``, ``rmask``, both, or none."""
         names = {s.name[0] for s in index.free_symbols}
+        if "t" in names:  # an indirect index (a tmp variable): guard by the row mask too
+            names.add("x")
         return " & ".join(m for m, p in (("xmask", "x"), ("rmask", "r")) if p in names) or None
 
     def _arg(self, name: str, output: bool) -> str:
@@ -176,6 +178,11 @@ class TritonKernel:
             return self.constant(int(expr), dtype)
         return self.cse.generate(self.body, f"({pexpr(expr)}).to({triton_type(dtype)})")
 
+    def indirect_indexing(self, value, size):
+        """Bind a loaded index to a variable usable in index expressions (wrapping negatives)."""
+        var = self.cse.generate(self.body, f"tl.where({value} < 0, {value} + {size}, {value})")
+        return sympy.Symbol(var, integer=True)
+
     def to_dtype(self, x, dtype):
         if x in self.literals:
             return self.cse.generate(self.body, f"tl.full([1], {x}, {triton_type(dtype)})")
@@ -199,9 +206,13 @@ class TritonKernel:
             return None
         ptr = self._arg(name, output=True)
         self.stored.add(name)
-        mask = self._mask(index)
+        names = {s.name[0] for s in index.free_symbols}
+        offset = pexpr(index)
+        if "x" not in names:  # e.g. a full reduction's single element: make the pointer a block too
+            offset += " + tl.zeros_like(xindex)"
+        mask = "xmask & rmask" if "r" in names else "xmask"
         target = self.post if value in self.post_vars else self.body
-        target.writeline(f"tl.store({ptr} + ({pexpr(index)}), {value}{', ' + mask if mask else ''})")
+        target.writeline(f"tl.store({ptr} + ({offset}), {value}, {mask})")
         return None
 
     def reduction(self, dtype, src_dtype, reduction_type, value):
