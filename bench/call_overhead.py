@@ -17,7 +17,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import torch
 
-from bench import harness
+from course import benchmark as harness
 
 
 def add_one(x):

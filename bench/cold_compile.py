@@ -18,7 +18,7 @@ import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from bench import harness
+from course import benchmark as harness
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

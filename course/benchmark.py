@@ -1,4 +1,4 @@
-"""Shared benchmark harness: eager, ``torch.compile`` and tiny, timed side by side in one run.
+"""Benchmark harness: eager, ``torch.compile`` and tiny, timed side by side in one run.
 
 Every script under ``bench/`` uses it the same way: build the compiled callables with
 :func:`compilers`, check each one's output against eager *before* timing it, time them with
@@ -19,7 +19,7 @@ from typing import Any, Callable
 
 import torch
 
-RESULTS = Path(__file__).resolve().parent / "results"
+RESULTS = Path(__file__).resolve().parent.parent / "bench" / "results"
 BACKENDS = ("eager", "torch.compile", "tiny")
 
 
