@@ -250,11 +250,14 @@ def lower_and_schedule(fn, args, decompose=True):
 
 
 def _node_label(graph, buf) -> str:
-    ops_ = graph.origin_ops(buf.origins) if isinstance(buf, ir.ComputedBuffer) else [getattr(buf, "kernel", "extern")]
-    kind = "reduction" if isinstance(buf, ir.ComputedBuffer) and buf.is_reduction() else "pointwise"
-    if not isinstance(buf, ir.ComputedBuffer):
-        kind = "extern"
-    return f"{buf.get_name()} [{kind}]: {'+'.join(dict.fromkeys(ops_))}"
+    if isinstance(buf, ir.ComputedBuffer):
+        ops_ = list(dict.fromkeys(graph.origin_ops(buf.origins)))
+        kind = "reduction" if buf.is_reduction() else "pointwise"
+        if len(ops_) > 4:
+            ops_ = ops_[:3] + ["..."]
+    else:
+        kind, ops_ = "extern", [str(getattr(buf, "kernel", "extern")).split(".")[-2 if "." in str(getattr(buf, "kernel", "")) else -1]]
+    return f"{buf.get_name()} [{kind}]: {'+'.join(ops_)}"
 
 
 def fusion_text(graph, sched) -> str:
@@ -301,32 +304,36 @@ def draw_fusion(graph, sched, ax=None):
     for node in sched.nodes:
         columns.append(node.nodes if isinstance(node, scheduler.FusedGroup) else [node.node])
     inputs = list(graph.graph_inputs)
+    step = 2.4  # horizontal distance between columns
     pos = {name: (0, -i) for i, name in enumerate(inputs)}
     for k, members in enumerate(columns, 1):
         for j, m in enumerate(members):
-            pos[m.get_name()] = (k, -j)
+            pos[m.get_name()] = (k * step, -j)
     if ax is None:
         height = max(2.0, 0.7 * max([len(inputs)] + [len(c) for c in columns]) + 0.8)
-        _, ax = plt.subplots(figsize=(max(4.0, 1.9 * (len(columns) + 1)), height), dpi=80)
+        _, ax = plt.subplots(figsize=(max(4.0, 1.7 * (len(columns) + 1)), height), dpi=80)
     colours = plt.get_cmap("tab10")
     for name in inputs:
         x, y = pos[name]
-        ax.text(x, y, name, ha="center", va="center", fontsize=8,
+        ax.text(x, y, name.replace("_const__param_constant", "param"), ha="center", va="center", fontsize=8,
                 bbox=dict(boxstyle="round", fc="white", ec="black"))
     for k, members in enumerate(columns, 1):
         for m in members:
             x, y = pos[m.get_name()]
             ax.text(x, y, _node_label(graph, m).replace(": ", "\n"), ha="center", va="center", fontsize=7,
                     bbox=dict(boxstyle="round", fc=colours((k - 1) % 10), alpha=0.35))
-        ax.text(k, 0.6, f"kernel {k - 1}" if isinstance(sched.nodes[k - 1], scheduler.FusedGroup) else "extern",
+        ax.text(k * step, 0.6, f"kernel {k - 1}" if isinstance(sched.nodes[k - 1], scheduler.FusedGroup) else "extern",
                 ha="center", fontsize=8, weight="bold")
     for name, reads in sched.reads.items():
         for r in reads:
             if r in pos and name in pos:
                 (x0, y0), (x1, y1) = pos[r], pos[name]
-                ax.annotate("", xy=(x1 - 0.3, y1), xytext=(x0 + 0.3, y0),
-                            arrowprops=dict(arrowstyle="->", color="grey", lw=0.8))
-    ax.set_xlim(-0.6, len(columns) + 0.6)
+                same_column = x0 == x1
+                ax.annotate("", xy=(x1 + (0.75 if same_column else -0.75), y1),
+                            xytext=(x0 + 0.75, y0),
+                            arrowprops=dict(arrowstyle="->", color="grey", lw=0.8,
+                                            connectionstyle="arc3,rad=-0.5" if same_column else "arc3"))
+    ax.set_xlim(-1.2, len(columns) * step + 1.2)
     low = min(y for _, y in pos.values()) if pos else 0
     ax.set_ylim(low - 0.7, 1.0)
     ax.axis("off")
@@ -340,22 +347,43 @@ def _nbytes(layout) -> int:
     return n * torch.empty((), dtype=layout.dtype).element_size()
 
 
-def memory_traffic(graph, sched) -> dict:
-    """Bytes moved by the fused kernels vs one kernel per realized buffer (no fusion).
+def eager_traffic(gm: torch.fx.GraphModule, args) -> int:
+    """Bytes eager moves running ``gm`` op by op: each op reads its tensor inputs and writes its output.
 
-    Fused: each kernel loads every buffer it reads from outside once, and stores every
-    buffer that leaves it. Unfused: every realized buffer is its own kernel, which loads
-    its inputs and stores its result.
+    Views (an output sharing an input's storage) move nothing.
     """
-    fused = unfused = 0
+
+    class Counter(torch.fx.Interpreter):
+        total = 0
+
+        def call_function(self, target, args_, kwargs):
+            out = super().call_function(target, args_, kwargs)
+            inputs = [a for a in torch.utils._pytree.tree_flatten((args_, kwargs))[0] if isinstance(a, torch.Tensor)]
+            outs = [o for o in torch.utils._pytree.tree_flatten(out)[0] if isinstance(o, torch.Tensor)]
+            storages = {t.untyped_storage().data_ptr() for t in inputs}
+            if outs and all(o.untyped_storage().data_ptr() in storages for o in outs):
+                return out  # a view
+            Counter.total += sum(t.numel() * t.element_size() for t in inputs + outs)
+            return out
+
+    with torch.no_grad():
+        Counter(gm).run(*args)
+    return Counter.total
+
+
+def memory_traffic(graph, sched) -> dict:
+    """Bytes moved: eager (one kernel per op), and by the scheduled kernels.
+
+    A fused kernel loads each buffer it reads from outside once and stores each buffer that
+    leaves it; extern calls read their inputs and write their output.
+    """
+    fused = 0
     for node in sched.nodes:
         members = node.nodes if isinstance(node, scheduler.FusedGroup) else [node.node]
         names = {m.get_name() for m in members}
         internal = getattr(node, "internal", set())
         outside = {r for m in members for r in sched.reads[m.get_name()]} - names
         fused += sum(_nbytes(graph.get_buffer(r).layout) for r in outside)
-        fused += sum(_nbytes(m.layout) for m in members if m.get_name() not in internal and m.layout)
-        for m in members:
-            unfused += sum(_nbytes(graph.get_buffer(r).layout) for r in sched.reads[m.get_name()])
-            unfused += _nbytes(m.layout) if m.layout else 0
-    return {"fused_bytes": fused, "unfused_bytes": unfused}
+        fused += sum(_nbytes(m.layout) for m in members
+                     if m.get_name() not in internal and not isinstance(m, ir.MultiOutput) and m.layout.size != [0])
+    return {"eager_bytes": eager_traffic(graph.module, graph.example_inputs), "fused_bytes": fused}
