@@ -261,6 +261,7 @@ class MiniTritonKernel:
         code.writeline("@triton.jit")
         code.writeline(f"def {self.name}({', '.join(params)}):")
         with code.indent():
+            code.writeline(f"# source nodes: {', '.join(dict.fromkeys(o for n in group.nodes for o in n.origins))}")
             code.writeline("xoffset = tl.program_id(0) * XBLOCK  # first row of this program")
             if self.is_reduction:
                 code.writeline("xindex = xoffset + tl.arange(0, XBLOCK)[:, None]  # a column of rows")
