@@ -41,8 +41,9 @@ if not torch.cuda.is_available():
 from course import load
 
 ch = load("ch07")
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"  # where the generated kernels run
 torch.manual_seed(0)
-print("CUDA available:", torch.cuda.is_available())
+print("kernels run on:", DEVICE)
 
 # %% [markdown]
 # ## 1. A buffer is ranges plus a function of the index
@@ -275,7 +276,7 @@ example = ir.InputBuffer("x", ir.Layout.contiguous(torch.device("cpu"), torch.fl
 node = ch.lower_silu(example).data
 print("silu body:", node.body_str())
 
-xs = torch.randn(4, 8)
+xs = torch.randn(4, 8, device=DEVICE)
 with ch.use_lowering(aten.silu.default, ch.lower_silu):
     compiled = ch.compile_aten(lambda x: torch.nn.functional.silu(x) * 2, [xs])
 print("kernels:", compiled.kernels, "| fallbacks:", compiled.fallback_reasons)
@@ -301,7 +302,7 @@ def views(x, w):
     return x.permute(2, 0, 1).sin() + w.permute(1, 0).expand(5, 3, 4)
 
 
-xv, wv = torch.randn(3, 4, 5), torch.randn(4, 3)
+xv, wv = torch.randn(3, 4, 5, device=DEVICE), torch.randn(4, 3, device=DEVICE)
 with ch.use_view_lowerings():
     graph, _ = ch.lower_and_schedule(views, [xv, wv], decompose=False)
     compiled = ch.compile_aten(views, [xv, wv])
@@ -446,8 +447,8 @@ from course.models import TinyBlock
 from tininductor.testing import compile_graph
 
 torch.manual_seed(0)
-block = TinyBlock(hidden=16, expansion=2).eval()
-xb = torch.randn(2, 4, 16)
+block = TinyBlock(hidden=16, expansion=2).eval().to(DEVICE)
+xb = torch.randn(2, 4, 16, device=DEVICE)
 with torch.no_grad():
     g, s = ch.lower_and_schedule(block, [xb])
     ax = ch.draw_fusion(g, s)

@@ -88,7 +88,7 @@ def chain(x, y):
     return (x.sin() + y) * 2
 
 
-xs, ys = torch.randn(4, 3, 9), torch.randn(9)
+xs, ys = torch.randn(4, 3, 9, device=DEVICE), torch.randn(9, device=DEVICE)
 compiled = ch.compile_triton(chain, [xs, ys])
 print(ch.kernel_source(compiled))
 
@@ -118,7 +118,7 @@ def softmax(x):
     return torch.softmax(x, -1)
 
 
-xs = torch.randn(6, 12)
+xs = torch.randn(6, 12, device=DEVICE)
 compiled = ch.compile_triton(softmax, [xs])
 print(ch.kernel_source(compiled))
 torch.testing.assert_close(compiled(xs), softmax(xs))
@@ -140,7 +140,7 @@ torch.testing.assert_close(compiled(xs), softmax(xs))
 from tininductor import config
 from tininductor.testing import patch_config
 
-xs = torch.randn(3, 40)
+xs = torch.randn(3, 40, device=DEVICE)
 with patch_config(config.triton, persistent_reduction_max=16, looped_rblock=16):
     compiled = ch.compile_triton(softmax, [xs])
 print(ch.kernel_source(compiled))
@@ -201,7 +201,7 @@ def row_stats(x):
     return x.sum(-1), x.amax(-1)
 
 
-xs = -torch.rand(5, 7) - 0.5
+xs = -torch.rand(5, 7, device=DEVICE) - 0.5
 with ch.use_mini_backend():
     mini_stats = ch.compile_triton(row_stats, [xs])
 print(ch.kernel_source(mini_stats))
@@ -225,9 +225,9 @@ def layer_norm(x, w, b):
     return torch.nn.functional.layer_norm(x, (x.shape[-1],), w, b)
 
 
-xs, ws, bs = torch.randn(5, 24), torch.randn(24), torch.randn(24)
+xs, ws, bs = (torch.randn(*s, device=DEVICE) for s in ((5, 24), (24,), (24,)))
 with ch.use_mini_backend():
-    mini_chain = ch.compile_triton(chain, [torch.randn(4, 3, 9), torch.randn(9)])
+    mini_chain = ch.compile_triton(chain, [torch.randn(4, 3, 9, device=DEVICE), torch.randn(9, device=DEVICE)])
     mini_ln = ch.compile_triton(layer_norm, [xs, ws, bs])
 print(ch.kernel_source(mini_ln))
 torch.testing.assert_close(mini_ln(xs, ws, bs), layer_norm(xs, ws, bs), atol=1e-5, rtol=1e-4)

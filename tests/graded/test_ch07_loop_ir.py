@@ -11,8 +11,13 @@ from course import load
 from course.testing import expect_close, expect_equal, expect_true
 from tininductor import config, scheduler as package_scheduler
 from tininductor.indexing import sym
-from tininductor.testing import patch_config
+from tininductor.testing import DEVICE, patch_config
 from tininductor.virtualized import V
+
+def randn(*size):
+    """Random inputs on the device the kernels run on (the GPU when there is one)."""
+    return torch.randn(*size, device=DEVICE)
+
 
 ch = load("ch07")
 aten = torch.ops.aten
@@ -31,7 +36,7 @@ def kernel_count(fn, args) -> int:
 @pytest.mark.parametrize("shape, dtype", [((5, 7), torch.float32), ((33,), torch.float64), ((2, 3, 4), torch.float16)])
 def test_silu_lowering_matches_eager(shape, dtype):
     torch.manual_seed(0)
-    x = (torch.randn(shape) * 4).to(dtype)
+    x = (randn(shape) * 4).to(dtype)
 
     def f(x):
         return torch.nn.functional.silu(x) + 1
@@ -60,7 +65,7 @@ def test_permute_reindex_on_symbols():
 @pytest.mark.parametrize("case", range(3))
 def test_view_lowerings_match_eager(case):
     torch.manual_seed(case)
-    x, y = torch.randn(3, 4, 5), torch.randn(4, 1)
+    x, y = randn(3, 4, 5), randn(4, 1)
     fns = [
         lambda x, y: x.permute(2, 0, 1) * 2 + 1,
         lambda x, y: (x.sin().permute(1, 2, 0), y.expand(3, 4, 6) - 1),
@@ -99,7 +104,7 @@ def _transposed_read(x, w):
 @pytest.mark.parametrize("fn", [_chain, _softmax, _layernorm, _transposed_read], ids=lambda f: f.__name__[1:])
 def test_fusion_check_in_scheduler(fn):
     torch.manual_seed(0)
-    x, w = torch.randn(12, 12), torch.randn(12)
+    x, w = randn(12, 12), randn(12)
     expected_kernels = kernel_count(fn, [x, w])
     with ch.use_fusion_check(), patch_config(config.triton, max_xblock=32, max_reduction_block=32):
         compiled = ch.compile_aten(fn, [x, w])
@@ -112,7 +117,7 @@ def test_fusion_check_in_scheduler(fn):
 @pytest.mark.ch07_3
 def test_fusion_check_rejects_mismatched_sizes_and_indices():
     torch.manual_seed(0)
-    x, w = torch.randn(6, 8), torch.randn(8)
+    x, w = randn(6, 8), randn(8)
     graph, sched = ch.lower_and_schedule(_transposed_read, [x, w], decompose=False)
     buffers = [b for b in graph.buffers if hasattr(b, "data")]
     first, second = buffers[0], buffers[1]
@@ -142,7 +147,7 @@ def _record(handler_cls, node):
 @pytest.mark.ch07_4
 @pytest.mark.parametrize("fn", [_softmax, _layernorm, _transposed_read], ids=lambda f: f.__name__[1:])
 def test_read_writes_match_package(fn):
-    x, w = torch.randn(6, 8), torch.randn(8)
+    x, w = randn(6, 8), randn(8)
     graph, _ = ch.lower_and_schedule(fn, [x, w], decompose=False)
     for node in graph.buffers:
         if not hasattr(node, "store_body"):
@@ -158,7 +163,7 @@ def test_read_writes_match_package(fn):
 @pytest.mark.parametrize("fn", [_softmax, _transposed_read], ids=lambda f: f.__name__[1:])
 def test_read_writes_drive_the_scheduler(fn):
     torch.manual_seed(1)
-    x, w = torch.randn(12, 12), torch.randn(12)
+    x, w = randn(12, 12), randn(12)
     expected_kernels = kernel_count(fn, [x, w])
     with ch.use_read_writes(), patch_config(config.triton, max_xblock=32, max_reduction_block=32):
         compiled = ch.compile_aten(fn, [x, w])

@@ -15,6 +15,16 @@ import tininductor.testing  # noqa: F401  (sets TRITON_INTERPRET=1 on CPU before
 from course import load
 from course.testing import expect_close, expect_equal, expect_true
 from tininductor.indexing import sym
+from tininductor.testing import DEVICE
+
+def randn(*size):
+    """Random inputs on the device the kernels run on (the GPU when there is one)."""
+    return torch.randn(*size, device=DEVICE)
+
+
+def rand(*size):
+    return torch.rand(*size, device=DEVICE)
+
 
 ch = load("ch08")
 
@@ -110,7 +120,7 @@ def test_op_table_covers_the_ops():
 def test_op_strings_in_kernels(shape, others):
     others("memory", "launch", "reduction")
     torch.manual_seed(0)
-    x, w = torch.randn(shape), torch.randn(shape[-1])
+    x, w = randn(shape), randn(shape[-1])
     for fn in (_ops_a, _ops_b):
         compiled = run(fn, [x, w])
         expect_equal(len(compiled.kernels), 1, f"kernels for {fn.__name__}")
@@ -137,7 +147,7 @@ def test_masks_and_memory_lines():
 def test_masked_pointwise_kernel(shape, others):
     others("ops", "launch", "reduction")
     torch.manual_seed(1)
-    x, w = torch.randn(shape), torch.randn(shape[-1])
+    x, w = randn(shape), randn(shape[-1])
 
     def f(x, w):
         return (x.permute(*reversed(range(x.dim()))) * 2).sin().permute(*reversed(range(x.dim()))) + w
@@ -151,7 +161,7 @@ def test_masked_pointwise_kernel(shape, others):
 def test_masked_reduction_kernel(others):
     others("ops", "launch", "reduction")
     torch.manual_seed(2)
-    x, w = torch.randn(6, 11), torch.randn(11)
+    x, w = randn(6, 11), randn(11)
     run(lambda x, w: (x * w).sum(-1) + x.amax(-1), [x, w])
 
 
@@ -163,7 +173,7 @@ def test_masked_reduction_kernel(others):
 def test_persistent_row_reductions(shape, others):
     others("ops", "memory", "launch")
     torch.manual_seed(3)
-    x = -torch.rand(shape) - 0.5  # all negative: a max that starts from 0 is wrong
+    x = -rand(shape) - 0.5  # all negative: a max that starts from 0 is wrong
     compiled = run(lambda x: (x.sum(-1), x.amax(-1), x.amin(-1)), [x], atol=1e-5, rtol=1e-5)
     expect_true(all("_per_" in k for k in compiled.kernels), "persistent reduction kernels",
                 context=", ".join(compiled.kernels))
@@ -174,7 +184,7 @@ def test_persistent_row_reductions(shape, others):
 def test_softmax_and_layernorm_fused(shape, others):
     others("ops", "memory", "launch")
     torch.manual_seed(4)
-    x, w = torch.randn(shape) * 3, torch.randn(shape[-1])
+    x, w = randn(shape) * 3, randn(shape[-1])
     c1 = run(lambda x, w: torch.softmax(x * w, -1), [x, w])
     c2 = run(lambda x, w: torch.nn.functional.layer_norm(x, (shape[-1],), w, None), [x, w], atol=1e-5, rtol=1e-4)
     expect_equal((len(c1.kernels), len(c2.kernels)), (1, 1), "kernels for (softmax, layer_norm)")
@@ -208,5 +218,5 @@ def test_launch_config_rules(numel, rnumel, is_reduction):
 def test_launch_config_in_kernels(others):
     others("ops", "memory", "reduction")
     torch.manual_seed(5)
-    x, y = torch.randn(1100), torch.randn(20, 37)
+    x, y = randn(1100), randn(20, 37)
     run(lambda x, y: ((x * 2).sin(), y.softmax(-1)), [x, y])
