@@ -12,7 +12,7 @@ import os
 
 import pytest
 import torch
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, given, seed, settings
 from hypothesis import strategies as st
 from torch.fx.experimental.proxy_tensor import make_fx
 
@@ -20,6 +20,7 @@ from tininductor import config
 from tininductor.testing import DEVICE, compile_graph, patch_config
 
 EXAMPLES = int(os.environ.get("TINY_FUZZ_EXAMPLES", "12"))
+SEED = os.environ.get("TINY_FUZZ_SEED")  # set it to run a different (random) slice of programs
 
 UNARY = {
     "sin": torch.sin, "cos": torch.cos, "tanh": torch.tanh, "sigmoid": torch.sigmoid,
@@ -73,6 +74,9 @@ def programs(draw):
     return inputs, steps, extra_output, looped
 
 
+COUNT = []  # examples run (printed by the long run)
+
+
 def make_inputs(inputs):
     out = []
     for shape, transposed in inputs:
@@ -120,8 +124,9 @@ def build(steps, extra_output):
     return fn
 
 
-@settings(max_examples=EXAMPLES, deadline=None, derandomize=True, database=None,
+@settings(max_examples=EXAMPLES, deadline=None, derandomize=SEED is None, database=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@seed(int(SEED or 0))
 @given(programs())
 def test_random_graphs_match_eager(program):
     inputs, steps, extra_output, looped = program
@@ -132,5 +137,11 @@ def test_random_graphs_match_eager(program):
     with patch_config(config.triton, persistent_reduction_max=limit, looped_rblock=4):
         compiled = compile_graph(make_fx(fn)(*args), args)  # make_fx: shape logic runs concretely
         actual = compiled(*args)
+    COUNT.append(1)
     torch.testing.assert_close(actual, expected, atol=1e-4, rtol=1e-4, equal_nan=True, check_stride=False,
                                msg=lambda m: f"{m}\nprogram: {program}\n{compiled.source}")
+
+
+def teardown_module():
+    if SEED is not None:
+        print(f"\nfuzz: {len(COUNT)} examples compiled and compared (seed {SEED})")

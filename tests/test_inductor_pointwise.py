@@ -117,3 +117,11 @@ def test_embedding_and_gather_indirect_loads():
     idx = torch.tensor([[1, 9, 2], [0, 3, 3]], device=DEVICE)
     c = check(lambda w, i: (torch.nn.functional.embedding(i, w) * 2, torch.gather(w, 1, i.abs().clamp(max=3).t())), w, idx)
     assert "fallback" not in c.source
+
+
+def test_advanced_indexing():
+    x = rand(5, 6, 7)
+    i = torch.tensor([[0, 4], [2, 2]], device=DEVICE)
+    j = torch.tensor([1, 5], device=DEVICE)
+    c = check(lambda x, i, j: (x[i] + 1, x[:, j], x[i, :, j], x[:, i, j[:1]] * 2), x, i, j)
+    assert "fallback" not in c.source

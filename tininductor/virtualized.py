@@ -25,7 +25,7 @@ The ops every handler understands (the *ops protocol*, shared by all backends):
 ``to_dtype(x, dtype)``                 an explicit cast (``prims.convert_element_type``)
 ``where(cond, a, b)``                  select
 unary: ``neg abs exp log log1p expm1 sqrt rsqrt reciprocal sin cos tanh sigmoid erf sign
-relu logical_not floor ceil``
+relu logical_not bitwise_not floor ceil``
 binary: ``add sub mul truediv pow maximum minimum eq ne lt le gt ge logical_and logical_or
 bitwise_and bitwise_or``
 =====================================  =================================================
@@ -38,7 +38,7 @@ from typing import Any, Iterator
 
 UNARY_OPS = (
     "neg abs exp log log1p expm1 sqrt rsqrt reciprocal sin cos tanh sigmoid erf sign relu "
-    "logical_not floor ceil"
+    "logical_not bitwise_not floor ceil"
 ).split()
 BINARY_OPS = (
     "add sub mul truediv pow maximum minimum eq ne lt le gt ge logical_and logical_or "

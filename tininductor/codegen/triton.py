@@ -50,7 +50,7 @@ class TritonOverrides:
         "sqrt": "tl.sqrt({0})", "rsqrt": "tl.rsqrt({0})", "reciprocal": "1 / {0}",
         "sin": "tl.sin({0})", "cos": "tl.cos({0})", "tanh": "triton_helpers.tanh({0})",
         "sigmoid": "tl.sigmoid({0})", "erf": "tl.erf({0})", "sign": "triton_helpers.sign({0})",
-        "relu": "triton_helpers.maximum({0}, 0)", "logical_not": "{0} == 0",
+        "relu": "triton_helpers.maximum({0}, 0)", "logical_not": "{0} == 0", "bitwise_not": "~{0}",
         "floor": "tl.floor({0})", "ceil": "tl.ceil({0})",
         # binary
         "add": "{0} + {1}", "sub": "{0} - {1}", "mul": "{0} * {1}", "truediv": "{0} / {1}",
@@ -314,7 +314,9 @@ class TritonKernel:
         ordered = list(self.in_args) + list(self.out_args)
         params = list(self.in_args.values()) + list(self.out_args.values()) + ["xnumel"]
         if self.is_reduction:
-            params += ["rnumel"]
+            # looped kernels take rnumel as a compile-time constant: shapes are static, and the
+            # loop bound is then a plain int (older Triton interpreters need that)
+            params += ["rnumel" if self.persistent else "rnumel: tl.constexpr"]
         params += ["XBLOCK: tl.constexpr"] + (["RBLOCK: tl.constexpr"] if self.is_reduction else [])
         origins = [o for n in group.nodes for o in n.origins]
         code = IndentedBuffer()
@@ -341,8 +343,10 @@ class TritonKernel:
         xblock, rblock, warps = self.block_sizes()
         numel, rnumel = group.numel, group.rnumel
         grid = max(1, -(-numel // xblock))
-        size_args = [str(numel)] + ([str(rnumel)] if self.is_reduction else [])
+        size_args = [str(numel)] + ([str(rnumel)] if self.persistent else [])
         consts = f"XBLOCK={xblock}" + (f", RBLOCK={rblock}" if self.is_reduction else "")
+        if self.is_reduction and not self.persistent:
+            consts = f"rnumel={rnumel}, " + consts
         name = self.name
 
         def launch(arg_refs):
