@@ -348,7 +348,7 @@ def _nbytes(layout) -> int:
 
 
 def eager_traffic(gm: torch.fx.GraphModule, args) -> int:
-    """Bytes eager moves running ``gm`` op by op: each op reads its tensor inputs and writes its output.
+    """Bytes moved running ``gm`` op by op, as eager does: each op reads its tensor inputs and writes its output.
 
     Views (an output sharing an input's storage) move nothing.
     """
@@ -372,7 +372,7 @@ def eager_traffic(gm: torch.fx.GraphModule, args) -> int:
 
 
 def memory_traffic(graph, sched) -> dict:
-    """Bytes moved: eager (one kernel per op), and by the scheduled kernels.
+    """Bytes moved: op by op (``eager_bytes``: one kernel per op of the graph), and by the scheduled kernels.
 
     A fused kernel loads each buffer it reads from outside once and stores each buffer that
     leaves it; extern calls read their inputs and write their output.

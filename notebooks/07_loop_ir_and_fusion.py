@@ -375,8 +375,9 @@ print(ch.fusion_text(g, s))
 #
 # `draw_fusion` draws each kernel as a column (an extern call is a column of its own);
 # arrows are buffer reads. `fusion_text` says the same in words, and `fusion_dot` emits
-# Graphviz DOT when the `dot` program is installed. `memory_traffic` compares the bytes eager
-# moves (each op reads its inputs and writes its output) with the bytes the kernels move.
+# Graphviz DOT when the `dot` program is installed. `memory_traffic` compares the bytes moved
+# running the graph op by op, as eager does (each op reads its inputs and writes its output),
+# with the bytes the fused kernels move.
 
 # %%
 import matplotlib.pyplot as plt
@@ -389,7 +390,7 @@ def show(fn, *args, title=""):
     plt.show()
     print(ch.fusion_text(g, s))
     traffic = ch.memory_traffic(g, s)
-    print(f"memory traffic: eager {traffic['eager_bytes']} bytes, fused {traffic['fused_bytes']} bytes")
+    print(f"memory traffic: op by op {traffic['eager_bytes']} bytes, fused {traffic['fused_bytes']} bytes")
 
 
 def chain(x, w, b):
@@ -438,9 +439,11 @@ except Exception as e:  # no `dot` binary here: the DOT text is still useful
 # ## 6. From the package: the LayerNorm-MLP block
 #
 # The benchmark block of the course (`course.models.TinyBlock`: LayerNorm, Linear, GELU,
-# scale-and-shift, Linear, residual add) through the package: decompose, lower, schedule,
-# then generate and run kernels with `tininductor.compile_fx`. The matmuls are extern calls
-# to torch; everything else is fused around them into three kernels.
+# scale-and-shift, Linear, residual add) through the package: decompose (LayerNorm becomes
+# mean, var, sub, rsqrt...; GELU becomes erf arithmetic), lower, schedule, then generate and
+# run kernels with `tininductor.compile_fx`. The matmuls are extern calls to torch; everything
+# else is fused around them into three kernels: the whole LayerNorm, the bias + GELU +
+# scale-and-shift after the first matmul, and the bias + residual add after the second.
 
 # %%
 from course.models import TinyBlock
@@ -456,7 +459,7 @@ with torch.no_grad():
     plt.show()
     print(ch.fusion_text(g, s))
     traffic = ch.memory_traffic(g, s)
-    print(f"memory traffic: eager {traffic['eager_bytes']} bytes, fused {traffic['fused_bytes']} bytes")
+    print(f"memory traffic: op by op {traffic['eager_bytes']} bytes, fused {traffic['fused_bytes']} bytes")
 
 # %%
 with torch.no_grad():
