@@ -420,7 +420,7 @@ def layer_norm_by_hand(x, w, b, eps=1e-5):
 show(layer_norm_by_hand, torch.randn(64, 32), torch.randn(32), torch.randn(32), title="LayerNorm: one kernel")
 
 # %% [markdown]
-# LayerNorm written op by op is nine eager kernels, each a full pass over memory; fused, it is
+# LayerNorm written op by op is ten eager kernels, each a full pass over memory; fused, it is
 # one pass in (`x`, `w`, `b`) and one pass out. Mean and variance are two reductions with the
 # same group, and the variance reads the mean at the same row index: legal in one kernel.
 
