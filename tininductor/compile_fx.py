@@ -1,0 +1,141 @@
+"""compile_fx: the tininductor backend, FX graph in, compiled callable out.
+
+    compile_fx(gm, example_inputs)            # the backend (training goes through AOT autograd)
+      -> decompose(gm) to the prim set        # decompositions.py
+      -> compile_fx_inner(prim_gm, inputs)
+           GraphLowering   FX -> IR buffers    # graph.py, lowering.py, ir.py
+           Scheduler       buffers -> kernels  # scheduler.py
+           WrapperCodeGen  kernels -> module   # codegen/wrapper.py, codegen/triton.py
+           PyCodeCache     module source -> loaded module; return its call()
+
+Use it as ``torch.compile(f, backend=tininductor.compile_fx)``.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import types
+import warnings
+
+import torch
+from torch.utils._pytree import tree_flatten, tree_unflatten
+
+from . import config
+from .virtualized import V
+
+log = logging.getLogger("tininductor.compile_fx")
+output_code_log = logging.getLogger("tininductor.output_code")
+
+
+def _artifacts():
+    from tinydynamo import artifacts
+
+    return artifacts
+
+
+def _is_training(example_inputs) -> bool:
+    return torch.is_grad_enabled() and any(
+        isinstance(t, torch.Tensor) and t.requires_grad for t in example_inputs
+    )
+
+
+def compile_fx(gm: torch.fx.GraphModule, example_inputs):
+    """The "tininductor" backend: ``backend(gm, example_inputs) -> callable``."""
+    if _is_training(example_inputs):
+        try:
+            from .aot_autograd import aot_autograd
+        except ImportError:
+            warnings.warn("tininductor: training graphs need tininductor.aot_autograd (not available); running eagerly")
+            return gm
+        return aot_autograd(fw_compiler=compile_fx_inner, bw_compiler=compile_fx_inner)(gm, example_inputs)
+    try:
+        from .decompositions import decompose
+
+        with torch.no_grad():
+            prim_gm = decompose(gm, example_inputs)
+        return compile_fx_inner(prim_gm, example_inputs)
+    except Exception as e:
+        if not config.fallback_to_eager:
+            raise
+        warnings.warn(f"tininductor failed to compile the graph ({type(e).__name__}: {e}); running it eagerly")
+        log.debug("compile failure", exc_info=True)
+        return gm
+
+
+def _ensure_example_values(gm: torch.fx.GraphModule, example_inputs) -> None:
+    """Lowering reads ``node.meta['val']`` in places; fill it in with fake tensors if missing."""
+    if all("val" in n.meta for n in gm.graph.nodes if n.op == "call_function"):
+        return
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.passes.fake_tensor_prop import FakeTensorProp
+
+    mode = FakeTensorMode(allow_non_fake_inputs=True)
+    FakeTensorProp(gm, mode).propagate(*[mode.from_tensor(t) if isinstance(t, torch.Tensor) else t for t in example_inputs])
+
+
+def compile_fx_inner(gm: torch.fx.GraphModule, example_inputs, **_ignored):
+    """Compile a prim-set graph: lower, schedule, generate, load. Returns ``f(*args) -> outputs``."""
+    from .codecache import PyCodeCache
+    from .codegen.wrapper import WrapperCodeGen
+    from .graph import GraphLowering
+    from .scheduler import Scheduler
+
+    example_inputs = list(example_inputs)
+    _ensure_example_values(gm, example_inputs)
+    graph = GraphLowering(gm, example_inputs)
+    with V.set_graph_handler(graph):
+        graph.run(*example_inputs)
+        _use_interpreter_if_needed(graph)
+        artifacts = _artifacts()
+        artifacts.record("ir", "tininductor IR (realized buffers)", graph.ir_str())
+        output_names = {o.get_name() for o in graph.graph_outputs if hasattr(o, "get_name")}
+        scheduler = Scheduler(graph.buffers, output_names)
+        wrapper = WrapperCodeGen(graph, scheduler)
+        source = wrapper.generate()
+    for k in wrapper.kernels:
+        artifacts.record("kernels", k.name, k.source)
+    artifacts.record("output_code", "wrapper", source)
+    _log_output_code(source)
+    module = PyCodeCache.load(source)
+    constants = list(graph.constants.values())
+    spec = graph.output_spec
+    call = module.call
+
+    def compiled(*args):
+        return tree_unflatten(list(call(list(args) + constants)), spec)
+
+    compiled.source = source
+    compiled.kernels = [k.name for k in wrapper.kernels]
+    compiled.fallback_reasons = list(graph.fallback_reasons)
+    compiled.module = module
+    return compiled
+
+
+def _use_interpreter_if_needed(graph) -> None:
+    """CPU graphs on the Triton path need TRITON_INTERPRET=1 before any kernel is jitted."""
+    if "cpu" in graph.device_types and os.environ.get("TRITON_INTERPRET") != "1":
+        from .codegen.common import get_scheduling
+
+        if getattr(get_scheduling(torch.device("cpu")), "kind", None) == "triton":
+            os.environ["TRITON_INTERPRET"] = "1"
+
+
+def _log_output_code(source: str) -> None:
+    if "output_code" in os.environ.get("TINY_LOGS", "").split(","):
+        print(source)
+    output_code_log.debug("Output code:\n%s", source)
+
+
+class _CallableModule(types.ModuleType):
+    """``tininductor.compile_fx`` names both this module and the backend function.
+
+    Importing the submodule rebinds the package attribute to the module, so the module
+    itself is made callable: ``torch.compile(f, backend=tininductor.compile_fx)`` always works.
+    """
+
+    def __call__(self, gm, example_inputs):
+        return compile_fx(gm, example_inputs)
+
+
+sys.modules[__name__].__class__ = _CallableModule
