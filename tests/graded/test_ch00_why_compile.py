@@ -15,25 +15,10 @@ import torch.nn.functional as F
 from torch.fx.experimental.proxy_tensor import make_fx
 
 from course import load
+from course.models import TinyBlock
 from course.testing import expect_close, expect_equal, expect_true
 
 ch = load("ch00")
-
-
-class TinyBlock(torch.nn.Module):
-    """The seeds' block: LayerNorm -> Linear -> GELU -> scale/shift -> Linear, plus a residual."""
-
-    def __init__(self, hidden: int, expansion: int = 4) -> None:
-        super().__init__()
-        self.ln = torch.nn.LayerNorm(hidden)
-        self.fc1 = torch.nn.Linear(hidden, hidden * expansion)
-        self.fc2 = torch.nn.Linear(hidden * expansion, hidden)
-
-    def forward(self, x):
-        residual = x
-        x = F.gelu(self.fc1(self.ln(x)))
-        x = x * 1.41421356 + 0.01
-        return self.fc2(x) + residual
 
 
 def pointwise_chain(x):
