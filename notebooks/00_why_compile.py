@@ -240,7 +240,8 @@ ax.plot(ks, chain_ms, "o-", label="eager, a new tensor per op")
 ax.plot(ks, inplace_ms, "s-", label="eager, in place (traffic only)")
 ax.plot(ks, [inplace_ms[0]] * len(ks), "--", color="gray", label="ideal fused kernel: one pass")
 ax.set_xlabel("pointwise ops in the chain")
-ax.set_ylabel("milliseconds per call")
+ax.set_yscale("log")
+ax.set_ylabel("milliseconds per call (log)")
 ax.set_title("Every eager op re-reads and re-writes memory")
 ax.legend()
 fig.tight_layout()
@@ -273,17 +274,19 @@ STAGES = [
     ("Inductor\n(loop IR, fusion)", "#fce4ec"),
     ("Triton (GPU)\nC++ (CPU)", "#ede7f6"),
 ]
-fig, ax = plt.subplots(figsize=(9, 1.8), dpi=80)
+STEP = 2.3  # distance between box centres
+fig, ax = plt.subplots(figsize=(9, 1.4), dpi=80)
 for i, (label, colour) in enumerate(STAGES):
-    ax.text(i * 1.6, 0, label, ha="center", va="center", fontsize=9,
+    ax.text(i * STEP, 0, label, ha="center", va="center", fontsize=9,
             bbox=dict(boxstyle="round,pad=0.4", facecolor=colour, edgecolor="#555555"))
     if i:
-        ax.annotate("", xy=(i * 1.6 - 0.62, 0), xytext=((i - 1) * 1.6 + 0.62, 0),
+        ax.annotate("", xy=(i * STEP - 1.0, 0), xytext=((i - 1) * STEP + 1.0, 0),
                     arrowprops=dict(arrowstyle="->", color="#333333"))
-ax.set_xlim(-0.8, (len(STAGES) - 1) * 1.6 + 0.8)
-ax.set_ylim(-0.6, 0.6)
+ax.set_xlim(-1.0, (len(STAGES) - 1) * STEP + 1.0)
+ax.set_ylim(-0.5, 0.5)
 ax.axis("off")
-ax.set_title("torch.compile: each arrow is a chapter of this course", fontsize=10)
+ax.set_title("The torch.compile pipeline", fontsize=10)
+fig.subplots_adjust(left=0.0, right=1.0, bottom=0.0, top=0.85)
 plt.show()
 print("  ->  ".join(label.replace("\n", " ") for label, _ in STAGES))
 
@@ -454,7 +457,8 @@ names = [r[0] for r in rows]
 speedups = [r[1].median_s / r[2].median_s for r in rows]
 bars = ax.bar(names, speedups, color=["#4caf50" if s >= 1 else "#f44336" for s in speedups])
 ax.axhline(1.0, color="gray", ls="--")
-ax.set_ylabel("eager time / compiled time")
+ax.set_yscale("log")
+ax.set_ylabel("eager time / compiled time (log)")
 ax.set_title("torch.compile speedup on this CPU (> 1: faster)")
 for bar, s in zip(bars, speedups):
     ax.text(bar.get_x() + bar.get_width() / 2, s, f"{s:.2f}", ha="center", va="bottom")
