@@ -480,8 +480,10 @@ plt.show()
 # * **TinyBlock** is dominated by its two matrix multiplications, which Inductor hands to the
 #   same library eager uses; the gain comes from fusing LayerNorm and GELU and the pointwise
 #   tail.
-# * The **first call** costs seconds, against microseconds to milliseconds saved per call.
-#   Compiling only pays when the function is called many times.
+# * The **first call** pays for compiling: seconds on a fresh machine (section 6.4), less when
+#   Inductor's on-disk cache already holds the kernels (as when this notebook is re-run), against
+#   microseconds to milliseconds saved per call. Compiling only pays when the function is called
+#   many times.
 #
 # `bench/eager_vs_compile.py` runs the same comparison from the command line at any size, with
 # every backend and mode as a column.
