@@ -399,8 +399,17 @@ first_call_s = time.perf_counter() - start
 torch.testing.assert_close(result, pointwise(small))
 print(f"first call (compile + run): {first_call_s:.1f} s")
 
-kernel = code[code.index("extern \"C\""):code.index("''')")] if "extern \"C\"" in code else code
-print(kernel)
+
+def kernel_source(code: str) -> str:
+    """The generated kernel inside Inductor's output module: C++ on a CPU, Triton on a GPU."""
+    for start in ('extern "C"', "@triton.jit"):
+        if start in code:
+            begin = code.index(start)
+            return code[begin:code.index("'''", begin)].rstrip()
+    return code
+
+
+print(kernel_source(code))
 call_fn = code[code.index("def call("):]
 print(call_fn[:call_fn.index("return (")] + "return ...")
 modules = getattr(torch._inductor.codecache.PyCodeCache, "modules", [])
