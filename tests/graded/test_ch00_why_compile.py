@@ -111,11 +111,12 @@ class FakeDevice:
     kernel time; only ``synchronize()`` moves the clock past the queued work."""
 
     LAUNCH = 0.5
+    QUEUED_BEFORE = 30.0  # work queued before benchmark() was called (creating the inputs, say)
 
     def __init__(self, kernel_times):
         self.kernel_times = list(kernel_times)
         self.now = 0.0
-        self.pending = 0.0
+        self.pending = self.QUEUED_BEFORE
         self.calls = 0
 
     def clock(self) -> float:
@@ -185,6 +186,19 @@ def _data_dependent(x):
 
 def _no_break(x):
     return F.gelu(x @ x.mT).mean()
+
+
+@pytest.mark.ch00_4
+def test_graph_recorder_follows_the_backend_contract():
+    gm = torch.fx.symbolic_trace(lambda x, y: torch.relu(x * y) + 1)
+    x, y = torch.randn(3, 4), torch.randn(3, 4)
+    recorder = ch.GraphRecorder()
+    compiled = recorder(gm, [x, y])  # called directly, as TorchDynamo would
+    expect_true(callable(compiled), f"the backend must return a callable, got {compiled!r}")
+    expect_close(compiled(x, y), torch.relu(x * y) + 1, "the returned callable's output vs eager")
+    expect_equal(len(recorder.graphs), 1, "graphs recorded after one backend call")
+    expect_true(recorder.graphs[0] is gm, "recorder.graphs[0] should be the GraphModule it was given")
+    expect_equal([tuple(t.shape) for t in recorder.example_inputs[0]], [(3, 4), (3, 4)], "recorded example input shapes")
 
 
 @pytest.mark.ch00_4
