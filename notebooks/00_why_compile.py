@@ -143,7 +143,7 @@ with PrintOps():
     pointwise(x)
 
 # %% [markdown]
-# Four lines of Python, four ATen ops, four kernels. **Exercise 0.1** turns this mode into a
+# One line of Python, four ATen ops, four kernels. **Exercise 0.1** turns this mode into a
 # counter, `ch.count_aten_ops(fn, *args)`, that returns a `Counter` of op names. Let's count the
 # seeds' `TinyBlock` (LayerNorm → Linear → GELU → scale/shift → Linear, plus a residual), and
 # the same block during a training step, where autograd adds the backward operators.
@@ -168,8 +168,10 @@ training_ops = ch.count_aten_ops(training_step, x)
 print(f"TinyBlock forward + backward: {sum(training_ops.values())} ATen ops")
 
 # %% [markdown]
-# Every one of those ops pays the overhead we measured in section 2, and each pointwise op
-# (the `gelu`, the `mul`, the `add`s) makes its own pass over the data.
+# Every one of those ops pays the overhead we measured in section 2. The `view` and `t` ops
+# only make new tensor metadata (shape and strides) over the same memory; each of the others
+# runs a kernel, and each pointwise one (the `gelu`, the `mul`, the `add`s) makes its own pass
+# over the data. Training more than triples the count.
 #
 # ## 4. Cost 3: intermediate tensors
 #
@@ -192,7 +194,7 @@ with torch.no_grad():
           f"for a {xb.numel() * 4 / 2**10:.0f} KiB input")
 
 # %% [markdown]
-# Memory traffic costs time. On a tensor bigger than the CPU caches, each extra pointwise op
+# Memory traffic costs time. On a large tensor, each extra pointwise op
 # in a chain costs one more full read and write of the tensor, and out-of-place ops also
 # allocate a fresh tensor each (on many systems that means fresh pages from the OS, which
 # costs more than the arithmetic). We time chains of 1 to 6 cheap ops on a million floats, in
