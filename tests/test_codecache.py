@@ -109,6 +109,7 @@ def test_cpp_cache_build_hit_and_corruption():
 
     CppCodeCache.clear()
     good = paths["so"].read_bytes()
+    paths["so"].unlink()  # (a new inode: the loaded library stays mapped)
     paths["so"].write_bytes(good[: len(good) // 3])  # truncated library: must not be dlopen'ed
     CppCodeCache.load(src)
     assert CppCodeCache.stats["corrupt"] == 1 and CppCodeCache.stats["miss"] == 1
@@ -170,3 +171,22 @@ def test_cpp_without_openmp_falls_back(monkeypatch):
     assert "-fopenmp" not in cpp_builder.compile_flags()
     src = _cpp_source("no-openmp " + str(uuid.uuid4()))
     assert _call_scaled_sum(CppCodeCache.load(src), [1, 2, 3], 10) == 60
+
+
+def test_cpp_headers_are_precompiled_and_a_bad_pch_is_survived():
+    header = {"tiny_test_helpers.h": "#include <cmath>\nstatic inline double twice(double x) { return 2 * x; }\n"}
+    src = '#include "tiny_test_helpers.h"\nextern "C" double f(double x) { return twice(x) + std::sqrt(x); }\n'
+    import ctypes
+    lib = CppCodeCache.load(src, headers=header)
+    lib.f.restype, lib.f.argtypes = ctypes.c_double, [ctypes.c_double]
+    assert lib.f(4.0) == 10.0
+    include = CppCodeCache.include_dir(header)
+    gch = include / "tiny_test_helpers.h.gch"
+    assert gch.exists() and (include / "tiny_test_helpers.h").read_text() == header["tiny_test_helpers.h"]
+    gch.write_bytes(gch.read_bytes()[:1000])  # a truncated precompiled header
+    src2 = src.replace("+ std::sqrt(x)", "- std::sqrt(x)")
+    lib2 = CppCodeCache.load(src2, headers=header)
+    lib2.f.restype, lib2.f.argtypes = ctypes.c_double, [ctypes.c_double]
+    assert lib2.f(4.0) == 6.0
+    # the header text is part of the key: a changed header is a different entry
+    assert CppCodeCache.key(src, headers=header) != CppCodeCache.key(src, headers={"tiny_test_helpers.h": "//"})

@@ -121,6 +121,19 @@ def _sha256_file(path: Path) -> str | None:
         return None
 
 
+def entry_is_intact(library: Path, checksum: Path) -> bool:
+    """True when ``library`` exists and its SHA-256 is the one recorded in ``checksum``.
+
+    The checksum file is written only after the library is complete, so a missing checksum
+    means an interrupted build, and a mismatch means a truncated or overwritten library.
+    """
+    try:
+        expected = checksum.read_text().strip()
+    except OSError:
+        return False
+    return bool(expected) and _sha256_file(library) == expected
+
+
 class PyCodeCache:
     """Generated Python (wrappers, Triton kernels) -> ``<hash>.py`` -> an imported module.
 
@@ -175,56 +188,91 @@ class PyCodeCache:
 class CppCodeCache:
     """Generated C++ -> ``<hash>.cpp`` -> g++ -> ``<hash>.so`` (+ ``<hash>.sha256``) -> ``ctypes.CDLL``.
 
-    The hash covers the source, extra flags, the compiler binary, the CPU features and the
-    OpenMP setting, so a cache shared between machines never loads code built for another CPU.
+    The hash covers the source, the headers it includes, extra flags, the compiler binary,
+    the CPU features and the OpenMP setting, so a cache shared between machines never loads
+    code built for another CPU. ``headers`` ({file name: text}) are written to a directory
+    of their own (keyed by their content) and precompiled once, so each kernel build skips
+    parsing them.
     """
 
     libraries: dict[str, ctypes.CDLL] = {}
     stats: collections.Counter = collections.Counter()
 
     @classmethod
-    def key(cls, source: str, extra_flags: tuple[str, ...] = ()) -> str:
+    def key(cls, source: str, extra_flags: tuple[str, ...] = (), headers: dict[str, str] | None = None) -> str:
         cxx = cpp_builder.find_compiler()
         return code_hash(
             "cpp", source, " ".join(extra_flags), cpp_builder.compiler_identity(cxx),
             cpp_builder.machine_signature(), str(cpp_builder.openmp_requested()),
-            os.environ.get("TINY_CPP_FLAGS", ""),
+            os.environ.get("TINY_CPP_FLAGS", ""), *(f"{n}\0{t}" for n, t in sorted((headers or {}).items())),
         )
 
     @classmethod
-    def paths(cls, source: str, extra_flags: tuple[str, ...] = ()) -> dict[str, Path]:
+    def paths(cls, source: str, extra_flags: tuple[str, ...] = (), headers: dict[str, str] | None = None) -> dict[str, Path]:
         """The files of one entry: ``cpp`` (source), ``so`` (library), ``sha256``, ``lock``."""
-        base = _subdir("cpp") / cls.key(source, tuple(extra_flags))
+        base = _subdir("cpp") / cls.key(source, tuple(extra_flags), headers)
         return {ext: base.with_suffix(f".{ext}") for ext in ("cpp", "so", "sha256", "lock")}
 
     @classmethod
-    def load(cls, source: str, extra_flags: tuple[str, ...] = ()) -> ctypes.CDLL:
+    def load(cls, source: str, extra_flags: tuple[str, ...] = (), headers: dict[str, str] | None = None) -> ctypes.CDLL:
         """Build ``source`` into a shared library (unless a verified one is cached) and load it."""
-        p = cls.paths(source, tuple(extra_flags))
+        p = cls.paths(source, tuple(extra_flags), headers)
         if str(p["so"]) in cls.libraries:
             cls.stats["memory_hit"] += 1
             return cls.libraries[str(p["so"])]
         with FileLock(str(p["lock"])):
-            expected = p["sha256"].read_text().strip() if p["sha256"].exists() else None
-            actual = _sha256_file(p["so"])
-            if expected is not None and actual == expected:
+            if entry_is_intact(p["so"], p["sha256"]):
                 cls.stats["disk_hit"] += 1
             else:
-                if actual is not None or expected is not None:
+                if p["so"].exists() or p["sha256"].exists():
                     cls.stats["corrupt"] += 1
                 cls.stats["miss"] += 1
-                cls._build(source, p, tuple(extra_flags))
+                cls._build(source, p, tuple(extra_flags), headers or {})
             lib = ctypes.CDLL(str(p["so"]))
         cls.libraries[str(p["so"])] = lib
         return lib
 
     @classmethod
-    def _build(cls, source: str, p: dict[str, Path], extra_flags: tuple[str, ...]) -> None:
+    def include_dir(cls, headers: dict[str, str], extra_flags: tuple[str, ...] = ()) -> Path:
+        """A directory holding ``headers`` (verified) and their precompiled ``.gch`` files."""
+        d = _subdir("cpp") / f"include-{cls.key('', extra_flags, headers)}"
+        d.mkdir(mode=0o700, exist_ok=True)
+        with FileLock(str(d) + ".lock"):
+            for name, text in headers.items():
+                path, gch = d / name, d / f"{name}.gch"
+                if not path.exists() or path.read_text() != text:
+                    write_atomic(path, text.encode())
+                    if gch.exists():
+                        gch.unlink()
+                if not gch.exists():
+                    fd, tmp = tempfile.mkstemp(dir=d, prefix=f".{gch.name}.", suffix=".tmp")
+                    os.close(fd)
+                    try:
+                        if cpp_builder.precompile_header(str(path), tmp, extra_flags=extra_flags):
+                            os.replace(tmp, gch)
+                    finally:
+                        if os.path.exists(tmp):
+                            os.unlink(tmp)
+        return d
+
+    @classmethod
+    def _build(cls, source: str, p: dict[str, Path], extra_flags: tuple[str, ...], headers: dict[str, str]) -> None:
         write_atomic(p["cpp"], source.encode())
+        flags = extra_flags
+        if headers:
+            include = cls.include_dir(headers, extra_flags)
+            flags = (*extra_flags, f"-I{include}")
         fd, tmp_so = tempfile.mkstemp(dir=p["so"].parent, prefix=f".{p['so'].name}.", suffix=".tmp")
         os.close(fd)
         try:
-            cpp_builder.build_shared_library(str(p["cpp"]), tmp_so, extra_flags=extra_flags)
+            try:
+                cpp_builder.build_shared_library(str(p["cpp"]), tmp_so, extra_flags=flags)
+            except cpp_builder.CppCompileError:
+                if not headers:
+                    raise
+                for gch in include.glob("*.gch"):   # a bad precompiled header: retry from the text
+                    gch.unlink()
+                cpp_builder.build_shared_library(str(p["cpp"]), tmp_so, extra_flags=flags)
             digest = _sha256_file(Path(tmp_so))
             os.replace(tmp_so, p["so"])
         finally:

@@ -12,6 +12,7 @@ Use it as ``torch.compile(f, backend=tininductor.compile_fx)``.
 """
 from __future__ import annotations
 
+import collections
 import logging
 import os
 import sys
@@ -41,26 +42,54 @@ def _is_training(example_inputs) -> bool:
 
 
 def compile_fx(gm: torch.fx.GraphModule, example_inputs):
-    """The "tininductor" backend: ``backend(gm, example_inputs) -> callable``."""
-    if _is_training(example_inputs):
-        try:
-            from .aot_autograd import aot_autograd
-        except ImportError:
+    """The "tininductor" backend: ``backend(gm, example_inputs) -> callable``.
+
+    AOT autograd lifts parameters to inputs, decomposes to prims and (when an input needs a
+    gradient) splits the joint graph into forward and backward; both are compiled by
+    :func:`compile_fx_inner`.
+    """
+    try:
+        from .aot_autograd import aot_autograd
+    except ImportError:  # no AOT layer: inference graphs only
+        if _is_training(example_inputs):
             warnings.warn("tininductor: training graphs need tininductor.aot_autograd (not available); running eagerly")
             return gm
-        return aot_autograd(fw_compiler=compile_fx_inner, bw_compiler=compile_fx_inner)(gm, example_inputs)
-    try:
         from .decompositions import decompose
 
         with torch.no_grad():
-            prim_gm = decompose(gm, example_inputs)
-        return compile_fx_inner(prim_gm, example_inputs)
+            return compile_fx_inner(decompose(gm, example_inputs), example_inputs)
+    try:
+        start = _compile_count[0]
+        fn = aot_autograd(fw_compiler=compile_fx_inner, bw_compiler=compile_fx_inner)(gm, example_inputs)
+        _expose_compiled(fn, [g for g in compiled_graphs if g.seq > start])
+        return fn
     except Exception as e:
         if not config.fallback_to_eager:
             raise
         warnings.warn(f"tininductor failed to compile the graph ({type(e).__name__}: {e}); running it eagerly")
         log.debug("compile failure", exc_info=True)
         return gm
+
+
+#: the graphs compile_fx_inner compiled most recently, oldest first (forward, then backward)
+compiled_graphs: collections.deque = collections.deque(maxlen=32)
+_compile_count = [0]
+
+
+def _expose_compiled(fn, graphs) -> None:
+    """Let callers (tests, notebooks) read the generated code off the backend's result.
+
+    ``fn.compiled_graphs`` lists the compiled forward (and backward) graphs; ``fn.kernels``,
+    ``fn.source`` and ``fn.fallback_reasons`` are the forward graph's.
+    """
+    graphs = [g for g in graphs if hasattr(g, "kernels")]
+    try:
+        fn.compiled_graphs = graphs
+        if graphs:
+            fn.kernels, fn.source = graphs[0].kernels, graphs[0].source
+            fn.fallback_reasons = graphs[0].fallback_reasons
+    except AttributeError:  # not a plain function
+        pass
 
 
 def _ensure_example_values(gm: torch.fx.GraphModule, example_inputs) -> None:
@@ -75,7 +104,22 @@ def _ensure_example_values(gm: torch.fx.GraphModule, example_inputs) -> None:
 
 
 def compile_fx_inner(gm: torch.fx.GraphModule, example_inputs, **_ignored):
-    """Compile a prim-set graph: lower, schedule, generate, load. Returns ``f(*args) -> outputs``."""
+    """Compile a prim-set graph: lower, schedule, generate, load. Returns ``f(*args) -> outputs``.
+
+    On an internal error it warns and returns ``gm`` itself (the graph run by torch), unless
+    ``config.fallback_to_eager`` is False.
+    """
+    try:
+        return _compile_fx_inner(gm, example_inputs)
+    except Exception as e:
+        if not config.fallback_to_eager:
+            raise
+        warnings.warn(f"tininductor failed to compile the graph ({type(e).__name__}: {e}); running it eagerly")
+        log.debug("compile failure", exc_info=True)
+        return gm
+
+
+def _compile_fx_inner(gm: torch.fx.GraphModule, example_inputs):
     from .codecache import PyCodeCache
     from .codegen.wrapper import WrapperCodeGen
     from .graph import GraphLowering
@@ -106,6 +150,9 @@ def compile_fx_inner(gm: torch.fx.GraphModule, example_inputs, **_ignored):
         return tree_unflatten(list(call(list(args) + constants)), spec)
 
     compiled.source = source
+    _compile_count[0] += 1
+    compiled.seq = _compile_count[0]
+    compiled_graphs.append(compiled)
     compiled.kernels = [k.name for k in wrapper.kernels]
     compiled.fallback_reasons = list(graph.fallback_reasons)
     compiled.module = module

@@ -119,6 +119,20 @@ def uses_openmp(cxx: str | None = None) -> bool:
     return "-fopenmp" in compile_flags(cxx)
 
 
+def precompile_header(header_path: str, output_path: str, cxx: str | None = None,
+                      extra_flags: tuple[str, ...] = ()) -> bool:
+    """Build a precompiled header (``.gch``) with the kernels' exact flags; False if that fails.
+
+    g++ uses ``foo.h.gch`` instead of parsing ``foo.h`` (and <cmath>...) when the flags match,
+    which makes each kernel build 2-3x faster. It is only an optimisation: without it (or with
+    a stale one) g++ silently reads the header itself.
+    """
+    cxx = cxx or find_compiler()
+    flags = [f for f in compile_flags(cxx) if f != "-shared"]
+    cmd = [cxx, *flags, *extra_flags, "-x", "c++-header", header_path, "-o", output_path]
+    return subprocess.run(cmd, capture_output=True).returncode == 0
+
+
 def build_shared_library(source_path: str, output_path: str, cxx: str | None = None,
                          extra_flags: tuple[str, ...] = ()) -> list[str]:
     """Compile ``source_path`` into the shared library ``output_path``; return the command used."""
