@@ -13,6 +13,11 @@ from tininductor.testing import DEVICE, check, compile_graph
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 
 
+@pytest.fixture(autouse=True)
+def seed():
+    torch.manual_seed(0)
+
+
 def rand(*size):
     return torch.randn(size, device=DEVICE)
 

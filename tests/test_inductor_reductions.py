@@ -9,6 +9,11 @@ from tininductor.testing import DEVICE, check, patch_config
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 
 
+@pytest.fixture(autouse=True)
+def seed():
+    torch.manual_seed(0)
+
+
 def rand(*size, dtype=torch.float32):
     return torch.randn(size, device=DEVICE).to(dtype)
 

@@ -41,20 +41,24 @@ def _is_training(example_inputs) -> bool:
 
 
 def compile_fx(gm: torch.fx.GraphModule, example_inputs):
-    """The "tininductor" backend: ``backend(gm, example_inputs) -> callable``."""
-    if _is_training(example_inputs):
-        try:
-            from .aot_autograd import aot_autograd
-        except ImportError:
+    """The "tininductor" backend: ``backend(gm, example_inputs) -> callable``.
+
+    AOT autograd lifts parameters to inputs, decomposes to prims and (when an input needs a
+    gradient) splits the joint graph into forward and backward; both are compiled by
+    :func:`compile_fx_inner`.
+    """
+    try:
+        from .aot_autograd import aot_autograd
+    except ImportError:  # no AOT layer: inference graphs only
+        if _is_training(example_inputs):
             warnings.warn("tininductor: training graphs need tininductor.aot_autograd (not available); running eagerly")
             return gm
-        return aot_autograd(fw_compiler=compile_fx_inner, bw_compiler=compile_fx_inner)(gm, example_inputs)
-    try:
         from .decompositions import decompose
 
         with torch.no_grad():
-            prim_gm = decompose(gm, example_inputs)
-        return compile_fx_inner(prim_gm, example_inputs)
+            return compile_fx_inner(decompose(gm, example_inputs), example_inputs)
+    try:
+        return aot_autograd(fw_compiler=compile_fx_inner, bw_compiler=compile_fx_inner)(gm, example_inputs)
     except Exception as e:
         if not config.fallback_to_eager:
             raise
@@ -75,7 +79,22 @@ def _ensure_example_values(gm: torch.fx.GraphModule, example_inputs) -> None:
 
 
 def compile_fx_inner(gm: torch.fx.GraphModule, example_inputs, **_ignored):
-    """Compile a prim-set graph: lower, schedule, generate, load. Returns ``f(*args) -> outputs``."""
+    """Compile a prim-set graph: lower, schedule, generate, load. Returns ``f(*args) -> outputs``.
+
+    On an internal error it warns and returns ``gm`` itself (the graph run by torch), unless
+    ``config.fallback_to_eager`` is False.
+    """
+    try:
+        return _compile_fx_inner(gm, example_inputs)
+    except Exception as e:
+        if not config.fallback_to_eager:
+            raise
+        warnings.warn(f"tininductor failed to compile the graph ({type(e).__name__}: {e}); running it eagerly")
+        log.debug("compile failure", exc_info=True)
+        return gm
+
+
+def _compile_fx_inner(gm: torch.fx.GraphModule, example_inputs):
     from .codecache import PyCodeCache
     from .codegen.wrapper import WrapperCodeGen
     from .graph import GraphLowering

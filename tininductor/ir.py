@@ -295,10 +295,13 @@ class ReinterpretView(IRNode):
 class View(IRNode):
     """A view of a not-yet-realized node: ``self[index] == base[reindex(index)]``."""
 
-    def __init__(self, base: IRNode, size: Sequence[int], reindex: Callable):
+    def __init__(self, base: IRNode, size: Sequence[int], reindex: Callable, layout_fn: Callable | None = None):
         self.base = base
         self.size = [int(s) for s in size]
         self.reindex = reindex
+        # the same view as a layout change (Layout -> Layout, or None when strides cannot express it),
+        # used once the base is realized
+        self.layout_fn = layout_fn
 
     def get_size(self):
         return list(self.size)
@@ -377,6 +380,10 @@ class _CountingHandler:
         self.opcount += 1
         return "v"
 
+    def indirect_indexing(self, value, size):
+        self.opcount += 1
+        return sym("indirect")
+
     def __getattr__(self, name):
         def op(*args):
             self.opcount += 1
@@ -399,6 +406,12 @@ def realize_input(x: IRNode) -> "Buffer | ReinterpretView":
         return x
     if isinstance(x, StorageBox):
         return x.realize()
-    # a View of something unrealized (or not expressible as strides): copy it into a buffer
+    if isinstance(x, View) and x.layout_fn is not None:
+        # realize the base in its own shape (so it fuses with its producers), then view it
+        base = realize_input(x.base)
+        layout = x.layout_fn(base.layout)
+        if layout is not None:
+            return ReinterpretView(base.data if isinstance(base, ReinterpretView) else base, layout)
+    # a View not expressible as strides: copy it into a buffer
     box = StorageBox(Pointwise(x.get_device(), x.get_dtype(), x.make_loader(), x.get_size()))
     return box.realize()

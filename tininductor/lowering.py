@@ -137,6 +137,13 @@ for _name in "exp log log1p expm1 sqrt rsqrt reciprocal sin cos tanh sigmoid erf
     register_pointwise(getattr(aten, _name), _name, promote=Promote.INT_TO_FLOAT)
 for _name in "floor ceil".split():
     register_pointwise(getattr(aten, _name), _name)
+
+
+@register_lowering(aten.bitwise_not)
+def bitwise_not(x):
+    if x.get_dtype() == torch.bool:
+        return pointwise(ops.logical_not, x, promote=Promote.ALWAYS_BOOL, returns_bool=True)
+    return pointwise(ops.bitwise_not, x)
 for _name in "eq ne lt le gt ge".split():
     register_pointwise(getattr(aten, _name), _name, promote=Promote.ALWAYS_BOOL, returns_bool=True)
 
@@ -306,7 +313,7 @@ def _view_of(x, size, reindex, strided_layout: Callable | None):
         layout = strided_layout(storage.layout)
         if layout is not None:
             return ir.ReinterpretView(base, layout)
-    return ir.View(x, size, reindex)
+    return ir.View(x, size, reindex, strided_layout)
 
 
 def _restride(layout: ir.Layout, size, stride, offset) -> ir.Layout:
@@ -456,6 +463,36 @@ def view(x, size):
     if prod(old) == 0:
         return full(size, 0, dtype=x.get_dtype(), device=x.get_device())
     return _view_of(x, size, reindex, layout)
+
+
+@register_lowering(aten.split_with_sizes)
+def split_with_sizes(x, sizes, dim=0):
+    out, start = [], 0
+    for n in sizes:
+        out.append(slice_(x, dim, start, start + n))
+        start += n
+    return tuple(out)
+
+
+@register_lowering(aten.split)
+def split(x, size, dim=0):
+    n = x.get_size()[dim % len(x.get_size())]
+    if isinstance(size, (list, tuple)):
+        return split_with_sizes(x, size, dim)
+    return split_with_sizes(x, [min(size, n - s) for s in range(0, n, size)] or [0], dim)
+
+
+@register_lowering(aten.t)
+def t(x):
+    return permute(x, list(reversed(range(len(x.get_size())))))
+
+
+@register_lowering(aten.transpose)
+def transpose(x, dim0, dim1):
+    nd = max(len(x.get_size()), 1)
+    dims = list(range(nd))
+    dims[dim0 % nd], dims[dim1 % nd] = dims[dim1 % nd], dims[dim0 % nd]
+    return permute(x, dims)
 
 
 # --------------------------------------------------------------------------- reductions
@@ -615,3 +652,74 @@ def gelu(x, approximate="none"):
 @register_lowering(aten.silu)
 def silu(x):
     return pointwise(lambda v: ops.mul(v, ops.sigmoid(v)), x, promote=Promote.INT_TO_FLOAT)
+
+
+# --------------------------------------------------------------------------- indirect indexing
+# ``ops.indirect_indexing(value, size)`` turns a loaded integer into an index variable (a sympy
+# symbol the backend binds to that value, negative indices wrapped), so a load can use it.
+
+
+@register_lowering(aten.embedding)
+def embedding(weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=False):
+    if len(weight.get_size()) != 2:
+        raise Unsupported("embedding with a non-2-D weight")
+    rows, dim = weight.get_size()
+    load_w, load_i = weight.make_loader(), indices.make_loader()
+    isize = indices.get_size()
+
+    def inner_fn(index):
+        row = ops.indirect_indexing(load_i(index[: len(isize)]), rows)
+        return load_w([row, index[-1]])
+
+    return ir.StorageBox(ir.Pointwise(weight.get_device(), weight.get_dtype(), inner_fn, isize + [dim]))
+
+
+@register_lowering(aten.gather)
+def gather(x, dim, index, sparse_grad=False):
+    size = x.get_size()
+    if len(size) == 0:
+        raise Unsupported("gather from a 0-d tensor")
+    dim = dim % len(size)
+    load_x, load_i = x.make_loader(), index.make_loader()
+
+    def inner_fn(idx):
+        pos = ops.indirect_indexing(load_i(idx), size[dim])
+        return load_x(list(idx[:dim]) + [pos] + list(idx[dim + 1:]))
+
+    return ir.StorageBox(ir.Pointwise(x.get_device(), x.get_dtype(), inner_fn, index.get_size()))
+
+
+@register_lowering(aten.index)
+def index(x, indices):
+    """Advanced indexing ``x[i0, :, i2]``: each index tensor becomes an indirect load.
+
+    The index tensors broadcast together; their dims replace the indexed dims in place when
+    the indexed dims are adjacent, and go first otherwise (NumPy's rule).
+    """
+    size = x.get_size()
+    indices = list(indices) + [None] * (len(size) - len(indices))
+    pos = [d for d, t in enumerate(indices) if t is not None]
+    if not pos:
+        return clone(x)
+    if any(indices[d].get_dtype() == torch.bool for d in pos):
+        raise Unsupported("boolean-mask indexing (data-dependent output shape)")
+    bshape = broadcast_shapes(*[indices[d].get_size() for d in pos])
+    adjacent = pos == list(range(pos[0], pos[-1] + 1))
+    before = [d for d in range(pos[0]) if indices[d] is None] if adjacent else []
+    after = [d for d in range(len(size)) if indices[d] is None and d not in before]
+    out_size = [size[d] for d in before] + bshape + [size[d] for d in after]
+    load_x = x.make_loader()
+    loaders = {d: broadcast_loader(indices[d], bshape) for d in pos}
+
+    def inner_fn(idx):
+        nb, nk = len(before), len(bshape)
+        full = [None] * len(size)
+        for k, d in enumerate(before):
+            full[d] = idx[k]
+        for k, d in enumerate(after):
+            full[d] = idx[nb + nk + k]
+        for d in pos:
+            full[d] = ops.indirect_indexing(loaders[d](idx[nb:nb + nk]), size[d])
+        return load_x(full)
+
+    return ir.StorageBox(ir.Pointwise(x.get_device(), x.get_dtype(), inner_fn, out_size))

@@ -38,6 +38,7 @@ class ReadWrites:
     def __init__(self):
         self.reads: list[tuple[str, sympy.Expr]] = []
         self.writes: list[tuple[str, sympy.Expr]] = []
+        self.indirect = 0
 
     def load(self, name, index):
         self.reads.append((name, sympy.expand(index)))
@@ -46,6 +47,10 @@ class ReadWrites:
     def store(self, name, index, value):
         self.writes.append((name, sympy.expand(index)))
         return "v"
+
+    def indirect_indexing(self, value, size):
+        self.indirect += 1
+        return sym(f"indirect{self.indirect}")
 
     def __getattr__(self, name):
         return lambda *args: "v"

@@ -11,7 +11,7 @@ import os
 
 import torch
 
-DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+DEVICE = os.environ.get("TINY_TEST_DEVICE") or ("cuda" if torch.cuda.is_available() else "cpu")
 if DEVICE == "cpu":
     os.environ.setdefault("TRITON_INTERPRET", "1")
 

@@ -20,10 +20,12 @@ The ops every handler understands (the *ops protocol*, shared by all backends):
   reduction_type, value)``             types: sum, prod, max, min, argmax, argmin
 ``constant(value, dtype)``             a Python scalar
 ``index_expr(expr, dtype)``            an index expression used as a value (arange, masks)
+``indirect_indexing(value, size)``     a loaded integer as an index *variable* (a sympy
+                                       symbol; negative values wrap by ``size``)
 ``to_dtype(x, dtype)``                 an explicit cast (``prims.convert_element_type``)
 ``where(cond, a, b)``                  select
 unary: ``neg abs exp log log1p expm1 sqrt rsqrt reciprocal sin cos tanh sigmoid erf sign
-relu logical_not floor ceil``
+relu logical_not bitwise_not floor ceil``
 binary: ``add sub mul truediv pow maximum minimum eq ne lt le gt ge logical_and logical_or
 bitwise_and bitwise_or``
 =====================================  =================================================
@@ -36,13 +38,13 @@ from typing import Any, Iterator
 
 UNARY_OPS = (
     "neg abs exp log log1p expm1 sqrt rsqrt reciprocal sin cos tanh sigmoid erf sign relu "
-    "logical_not floor ceil"
+    "logical_not bitwise_not floor ceil"
 ).split()
 BINARY_OPS = (
     "add sub mul truediv pow maximum minimum eq ne lt le gt ge logical_and logical_or "
     "bitwise_and bitwise_or"
 ).split()
-OTHER_OPS = "load store reduction constant index_expr to_dtype where".split()
+OTHER_OPS = "load store reduction constant index_expr indirect_indexing to_dtype where".split()
 ALL_OPS = frozenset(UNARY_OPS + BINARY_OPS + OTHER_OPS)
 
 
@@ -73,6 +75,11 @@ class PlainTextHandler:
 
     def store(self, name, index, value):
         return f"store({name}, {index}, {value})"
+
+    def indirect_indexing(self, value, size):
+        import sympy
+
+        return sympy.Symbol(f"({value})", integer=True)
 
 
 def _fmt(a: Any) -> str:

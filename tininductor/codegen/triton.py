@@ -50,7 +50,7 @@ class TritonOverrides:
         "sqrt": "tl.sqrt({0})", "rsqrt": "tl.rsqrt({0})", "reciprocal": "1 / {0}",
         "sin": "tl.sin({0})", "cos": "tl.cos({0})", "tanh": "triton_helpers.tanh({0})",
         "sigmoid": "tl.sigmoid({0})", "erf": "tl.erf({0})", "sign": "triton_helpers.sign({0})",
-        "relu": "triton_helpers.maximum({0}, 0)", "logical_not": "{0} == 0",
+        "relu": "triton_helpers.maximum({0}, 0)", "logical_not": "{0} == 0", "bitwise_not": "~{0}",
         "floor": "tl.floor({0})", "ceil": "tl.ceil({0})",
         # binary
         "add": "{0} + {1}", "sub": "{0} - {1}", "mul": "{0} * {1}", "truediv": "{0} / {1}",
@@ -144,6 +144,8 @@ class TritonKernel:
     def _mask(self, index: sympy.Expr) -> str | None:
         """Mask by the loop variables the index uses: ``xmask``, ``rmask``, both, or none."""
         names = {s.name[0] for s in index.free_symbols}
+        if "t" in names:  # an indirect index (a tmp variable): guard by the row mask too
+            names.add("x")
         return " & ".join(m for m, p in (("xmask", "x"), ("rmask", "r")) if p in names) or None
 
     def _arg(self, name: str, output: bool) -> str:
@@ -175,6 +177,11 @@ class TritonKernel:
         if expr.is_Integer:
             return self.constant(int(expr), dtype)
         return self.cse.generate(self.body, f"({pexpr(expr)}).to({triton_type(dtype)})")
+
+    def indirect_indexing(self, value, size):
+        """Bind a loaded index to a variable usable in index expressions (wrapping negatives)."""
+        var = self.cse.generate(self.body, f"tl.where({value} < 0, {value} + {size}, {value})")
+        return sympy.Symbol(var, integer=True)
 
     def to_dtype(self, x, dtype):
         if x in self.literals:
@@ -307,7 +314,9 @@ class TritonKernel:
         ordered = list(self.in_args) + list(self.out_args)
         params = list(self.in_args.values()) + list(self.out_args.values()) + ["xnumel"]
         if self.is_reduction:
-            params += ["rnumel"]
+            # looped kernels take rnumel as a compile-time constant: shapes are static, and the
+            # loop bound is then a plain int (older Triton interpreters need that)
+            params += ["rnumel" if self.persistent else "rnumel: tl.constexpr"]
         params += ["XBLOCK: tl.constexpr"] + (["RBLOCK: tl.constexpr"] if self.is_reduction else [])
         origins = [o for n in group.nodes for o in n.origins]
         code = IndentedBuffer()
@@ -334,8 +343,10 @@ class TritonKernel:
         xblock, rblock, warps = self.block_sizes()
         numel, rnumel = group.numel, group.rnumel
         grid = max(1, -(-numel // xblock))
-        size_args = [str(numel)] + ([str(rnumel)] if self.is_reduction else [])
+        size_args = [str(numel)] + ([str(rnumel)] if self.persistent else [])
         consts = f"XBLOCK={xblock}" + (f", RBLOCK={rblock}" if self.is_reduction else "")
+        if self.is_reduction and not self.persistent:
+            consts = f"rnumel={rnumel}, " + consts
         name = self.name
 
         def launch(arg_refs):

@@ -18,12 +18,12 @@ INTERPRET = os.environ.get("TRITON_INTERPRET", "0") == "1"
 
 @triton.jit
 def maximum(a, b):
-    return tl.where((a > b) | (a != a), a, b)
+    return tl.where(a != a, a, tl.where(a > b, a, b))
 
 
 @triton.jit
 def minimum(a, b):
-    return tl.where((a < b) | (a != a), a, b)
+    return tl.where(a != a, a, tl.where(a < b, a, b))
 
 
 @triton.jit
