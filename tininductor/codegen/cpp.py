@@ -509,6 +509,11 @@ class CppKernel:
     def index_expr(self, expr: Any, dtype: torch.dtype) -> str:
         return self._emit(f"static_cast<{cpp_type(dtype)}>({cpp_index(expr)})")
 
+    def indirect_indexing(self, value: str, size: Any) -> sympy.Symbol:
+        """A loaded integer as an index variable (negative indices wrap, as in eager)."""
+        var = self._emit(f"{value} < 0 ? {value} + {cpp_index(size)} : {value}")
+        return sympy.Symbol(var, integer=True)
+
     def to_dtype(self, value: str, dtype: torch.dtype, src_dtype: torch.dtype | None = None, **_: Any) -> str:
         if dtype == torch.bool:
             return self._emit(f"static_cast<bool>({value} != 0)")
