@@ -41,6 +41,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import types
 from pathlib import Path
 
 import torch
@@ -54,6 +55,7 @@ torch.manual_seed(0)
 os.environ["TINY_CACHE_DIR"] = tempfile.mkdtemp(prefix="tiny_ch09_")
 
 import tininductor
+from tinydynamo import artifacts
 from tininductor import config
 from tininductor.codecache import CppCodeCache, PyCodeCache
 from tininductor.codegen import cpp
@@ -62,8 +64,15 @@ config.cpu_backend = "cpp"  # CPU graphs -> C++ kernels (the default is "auto", 
 
 
 def compile_cpp(fn, *args):
-    """FX-trace ``fn`` and compile it with tininductor (no Dynamo: keeps the chapter fast)."""
-    return tininductor.compile_fx(torch.fx.symbolic_trace(fn), list(args))
+    """FX-trace ``fn`` and compile it with tininductor (no Dynamo: keeps the chapter fast).
+
+    Returns the compiled callable, with ``.kernels`` ({name: C++ source}) taken from the
+    compile's artefacts (chapter 0), where every layer records what it produced.
+    """
+    with artifacts.collecting("ch09") as arts:
+        compiled = tininductor.compile_fx(torch.fx.symbolic_trace(fn), list(args))
+    kernels = {name: text.split('r"""')[1].split('""")')[0] for name, text in arts.get("kernels")}
+    return types.SimpleNamespace(fn=compiled, kernels=kernels)
 
 # %% [markdown]
 # ## 1. A kernel by hand
@@ -195,7 +204,7 @@ try:
     x[0, 0], y[1] = float("nan"), float("nan")
     f = lambda x, y: (torch.relu(x), torch.maximum(x, y), torch.where(x > y, x, y))
     compiled = compile_cpp(f, x, y)
-    for name, a, b in zip(["relu", "maximum", "where"], compiled(x, y), f(x, y)):
+    for name, a, b in zip(["relu", "maximum", "where"], compiled.fn(x, y), f(x, y)):
         print(f"{name:8s} matches eager (NaN included):", torch.allclose(a, b, equal_nan=True))
 finally:
     cpp.CPP_OPS.update(saved)
@@ -216,8 +225,9 @@ finally:
 
 # %%
 compiled = compile_cpp(lambda x, y: (x + y).sin() * 2, torch.randn(64, 8), torch.randn(8))
-print(compiled.kernels)
-print(compiled.source.split('r"""')[1].split('""")')[0])
+for name, code in compiled.kernels.items():
+    print(name)
+    print(code)
 
 # %% [markdown]
 # The index `x1 + 8 * x0` is the chapter-7 index arithmetic: the kernel iterates a flat
@@ -231,8 +241,9 @@ print(compiled.source.split('r"""')[1].split('""")')[0])
 
 # %%
 compiled = compile_cpp(lambda x: torch.softmax(x, -1), torch.randn(256, 200))
-print(compiled.kernels)
-print(compiled.source.split('r"""')[1].split('""")')[0])
+for name, code in compiled.kernels.items():
+    print(name)
+    print(code)
 
 # %% [markdown]
 # Read it top to bottom:
@@ -256,7 +267,7 @@ print(compiled.source.split('r"""')[1].split('""")')[0])
 
 # %%
 compiled = compile_cpp(lambda x: x.sum(), torch.randn(100_000))
-print([line.strip() for line in compiled.source.splitlines() if "#pragma" in line])
+print([line.strip() for code in compiled.kernels.values() for line in code.splitlines() if "#pragma" in line])
 
 # %% [markdown]
 # ### Exercise 9.2: reduction code
@@ -298,9 +309,9 @@ print("row sums match eager:", torch.allclose(out, x.sum(-1), atol=1e-4))
 # %%
 a, b = torch.randn(5, 7, dtype=torch.float16), torch.randn(5, 7, dtype=torch.float16)
 compiled = compile_cpp(lambda a, b: (a * b + 1).sin(), a, b)
-kernel = compiled.source.split('r"""')[1].split('""")')[0]
+(kernel,) = compiled.kernels.values()
 print("\n".join(line for line in kernel.splitlines() if "half" in line or "extern" in line))
-print("matches eager:", torch.allclose(compiled(a, b), (a * b + 1).sin(), atol=1e-2))
+print("matches eager:", torch.allclose(compiled.fn(a, b), (a * b + 1).sin(), atol=1e-2))
 
 # %% [markdown]
 # ## 5. The code cache
@@ -409,7 +420,7 @@ def timeit(fn, *args, iters=20):
 
 x = torch.randn(512, 1024)
 f = lambda x: (x.sin() * 2 + 1).relu()
-compiled = compile_cpp(f, x)
+compiled = compile_cpp(f, x).fn
 torch.testing.assert_close(compiled(x), f(x))
 eager_t, tiny_t = timeit(f, x), timeit(compiled, x)
 print(f"pointwise chain: eager {eager_t * 1e3:.2f} ms, tininductor C++ {tiny_t * 1e3:.2f} ms, "

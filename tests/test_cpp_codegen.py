@@ -2,10 +2,13 @@
 
 Each test compiles few kernels (every kernel is one g++ run), so graphs return many outputs.
 """
+import types
+
 import pytest
 import torch
 
-from tininductor.testing import check
+from tinydynamo import artifacts
+from tininductor.testing import compile_graph
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 
@@ -14,6 +17,19 @@ pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 def _cpp_backend(tmp_path_factory, monkeypatch):
     monkeypatch.setenv("TINY_CPU_BACKEND", "cpp")
     monkeypatch.setenv("TINY_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "tiny_cache"))
+
+
+def check(fn, *args, kernels=None, atol=None, rtol=None):
+    """Compile with the C++ backend, compare with eager; the kernels and wrapper come from the
+    compile's artefacts (``kernels`` and ``output_code`` records)."""
+    with artifacts.collecting("test_cpp_codegen") as arts:
+        compiled = compile_graph(fn, args)
+    torch.testing.assert_close(compiled(*args), fn(*args), atol=atol, rtol=rtol, equal_nan=True, check_stride=False)
+    result = types.SimpleNamespace(kernels=[title for title, _ in arts.get("kernels")],
+                                   source="\n".join(str(code) for _, code in arts.get("output_code")))
+    if kernels is not None:
+        assert len(result.kernels) == kernels, f"{result.kernels}\n{result.source}"
+    return result
 
 
 def rand(*size, dtype=torch.float32):
@@ -112,3 +128,9 @@ def test_big_kernels_are_openmp_parallel():
     assert "#pragma omp parallel for simd reduction(+:" in full.source  # one row: the reduction loop splits
     wide = check(lambda x: x.sin() * 2, rand(300, 300), kernels=1)
     assert "#pragma omp parallel for" in wide.source and "#pragma omp simd" in wide.source
+
+
+def test_indirect_indexing_embedding_gather_advanced():
+    w, idx = rand(10, 4), torch.tensor([[1, 9, 2], [0, 3, -1]])
+    c = check(lambda w, i: (torch.nn.functional.embedding(i.abs(), w) * 2, w[i], torch.gather(w, 1, i.abs().clamp(max=3).t())), w, idx)
+    assert "fallback" not in c.source and " < 0 ? " in c.source   # negative indices wrap, in C++

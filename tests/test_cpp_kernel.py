@@ -4,7 +4,6 @@ Each helper plays the part of the lowering: it writes the index arithmetic for s
 broadcast inputs, then calls the kernel's ops. Shapes cover 0-size, 1-element, odd sizes,
 non-contiguous and broadcast inputs; dtypes fp32/fp64/fp16/bf16/int64/bool.
 """
-import math
 
 import pytest
 import sympy

@@ -54,7 +54,7 @@ def test_op_strings_in_the_cpp_backend(ch, monkeypatch):
     compiled = _compile(f, x, y)
     names = ["sigmoid", "relu", "maximum", "where", "rsqrt"]
     for name, yours, expected in zip(names, compiled(x, y), f(x, y)):
-        expect_close(yours, expected, f"{name}(x) from your C++ string", context=compiled.source, equal_nan=True)
+        expect_close(yours, expected, f"{name}(x) from your C++ string", context=getattr(compiled, "source", ""), equal_nan=True)
 
 
 @pytest.mark.ch09_2
@@ -73,7 +73,7 @@ def test_reduction_code_in_the_cpp_backend(ch, monkeypatch):
     compiled = _compile(f, x)
     names = ["sum", "amax", "amin", "prod", "softmax"]
     for name, yours, expected in zip(names, compiled(x), f(x)):
-        expect_close(yours, expected, f"{name} with your reduction code", context=compiled.source,
+        expect_close(yours, expected, f"{name} with your reduction code", context=getattr(compiled, "source", ""),
                      equal_nan=True, atol=1e-5, rtol=1e-5)
     ints = torch.randint(-9, 9, (4, 11))
     compiled = _compile(lambda t: (t.amax(-1), t.sum(-1)), ints)

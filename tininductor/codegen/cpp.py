@@ -1,35 +1,35 @@
 """C++ code generation: loop IR -> an OpenMP C++ function -> g++ -> ctypes.
 
-A fused kernel is one ``extern "C"`` function. Its nodes share an *outer* loop nest (the
-iteration space their sizes agree on, run with ``#pragma omp parallel for``); each node adds
-its own *inner* loop inside it (the reduction dimensions of a reduction, the trailing
-dimensions of a pointwise node in a reduction group), marked ``#pragma omp simd`` so g++
-vectorises the contiguous innermost loop. For softmax that is::
+A fused group becomes one ``extern "C"`` function. Pointwise groups are one loop over
+``xindex`` (or nested loops when all nodes share a multi-dim shape). A reduction group is an
+outer loop over ``xindex`` (one output row per iteration, rows in parallel) whose body holds
+one inner loop over ``rindex`` per phase, each ``#pragma omp simd`` so g++ vectorises it.
+Softmax is::
 
     #pragma omp parallel for
-    for (x0 ...) {            // one row per iteration, rows in parallel
-        for (r0 ...) max  = tiny_max(max, x[x0, r0]);
-        for (r0 ...) sum += exp(x[x0, r0] - max);
-        for (r0 ...) out[x0, r0] = exp(x[x0, r0] - max) / sum;
+    for (xindex ...) {                 // rows in parallel
+        for (rindex ...) acc1 = tiny_max(acc1, x[...]);       // simd reduction(tiny_max:acc1)
+        for (rindex ...) acc6 += exp(x[...] - max);            // simd reduction(+:acc6)
+        for (rindex ...) out[...] = exp(x[...] - max) / sum;   // simd
     }
 
-Nodes are written as ``inner_fn(index)`` against the ``ops`` handler; :class:`CppKernel` is
+Nodes are ``inner_fn(index)`` bodies run against the ``ops`` handler; :class:`CppKernel` is
 that handler for C++. Each op is a format string in :data:`CPP_OPS` (a dict, like tinygrad's
 renderers); each result becomes a ``tmpN`` variable, and a repeated expression reuses its
 variable (common-subexpression elimination). fp16/bf16 are stored as 16-bit integers and
 computed in float. Sums accumulate in double (or int64), which keeps float32 sums within
 eager's tolerance without tricks. Kernels take only data pointers: sizes are constants.
+:class:`CppScheduling` is the backend the scheduler talks to (protocol: codegen/common.py).
 """
 from __future__ import annotations
 
 import contextlib
 import ctypes
 import dataclasses
-import functools
 import math
 import re
 from pathlib import Path
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Sequence
 
 import sympy
 import torch
@@ -137,6 +137,7 @@ CPP_REDUCTIONS: dict[str, tuple[Callable[[str], str], str, str]] = {
 }
 _REDUCTION_ALIASES = {"amax": "max", "amin": "min"}
 
+
 def reduction_code(reduction_type: str, acc_type: str) -> tuple[str, str, str]:
     """(initial value, update statement with ``{acc}``/``{value}``, OpenMP reduction identifier)."""
     init, update, omp = CPP_REDUCTIONS[reduction_type]
@@ -152,7 +153,7 @@ def accumulator_type(reduction_type: str, dtype: torch.dtype) -> str:
     if reduction_type in ("sum", "prod"):
         if dtype.is_floating_point:
             return "double"
-        return "int64_t" if dtype != torch.bool else "int64_t"
+        return "int64_t"
     if reduction_type in ("any", "all"):
         return "bool"
     ctype = cpp_type(dtype)
@@ -221,6 +222,12 @@ def cpp_index(expr: Any) -> str:
     if isinstance(expr, int):
         return str(expr)
     return _printer.doprint(sympy.sympify(expr))
+
+
+def _operand(value: Any) -> str:
+    """An operand for a template: parenthesised unless it is one token (``tmp3``, ``static_cast<float>(2.0)``)."""
+    text = str(value)
+    return f"({text})" if " " in text or text.startswith("-") else text
 
 
 def cpp_constant(value: Any, dtype: torch.dtype) -> str:
@@ -502,6 +509,11 @@ class CppKernel:
     def index_expr(self, expr: Any, dtype: torch.dtype) -> str:
         return self._emit(f"static_cast<{cpp_type(dtype)}>({cpp_index(expr)})")
 
+    def indirect_indexing(self, value: str, size: Any) -> sympy.Symbol:
+        """A loaded integer as an index variable (negative indices wrap, as in eager)."""
+        var = self._emit(f"{value} < 0 ? {value} + {cpp_index(size)} : {value}")
+        return sympy.Symbol(var, integer=True)
+
     def to_dtype(self, value: str, dtype: torch.dtype, src_dtype: torch.dtype | None = None, **_: Any) -> str:
         if dtype == torch.bool:
             return self._emit(f"static_cast<bool>({value} != 0)")
@@ -514,7 +526,7 @@ class CppKernel:
             template = CPP_OPS[name]
 
             def op(*args: Any) -> str:
-                return self._emit(template.format(*(f"({a})" if " " in str(a) else str(a) for a in args)))
+                return self._emit(template.format(*(_operand(a) for a in args)))
 
             op.__name__ = name
             return op
