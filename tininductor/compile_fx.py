@@ -171,12 +171,29 @@ def _compile_fx_inner(gm: torch.fx.GraphModule, example_inputs):
 
 
 def _use_interpreter_if_needed(graph) -> None:
-    """CPU graphs on the Triton path need TRITON_INTERPRET=1 before any kernel is jitted."""
-    if "cpu" in graph.device_types and os.environ.get("TRITON_INTERPRET") != "1":
-        from .codegen.common import get_scheduling
+    """CPU graphs on the Triton path need TRITON_INTERPRET=1 before any kernel is jitted.
 
-        if getattr(get_scheduling(torch.device("cpu")), "kind", None) == "triton":
-            os.environ["TRITON_INTERPRET"] = "1"
+    The variable is process-wide and read when ``@triton.jit`` decorates, so it is only set
+    where no real GPU kernel can exist: a graph with CUDA tensors never switches it, and in a
+    process that can use CUDA a CPU-only graph on the Triton path is refused (compile_fx then
+    falls back to eager with a warning) rather than turning every later kernel into an
+    interpreted one.
+    """
+    if "cpu" not in graph.device_types or "cuda" in graph.device_types:
+        return
+    if os.environ.get("TRITON_INTERPRET") == "1":
+        return
+    from .codegen.common import get_scheduling
+
+    if getattr(get_scheduling(torch.device("cpu")), "kind", None) != "triton":
+        return
+    if torch.cuda.is_available():
+        raise RuntimeError(
+            "CPU tensors on the Triton path need the Triton interpreter, which cannot share a process "
+            "with real CUDA kernels; use tininductor.config.cpu_backend = 'cpp', or CUDA tensors, or set "
+            "TRITON_INTERPRET=1 before triton is imported"
+        )
+    os.environ["TRITON_INTERPRET"] = "1"
 
 
 def _log_output_code(source: str) -> None:

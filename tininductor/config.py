@@ -22,7 +22,7 @@ class triton:
     #: reductions with rnumel up to this keep the whole row in registers (persistent)
     persistent_reduction_max: int = 4096
     #: RBLOCK of looped reductions
-    looped_rblock: int = 1024
+    looped_rblock: int = 2048
     #: XBLOCK cap of pointwise kernels
     max_xblock: int = 1024
     #: cap on XBLOCK * RBLOCK for reductions

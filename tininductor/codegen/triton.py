@@ -363,10 +363,12 @@ class TritonKernel:
             return xblock, 1, max(1, min(8, xblock // 256))
         if self.persistent:
             rblock = next_power_of_2(max(rnumel, 1))
-        else:
-            rblock = min(next_power_of_2(rnumel), config.triton.looped_rblock)
-        xblock = min(next_power_of_2(max(numel, 1)), max(1, config.triton.max_reduction_block // rblock))
-        return xblock, rblock, max(1, min(8, (xblock * rblock) // 256))
+            xblock = min(next_power_of_2(max(numel, 1)), max(1, config.triton.max_reduction_block // rblock))
+            return xblock, rblock, max(1, min(8, (xblock * rblock) // 256))
+        # Looped: rows are long, so give each program one row and enough warps to keep many
+        # bytes in flight; the grid then has one program per row, which fills the GPU.
+        rblock = min(next_power_of_2(rnumel), config.triton.looped_rblock)
+        return 1, rblock, max(1, min(8, rblock // 256))
 
 
 class TritonScheduling:
