@@ -64,6 +64,7 @@ def test_every_solution_has_exercise_blocks_numbered_for_its_chapter():
 
 
 def test_notebooks_are_in_sync_with_their_sources():
+    pytest.importorskip("jupytext", reason="jupytext is part of the course setup; not on every GPU image")
     assert notebooks.out_of_sync() == [], "run: python -m course.notebooks build"
 
 
