@@ -630,7 +630,9 @@ class CppKernelRunner:
 
         self.name, self.source = name, source
         self.arg_order = list(arg_order) if not isinstance(arg_order, int) else [f"arg{i}" for i in range(arg_order)]
-        lib = CppCodeCache.load(f'#include "{PRELUDE_NAME}"\n{source}', headers={PRELUDE_NAME: PRELUDE})
+        full_source, headers = f'#include "{PRELUDE_NAME}"\n{source}', {PRELUDE_NAME: PRELUDE}
+        lib = CppCodeCache.load(full_source, headers=headers)
+        self.library_path = CppCodeCache.paths(full_source, headers=headers)["so"]
         self.fn = getattr(lib, name)
         self.fn.argtypes = [ctypes.c_void_p] * len(self.arg_order)
         self.fn.restype = None
