@@ -79,17 +79,26 @@ def test_wrapper_module_runs_standalone(tmp_path):
     path = tmp_path / "dump.py"
     path.write_text(c.source)
     env = dict(os.environ, PYTHONPATH=os.getcwd())
-    out = subprocess.run([sys.executable, str(path)], capture_output=True, text=True, env=env, timeout=120)
+    out = subprocess.run([sys.executable, str(path), "2"], capture_output=True, text=True, env=env, timeout=120)
     assert out.returncode == 0, out.stderr
     assert "ms per call" in out.stdout
 
 
-def test_output_code_log_and_artifacts(capsys, monkeypatch):
-    from tinydynamo import artifacts
+def test_output_code_log_and_artifacts():
+    from tinydynamo import artifacts, logs
 
-    monkeypatch.setenv("TINY_LOGS", "output_code")
-    with artifacts.collecting("f") as arts:
-        compile_graph(lambda x: x.cos() + 1, [rand(3)])
-    assert "def call(args):" in capsys.readouterr().out
+    records = []
+    handler = logging.Handler()
+    handler.emit = records.append
+    logger = logs.get_logger("output_code")
+    logs.set_logs(output_code=True)
+    logger.addHandler(handler)
+    try:
+        with artifacts.collecting("f") as arts:
+            compile_graph(lambda x: x.cos() + 1, [rand(3)])
+    finally:
+        logger.removeHandler(handler)
+        logs.set_logs(output_code=False)
+    assert any("def call(args):" in r.getMessage() for r in records)
     assert arts.get("ir") and arts.get("kernels") and arts.get("output_code")
     assert "triton_poi_fused_cos_add_0" in arts.get("kernels")[0][0]

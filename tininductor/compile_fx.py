@@ -12,6 +12,7 @@ Use it as ``torch.compile(f, backend=tininductor.compile_fx)``.
 """
 from __future__ import annotations
 
+import collections
 import logging
 import os
 import sys
@@ -25,7 +26,7 @@ from . import config
 from .virtualized import V
 
 log = logging.getLogger("tininductor.compile_fx")
-output_code_log = logging.getLogger("tininductor.output_code")
+output_code_log = logging.getLogger("tininductor.output_code")  # used when tinydynamo.logs is absent
 
 
 def _artifacts():
@@ -58,13 +59,37 @@ def compile_fx(gm: torch.fx.GraphModule, example_inputs):
         with torch.no_grad():
             return compile_fx_inner(decompose(gm, example_inputs), example_inputs)
     try:
-        return aot_autograd(fw_compiler=compile_fx_inner, bw_compiler=compile_fx_inner)(gm, example_inputs)
+        start = _compile_count[0]
+        fn = aot_autograd(fw_compiler=compile_fx_inner, bw_compiler=compile_fx_inner)(gm, example_inputs)
+        _expose_compiled(fn, [g for g in compiled_graphs if g.seq > start])
+        return fn
     except Exception as e:
         if not config.fallback_to_eager:
             raise
         warnings.warn(f"tininductor failed to compile the graph ({type(e).__name__}: {e}); running it eagerly")
         log.debug("compile failure", exc_info=True)
         return gm
+
+
+#: the graphs compile_fx_inner compiled most recently, oldest first (forward, then backward)
+compiled_graphs: collections.deque = collections.deque(maxlen=32)
+_compile_count = [0]
+
+
+def _expose_compiled(fn, graphs) -> None:
+    """Let callers (tests, notebooks) read the generated code off the backend's result.
+
+    ``fn.compiled_graphs`` lists the compiled forward (and backward) graphs; ``fn.kernels``,
+    ``fn.source`` and ``fn.fallback_reasons`` are the forward graph's.
+    """
+    graphs = [g for g in graphs if hasattr(g, "kernels")]
+    try:
+        fn.compiled_graphs = graphs
+        if graphs:
+            fn.kernels, fn.source = graphs[0].kernels, graphs[0].source
+            fn.fallback_reasons = graphs[0].fallback_reasons
+    except AttributeError:  # not a plain function
+        pass
 
 
 def _ensure_example_values(gm: torch.fx.GraphModule, example_inputs) -> None:
@@ -110,6 +135,7 @@ def _compile_fx_inner(gm: torch.fx.GraphModule, example_inputs):
         artifacts.record("ir", "tininductor IR (realized buffers)", graph.ir_str())
         output_names = {o.get_name() for o in graph.graph_outputs if hasattr(o, "get_name")}
         scheduler = Scheduler(graph.buffers, output_names)
+        artifacts.record("ir", "fusion decisions (one FusedGroup per generated kernel)", str(scheduler))
         wrapper = WrapperCodeGen(graph, scheduler)
         source = wrapper.generate()
     for k in wrapper.kernels:
@@ -125,6 +151,9 @@ def _compile_fx_inner(gm: torch.fx.GraphModule, example_inputs):
         return tree_unflatten(list(call(list(args) + constants)), spec)
 
     compiled.source = source
+    _compile_count[0] += 1
+    compiled.seq = _compile_count[0]
+    compiled_graphs.append(compiled)
     compiled.kernels = [k.name for k in wrapper.kernels]
     compiled.fallback_reasons = list(graph.fallback_reasons)
     compiled.module = module
@@ -141,9 +170,14 @@ def _use_interpreter_if_needed(graph) -> None:
 
 
 def _log_output_code(source: str) -> None:
-    if "output_code" in os.environ.get("TINY_LOGS", "").split(","):
-        print(source)
-    output_code_log.debug("Output code:\n%s", source)
+    """``TINY_LOGS=output_code`` (or ``tinydynamo.logs.set_logs(output_code=True)``) prints the wrapper."""
+    try:
+        from tinydynamo.logs import get_logger
+    except ImportError:  # tinydynamo without its log module: a plain logger
+        logger = output_code_log
+    else:
+        logger = get_logger("output_code")
+    logger.info("Output code (tininductor wrapper module):\n%s", source)
 
 
 class _CallableModule(types.ModuleType):

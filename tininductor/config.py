@@ -16,9 +16,9 @@ class triton:
     """Triton block-size choices."""
 
     #: reductions with rnumel up to this keep the whole row in registers (persistent)
-    persistent_reduction_max: int = 1024
+    persistent_reduction_max: int = 4096
     #: RBLOCK of looped reductions
-    looped_rblock: int = 128
+    looped_rblock: int = 1024
     #: XBLOCK cap of pointwise kernels
     max_xblock: int = 1024
     #: cap on XBLOCK * RBLOCK for reductions

@@ -69,6 +69,8 @@ class WrapperCodeGen:
         self.scheduler = scheduler
         self.kernels: list[GeneratedKernel] = []
         self.headers: list[str] = []
+        # buffers kept in registers inside one kernel: never allocated, so never freed
+        self.internal = {n for g in scheduler.nodes if isinstance(g, FusedGroup) for n in g.internal}
 
     def generate(self) -> str:
         calls = IndentedBuffer(1)
@@ -76,11 +78,15 @@ class WrapperCodeGen:
         if inputs:
             calls.writeline(f"{', '.join(inputs)}{',' if len(inputs) == 1 else ''} = args")
         calls.writeline("args.clear()")
-        for node in self.scheduler.nodes:
+        last_use = self._last_uses()
+        for i, node in enumerate(self.scheduler.nodes):
             if isinstance(node, FusedGroup):
                 self._kernel(node, calls)
             else:
                 self._extern(node, calls)
+            dead = [name for name, last in last_use.items() if last == i]
+            if dead:
+                calls.writeline(f"del {', '.join(dead)}")
         outs = [value_repr(o) if isinstance(o, ir.IRNode) else repr(o) for o in self.graph.graph_outputs]
         calls.writeline(f"return ({', '.join(outs)}{',' if len(outs) == 1 else ''})")
 
@@ -100,6 +106,17 @@ class WrapperCodeGen:
         code.writeline("")
         code.splice(self._benchmark())
         return code.getvalue()
+
+    def _last_uses(self) -> dict[str, int]:
+        """buffer -> index of the last scheduler node reading it (never for graph outputs)."""
+        keep = {o.get_name() for o in self.graph.graph_outputs if isinstance(o, ir.IRNode)}
+        last: dict[str, int] = {}
+        for i, node in enumerate(self.scheduler.nodes):
+            members = node.nodes if isinstance(node, FusedGroup) else [node.node]
+            for m in members:
+                for name in self.scheduler.reads[m.get_name()]:
+                    last[name] = i
+        return {n: i for n, i in last.items() if n not in keep and n not in self.internal}
 
     def _kernel(self, group: FusedGroup, calls: IndentedBuffer) -> None:
         backend = get_scheduling(group.device)
@@ -134,9 +151,10 @@ class WrapperCodeGen:
             "",
             "",
             'if __name__ == "__main__":',
+            "    import sys",
             "    import time",
             "    call(get_args())  # compile / warm up",
-            "    runs = 20",
+            "    runs = int(sys.argv[1]) if len(sys.argv) > 1 else 20",
             "    start = time.perf_counter()",
             "    for _ in range(runs):",
             "        call(get_args())",
