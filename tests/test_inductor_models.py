@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 
 import tininductor
-from tininductor.testing import DEVICE
+from tininductor.testing import DEVICE, patch_config
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 
@@ -59,7 +59,7 @@ def test_tiny_gpt_forward_matches_eager():
     targets = torch.randint(0, 50, (2, 12), device=DEVICE)
     torch._dynamo.reset()
     compiled = torch.compile(model, backend=tininductor.compile_fx, dynamic=False)
-    with torch.no_grad():
+    with torch.no_grad(), patch_config(tininductor.config, fallback_to_eager=False, cpu_backend="triton"):
         loss, logits = compiled(idx, targets)
         ref_loss, ref_logits = model(idx, targets)
     torch.testing.assert_close(logits, ref_logits, atol=1e-4, rtol=1e-4)

@@ -110,7 +110,17 @@ def compile_fx_inner(gm: torch.fx.GraphModule, example_inputs, **_ignored):
     ``config.fallback_to_eager`` is False.
     """
     try:
-        return _compile_fx_inner(gm, example_inputs)
+        try:
+            return _compile_fx_inner(gm, example_inputs)
+        except (AttributeError, NotImplementedError) as e:
+            if "indirect_indexing" not in str(e) or not config.indirect_indexing:
+                raise
+            log.info("kernel backend lacks ops.indirect_indexing; indexing ops run in torch: %s", e)
+            config.indirect_indexing = False
+            try:
+                return _compile_fx_inner(gm, example_inputs)
+            finally:
+                config.indirect_indexing = True
     except Exception as e:
         if not config.fallback_to_eager:
             raise

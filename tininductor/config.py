@@ -8,6 +8,10 @@ cpu_backend: str = os.environ.get("TINY_CPU_BACKEND", "auto")
 #: On a compiler error, warn and run the graph eagerly instead of raising.
 fallback_to_eager: bool = os.environ.get("TINY_INDUCTOR_RAISE", "0") != "1"
 
+#: Lower embedding/gather/index to indirect loads (``ops.indirect_indexing``). compile_fx_inner
+#: turns it off for a graph whose kernel backend lacks that op (the ops run in torch instead).
+indirect_indexing: bool = True
+
 #: Directory the debug dump writes wrapper modules to (TINY_LOGS=output_code also prints them).
 debug_dir: str = os.environ.get("TINY_DEBUG_DIR", "tiny_debug")
 

@@ -659,8 +659,16 @@ def silu(x):
 # symbol the backend binds to that value, negative indices wrapped), so a load can use it.
 
 
+def _check_indirect():
+    from . import config
+
+    if not config.indirect_indexing:
+        raise Unsupported("indirect indexing is off (the kernel backend lacks ops.indirect_indexing)")
+
+
 @register_lowering(aten.embedding)
 def embedding(weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=False):
+    _check_indirect()
     if len(weight.get_size()) != 2:
         raise Unsupported("embedding with a non-2-D weight")
     rows, dim = weight.get_size()
@@ -676,6 +684,7 @@ def embedding(weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=
 
 @register_lowering(aten.gather)
 def gather(x, dim, index, sparse_grad=False):
+    _check_indirect()
     size = x.get_size()
     if len(size) == 0:
         raise Unsupported("gather from a 0-d tensor")
@@ -696,6 +705,7 @@ def index(x, indices):
     The index tensors broadcast together; their dims replace the indexed dims in place when
     the indexed dims are adjacent, and go first otherwise (NumPy's rule).
     """
+    _check_indirect()
     size = x.get_size()
     indices = list(indices) + [None] * (len(size) - len(indices))
     pos = [d for d, t in enumerate(indices) if t is not None]
