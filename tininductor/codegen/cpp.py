@@ -632,6 +632,7 @@ class CppKernelRunner:
         self.arg_order = list(arg_order) if not isinstance(arg_order, int) else [f"arg{i}" for i in range(arg_order)]
         full_source, headers = _with_prelude(source), {PRELUDE_NAME: PRELUDE}
         lib = CppCodeCache.load(full_source, headers=headers)
+        _loaded.add(full_source)
         self.library_path = CppCodeCache.paths(full_source, headers=headers)["so"]
         self.fn = getattr(lib, name)
         self.fn.argtypes = [ctypes.c_void_p] * len(self.arg_order)
@@ -668,9 +669,17 @@ def prebuild(source: str) -> None:
         from concurrent.futures import ThreadPoolExecutor
 
         _build_pool = ThreadPoolExecutor(max_workers=max(2, os.cpu_count() or 2), thread_name_prefix="tiny_cpp_build")
+    _build_pool.submit(_prebuild_job, _with_prelude(source))
+
+
+_loaded: set[str] = set()   # sources a CppKernelRunner has loaded: a queued prebuild of one is moot
+
+
+def _prebuild_job(full_source: str) -> None:
     from tininductor.codecache import CppCodeCache
 
-    _build_pool.submit(CppCodeCache.load, _with_prelude(source), headers={PRELUDE_NAME: PRELUDE})
+    if full_source not in _loaded:
+        CppCodeCache.load(full_source, headers={PRELUDE_NAME: PRELUDE})
 
 
 def _with_prelude(source: str) -> str:
