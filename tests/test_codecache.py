@@ -190,3 +190,18 @@ def test_cpp_headers_are_precompiled_and_a_bad_pch_is_survived():
     assert lib2.f(4.0) == 6.0
     # the header text is part of the key: a changed header is a different entry
     assert CppCodeCache.key(src, headers=header) != CppCodeCache.key(src, headers={"tiny_test_helpers.h": "//"})
+
+
+def test_default_cache_dir_under_home_and_symlink_refused(tmp_path, monkeypatch):
+    monkeypatch.delenv("TINY_CACHE_DIR")
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    (tmp_path / "home").mkdir()
+    root = codecache.cache_dir()
+    assert root == tmp_path / "home" / ".cache" / "tininductor"
+    assert stat.S_IMODE(os.stat(root).st_mode) == 0o700
+    # a symlink at the default location could point anywhere: refuse it
+    os.rename(root, tmp_path / "elsewhere")
+    os.symlink(tmp_path / "elsewhere", root)
+    with pytest.raises(codecache.CacheDirError, match="symlink"):
+        codecache.cache_dir()

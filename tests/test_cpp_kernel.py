@@ -267,3 +267,20 @@ def test_kernel_name_and_errors():
         k.not_an_op
     with pytest.raises(RuntimeError, match="kernel.loop"):
         k.load("x", 0, dtype=torch.float32)
+
+
+def test_math_calls_vectorise_with_libmvec():
+    """Where glibc's libmvec links, exp in a simd loop calls its 8-lane version (_ZGV...expf)."""
+    from tininductor import cpp_builder
+
+    if "-lmvec" not in cpp_builder.link_flags():
+        pytest.skip("no libmvec on this machine: math calls stay scalar (still correct)")
+    k = CppKernel([1000])
+    k.buffer_dtypes = {"x": torch.float32, "y": torch.float32}
+    with k.loop() as (i, _):
+        k.store("y", i[0], k.exp(k.load("x", i[0])))
+    runner = CppKernelRunner("cpp_test_exp_0", k.codegen("cpp_test_exp_0"), k.arg_order)
+    x, y = torch.randn(1000), torch.empty(1000)
+    runner(x, y)
+    torch.testing.assert_close(y, x.exp())
+    assert b"_ZGV" in runner.library_path.read_bytes()

@@ -203,7 +203,7 @@ class CppCodeCache:
         cxx = cpp_builder.find_compiler()
         return code_hash(
             "cpp", source, " ".join(extra_flags), cpp_builder.compiler_identity(cxx),
-            cpp_builder.machine_signature(), str(cpp_builder.openmp_requested()),
+            cpp_builder.machine_signature(), str(cpp_builder.openmp_requested()), str(cpp_builder.libmvec_requested()),
             os.environ.get("TINY_CPP_FLAGS", ""), *(f"{n}\0{t}" for n, t in sorted((headers or {}).items())),
         )
 

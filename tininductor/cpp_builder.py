@@ -8,10 +8,13 @@ Flags are probed once per process, and only when something actually has to be co
 * ``-fopenmp`` when a tiny OpenMP library compiles, links *and* loads; otherwise
   ``-fopenmp-simd`` keeps the ``#pragma omp simd`` hints and the loops run on one thread;
 * ``-fno-math-errno -fno-trapping-math`` so ``sqrt``/``exp`` calls can vectorise. We do *not*
-  use ``-ffast-math``: it breaks NaN/inf semantics that eager PyTorch keeps.
+  use ``-ffast-math``: it breaks NaN/inf semantics that eager PyTorch keeps;
+* ``-DTINY_LIBMVEC`` + ``-lmvec`` where glibc's vector math library links and loads: the
+  prelude then declares SIMD versions of exp/log/sin/cos/pow, so loops calling them vectorise.
 
 Environment knobs: ``CXX`` picks the compiler, ``TINY_CPP_OPENMP=0`` turns OpenMP off (the
-fallback path), ``TINY_CPP_FLAGS`` appends flags.
+fallback path), ``TINY_CPP_LIBMVEC=0`` turns the vector math library off, ``TINY_CPP_FLAGS``
+appends flags.
 """
 from __future__ import annotations
 
@@ -72,19 +75,42 @@ def machine_signature() -> str:
                     break
     except OSError:
         pass
-    return f"{platform.machine()}:{hashlib.sha256(flags.encode()).hexdigest()[:16]}"
+    libc = "-".join(platform.libc_ver())  # libmvec comes with glibc
+    return f"{platform.machine()}:{libc}:{hashlib.sha256(flags.encode()).hexdigest()[:16]}"
+
+
+_LIBMVEC_PROBE = r"""
+#include <cmath>
+#include <cstdint>
+#define TINY_LIBMVEC
+extern "C" {
+float expf(float) noexcept __attribute__((simd("notinbranch")));
+double exp(double) noexcept __attribute__((simd("notinbranch")));
+}
+extern "C" int tiny_probe(int n) {
+    float x[64], y[64];
+    for (int i = 0; i < 64; ++i) x[i] = 0.01f * i;
+    #pragma omp simd
+    for (int i = 0; i < 64; ++i) y[i] = std::exp(x[i]);
+    return (y[63] > 1.87f && y[63] < 1.88f) ? 45 : 0;
+}
+"""
+
+
+def libmvec_requested() -> bool:
+    return os.environ.get("TINY_CPP_LIBMVEC", "1").strip().lower() not in ("0", "false", "no", "off")
 
 
 def openmp_requested() -> bool:
     return os.environ.get("TINY_CPP_OPENMP", "1").strip().lower() not in ("0", "false", "no", "off")
 
 
-def _try_compile(cxx: str, flags: list[str], source: str, load: bool = False) -> bool:
+def _try_compile(cxx: str, flags: list[str], source: str, load: bool = False, libs: list[str] = ()) -> bool:
     with tempfile.TemporaryDirectory(prefix="tiny_probe_") as tmp:
         src, out = os.path.join(tmp, "probe.cpp"), os.path.join(tmp, "probe.so")
         with open(src, "w") as f:
             f.write(source)
-        proc = subprocess.run([cxx, *flags, src, "-o", out], capture_output=True)
+        proc = subprocess.run([cxx, *flags, src, "-o", out, *libs], capture_output=True)
         if proc.returncode != 0:
             return False
         if load:
@@ -108,10 +134,26 @@ def _probed_flags(cxx: str, want_openmp: bool) -> tuple[str, ...]:
     return tuple(flags)
 
 
+@functools.cache
+def _probed_link_flags(cxx: str, flags: tuple[str, ...]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """((defines), (libraries)) for the vector math library, or two empty tuples."""
+    if libmvec_requested() and _try_compile(cxx, [*flags], _LIBMVEC_PROBE, load=True, libs=["-lmvec"]):
+        return ("-DTINY_LIBMVEC",), ("-lmvec",)
+    return (), ()
+
+
 def compile_flags(cxx: str | None = None) -> list[str]:
     """The flags this machine supports (probed once per process), plus ``$TINY_CPP_FLAGS``."""
     cxx = cxx or find_compiler()
-    return [*_probed_flags(cxx, openmp_requested()), *os.environ.get("TINY_CPP_FLAGS", "").split()]
+    flags = _probed_flags(cxx, openmp_requested())
+    defines, _ = _probed_link_flags(cxx, flags)
+    return [*flags, *defines, *os.environ.get("TINY_CPP_FLAGS", "").split()]
+
+
+def link_flags(cxx: str | None = None) -> list[str]:
+    """Libraries to link after the source (``-lmvec`` where the probe found it)."""
+    cxx = cxx or find_compiler()
+    return list(_probed_link_flags(cxx, _probed_flags(cxx, openmp_requested()))[1])
 
 
 def uses_openmp(cxx: str | None = None) -> bool:
@@ -137,7 +179,7 @@ def build_shared_library(source_path: str, output_path: str, cxx: str | None = N
                          extra_flags: tuple[str, ...] = ()) -> list[str]:
     """Compile ``source_path`` into the shared library ``output_path``; return the command used."""
     cxx = cxx or find_compiler()
-    cmd = [cxx, *compile_flags(cxx), *extra_flags, source_path, "-o", output_path]
+    cmd = [cxx, *compile_flags(cxx), *extra_flags, source_path, "-o", output_path, *link_flags(cxx)]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
         raise CppCompileError(

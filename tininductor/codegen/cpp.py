@@ -630,7 +630,10 @@ class CppKernelRunner:
 
         self.name, self.source = name, source
         self.arg_order = list(arg_order) if not isinstance(arg_order, int) else [f"arg{i}" for i in range(arg_order)]
-        lib = CppCodeCache.load(f'#include "{PRELUDE_NAME}"\n{source}', headers={PRELUDE_NAME: PRELUDE})
+        full_source, headers = _with_prelude(source), {PRELUDE_NAME: PRELUDE}
+        lib = CppCodeCache.load(full_source, headers=headers)
+        _loaded.add(full_source)
+        self.library_path = CppCodeCache.paths(full_source, headers=headers)["so"]
         self.fn = getattr(lib, name)
         self.fn.argtypes = [ctypes.c_void_p] * len(self.arg_order)
         self.fn.restype = None
@@ -647,6 +650,42 @@ class CppKernelRunner:
 def load_cpp_kernel(name: str, nargs: int, source: str) -> CppKernelRunner:
     """What generated wrapper modules call: compile (or fetch from the code cache) and load."""
     return CppKernelRunner(name, source, nargs)
+
+
+_build_pool = None
+
+
+def prebuild(source: str) -> None:
+    """Start compiling ``source`` in the background (g++ runs as a subprocess, so a graph's
+    kernels build on all cores at once). ``load_cpp_kernel`` later finds the library in the
+    cache, or waits on the entry's lock; a failed build is simply redone there, where its
+    error is raised. ``TINY_CPP_PARALLEL_BUILD=0`` turns this off."""
+    global _build_pool
+    import os
+
+    if os.environ.get("TINY_CPP_PARALLEL_BUILD", "1") == "0":
+        return
+    if _build_pool is None:
+        from concurrent.futures import ThreadPoolExecutor
+
+        _build_pool = ThreadPoolExecutor(max_workers=max(2, os.cpu_count() or 2), thread_name_prefix="tiny_cpp_build")
+    _build_pool.submit(_prebuild_job, _with_prelude(source))
+
+
+_loaded: set[str] = set()   # sources a CppKernelRunner has loaded: a queued prebuild of one is moot
+
+
+def _prebuild_job(full_source: str) -> None:
+    from tininductor.codecache import CppCodeCache
+
+    if full_source not in _loaded:
+        CppCodeCache.load(full_source, headers={PRELUDE_NAME: PRELUDE})
+
+
+def _with_prelude(source: str) -> str:
+    """The text actually compiled: the prelude's ``#include`` first (so its .gch is used)."""
+    return f'#include "{PRELUDE_NAME}"\n{source.lstrip()}'
+
 
 
 def kernel_name(origins: Sequence[str], index: int) -> str:
@@ -766,6 +805,7 @@ class CppScheduling:
         source = kernel.codegen(name, origins, comment=f"{len(group.nodes)} node(s) over {shape}")
         args = kernel.arg_order
         text = f'{name} = load_cpp_kernel({name!r}, {len(args)}, r"""\n{source}""")'
+        prebuild(source)
 
         def launch(arg_refs: list[str]) -> str:
             return f"{name}({', '.join(arg_refs)})"

@@ -5,6 +5,24 @@
 #include <cstring>
 #include <limits>
 
+#ifdef TINY_LIBMVEC
+// glibc's vector math library: with these declarations a `#pragma omp simd` loop calling
+// std::exp/log/sin/cos/pow calls 4/8/16-lane versions (_ZGVdN8v_expf...) instead of one value
+// at a time. cpp_builder defines TINY_LIBMVEC (and links -lmvec) only where a probe works.
+extern "C" {
+float expf(float) noexcept __attribute__((simd("notinbranch")));
+float logf(float) noexcept __attribute__((simd("notinbranch")));
+float sinf(float) noexcept __attribute__((simd("notinbranch")));
+float cosf(float) noexcept __attribute__((simd("notinbranch")));
+float powf(float, float) noexcept __attribute__((simd("notinbranch")));
+double exp(double) noexcept __attribute__((simd("notinbranch")));
+double log(double) noexcept __attribute__((simd("notinbranch")));
+double sin(double) noexcept __attribute__((simd("notinbranch")));
+double cos(double) noexcept __attribute__((simd("notinbranch")));
+double pow(double, double) noexcept __attribute__((simd("notinbranch")));
+}
+#endif
+
 // NaN-propagating max/min, as torch.maximum / amax do (std::max would drop a NaN).
 template <typename T> static inline T tiny_max(T a, T b) { return (a != a || a > b) ? a : b; }
 template <typename T> static inline T tiny_min(T a, T b) { return (a != a || a < b) ? a : b; }
