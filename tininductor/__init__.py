@@ -11,6 +11,8 @@ _LAZY = {
     "compile_fx": "tininductor.compile_fx:compile_fx",
     "compile_fx_inner": "tininductor.compile_fx:compile_fx_inner",
     "config": "tininductor.config:",
+    "PyCodeCache": "tininductor.codecache:PyCodeCache",
+    "CppCodeCache": "tininductor.codecache:CppCodeCache",
     "ir": "tininductor.ir:",
     "lowering": "tininductor.lowering:",
     "V": "tininductor.virtualized:V",

@@ -1,0 +1,90 @@
+"""Graded tests for chapter 10: ideal traffic, a break-free rewrite, shape bucketing."""
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import tinydynamo
+from course import load
+from course.testing import expect_close, expect_equal, expect_true
+from tinydynamo.testing import CompileCounterWithBackend
+
+ch = load("ch10")
+
+
+def _chain(x, r):
+    return F.gelu(x * 1.5 + 0.25, approximate="tanh") + r
+
+
+def _softmax_and_max(x):
+    return F.softmax(x, dim=-1), x.amax(dim=-1)
+
+
+@pytest.mark.ch10_1
+@pytest.mark.parametrize(
+    "fn, inputs, expected",
+    [
+        (_chain, [torch.randn(1000), torch.randn(1000)], 3 * 1000 * 4),
+        (_softmax_and_max, [torch.randn(7, 33, dtype=torch.float64)], (2 * 7 * 33 + 7) * 8),
+        (_chain, [torch.randn(16, 64, dtype=torch.float16), torch.randn(64, dtype=torch.float16)], (16 * 64 + 64 + 16 * 64) * 2),
+    ],
+)
+def test_ideal_bytes(fn, inputs, expected):
+    gm = torch.fx.symbolic_trace(fn)
+    expect_equal(ch.ideal_bytes(gm, inputs), expected, f"ideal_bytes of {fn.__name__}", context=gm.code)
+
+
+@pytest.mark.ch10_1
+def test_ideal_bytes_counts_an_output_once_and_inputs_returned_as_free():
+    class Twice(torch.nn.Module):  # returns the *same* tensor object twice
+        def forward(self, x):
+            y = x * 2
+            return x, y, y
+
+    gm = torch.fx.symbolic_trace(Twice())
+    x = torch.randn(10)
+    expect_equal(ch.ideal_bytes(gm, [x]), 2 * 10 * 4, "ideal_bytes when an output is an input / repeated")
+
+
+@pytest.mark.ch10_2
+def test_rewrite_compiles_in_one_graph_and_matches_both_branches():
+    def bad_fn(x):
+        y = x.sin() + x.cos()
+        if y.sum().item() > 0:
+            return y * 2
+        return y - 2
+
+    counter = CompileCounterWithBackend("eager")
+    compiled = tinydynamo.compile(ch.positive_branch, backend=counter, fullgraph=True)
+    torch.manual_seed(0)
+    signs = set()
+    for shift in (3.0, -3.0, 0.5, -0.5):
+        x = torch.randn(64) * 0.1 + shift
+        signs.add(bool((x.sin() + x.cos()).sum() > 0))
+        expect_close(compiled(x), bad_fn(x), f"positive_branch(x) for mean {shift}")
+    expect_true(signs == {True, False}, "test inputs should cover both branches")
+    expect_equal(counter.frame_count, 1, "graphs captured (a tensor-only rewrite needs exactly one)")
+
+
+@pytest.mark.ch10_3
+@pytest.mark.parametrize("n, expected", [(1, 16), (16, 16), (17, 32), (64, 64), (65, 128), (200, 256)])
+def test_bucket_length(n, expected):
+    expect_equal(ch.bucket_length(n, [16, 32, 64]), expected, f"bucket_length({n}, [16, 32, 64])")
+
+
+@pytest.mark.ch10_3
+def test_bucketing_bounds_recompiles_and_keeps_outputs():
+    def row_norm(x):  # row-wise along dim 1: padding rows must not change the real rows
+        return F.layer_norm(x, x.shape[-1:]) * 2 + 1
+
+    counter = CompileCounterWithBackend("eager")
+    tinydynamo.reset()
+    compiled = tinydynamo.compile(row_norm, backend=counter)
+    wrapped = ch.bucketed(compiled, [8, 16, 32], dim=1)
+    torch.manual_seed(0)
+    lengths = [3, 5, 8, 9, 12, 16, 17, 20, 31, 32, 4, 15]
+    for n in lengths:
+        x = torch.randn(2, n, 24)
+        expect_close(wrapped(x), row_norm(x), f"bucketed row_norm at length {n}")
+    expect_true(counter.frame_count <= 3, f"compiles for {len(lengths)} lengths: yours {counter.frame_count} vs at most 3 (one per bucket)")
