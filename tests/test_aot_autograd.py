@@ -205,3 +205,19 @@ def test_partitions_share_the_joint_graph():
         fw_out = part.fw_gm(*inputs)
         grads = part.bw_gm(*fw_out[1:], tangent)
         torch.testing.assert_close(list(fw_out[:1]) + list(grads), list(ref))
+
+
+def test_dynamic_shapes_are_specialised_per_shape():
+    """TorchDynamo marks a dim dynamic after a size change (int inputs): compile per shape, lazily."""
+    def f(x, w):
+        return (x @ w).relu().sum(-1) * x.shape[0]
+
+    w = torch.randn(8, 3, dtype=torch.float64, requires_grad=True)
+    compiled = torch.compile(f, backend=aot_eager)
+    for n in [4, 5, 6, 5]:
+        x = torch.randn(n, 8, dtype=torch.float64)
+        out = compiled(x, w)
+        torch.testing.assert_close(out, f(x, w))
+        (got,) = torch.autograd.grad(out.sum(), w)
+        (want,) = torch.autograd.grad(f(x, w).sum(), w)
+        torch.testing.assert_close(got, want)
