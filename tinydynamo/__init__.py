@@ -8,6 +8,23 @@ from tinydynamo._lazy import lazy_attributes
 # public name -> "module:attribute" ("module:" for the module itself), loaded on first use
 _LAZY = {
     "artifacts": "tinydynamo.artifacts:",
+    "tracer": "tinydynamo.tracer:",
+    "bytecode": "tinydynamo.bytecode:",
+    "optimize": "tinydynamo.eval_frame:optimize",
+    "compile": "tinydynamo.eval_frame:compile",
+    "disable": "tinydynamo.eval_frame:disable",
+    "reset": "tinydynamo.eval_frame:reset",
+    "cache_info": "tinydynamo.eval_frame:cache_info",
+    "counters": "tinydynamo.eval_frame:counters",
+    "OptimizedModule": "tinydynamo.eval_frame:OptimizedModule",
+    "config": "tinydynamo.config:",
+    "Unsupported": "tinydynamo.exc:Unsupported",
+    "register_backend": "tinydynamo.backends:register_backend",
+    "list_backends": "tinydynamo.backends:list_backends",
+    "lookup_backend": "tinydynamo.backends:lookup_backend",
+    "logs": "tinydynamo.logs:",
+    "set_logs": "tinydynamo.logs:set_logs",
+    "testing": "tinydynamo.testing:",
 }
 
 __getattr__, __dir__ = lazy_attributes(globals(), _LAZY)

@@ -36,6 +36,8 @@ CPython difference                 what :func:`get_instructions` gives instead
 3.13 ``LOAD_FAST_LOAD_FAST``,      expanded into two plain instructions
 ``STORE_FAST_STORE_FAST``,
 ``STORE_FAST_LOAD_FAST``
+3.13 ``LOAD_FAST`` of a cell      ``LOAD_CLOSURE`` (as 3.11/3.12 emit it)
+variable (building a closure)
 3.13 ``TO_BOOL``                   dropped: its only consumers (``POP_JUMP_IF_*``,
                                    ``UNARY_NOT``) take the truth value themselves
 ``FOR_ITER`` exit target           ``target`` = where execution goes on once the iterator
@@ -199,6 +201,7 @@ def get_instructions(code_or_fn: Any) -> list[Instruction]:
     out: list[tuple[dict[str, Any], int | None]] = []
     lineno: int | None = code.co_firstlineno
     pending_kw: tuple[str, ...] = ()
+    cellvars = set(code.co_cellvars)
     for k, ins in enumerate(raw):
         pos_line = ins.positions.lineno if ins.positions is not None else None
         if pos_line is not None:
@@ -217,6 +220,8 @@ def get_instructions(code_or_fn: Any) -> list[Instruction]:
 
         def emit(opname: str, argval: Any = None, argrepr: str | None = None, **extra: Any) -> None:
             rep = argrepr if argrepr is not None else ("" if argval is None else repr(argval))
+            if opname == "LOAD_FAST" and argval in cellvars and sys.version_info >= (3, 13):
+                opname = "LOAD_CLOSURE"  # 3.13 loads a cell for a closure tuple with LOAD_FAST
             out.append((dict(base, opname=opname, argval=argval, argrepr=rep, **extra), None))
 
         name = _RENAMED.get(name, name)

@@ -1,0 +1,215 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # Chapter 3 — Guards and the cache: reusing a graph safely
+#
+# The graph from chapter 2 was traced for *particular* inputs. It baked in the shapes (the `view`
+# sizes are literal ints), the dtypes, the value of every Python constant it read (a global
+# `SCALE`, an `int` argument, `self.training`), which submodules a module had, and whether grad
+# mode was on. Calling it on inputs that break one of those assumptions would be silently wrong.
+#
+# TorchDynamo therefore stores each graph with its **guards**: cheap checks of exactly those
+# assumptions, run before every call. All guards pass: run the cached graph. One fails: trace
+# again (a **recompile**), and say which guard failed, in words.
+
+# %%
+import logging
+import timeit
+import warnings
+
+import torch
+
+import tinydynamo
+from course import load
+from tinydynamo.testing import CompileCounter
+
+ch = load("ch03")
+_ = torch.manual_seed(0)
+
+SCALE = 2.0
+
+
+def f(x, n: int):
+    return torch.sin(x) * SCALE + n
+
+
+tinydynamo.reset()
+cnt = CompileCounter()
+fc = tinydynamo.optimize(cnt)(f)
+x = torch.randn(4, 3)
+print("matches eager:", torch.allclose(fc(x, 1), f(x, 1)))
+
+# %% [markdown]
+# ## 1. Reading the guards
+#
+# Each guard has a **kind**, a **source** — an expression over `L` (the frame's locals) and `G`
+# (its globals) that says where the value came from — and the value it expects.
+
+# %%
+entry = tinydynamo.cache_info(fc).entries[0]
+for guard in entry.check_fn.guards:
+    print(guard)
+
+# %% [markdown]
+# They are compiled into **one** generated Python function: each source is read once into a
+# local, and each guard is one `if not (...): return False`. A cache hit costs a few attribute
+# reads and comparisons.
+
+# %%
+print(entry.check_fn.code)
+
+# %% [markdown]
+# The graph itself is not re-run by anything else: the cache entry also holds a small generated
+# function that fetches the graph's inputs from the same sources and rebuilds the return value:
+
+# %%
+print(entry.code)
+
+# %% [markdown]
+# ## 2. Watch a recompile happen
+#
+# `TINY_LOGS=recompiles` (or `tinydynamo.set_logs(recompiles=True)` in a notebook) logs every
+# recompile with the failing guard of each cache entry.
+
+# %%
+tinydynamo.set_logs(recompiles=True)
+logging.getLogger("tinydynamo.recompiles").handlers[0].setStream(__import__("sys").stdout)
+
+fc(torch.randn(4, 3), 1)  # same metadata, new values: a cache hit
+print("frames so far:", cnt.frame_count)
+fc(torch.randn(5, 3), 1)  # a new shape
+fc(x.double(), 1)  # a new dtype
+SCALE = 3.0  # a global constant the graph read
+fc(x, 1)
+print("frames so far:", cnt.frame_count)
+tinydynamo.set_logs(recompiles=False)
+
+# %% [markdown]
+# Notice what did **not** recompile: new tensor *values*. Notice too that after `SCALE = 3.0`
+# the old entries fail on `G['SCALE']` — without that guard, `fc` would have kept multiplying
+# by 2.0. After `config.recompile_limit` entries (8, like TorchDynamo's), tinydynamo stops
+# recompiling that function and runs it eagerly, with one warning:
+
+# %%
+tinydynamo.reset()
+fc = tinydynamo.optimize(CompileCounter())(f)
+with tinydynamo.config.patch(recompile_limit=3), warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    for n in range(6):
+        assert torch.allclose(fc(x, n), f(x, n))
+print(len(caught), "warning:", str(caught[0].message).split(";")[1].strip())
+
+# %% [markdown]
+# ## 3. Your guard kind: CONSTANT_MATCH
+#
+# Exercise 3.1 writes the conditions of CONSTANT_MATCH. Careful: `True == 1` and `1 == 1.0`, so
+# a guard that only compares values would reuse an `int` graph for a `bool` argument.
+# `use_guard_kind` plugs your version into tinydynamo for a block.
+
+# %%
+from tinydynamo.guards import CheckFunction, Guard, TensorMeta, use_check_codegen, use_guard_kind  # noqa: E402
+from tinydynamo.source import LocalSource, SourceScope  # noqa: E402
+
+guard = Guard("CONSTANT_MATCH", LocalSource("n"), 2)
+print(ch.constant_match_code(guard, "___v0", SourceScope({})))
+with use_guard_kind("CONSTANT_MATCH", code=ch.constant_match_code):
+    tinydynamo.reset()
+    cnt = CompileCounter()
+    fc = tinydynamo.optimize(cnt)(f)
+    for n in (2, 2, True, 2.0):
+        fc(x, n)
+print("frames for n = 2, 2, True, 2.0:", cnt.frame_count)
+
+# %% [markdown]
+# ## 4. Your failure reason: TENSOR_MATCH in words
+#
+# The fast check only says *no*. On a miss, a second, slow path asks each guard *why*. Exercise
+# 3.2 writes that for tensors.
+
+# %%
+tg = Guard("TENSOR_MATCH", LocalSource("x"), TensorMeta.of(x))
+for value in (torch.randn(4, 3), torch.randn(4, 7), x.t(), x.clone().requires_grad_(), 1.5):
+    print(ch.tensor_match_failure(tg, value))
+
+# %% [markdown]
+# ## 5. Your check-function generator and cache lookup
+#
+# Exercise 3.3 generates the single check function from the guards; exercise 3.4 is the cache
+# lookup itself: the first (newest) entry for this backend whose guards pass.
+
+# %%
+from tinydynamo.eval_frame import use_cache_lookup  # noqa: E402
+
+scope = SourceScope({})
+print(ch.generate_check_code([Guard("GRAD_MODE", None, True), tg, guard], scope))
+with use_check_codegen(ch.generate_check_code), use_cache_lookup(ch.lookup_entry):
+    tinydynamo.reset()
+    cnt = CompileCounter()
+    fc = tinydynamo.optimize(cnt)(f)
+    a, b = torch.randn(2), torch.randn(3)
+    results = [torch.allclose(fc(t, 1), f(t, 1)) for t in (a, b, a, b, a)]
+print(results, "| frames:", cnt.frame_count, "| entries:", len(tinydynamo.cache_info(fc).entries))
+
+# %% [markdown]
+# ## 6. Guards on a module
+#
+# For an `nn.Module`, the parameters are graph inputs fetched through sources like
+# `L['self'].fc1.weight` (each with TENSOR_MATCH); submodules are guarded by identity (NN_MODULE);
+# plain attributes such as `self.training` by value. So `model.eval()` recompiles (dropout leaves
+# the graph), and replacing `model.fc1` does too, while an optimizer step — new values in the same
+# parameters — does not.
+
+# %%
+import sys  # noqa: E402
+
+sys.path.insert(0, "..")
+from tests.models import TinyBlock  # noqa: E402
+
+block = TinyBlock(16, 2)
+tinydynamo.reset()
+cnt = CompileCounter()
+cb = tinydynamo.compile(block, backend=cnt)
+xb = torch.randn(2, 16)
+cb(xb)
+with torch.no_grad():
+    block.fc1.weight.add_(0.1)  # new values, same parameter: a cache hit
+print("after an in-place update: frames =", cnt.frame_count, "| matches:", torch.allclose(cb(xb), block(xb)))
+block.fc1 = torch.nn.Linear(16, 32)
+print("after replacing fc1: matches:", torch.allclose(cb(xb), block(xb)), "| frames =", cnt.frame_count)
+print("reason:", tinydynamo.cache_info(cb).last_reason)
+
+# %% [markdown]
+# ## 7. What a guard check costs
+#
+# `bench/guard_overhead.py` measures it properly (4 tensors, against `torch.compile` in the same
+# run). Here, roughly:
+
+# %% tags=["nbval-ignore-output"]
+def four(a, b, c, d):
+    return a + b * c - d
+
+
+tinydynamo.reset()
+g4 = tinydynamo.optimize("eager")(four)
+xs = [torch.randn(8, 8) for _ in range(4)]
+g4(*xs)
+check = tinydynamo.cache_info(g4).entries[0].check_fn
+L = dict(zip("abcd", xs))
+n = 20000
+print(f"guard check: {min(timeit.repeat(lambda: check(L, four.__globals__), number=n, repeat=3)) / n * 1e6:.2f} us per call")
+
+# %% [markdown]
+# **What you built.** Guards turn "this graph was traced for these inputs" into code that checks
+# it in microseconds; the cache keeps several graphs per function and says why it needed each new
+# one. Next (chapter 4): what to do when tracing cannot continue — graph breaks.

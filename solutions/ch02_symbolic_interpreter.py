@@ -1,0 +1,97 @@
+"""Chapter 2: the symbolic interpreter. Four opcode handlers of tinydynamo's InstructionTranslator.
+
+Each handler has the signature ``handler(tx, inst)``: ``tx`` is the translator (its ``stack`` of
+VariableTrackers, ``push``/``pop``/``popn``, ``ip`` the index of the next instruction, ``output``
+the OutputGraph), ``inst`` a normalised :class:`tinydynamo.bytecode.Instruction`. Plug them into
+the real translator with ``tinydynamo.symbolic_convert.use_handlers(BINARY_OP=BINARY_OP, ...)``.
+"""
+from __future__ import annotations
+
+from tinydynamo import bytecode as bc
+from tinydynamo.exc import unimplemented
+from tinydynamo.variables import NULL, BuiltinVariable, ListIteratorVariable
+
+
+def BINARY_OP(tx, inst) -> None:
+    """``a <op> b``: pop ``b`` then ``a``; push the result of the operator named by ``inst.argval``.
+
+    ``bc.BINARY_OPS[inst.argval]`` is the Python operator function ('+' -> operator.add,
+    '+=' -> operator.iadd); ``BuiltinVariable.binop(tx, fn, a, b)`` applies it to two
+    variables: constants fold, tensors become a graph node.
+    """
+    # BEGIN SOLUTION (Exercise 2.1: pop b and a, push BuiltinVariable.binop(tx, bc.BINARY_OPS[inst.argval], a, b))
+    b = tx.pop()
+    a = tx.pop()
+    tx.push(BuiltinVariable.binop(tx, bc.BINARY_OPS[inst.argval], a, b))
+    # END SOLUTION
+
+
+def POP_JUMP_IF_FALSE(tx, inst) -> None:
+    """Pop a value; if it is false, continue at ``inst.target`` (set ``tx.ip``).
+
+    The value's ``truth(tx)`` is known at trace time for constants, lists, modules...
+    (so the branch folds away); a tensor's is not, and raises Unsupported by itself.
+    """
+    # BEGIN SOLUTION (Exercise 2.2: pop a value and jump to inst.target when value.truth(tx) is False)
+    value = tx.pop()
+    if not value.truth(tx):
+        tx.ip = inst.target
+    # END SOLUTION
+
+
+def POP_JUMP_IF_TRUE(tx, inst) -> None:
+    """Pop a value; if it is true, continue at ``inst.target``."""
+    # BEGIN SOLUTION (Exercise 2.2: pop a value and jump to inst.target when value.truth(tx) is True)
+    value = tx.pop()
+    if value.truth(tx):
+        tx.ip = inst.target
+    # END SOLUTION
+
+
+def CALL(tx, inst) -> None:
+    """Call with ``inst.argval`` arguments, the last ``len(inst.kw_names)`` of them by keyword.
+
+    The stack holds two call slots, then the arguments. ``bc.resolve_call_slots(slot0, slot1,
+    is_null)`` reads the slots the same way on every CPython version and returns the callable
+    and any leading argument (``self`` of a method). Push ``fn.call_function(tx, args, kwargs)``.
+    """
+    # BEGIN SOLUTION (Exercise 2.3: pop the arguments and the two call slots, split keyword arguments, call, push the result)
+    args = tx.popn(inst.argval)
+    slot1 = tx.pop()
+    slot0 = tx.pop()
+    fn, lead = bc.resolve_call_slots(slot0, slot1, lambda v: v is NULL)
+    n_kw = len(inst.kw_names)
+    positional = lead + args[: len(args) - n_kw]
+    kwargs = dict(zip(inst.kw_names, args[len(args) - n_kw:]))
+    tx.push(fn.call_function(tx, positional, kwargs))
+    # END SOLUTION
+
+
+def FOR_ITER(tx, inst) -> None:
+    """Advance the iterator on top of the stack (a ListIteratorVariable).
+
+    ``it.next_item()`` returns the next variable, or None when exhausted. Push the item and
+    go on; when exhausted, pop the iterator and continue at ``inst.target`` (already past
+    the loop's END_FOR cleanup, on every version). Because the interpreter really runs the
+    loop at trace time, the loop is unrolled into the graph.
+    """
+    it = tx.stack[-1]
+    if not isinstance(it, ListIteratorVariable):
+        unimplemented(f"FOR_ITER over {it}")
+    # BEGIN SOLUTION (Exercise 2.4: push the next item, or pop the iterator and jump to inst.target when exhausted)
+    item = it.next_item()
+    if item is None:
+        tx.pop()
+        tx.ip = inst.target
+    else:
+        tx.push(item)
+    # END SOLUTION
+
+
+HANDLERS = {
+    "BINARY_OP": BINARY_OP,
+    "POP_JUMP_IF_FALSE": POP_JUMP_IF_FALSE,
+    "POP_JUMP_IF_TRUE": POP_JUMP_IF_TRUE,
+    "CALL": CALL,
+    "FOR_ITER": FOR_ITER,
+}

@@ -1,0 +1,111 @@
+"""The public surface: backends by name or callable, compile/optimize/reset, config, logs, artifacts."""
+import logging
+
+import pytest
+import torch
+
+import tinydynamo
+from tinydynamo import artifacts, logs
+from tinydynamo.testing import CompileCounterWithBackend
+
+
+def fn(x):
+    return torch.nn.functional.gelu(x) * 2 + 1
+
+
+def test_backend_by_name_and_callable_and_registry():
+    tinydynamo.reset()
+    x = torch.randn(3)
+    torch.testing.assert_close(tinydynamo.compile(fn, backend="eager")(x), fn(x))
+    seen = []
+
+    def my_backend(gm, example_inputs):
+        seen.append([tuple(t.shape) for t in example_inputs])
+        return gm.forward
+
+    tinydynamo.reset()
+    torch.testing.assert_close(tinydynamo.compile(fn, backend=my_backend)(x), fn(x))
+    assert seen == [[(3,)]]
+    tinydynamo.register_backend("mine", my_backend)
+    assert "mine" in tinydynamo.list_backends() and {"eager", "aot_eager", "tininductor", "inductor"} <= set(
+        tinydynamo.list_backends())
+    with pytest.raises(ValueError, match="unknown backend 'nope'"):
+        tinydynamo.compile(fn, backend="nope")
+
+
+def test_default_backend_is_config_default():
+    assert tinydynamo.config.default_backend in tinydynamo.list_backends()
+    assert tinydynamo.lookup_backend(None) is tinydynamo.lookup_backend(tinydynamo.config.default_backend)
+
+
+@pytest.mark.slow  # ~20 s of C++ compilation on CPU: run with --runslow (done on the GPU machine too)
+def test_torch_inductor_backend_plugs_in():
+    pytest.importorskip("torch._inductor.compile_fx")
+    tinydynamo.reset()
+    cnt = CompileCounterWithBackend("inductor")
+    x = torch.randn(8)
+    g = tinydynamo.optimize(cnt, nopython=True)(lambda t: (t.sin() + 1).relu())
+    torch.testing.assert_close(g(x), (x.sin() + 1).relu())
+    assert cnt.frame_count == 1
+
+
+def test_decorator_forms():
+    tinydynamo.reset()
+
+    @tinydynamo.compile(backend="eager", fullgraph=True)
+    def g(x):
+        return x + 1
+
+    @tinydynamo.optimize("eager")
+    def h(x):
+        return x * 2
+
+    assert torch.equal(g(torch.zeros(1)), torch.ones(1)) and torch.equal(h(torch.ones(1)), torch.full((1,), 2.0))
+
+
+def test_config_patch_validates_and_restores():
+    with tinydynamo.config.patch("recompile_limit", 1):
+        assert tinydynamo.config.recompile_limit == 1
+    assert tinydynamo.config.recompile_limit == 8
+    with pytest.raises(AttributeError, match="no setting 'recompile_limt'"):
+        with tinydynamo.config.patch(recompile_limt=1):
+            pass
+
+
+def test_reset_forgets_compiled_frames():
+    tinydynamo.reset()
+    g = tinydynamo.optimize("eager")(fn)
+    g(torch.randn(2))
+    assert len(tinydynamo.cache_info(g).entries) == 1 and tinydynamo.counters["frames"]["ok"] == 1
+    tinydynamo.reset()
+    assert len(tinydynamo.cache_info(g).entries) == 0 and not tinydynamo.counters["frames"]
+
+
+def test_artifacts_recorded_per_frame():
+    tinydynamo.reset()
+    tinydynamo.optimize("eager")(fn)(torch.randn(2))
+    arts = artifacts.history[-1]
+    assert arts.name == "fn"
+    kinds = set(arts.items)
+    assert {"source", "bytecode", "graph", "guards", "transformed_code"} <= kinds
+    assert "def fn(x):" in arts.get("source")[0][1]
+    assert "BINARY_OP" in arts.get("bytecode")[0][1]
+    assert "gelu" in arts.get("graph")[0][1]
+    assert "TENSOR_MATCH" in arts.get("guards")[0][1]
+
+
+def test_logs_kinds_and_env(monkeypatch, caplog):
+    with pytest.raises(ValueError, match="unknown log kind"):
+        logs.get_logger("nope")
+    monkeypatch.setenv("TINY_LOGS", "guards,graph_code")
+    logs._from_env()
+    try:
+        assert logs.enabled("guards") and logs.enabled("graph_code") and not logs.enabled("bytecode")
+        tinydynamo.reset()
+        with caplog.at_level(logging.INFO, logger="tinydynamo"):
+            logs.get_logger("guards").propagate = True
+            logs.get_logger("graph_code").propagate = True
+            tinydynamo.optimize("eager")(fn)(torch.randn(2))
+        assert "TENSOR_MATCH" in caplog.text and "TRACED GRAPH" in caplog.text
+    finally:
+        logs.set_logs(guards=False, graph_code=False)

@@ -1,0 +1,196 @@
+"""Guards and the cache: recompile exactly when an assumption changes, never otherwise; readable reasons."""
+import logging
+
+import pytest
+import torch
+from torch import nn
+
+import tinydynamo
+from tinydynamo.guards import Guard, GuardBuilder, TensorMeta
+from tinydynamo.source import AttrSource, LocalSource, SourceScope
+from tinydynamo.testing import CompileCounter
+
+FACTOR = 2.0
+
+
+def f(x, y):
+    return x * FACTOR + y
+
+
+def compiled(fn=f):
+    tinydynamo.reset()
+    cnt = CompileCounter()
+    return tinydynamo.optimize(cnt)(fn), cnt
+
+
+def reason(fn):
+    return tinydynamo.cache_info(fn).last_reason
+
+
+def test_no_recompile_for_new_values_of_same_metadata():
+    g, cnt = compiled()
+    for _ in range(5):
+        x, y = torch.randn(4, 3), torch.randn(4, 3)
+        torch.testing.assert_close(g(x, y), f(x, y))
+    assert cnt.frame_count == 1
+
+
+@pytest.mark.parametrize("change,expected", [
+    (lambda x: torch.randn(1, 3), "tensor L['x'] size mismatch at index 0: expected 4, actual 1"),
+    (lambda x: x.double(), "tensor L['x'] dtype mismatch: expected torch.float32, actual torch.float64"),
+    (lambda x: x.clone().requires_grad_(), "tensor L['x'] requires_grad mismatch: expected False, actual True"),
+    (lambda x: x.t().contiguous().t(), "tensor L['x'] stride mismatch at index 0: expected 3, actual 1"),
+    (lambda x: torch.randn(2, 4, 3), "tensor L['x'] rank mismatch: expected 2, actual 3"),
+    (lambda x: 3.0, "L['x'] type mismatch: expected torch.Tensor, actual float"),
+])
+def test_recompile_on_tensor_change_with_reason(change, expected):
+    g, cnt = compiled()
+    x, y = torch.randn(4, 3), torch.randn(4, 3)
+    g(x, y)
+    x2 = change(x)
+    torch.testing.assert_close(g(x2, y), f(x2, y))
+    assert cnt.frame_count == 2
+    assert reason(g) == expected
+    g(x, y)  # the first entry still serves the old inputs
+    g(x2, y)
+    assert cnt.frame_count == 2
+
+
+def test_recompile_on_global_constant_change():
+    global FACTOR
+    g, cnt = compiled()
+    x, y = torch.randn(2), torch.randn(2)
+    g(x, y)
+    FACTOR = 3.0
+    try:
+        torch.testing.assert_close(g(x, y), x * 3.0 + y)
+        assert cnt.frame_count == 2
+        assert reason(g) == "G['FACTOR'] == 2.0 failed: actual 3.0"
+    finally:
+        FACTOR = 2.0
+
+
+def test_recompile_on_int_argument_and_bool_is_not_int():
+    def h(x, n):
+        return x * n
+
+    g, cnt = compiled(h)
+    x = torch.randn(2)
+    g(x, 2), g(x, 2)
+    assert cnt.frame_count == 1
+    g(x, 3)
+    assert cnt.frame_count == 2 and reason(g) == "L['n'] == 2 failed: actual 3"
+    g(x, True)  # True == 1 but is a different type: must not reuse an int entry
+    assert cnt.frame_count == 3
+
+
+def test_recompile_on_module_attribute_and_module_swap():
+    class Scale(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(3, 3)
+            self.k = 2
+
+        def forward(self, x):
+            return self.fc(x) * self.k
+
+    m = Scale()
+    tinydynamo.reset()
+    cnt = CompileCounter()
+    cm = tinydynamo.compile(m, backend=cnt)
+    x = torch.randn(2, 3)
+    cm(x), cm(x)
+    assert cnt.frame_count == 1
+    m.k = 5
+    torch.testing.assert_close(cm(x), m(x))
+    assert cnt.frame_count == 2 and tinydynamo.cache_info(cm).last_reason == "L['self'].k == 2 failed: actual 5"
+    m.fc = nn.Linear(3, 3)  # a new submodule: its identity guard fails
+    torch.testing.assert_close(cm(x), m(x))
+    assert cnt.frame_count == 3 and "module L['self'].fc was replaced" in tinydynamo.cache_info(cm).last_reason
+    with torch.no_grad():
+        m.fc.weight.mul_(2)  # new values in the same parameter: no recompile, new result
+    torch.testing.assert_close(cm(x), m(x))
+    assert cnt.frame_count == 3
+
+
+def test_grad_mode_guard():
+    g, cnt = compiled()
+    x, y = torch.randn(2), torch.randn(2)
+    g(x, y)
+    with torch.no_grad():
+        g(x, y)
+    assert cnt.frame_count == 2
+    assert reason(g) == "grad mode changed: expected enabled, actual disabled"
+
+
+def test_sequence_length_and_dict_keys_guards():
+    def h(xs, d):
+        out = d["w"]
+        for t in xs:
+            out = out + t
+        return out
+
+    g, cnt = compiled(h)
+    a = torch.randn(2)
+    g([a, a], {"w": a}), g([a, a], {"w": a})
+    assert cnt.frame_count == 1
+    torch.testing.assert_close(g([a, a, a], {"w": a}), h([a, a, a], {"w": a}))
+    assert cnt.frame_count == 2 and reason(g) == "len(L['xs']) == 2 failed: actual 3"
+    g([a, a], {"w": a, "z": a})
+    assert cnt.frame_count == 3 and "L['d'] keys changed: expected ['w'], actual ['w', 'z']" in reason(g)
+
+
+def test_recompile_limit_falls_back_with_one_warning():
+    def h(x, n):
+        return x + n
+
+    g, cnt = compiled(h)
+    x = torch.randn(2)
+    with tinydynamo.config.patch(recompile_limit=3):
+        with pytest.warns(UserWarning, match="recompile_limit") as record:
+            for n in range(6):
+                torch.testing.assert_close(g(x, n), x + n)
+    assert cnt.frame_count == 3
+    assert sum("recompile_limit" in str(w.message) for w in record) == 1
+    assert tinydynamo.config.recompile_limit == 8  # patch restored it
+
+
+def test_recompiles_are_logged(caplog):
+    g, cnt = compiled()
+    with caplog.at_level(logging.INFO, logger="tinydynamo.recompiles"):
+        g(torch.randn(2), torch.randn(2))
+        g(torch.randn(3), torch.randn(3))
+    text = caplog.text
+    assert "Recompiling function f" in text and "size mismatch at index 0: expected 2, actual 3" in text
+
+
+def test_check_function_is_one_generated_function_with_readable_guards():
+    scope = SourceScope({})
+    gb = GuardBuilder(scope)
+    x = torch.randn(2, 3)
+    gb.add("TENSOR_MATCH", LocalSource("x"), TensorMeta.of(x))
+    gb.add("TENSOR_MATCH", LocalSource("x"), TensorMeta.of(x))  # deduplicated
+    gb.add("CONSTANT_MATCH", AttrSource(LocalSource("cfg"), "eps"), 1e-5)
+    check = gb.build()
+    assert len(check.guards) == 2
+    assert check.code.count("def ") == 1 and "___v0.shape == (2, 3)" in check.code
+    assert "check_tensor(L['x']" in str(check.guards[0])
+
+    class Cfg:
+        eps = 1e-5
+
+    assert check({"x": torch.randn(2, 3), "cfg": Cfg()}, {})
+    assert not check({"x": torch.randn(2, 3)}, {})  # missing source: a miss, not an exception
+    Cfg.eps = 1e-6
+    assert check.failure_reason({"x": x, "cfg": Cfg()}, {}) == "L['cfg'].eps == 1e-05 failed: actual 1e-06"
+    with pytest.raises(ValueError, match="unknown guard kind"):
+        gb.add("NOT_A_KIND", LocalSource("x"))
+
+
+def test_guard_kinds_cover_the_issue_list():
+    from tinydynamo.guards import GUARD_KINDS
+
+    assert {"TENSOR_MATCH", "TYPE_MATCH", "ID_MATCH", "CONSTANT_MATCH", "SEQUENCE_LENGTH", "GRAD_MODE",
+            "NN_MODULE", "DICT_KEYS"} <= set(GUARD_KINDS)
+    g = Guard("ID_MATCH", LocalSource("f"), len)
+    assert g.readable().startswith("L['f'] is <len")

@@ -1,0 +1,151 @@
+"""nn.Modules: forward inlined, parameters/buffers lifted as graph inputs, containers, whole models in one graph."""
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import tinydynamo
+from tests.models import GPT, TinyBlock
+from tinydynamo.testing import CompileCounter
+
+
+def compile_counted(model, **kw):
+    tinydynamo.reset()
+    cnt = CompileCounter()
+    return tinydynamo.compile(model, backend=cnt, fullgraph=True, **kw), cnt
+
+
+def test_tiny_block_one_graph_equals_eager():
+    torch.manual_seed(0)
+    m = TinyBlock(32, 4)
+    cm, cnt = compile_counted(m)
+    for x in (torch.randn(2, 8, 32), torch.randn(2, 8, 32)):
+        for _ in range(2):
+            torch.testing.assert_close(cm(x), m(x))
+    assert cnt.frame_count == 1
+    assert cnt.op_count == 7  # layer_norm, linear, gelu, mul, add, linear, add
+    placeholders = [n.meta["source"] for n in cnt.graphs[0].graph.nodes if n.op == "placeholder"]
+    assert placeholders == ["L['x']", "L['self'].ln.weight", "L['self'].ln.bias", "L['self'].fc1.weight",
+                            "L['self'].fc1.bias", "L['self'].fc2.weight", "L['self'].fc2.bias"]
+
+
+def test_gpt_with_loss_one_graph_equals_eager_and_trains():
+    torch.manual_seed(0)
+    m = GPT(vocab_size=64, block_size=16, n_layer=2, n_head=2, n_embd=32).eval()
+    cm, cnt = compile_counted(m)
+    for _ in range(2):
+        idx, tgt = torch.randint(0, 64, (2, 8)), torch.randint(0, 64, (2, 8))
+        logits, loss = cm(idx, tgt)
+        ref_logits, ref_loss = m(idx, tgt)
+        torch.testing.assert_close(logits, ref_logits)
+        torch.testing.assert_close(loss, ref_loss)
+    assert cnt.frame_count == 1
+    targets = {getattr(n.target, "__name__", n.target) for n in cnt.graphs[0].graph.nodes}
+    assert {"embedding", "layer_norm", "masked_fill", "softmax", "gelu", "cross_entropy", "transpose", "view"} <= targets
+    # gradients flow through the captured graph to the original parameters
+    loss.backward()
+    grads = {n: p.grad.clone() for n, p in m.named_parameters()}
+    m.zero_grad()
+    m(idx, tgt)[1].backward()
+    for n, p in m.named_parameters():
+        torch.testing.assert_close(grads[n], p.grad, msg=n)
+    # targets=None is a different (constant) argument: a second graph, without the loss
+    logits, loss = cm(idx)
+    assert loss is None and cnt.frame_count == 2
+    torch.testing.assert_close(logits, m(idx)[0])
+
+
+def test_compiled_module_behaves_like_the_module():
+    m = TinyBlock(8, 2)
+    cm = tinydynamo.compile(m, backend="eager")
+    assert isinstance(cm, nn.Module)
+    assert list(cm.state_dict()) == list(m.state_dict())
+    assert [n for n, _ in cm.named_parameters()] == [n for n, _ in m.named_parameters()]
+    assert all(a is b for a, b in zip(cm.parameters(), m.parameters()))
+    assert cm.fc1 is m.fc1
+    cm.eval()
+    assert not m.training
+
+
+class Containers(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.seq = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 4))
+        self.blocks = nn.ModuleList([nn.Linear(4, 4) for _ in range(3)])
+        self.heads = nn.ModuleDict({"a": nn.Linear(4, 2), "b": nn.Linear(4, 2)})
+        self.scales = nn.ParameterList([nn.Parameter(torch.randn(4)) for _ in range(2)])
+        self.drop = nn.Dropout(0.5)
+        self.register_buffer("offset", torch.randn(4))
+
+    def forward(self, x):
+        x = self.seq(x) + self.offset
+        for i, blk in enumerate(self.blocks):
+            x = blk(x) * self.scales[i % 2]
+        x = self.blocks[-1](x)
+        for s in self.scales:
+            x = x + s
+        n = sum(p.numel() for p in self.parameters())
+        outs = {k: h(x) for k, h in self.heads.items()}
+        if self.training:
+            x = self.drop(x)
+        return outs["a"] + outs["b"], x * 0 + n, len(self.blocks)
+
+
+def test_containers_and_training_flag():
+    torch.manual_seed(0)
+    m = Containers().eval()
+    cm, cnt = compile_counted(m)
+    for _ in range(2):
+        x = torch.randn(3, 4)
+        torch.testing.assert_close(cm(x), m(x))
+    assert cnt.frame_count == 1
+    assert not any("dropout" in str(n.target) for n in cnt.graphs[0].graph.nodes)
+    m.train()  # self.training is guarded: a recompile, now with dropout in the graph
+    torch.manual_seed(1)
+    out = cm(x)
+    assert cnt.frame_count == 2
+    assert any("dropout" in str(n.target) for n in cnt.graphs[1].graph.nodes)
+    assert out[0].shape == (3, 2)
+
+
+def test_submodule_calls_helper_methods_and_properties():
+    class M(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(4, 4)
+            self.alpha = 0.5
+
+        @property
+        def gain(self):
+            return self.alpha * 4
+
+        def helper(self, x):
+            return F.silu(self.fc(x)) * self.gain
+
+        def forward(self, x):
+            return self.helper(x) + self.fc.weight.sum() + self.fc.bias.shape[0]
+
+    m = M()
+    cm, cnt = compile_counted(m)
+    for _ in range(2):
+        x = torch.randn(2, 4)
+        torch.testing.assert_close(cm(x), m(x))
+    assert cnt.frame_count == 1
+
+
+@pytest.mark.parametrize("requires_grad", [False, True])
+def test_parameters_gradients_match(requires_grad):
+    torch.manual_seed(0)
+    m = TinyBlock(8, 2)
+    cm = tinydynamo.compile(m, backend="eager", fullgraph=True)
+    x = torch.randn(2, 8, requires_grad=requires_grad)
+    cm(x).sum().backward()
+    g = [p.grad.clone() for p in m.parameters()]
+    gx = x.grad.clone() if requires_grad else None
+    m.zero_grad()
+    x.grad = None
+    m(x).sum().backward()
+    for a, p in zip(g, m.parameters()):
+        torch.testing.assert_close(a, p.grad)
+    if requires_grad:
+        torch.testing.assert_close(gx, x.grad)

@@ -1,0 +1,57 @@
+"""Backends: what turns a captured ``torch.fx.GraphModule`` into something to call.
+
+The contract is torch.compile's: ``backend(gm, example_inputs) -> callable``. Backends are
+found by name in a registry of lazy ``"module:attr"`` paths (so "tininductor" costs nothing
+until used, and PyTorch's own "inductor" plugs in the same way), or passed as callables.
+"""
+from __future__ import annotations
+
+import importlib
+from typing import Any, Callable
+
+import torch.fx
+
+Backend = Callable[[torch.fx.GraphModule, list], Callable]
+
+
+def eager(gm: torch.fx.GraphModule, example_inputs: list) -> Callable:
+    """Run the captured graph as it is (checks capture alone)."""
+    return gm.forward
+
+
+_BACKENDS: dict[str, Any] = {
+    "eager": eager,
+    "aot_eager": "tininductor.aot_autograd:aot_eager",
+    "tininductor": "tininductor.compile_fx:compile_fx",
+    "inductor": "torch._inductor.compile_fx:compile_fx",
+}
+
+
+def register_backend(name: str, backend: Backend | str) -> None:
+    """Add a backend: a callable, or a lazy ``"module:attr"`` path."""
+    _BACKENDS[name] = backend
+
+
+def list_backends() -> list[str]:
+    return sorted(_BACKENDS)
+
+
+def lookup_backend(backend: str | Backend | None) -> Backend:
+    from tinydynamo import config
+
+    if backend is None:
+        backend = config.default_backend
+    if callable(backend):
+        return backend
+    if not isinstance(backend, str) or backend not in _BACKENDS:
+        raise ValueError(f"unknown backend {backend!r}: use one of {list_backends()}, or pass a callable "
+                         "backend(gm, example_inputs) -> callable")
+    entry = _BACKENDS[backend]
+    if isinstance(entry, str):
+        module_name, _, attr = entry.partition(":")
+        try:
+            entry = getattr(importlib.import_module(module_name), attr)
+        except (ImportError, AttributeError) as e:
+            raise ValueError(f"backend {backend!r} ({module_name}:{attr}) is not available: {e}") from e
+        _BACKENDS[backend] = entry
+    return entry

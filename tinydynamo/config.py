@@ -1,0 +1,44 @@
+"""tinydynamo's settings, as module attributes (like ``torch._dynamo.config``), patchable for a block:
+
+    with tinydynamo.config.patch(recompile_limit=2):
+        ...
+"""
+from __future__ import annotations
+
+import contextlib
+import sys
+from typing import Any, Iterator
+
+#: misses per code object before tinydynamo gives up and runs it eagerly (torch: recompile_limit)
+recompile_limit: int = 8
+#: internal compiler errors fall back to eager with a warning (False: raise them)
+suppress_errors: bool = True
+#: deepest chain of inlined user functions
+max_inline_depth: int = 32
+#: instructions one frame may execute symbolically (stops runaway loops)
+max_instructions: int = 200_000
+#: the backend ``compile``/``optimize`` use when none is given
+default_backend: str = "eager"
+
+_SETTINGS = ("recompile_limit", "suppress_errors", "max_inline_depth", "max_instructions", "default_backend")
+_this = sys.modules[__name__]
+
+
+@contextlib.contextmanager
+def patch(arg: str | dict | None = None, value: Any = None, **changes: Any) -> Iterator[None]:
+    """Temporarily change settings: ``patch(recompile_limit=2)`` or ``patch("recompile_limit", 2)``."""
+    if isinstance(arg, str):
+        changes[arg] = value
+    elif isinstance(arg, dict):
+        changes.update(arg)
+    for name in changes:
+        if name not in _SETTINGS:
+            raise AttributeError(f"tinydynamo.config has no setting {name!r}; known: {list(_SETTINGS)}")
+    saved = {name: getattr(_this, name) for name in changes}
+    for name, v in changes.items():
+        setattr(_this, name, v)
+    try:
+        yield
+    finally:
+        for name, v in saved.items():
+            setattr(_this, name, v)

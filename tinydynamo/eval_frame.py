@@ -1,0 +1,306 @@
+"""Entry points and the cache: ``optimize``, ``compile``, ``disable``, ``reset``.
+
+Pure Python cannot install CPython's frame-evaluation hook (PEP 523), so tinydynamo wraps the
+callable instead. Each call binds the arguments into ``L`` (the frame's locals), then looks up
+the cache of the function's code object: a list of entries ``(guards, compiled frame)``, newest
+first. The first entry whose guards pass runs. A miss compiles a new entry (logging the first
+failing guard of the newest entry); after ``config.recompile_limit`` entries the frame runs
+eagerly, with one warning. A frame that cannot be captured (Unsupported) runs eagerly too,
+with its reason recorded (and raised, with ``nopython=True`` / ``fullgraph=True``).
+"""
+from __future__ import annotations
+
+import collections
+import contextlib
+import dataclasses
+import functools
+import inspect
+import logging
+import types
+import warnings
+from typing import Any, Callable, Iterator
+
+import torch
+from torch import nn
+
+from tinydynamo import artifacts, bytecode, logs
+from tinydynamo.backends import lookup_backend
+from tinydynamo import config
+from tinydynamo.exc import Unsupported
+from tinydynamo.output_graph import CompiledFrame, OutputGraph
+
+#: counters["frames"]["ok"/"unsupported"/...], counters["unsupported"][reason], counters["recompiles"][name]
+counters: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
+
+recompiles_log = logs.get_logger("recompiles")
+breaks_log = logs.get_logger("graph_breaks")
+bytecode_log = logs.get_logger("bytecode")
+
+
+@dataclasses.dataclass
+class FrameCache:
+    """Everything tinydynamo remembers about one code object."""
+
+    entries: list[CompiledFrame] = dataclasses.field(default_factory=list)
+    run_eagerly: str | None = None  # why this code object now always runs eagerly
+    last_reason: str | None = None  # the latest recompile reason
+
+    def lookup(self, L: dict, G: dict, backend) -> CompiledFrame | None:
+        return _lookup["fn"](self.entries, L, G, backend)
+
+
+def lookup_entry(entries: list[CompiledFrame], L: dict, G: dict, backend) -> CompiledFrame | None:
+    """The first (newest) entry for ``backend`` whose guards pass on ``L``/``G``, else None (a miss)."""
+    for entry in entries:
+        if entry.backend is backend and entry.check_fn(L, G):
+            return entry
+    return None
+
+
+_lookup = {"fn": lookup_entry}
+
+
+@contextlib.contextmanager
+def use_cache_lookup(fn) -> Iterator[None]:
+    """Temporarily look entries up with ``fn(entries, L, G, backend)`` (the course plugs a learner's in)."""
+    saved = _lookup["fn"]
+    _lookup["fn"] = fn
+    try:
+        yield
+    finally:
+        _lookup["fn"] = saved
+
+
+_caches: dict[types.CodeType, FrameCache] = {}
+
+
+def get_cache(code: types.CodeType) -> FrameCache:
+    return _caches.setdefault(code, FrameCache())
+
+
+def reset() -> None:
+    """Forget every compiled frame and counter (like torch._dynamo.reset())."""
+    _caches.clear()
+    counters.clear()
+
+
+def _user_function(fn: Callable) -> tuple[types.FunctionType, Any]:
+    """(plain function, bound self or None) for a function or bound method."""
+    if isinstance(fn, types.MethodType):
+        return fn.__func__, fn.__self__
+    if isinstance(fn, types.FunctionType):
+        return fn, None
+    raise TypeError(f"tinydynamo can compile Python functions, methods and nn.Modules, not {type(fn).__name__}")
+
+
+class OptimizedFunction:
+    """A function wrapped by ``optimize``: each call checks the cache, compiling on a miss."""
+
+    def __init__(self, fn: Callable, backend: Any, nopython: bool = False):
+        self._orig_fn = fn
+        self._fn, self._self = _user_function(fn)
+        self._code = self._fn.__code__
+        self._globals = self._fn.__globals__
+        self._backend = lookup_backend(backend)
+        self._nopython = nopython
+        self._signature = inspect.signature(self._fn)
+        code = self._code
+        simple = not (code.co_flags & (inspect.CO_VARARGS | inspect.CO_VARKEYWORDS)) and code.co_kwonlyargcount == 0
+        self._fast_names = code.co_varnames[:code.co_argcount] if simple else None
+        functools.update_wrapper(self, self._fn)
+
+    def _bind(self, args: tuple, kwargs: dict) -> dict[str, Any]:
+        """The frame's locals ``L``: arguments by name (+ closure contents by name)."""
+        if self._self is not None:
+            args = (self._self, *args)
+        if not kwargs and self._fast_names is not None and len(args) == len(self._fast_names):
+            L = dict(zip(self._fast_names, args))
+        else:
+            bound = self._signature.bind(*args, **kwargs)
+            bound.apply_defaults()
+            L = dict(bound.arguments)
+        if self._fn.__closure__:
+            for name, cell in zip(self._code.co_freevars, self._fn.__closure__):
+                L[name] = cell.cell_contents
+        return L
+
+    def __call__(self, *args, **kwargs):
+        L = self._bind(args, kwargs)
+        G = self._globals
+        cache = _caches.get(self._code) or get_cache(self._code)
+        entry = cache.lookup(L, G, self._backend)
+        if entry is not None:
+            return entry.run(L, G)
+        if cache.run_eagerly is not None:
+            return self._orig_fn(*args, **kwargs)
+        entry = self._compile(cache, L, G)
+        if entry is None:
+            return self._orig_fn(*args, **kwargs)
+        return entry.run(L, G)
+
+    def __get__(self, obj, objtype=None):  # decorating a method: bind like a function would
+        if obj is None:
+            return self
+        return functools.partial(self.__call__, obj)
+
+    # ---- the slow path -------------------------------------------------------------------------
+    def _compile(self, cache: FrameCache, L: dict, G: dict) -> CompiledFrame | None:
+        name = self._code.co_qualname if hasattr(self._code, "co_qualname") else self._code.co_name
+        if cache.entries:
+            # every entry failed: say why, newest first (the first failing guard of each)
+            reasons = [e.check_fn.failure_reason(L, G) or "compiled for another backend" for e in cache.entries]
+            reason = "; ".join(reasons)
+            cache.last_reason = reason
+            if len(cache.entries) >= config.recompile_limit:
+                cache.run_eagerly = f"hit config.recompile_limit ({config.recompile_limit})"
+                warnings.warn(
+                    f"tinydynamo: {name} ({self._code.co_filename}:{self._code.co_firstlineno}) hit "
+                    f"config.recompile_limit ({config.recompile_limit}); running it eagerly from now on. "
+                    f"Last recompile reason: {reason}", stacklevel=3)
+                counters["frames"]["recompile_limit"] += 1
+                return None
+            counters["recompiles"][name] += 1
+            recompiles_log.info("Recompiling function %s in %s:%d\n    triggered by the following guard failure(s):\n%s",
+                                name, self._code.co_filename, self._code.co_firstlineno,
+                                "\n".join(f"    - entry {len(reasons) - 1 - i}: {r}" for i, r in enumerate(reasons)))
+        try:
+            entry = compile_frame(self._fn, L, G, self._backend, name)
+        except Unsupported as e:
+            counters["frames"]["unsupported"] += 1
+            counters["unsupported"][e.reason] += 1
+            if self._nopython:
+                raise
+            cache.run_eagerly = e.reason
+            breaks_log.info("running %s eagerly: %s", name, e)
+            return None
+        except Exception as e:
+            counters["frames"]["failed"] += 1
+            if self._nopython or not config.suppress_errors:
+                raise
+            cache.run_eagerly = f"internal error: {type(e).__name__}: {e}"
+            warnings.warn(f"tinydynamo: compiling {name} failed ({type(e).__name__}: {e}); running it eagerly. "
+                          "Set tinydynamo.config.suppress_errors = False to see the traceback.", stacklevel=3)
+            return None
+        counters["frames"]["ok"] += 1
+        cache.entries.insert(0, entry)
+        return entry
+
+
+def compile_frame(fn: types.FunctionType, L: dict, G: dict, backend, name: str) -> CompiledFrame:
+    """Trace ``fn``'s bytecode with the arguments in ``L`` and compile the graph: one cache entry."""
+    from tinydynamo.symbolic_convert import InstructionTranslator
+
+    code = fn.__code__
+    with artifacts.collecting(name):
+        try:
+            artifacts.record("source", name, inspect.getsource(fn))
+        except (OSError, TypeError):
+            pass
+        listing = bytecode.format_instructions(bytecode.get_instructions(code))
+        artifacts.record("bytecode", name, listing)
+        bytecode_log.info("BYTECODE %s %s:%d\n%s", name, code.co_filename, code.co_firstlineno, listing)
+        output = OutputGraph(G, name.replace(".", "_").replace("<", "").replace(">", ""))
+        tx = InstructionTranslator(code, G, L, output)
+        with torch._C.DisableTorchFunctionSubclass():
+            return_value = tx.run()
+        return output.compile(return_value, backend)
+
+
+def optimize(backend: Any = None, nopython: bool = False) -> Callable[[Callable], Callable]:
+    """``tinydynamo.optimize(backend)(fn)``: like ``torch._dynamo.optimize``."""
+    backend_fn = lookup_backend(backend)
+
+    def decorator(fn):
+        if isinstance(fn, nn.Module):
+            return OptimizedModule(fn, backend_fn, nopython)
+        return OptimizedFunction(fn, backend_fn, nopython)
+
+    return decorator
+
+
+def compile(model: Callable | None = None, *, backend: Any = None, fullgraph: bool = False,
+            dynamic: bool | None = None, mode: str | None = None, options: dict | None = None):
+    """``tinydynamo.compile(fn_or_module, backend=..., fullgraph=...)``: like ``torch.compile``.
+
+    Shapes are always static here (``dynamic=True`` is accepted and ignored, with a warning);
+    ``mode``/``options`` are accepted for compatibility.
+    """
+    if dynamic:
+        warnings.warn("tinydynamo specializes on shapes; dynamic=True is ignored", stacklevel=2)
+    if model is None:
+        return lambda m: compile(m, backend=backend, fullgraph=fullgraph, dynamic=dynamic, mode=mode, options=options)
+    return optimize(backend, nopython=fullgraph)(model)
+
+
+class OptimizedModule(nn.Module):
+    """A compiled ``nn.Module``: calls go through the compiled ``forward``; everything else
+    (parameters, state_dict, attributes, train/eval) is the original module's, with the same names."""
+
+    def __init__(self, mod: nn.Module, backend, nopython: bool):
+        super().__init__()
+        self._orig_mod = mod
+        self._compiled_forward = OptimizedFunction(mod.forward, backend, nopython)
+
+    def forward(self, *args, **kwargs):
+        from torch.nn.modules import module as module_mod
+
+        m = self._orig_mod
+        if m._forward_hooks or m._forward_pre_hooks or module_mod._global_forward_hooks:
+            return m(*args, **kwargs)  # hooks are not captured: run the module as usual
+        return self._compiled_forward(*args, **kwargs)
+
+    def __getattr__(self, name: str):
+        if name in ("_orig_mod", "_compiled_forward"):
+            return super().__getattr__(name)
+        return getattr(self._orig_mod, name)
+
+    def train(self, mode: bool = True):
+        self._orig_mod.train(mode)
+        self.training = mode
+        return self
+
+    def state_dict(self, *args, **kwargs):
+        return self._orig_mod.state_dict(*args, **kwargs)
+
+    def load_state_dict(self, *args, **kwargs):
+        return self._orig_mod.load_state_dict(*args, **kwargs)
+
+    def named_parameters(self, *args, **kwargs):
+        return self._orig_mod.named_parameters(*args, **kwargs)
+
+    def named_buffers(self, *args, **kwargs):
+        return self._orig_mod.named_buffers(*args, **kwargs)
+
+    def named_children(self):
+        return self._orig_mod.named_children()
+
+    def named_modules(self, *args, **kwargs):
+        return self._orig_mod.named_modules(*args, **kwargs)
+
+    def __repr__(self) -> str:
+        return f"OptimizedModule({self._orig_mod!r})"
+
+
+def disable(fn: Callable | None = None):
+    """Never trace ``fn``: it always runs eagerly (a call to it from traced code is Unsupported)."""
+    if fn is None:
+        return disable
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        return fn(*args, **kwargs)
+
+    wrapper._tinydynamo_disabled = True
+    return wrapper
+
+
+def cache_info(fn: Callable) -> FrameCache:
+    """The cache entries of a function (or OptimizedFunction / compiled module) for inspection."""
+    if isinstance(fn, OptimizedModule):
+        fn = fn._compiled_forward
+    if isinstance(fn, OptimizedFunction):
+        return get_cache(fn._code)
+    return get_cache(_user_function(fn)[0].__code__)
+
+
+_ = logging

@@ -1,0 +1,39 @@
+"""Errors tinydynamo raises: why a frame could not be captured, said precisely."""
+from __future__ import annotations
+
+
+class TinyDynamoError(RuntimeError):
+    """Base class of tinydynamo's errors."""
+
+
+class Unsupported(TinyDynamoError):
+    """A construct the symbolic interpreter cannot capture (yet); the frame runs eagerly instead.
+
+    ``reason`` is the short cause; ``user_stack`` the user's source lines (file:line + text) at the
+    point of failure, filled in (innermost first) as the error leaves each translator; printed
+    outermost first, like a traceback.
+    """
+
+    def __init__(self, reason: str, hint: str | None = None):
+        super().__init__(reason)
+        self.reason = reason
+        self.hint = hint
+        self.user_stack: list[str] = []
+
+    def __str__(self) -> str:
+        lines = [self.reason]
+        if self.user_stack:
+            lines.append("  from user code:")
+            lines.extend("    " + frame.replace("\n", "\n    ") for frame in reversed(self.user_stack))
+        if self.hint:
+            lines.append(f"  hint: {self.hint}")
+        return "\n".join(lines)
+
+
+def unimplemented(reason: str, hint: str | None = None):
+    """Raise :class:`Unsupported` (reads well at call sites: ``unimplemented("print()")``)."""
+    raise Unsupported(reason, hint)
+
+
+class BackendCompilerFailed(TinyDynamoError):
+    """The backend raised while compiling a captured graph."""

@@ -1,0 +1,326 @@
+"""Guards: the facts a compiled graph assumed, checked before every cached call.
+
+A :class:`Guard` has a kind (``TENSOR_MATCH``, ``TYPE_MATCH``, ``ID_MATCH``, ...), a
+:class:`~tinydynamo.source.Source` (``L['x']``) and the expected value. Each kind lives in the
+``GUARD_KINDS`` registry with two halves:
+
+* ``code(guard, ref, scope)``: Python condition(s) over ``ref`` (the local variable holding the
+  source's value); :class:`GuardBuilder` joins all of them into ONE generated function, so a
+  cache hit costs a handful of attribute reads and comparisons, and nothing else;
+* ``failure(guard, value)``: the reason in words when the guard fails, or ``None``. Only the
+  slow path (a cache miss, for the recompile log) calls it.
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from typing import Any, Callable, Iterator
+
+import torch
+
+from tinydynamo.source import Source, SourceScope
+
+
+@dataclasses.dataclass(frozen=True)
+class TensorMeta:
+    """What TENSOR_MATCH pins down about a tensor."""
+
+    type: type
+    dtype: torch.dtype
+    device: torch.device
+    size: tuple[int, ...]
+    stride: tuple[int, ...]
+    requires_grad: bool
+
+    @classmethod
+    def of(cls, t: torch.Tensor) -> "TensorMeta":
+        return cls(type(t), t.dtype, t.device, tuple(t.shape), tuple(t.stride()), t.requires_grad)
+
+
+@dataclasses.dataclass(frozen=True)
+class Guard:
+    kind: str
+    source: Source | None  # None for global state (GRAD_MODE)
+    expected: Any = None
+
+    @property
+    def name(self) -> str:
+        return self.source.name() if self.source is not None else "<global state>"
+
+    def readable(self) -> str:
+        return GUARD_KINDS[self.kind].readable(self)
+
+    def __str__(self) -> str:
+        return f"{self.kind:<16} {self.readable()}"
+
+
+@dataclasses.dataclass
+class GuardKind:
+    """One kind of guard: how to check it fast, and how to say why it failed."""
+
+    code: Callable[[Guard, str, SourceScope], list[str]]
+    failure: Callable[[Guard, Any], str | None]
+    readable: Callable[[Guard], str]
+
+
+GUARD_KINDS: dict[str, GuardKind] = {}
+
+
+def register_guard_kind(kind: str, code, failure, readable) -> None:
+    GUARD_KINDS[kind] = GuardKind(code, failure, readable)
+
+
+@contextlib.contextmanager
+def use_guard_kind(kind: str, code=None, failure=None, readable=None) -> Iterator[None]:
+    """Temporarily replace parts of a guard kind (the course plugs a learner's guard in this way)."""
+    saved = GUARD_KINDS[kind]
+    GUARD_KINDS[kind] = GuardKind(code or saved.code, failure or saved.failure, readable or saved.readable)
+    try:
+        yield
+    finally:
+        GUARD_KINDS[kind] = saved
+
+
+def _tname(t: type) -> str:
+    return t.__qualname__ if t.__module__ in ("builtins",) else f"{t.__module__}.{t.__qualname__}"
+
+
+# ---- TENSOR_MATCH ----------------------------------------------------------------------------
+
+def _tensor_code(g: Guard, ref: str, scope: SourceScope) -> list[str]:
+    m: TensorMeta = g.expected
+    return [
+        f"type({ref}) is {scope.constant(m.type, 't')}",
+        f"{ref}.dtype is {scope.constant(m.dtype, 'dt')}",
+        _device_check(ref, m.device, scope),
+        f"{ref}.shape == {m.size!r}",
+        f"{ref}.stride() == {m.stride!r}",
+        f"{ref}.requires_grad is {m.requires_grad!r}",
+    ]
+
+
+def _device_check(ref: str, device: torch.device, scope: SourceScope) -> str:
+    """The cheapest exact device test: ``is_cpu`` for CPU, ``is_cuda`` + index for CUDA."""
+    if device.type == "cpu":
+        return f"{ref}.is_cpu"
+    if device.type == "cuda" and device.index is not None:
+        return f"{ref}.is_cuda and {ref}.get_device() == {device.index}"
+    return f"{ref}.device == {scope.constant(device, 'dev')}"
+
+
+def _tensor_failure(g: Guard, v: Any) -> str | None:
+    m: TensorMeta = g.expected
+    if type(v) is not m.type:
+        return f"{g.name} type mismatch: expected {_tname(m.type)}, actual {_tname(type(v))}"
+    if v.dtype != m.dtype:
+        return f"tensor {g.name} dtype mismatch: expected {m.dtype}, actual {v.dtype}"
+    if v.device != m.device:
+        return f"tensor {g.name} device mismatch: expected {m.device}, actual {v.device}"
+    if v.dim() != len(m.size):
+        return f"tensor {g.name} rank mismatch: expected {len(m.size)}, actual {v.dim()}"
+    for i, (e, a) in enumerate(zip(m.size, v.shape)):
+        if e != a:
+            return f"tensor {g.name} size mismatch at index {i}: expected {e}, actual {a}"
+    for i, (e, a) in enumerate(zip(m.stride, v.stride())):
+        if e != a:
+            return f"tensor {g.name} stride mismatch at index {i}: expected {e}, actual {a}"
+    if v.requires_grad != m.requires_grad:
+        return f"tensor {g.name} requires_grad mismatch: expected {m.requires_grad}, actual {v.requires_grad}"
+    return None
+
+
+def _tensor_readable(g: Guard) -> str:
+    m: TensorMeta = g.expected
+    return (f"check_tensor({g.name}, {_tname(m.type)}, {m.dtype}, device={str(m.device)!r}, "
+            f"requires_grad={m.requires_grad}, size={list(m.size)}, stride={list(m.stride)})")
+
+
+register_guard_kind("TENSOR_MATCH", _tensor_code, _tensor_failure, _tensor_readable)
+
+# ---- TYPE_MATCH / ID_MATCH / NN_MODULE ------------------------------------------------------
+
+register_guard_kind(
+    "TYPE_MATCH",
+    lambda g, ref, scope: [f"type({ref}) is {scope.constant(g.expected, 't')}"],
+    lambda g, v: None if type(v) is g.expected
+    else f"{g.name} type mismatch: expected {_tname(g.expected)}, actual {_tname(type(v))}",
+    lambda g: f"type({g.name}) is {_tname(g.expected)}",
+)
+
+
+def _short(obj: Any) -> str:
+    text = getattr(obj, "__qualname__", None) or getattr(obj, "__name__", None) or type(obj).__name__
+    return f"<{text} at {hex(id(obj))}>"
+
+
+register_guard_kind(
+    "ID_MATCH",
+    lambda g, ref, scope: [f"{ref} is {scope.constant(g.expected, 'obj')}"],
+    lambda g, v: None if v is g.expected
+    else f"{g.name} is a different object: expected {_short(g.expected)}, actual {_short(v)}",
+    lambda g: f"{g.name} is {_short(g.expected)}",
+)
+
+register_guard_kind(
+    "NN_MODULE",
+    lambda g, ref, scope: [f"{ref} is {scope.constant(g.expected, 'mod')}"],
+    lambda g, v: None if v is g.expected
+    else f"module {g.name} was replaced: expected {_short(g.expected)}, actual {_short(v)}",
+    lambda g: f"{g.name} is {_short(g.expected)}  # the module (and so its parameters' owner)",
+)
+
+# ---- CONSTANT_MATCH --------------------------------------------------------------------------
+
+
+def _const_code(g: Guard, ref: str, scope: SourceScope) -> list[str]:
+    v = g.expected
+    if v is None or v is True or v is False or v is Ellipsis:
+        return [f"{ref} is {v!r}"]
+    if type(v) in (int, float, str, bytes, complex):
+        return [f"type({ref}) is {type(v).__name__}", f"{ref} == {v!r}"]
+    return [f"type({ref}) is {scope.constant(type(v), 't')}", f"{ref} == {scope.constant(v, 'c')}"]
+
+
+def _const_failure(g: Guard, v: Any) -> str | None:
+    e = g.expected
+    if type(v) is not type(e) or not (v is e or v == e):
+        return f"{g.name} == {e!r} failed: actual {v!r}"
+    return None
+
+
+register_guard_kind("CONSTANT_MATCH", _const_code, _const_failure, lambda g: f"{g.name} == {g.expected!r}")
+
+# ---- SEQUENCE_LENGTH / DICT_KEYS ---------------------------------------------------------------
+
+register_guard_kind(
+    "SEQUENCE_LENGTH",
+    lambda g, ref, scope: [f"type({ref}) is {g.expected[0].__name__}", f"len({ref}) == {g.expected[1]}"],
+    lambda g, v: (f"{g.name} type mismatch: expected {g.expected[0].__name__}, actual {_tname(type(v))}"
+                  if type(v) is not g.expected[0] else
+                  None if len(v) == g.expected[1] else f"len({g.name}) == {g.expected[1]} failed: actual {len(v)}"),
+    lambda g: f"type({g.name}) is {g.expected[0].__name__} and len({g.name}) == {g.expected[1]}",
+)
+
+register_guard_kind(
+    "DICT_KEYS",
+    lambda g, ref, scope: [f"type({ref}) is dict", f"list({ref}) == {list(g.expected)!r}"],
+    lambda g, v: (f"{g.name} type mismatch: expected dict, actual {_tname(type(v))}" if type(v) is not dict else
+                  None if list(v) == list(g.expected) else f"{g.name} keys changed: expected {list(g.expected)}, actual {list(v)}"),
+    lambda g: f"list({g.name}.keys()) == {list(g.expected)!r}",
+)
+
+# ---- GRAD_MODE (global state) -------------------------------------------------------------------
+
+register_guard_kind(
+    "GRAD_MODE",
+    lambda g, ref, scope: [f"{scope.constant(torch.is_grad_enabled, 'fn')}() is {g.expected!r}"],
+    lambda g, v: None if torch.is_grad_enabled() == g.expected
+    else f"grad mode changed: expected {'enabled' if g.expected else 'disabled'}, actual "
+         f"{'enabled' if torch.is_grad_enabled() else 'disabled'}",
+    lambda g: f"torch.is_grad_enabled() is {g.expected}",
+)
+
+
+def generate_check_code(guards: list[Guard], scope: SourceScope) -> str:
+    """The source of ``___check_guards(L, G)``: every guard's conditions, cheapest path first.
+
+    Each source is read once into a local (``___v0 = L['x']``); a nested source reuses its
+    parent's local (``L['self'].fc1`` -> ``___v1``, then ``___v1.weight``). Each guard becomes
+    ``if not (<its conditions joined by and>): return False``.
+    """
+    lines = ["def ___check_guards(L, G):"]
+    refs: dict[str, str] = {}
+
+    def ref_of(source: Source) -> str:
+        key = source.name()
+        if key in refs:
+            return refs[key]
+        base = getattr(source, "base", None)
+        if base is not None:  # evaluate the parent once, reuse it: L['self'].fc1 -> ___v1.weight
+            parent = ref_of(base)
+            expr = key.replace(base.name(), parent, 1)
+        else:
+            expr = key
+        ref = f"___v{len(refs)}"
+        refs[key] = ref
+        lines.append(f"    {ref} = {expr}")
+        return ref
+
+    for g in guards:
+        ref = ref_of(g.source) if g.source is not None else "None"
+        conds = GUARD_KINDS[g.kind].code(g, ref, scope)
+        lines.append(f"    # {g.kind}: {g.readable()}")
+        lines.append(f"    if not ({' and '.join(conds)}):")
+        lines.append("        return False")
+    lines.append("    return True")
+    return "\n".join(lines) + "\n"
+
+
+_codegen = {"generate": generate_check_code}
+
+
+@contextlib.contextmanager
+def use_check_codegen(fn: Callable[[list[Guard], SourceScope], str]) -> Iterator[None]:
+    """Temporarily generate check functions with ``fn`` (the course plugs a learner's version in)."""
+    saved = _codegen["generate"]
+    _codegen["generate"] = fn
+    try:
+        yield
+    finally:
+        _codegen["generate"] = saved
+
+
+class CheckFunction:
+    """The compiled guards of one cache entry: ``check(L, G) -> bool``, plus the slow ``failure_reason``."""
+
+    def __init__(self, guards: list[Guard], scope: SourceScope):
+        self.guards = list(guards)
+        self.scope = scope
+        self.code = self._generate()
+        namespace = dict(scope.names)
+        exec(compile(self.code, "<tinydynamo guards>", "exec"), namespace)
+        self.check: Callable[[dict, dict], bool] = namespace["___check_guards"]
+
+    def _generate(self) -> str:
+        return _codegen["generate"](self.guards, self.scope)
+
+    def __call__(self, L: dict, G: dict) -> bool:
+        try:
+            return self.check(L, G)
+        except Exception:  # a source that no longer exists (shorter list, missing key) is a miss
+            return False
+
+    def failure_reason(self, L: dict, G: dict) -> str | None:
+        """The first failing guard, in words (``None`` if all pass)."""
+        for g in self.guards:
+            if g.source is None:
+                value = None
+            else:
+                try:
+                    value = self.scope.evaluate(g.source, L, G)
+                except Exception as e:
+                    return f"{g.name} could not be read: {type(e).__name__}: {e}"
+            reason = GUARD_KINDS[g.kind].failure(g, value)
+            if reason:
+                return reason
+        return None
+
+    def __str__(self) -> str:
+        return self.code
+
+
+class GuardBuilder:
+    """Collects the guards a trace installs (deduplicated, in order) and builds the CheckFunction."""
+
+    def __init__(self, scope: SourceScope):
+        self.scope = scope
+        self.guards: dict[tuple[str, str], Guard] = {}
+
+    def add(self, kind: str, source: Source | None, expected: Any = None) -> None:
+        if kind not in GUARD_KINDS:
+            raise ValueError(f"unknown guard kind {kind!r}; registered: {sorted(GUARD_KINDS)}")
+        key = (kind, source.name() if source is not None else "")
+        self.guards.setdefault(key, Guard(kind, source, expected))
+
+    def build(self) -> CheckFunction:
+        return CheckFunction(list(self.guards.values()), self.scope)

@@ -1,0 +1,193 @@
+"""OutputGraph: the FX graph being built for one frame, its inputs, guards, and the compiled result.
+
+The translator asks it to lift tensors into placeholders (each with a source, so the compiled
+frame knows where to fetch it on every call), to add op nodes (running each op on fake tensors
+to learn the result's shape/dtype/device without computing anything), and to install guards.
+At RETURN_VALUE, :meth:`OutputGraph.compile` hands the graph to the backend and generates the
+small Python function that a cache hit runs:
+
+    def ___compiled_frame(L, G):
+        ___o = ___compiled_fn(L['x'], L['self'].fc1.weight, ...)
+        return (___o[0], 3)
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import operator
+import re
+from typing import Any, Callable
+
+import torch
+import torch.fx
+from torch._subclasses.fake_tensor import FakeTensorMode
+
+from tinydynamo import artifacts, logs
+from tinydynamo.exc import Unsupported, unimplemented
+from tinydynamo.guards import CheckFunction, GuardBuilder, TensorMeta
+from tinydynamo.source import Source, SourceScope
+from tinydynamo.variables.base import VariableTracker
+from tinydynamo.variables.tensor import TensorVariable
+
+CALL_OPS = ("call_function", "call_method", "call_module")
+
+
+@dataclasses.dataclass
+class CompiledFrame:
+    """One cache entry: guards + the generated function that runs the compiled graph."""
+
+    check_fn: CheckFunction
+    run: Callable[[dict, dict], Any]
+    graph_module: torch.fx.GraphModule
+    code: str  # source of the generated ``___compiled_frame``
+    backend: Any
+    op_count: int
+
+
+class ReturnCodegen:
+    """Builds the Python expression that rebuilds the frame's return value from graph outputs."""
+
+    def __init__(self, output: "OutputGraph"):
+        self.output = output
+        self.nodes: list[torch.fx.Node] = []
+
+    def graph_output(self, var: TensorVariable) -> str:
+        if var.node not in self.nodes:
+            self.nodes.append(var.node)
+        return f"___o[{self.nodes.index(var.node)}]"
+
+    def constant(self, value: Any, hint: str = "c") -> str:
+        if value is None or isinstance(value, (bool, str)) or (
+                type(value) in (int, float) and math.isfinite(value)):
+            return repr(value)
+        return self.output.scope.constant(value, hint)
+
+    def source_expr(self, source: Source) -> str:
+        return source.name()
+
+
+def _node_name(source: Source) -> str:
+    name = re.sub(r"[^0-9a-zA-Z_]+", "_", source.name()).strip("_").lower()
+    return name or "input"
+
+
+class OutputGraph:
+    def __init__(self, f_globals: dict, frame_name: str):
+        self.frame_name = frame_name
+        self.graph = torch.fx.Graph()
+        self.root = torch.nn.Module()
+        self.fake_mode = FakeTensorMode()
+        self.scope = SourceScope(f_globals)
+        self.guard_builder = GuardBuilder(self.scope)
+        self.input_sources: list[Source] = []
+        self.example_inputs: list[torch.Tensor] = []
+        self._inputs: dict[str, TensorVariable] = {}
+        self.instruction_count = 0
+        self.add_guard("GRAD_MODE", None, torch.is_grad_enabled())
+
+    # ---- guards and inputs -----------------------------------------------------------------------
+    def add_guard(self, kind: str, source: Source | None, expected: Any = None) -> None:
+        self.guard_builder.add(kind, source, expected)
+
+    def lift_tensor(self, value: torch.Tensor, source: Source | None) -> TensorVariable:
+        """A real tensor met while tracing: a graph input (with a source), or a constant attribute."""
+        if source is None:  # e.g. a tensor default argument: keep it as a constant of the graph
+            name = f"_tensor_constant{len(self.root._buffers)}"
+            self.root.register_buffer(name, value)
+            node = self.graph.get_attr(name)
+            var = TensorVariable(node, self.fake_mode.from_tensor(value, static_shapes=True))
+            node.meta["example_value"] = var.example
+            return var
+        key = source.name()
+        if key in self._inputs:
+            return self._inputs[key]
+        placeholders = [n for n in self.graph.nodes if n.op == "placeholder"]
+        anchor = placeholders[-1].next if placeholders else next(iter(self.graph.nodes), None)
+        if anchor is not None and anchor.op != "root":
+            with self.graph.inserting_before(anchor):
+                node = self.graph.placeholder(_node_name(source))
+        else:
+            node = self.graph.placeholder(_node_name(source))
+        fake = self.fake_mode.from_tensor(value, static_shapes=True)
+        node.meta["example_value"] = fake
+        node.meta["source"] = key
+        self.add_guard("TENSOR_MATCH", source, TensorMeta.of(value))
+        var = TensorVariable(node, fake, source)
+        var.py_type = type(value)
+        self._inputs[key] = var
+        self.input_sources.append(source)
+        self.example_inputs.append(value)
+        return var
+
+    # ---- ops ---------------------------------------------------------------------------------------
+    def create_node(self, op: str, target: Any, args: list[VariableTracker], kwargs: dict[str, VariableTracker],
+                    keep: bool = False) -> VariableTracker:
+        """Add ``target(*args, **kwargs)`` to the graph; its fake result says what it produces."""
+        from tinydynamo.variables.builder import wrap_fx_result
+
+        node_args = tuple(a.as_node_arg() for a in args)
+        node_kwargs = {k: v.as_node_arg() for k, v in kwargs.items()}
+        ex_args = [a.as_example() for a in args]
+        ex_kwargs = {k: v.as_example() for k, v in kwargs.items()}
+        name = target if isinstance(target, str) else getattr(target, "__name__", str(target))
+        try:
+            with self.fake_mode:
+                if op == "call_method":
+                    example = getattr(ex_args[0], target)(*ex_args[1:], **ex_kwargs)
+                else:
+                    example = target(*ex_args, **ex_kwargs)
+        except Unsupported:
+            raise
+        except Exception as e:  # data-dependent output shapes, or the user's own error (eager will show it)
+            unimplemented(f"{name}(...) could not be traced with fake tensors: {type(e).__name__}: {e}")
+        node = self.graph.create_node(op, target, node_args, node_kwargs)
+        if keep:
+            node.meta["example_value"] = example
+            return None
+        return wrap_fx_result(self, node, example)
+
+    def op_count(self) -> int:
+        return sum(1 for n in self.graph.nodes if n.op in CALL_OPS)
+
+    def _dead_code_elimination(self) -> None:
+        """Drop ops whose results are unused, except in-place ops and setitem (they have effects)."""
+        for node in reversed(list(self.graph.nodes)):
+            if node.op not in CALL_OPS or node.users:
+                continue
+            name = node.target if isinstance(node.target, str) else getattr(node.target, "__name__", "")
+            if name.endswith("_") and not name.endswith("__") or node.target in (operator.setitem,) \
+                    or "out" in node.kwargs or name.startswith("__i"):
+                continue
+            self.graph.erase_node(node)
+
+    # ---- compile -----------------------------------------------------------------------------------
+    def compile(self, return_value: VariableTracker, backend: Callable) -> CompiledFrame:
+        codegen = ReturnCodegen(self)
+        expr = return_value.reconstruct(codegen)
+        self.graph.output(tuple(codegen.nodes))
+        self._dead_code_elimination()
+        self.graph.lint()
+        gm = torch.fx.GraphModule(self.root, self.graph, class_name=f"GraphModule_{self.frame_name}")
+        n_ops = self.op_count()
+        artifacts.record("graph", self.frame_name, gm.print_readable(print_output=False))
+        logs.get_logger("graph_code").info("TRACED GRAPH %s\n%s", self.frame_name, gm.print_readable(print_output=False))
+        check_fn = self.guard_builder.build()
+        artifacts.record("guards", self.frame_name, check_fn.code)
+        logs.get_logger("guards").info("GUARDS %s\n%s", self.frame_name,
+                                       "\n".join(str(g) for g in check_fn.guards))
+        if n_ops:
+            compiled_fn = backend(gm, list(self.example_inputs))
+            if not callable(compiled_fn):
+                raise TypeError(f"backend {backend!r} returned {type(compiled_fn).__name__}, not a callable")
+        else:  # nothing to compile: TorchDynamo skips the backend for op-free graphs too
+            compiled_fn = gm.forward
+        inputs = ", ".join(s.name() for s in self.input_sources)
+        code = (
+            "def ___compiled_frame(L, G):\n"
+            + (f"    ___o = ___compiled_fn({inputs})\n" if codegen.nodes or n_ops else "")
+            + f"    return {expr}\n"
+        )
+        namespace = {**self.scope.names, "___compiled_fn": compiled_fn}
+        exec(compile(code, f"<tinydynamo {self.frame_name}>", "exec"), namespace)
+        artifacts.record("transformed_code", self.frame_name, code)
+        return CompiledFrame(check_fn, namespace["___compiled_frame"], gm, code, backend, n_ops)

@@ -1,0 +1,590 @@
+"""InstructionTranslator: run a frame's bytecode on VariableTrackers instead of real values.
+
+One method per (normalised) opcode, named after it, as in TorchDynamo's symbolic_convert.py.
+The stack and the locals hold VariableTrackers; tensor ops append FX nodes to the
+OutputGraph; Python-level work (constants, lists, loops over constants, calls of user
+functions) is simply carried out at trace time, so loops unroll and constant branches fold.
+Anything that cannot be decided at trace time raises :class:`~tinydynamo.exc.Unsupported`.
+
+Opcode handlers live in one registry, ``OPCODE_HANDLERS`` (opname -> function(tx, inst)),
+filled from the methods below; :func:`register_opcode` lets a chapter plug in its own.
+"""
+from __future__ import annotations
+
+import builtins
+import contextlib
+import inspect
+import linecache
+import types
+from typing import Any, Callable, Iterator
+
+from tinydynamo import bytecode as bc
+from tinydynamo.bytecode import Instruction
+from tinydynamo import config
+from tinydynamo.exc import Unsupported, unimplemented
+from tinydynamo.output_graph import OutputGraph
+from tinydynamo.source import GlobalSource, LocalSource
+from tinydynamo.variables import (
+    NULL,
+    BuiltinVariable,
+    CellVariable,
+    ConstantVariable,
+    DictVariable,
+    ListIteratorVariable,
+    ListVariable,
+    NestedUserFunctionVariable,
+    TensorVariable,
+    TupleVariable,
+    VariableTracker,
+)
+from tinydynamo.variables.builder import VariableBuilder
+
+OPCODE_HANDLERS: dict[str, Callable[["InstructionTranslatorBase", Instruction], None]] = {}
+
+
+@contextlib.contextmanager
+def use_handlers(**handlers: Callable[["InstructionTranslatorBase", Instruction], None]) -> Iterator[None]:
+    """Temporarily replace opcode handlers, e.g. ``use_handlers(BINARY_OP=my_binary_op)`` (the course does)."""
+    saved = {name: OPCODE_HANDLERS.get(name) for name in handlers}
+    OPCODE_HANDLERS.update(handlers)
+    try:
+        yield
+    finally:
+        for name, fn in saved.items():
+            if fn is None:
+                OPCODE_HANDLERS.pop(name, None)
+            else:
+                OPCODE_HANDLERS[name] = fn
+
+
+def register_opcode(opname: str):
+    """Decorator: make ``fn(tx, inst)`` the handler for ``opname`` (replacing any earlier one)."""
+
+    def deco(fn):
+        OPCODE_HANDLERS[opname] = fn
+        return fn
+
+    return deco
+
+
+class InstructionTranslatorBase:
+    def __init__(self, code: types.CodeType, f_globals: dict, symbolic_locals: dict[str, VariableTracker],
+                 output: OutputGraph, cells: dict[str, CellVariable], depth: int = 0):
+        self.code = code
+        self.f_globals = f_globals
+        self.symbolic_locals = symbolic_locals
+        self.output = output
+        self.cells = cells
+        self.depth = depth
+        self.instructions = bc.get_instructions(code)
+        self.stack: list[VariableTracker] = []
+        self.ip = 0
+        self.current_inst: Instruction | None = None
+        self.return_value: VariableTracker | None = None
+        self.generator_items: list[VariableTracker] | None = None  # set when inlining a generator
+
+    # ---- stack ---------------------------------------------------------------------------------
+    def push(self, v: VariableTracker) -> None:
+        assert isinstance(v, VariableTracker), f"pushed {v!r}"
+        self.stack.append(v)
+
+    def pop(self) -> VariableTracker:
+        return self.stack.pop()
+
+    def popn(self, n: int) -> list[VariableTracker]:
+        if n == 0:
+            return []
+        items = self.stack[-n:]
+        del self.stack[-n:]
+        return items
+
+    # ---- the loop --------------------------------------------------------------------------------
+    def run(self) -> VariableTracker:
+        while self.return_value is None:
+            self.step()
+        return self.return_value
+
+    def step(self) -> None:
+        inst = self.instructions[self.ip]
+        self.current_inst = inst
+        self.ip += 1
+        self.output.instruction_count += 1
+        if self.output.instruction_count > config.max_instructions:
+            unimplemented(f"more than config.max_instructions={config.max_instructions} instructions "
+                          "(a very long or endless loop?)")
+        handler = OPCODE_HANDLERS.get(inst.opname)
+        if handler is None:
+            unimplemented(f"opcode {inst.opname} is not supported")
+        try:
+            handler(self, inst)
+        except Unsupported as e:
+            e.user_stack.append(self.frame_summary(inst))
+            raise
+
+    def frame_summary(self, inst: Instruction) -> str:
+        line = linecache.getline(self.code.co_filename, inst.lineno or 0).strip()
+        return f'File "{self.code.co_filename}", line {inst.lineno}, in {self.code.co_name}\n  {line}'
+
+    # ---- helpers -------------------------------------------------------------------------------------
+    def load_global(self, name: str) -> VariableTracker:
+        if name in self.f_globals:
+            root = self.output.scope.globals_root(self.f_globals)
+            return VariableBuilder(self, GlobalSource(name, root)).wrap(self.f_globals[name])
+        b = self.f_globals.get("__builtins__", builtins)
+        b = b if isinstance(b, dict) else vars(b)
+        if name in b:
+            return VariableBuilder(self, None).wrap(b[name])
+        unimplemented(f"name {name!r} is not defined")
+
+    def call(self, fn: VariableTracker, args: list[VariableTracker], kwargs: dict[str, VariableTracker]) -> VariableTracker:
+        return fn.call_function(self, args, kwargs)
+
+    def inline_user_function(self, fn_var, args, kwargs) -> VariableTracker:
+        """Trace a user function's bytecode in a nested translator sharing this graph."""
+        code = fn_var.get_code()
+        if code.co_flags & (inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR):
+            unimplemented(f"calling coroutine function {code.co_name}")
+        if self.depth + 1 > config.max_inline_depth:
+            unimplemented(f"inlining deeper than config.max_inline_depth={config.max_inline_depth} (recursion?)")
+        bound = fn_var.bind(self, args, kwargs)
+        tx = InliningInstructionTranslator(code, fn_var.get_globals(), bound, self.output,
+                                           fn_var.closure_cells(self), self.depth + 1)
+        if code.co_flags & inspect.CO_GENERATOR:
+            # a generator (e.g. a generator expression): run it to the end now, collecting what it
+            # yields; the caller gets an iterator over those values
+            tx.generator_items = []
+            tx.run()
+            return ListIteratorVariable(tx.generator_items)
+        return tx.run()
+
+    def jump_if(self, inst: Instruction, cond: bool) -> None:
+        if cond:
+            self.ip = inst.target
+
+
+def _handler(fn):
+    """Register a method of InstructionTranslatorBase named after its opcode."""
+    OPCODE_HANDLERS[fn.__name__] = fn
+    return fn
+
+
+T = InstructionTranslatorBase
+
+
+# ---- no-ops and stack shuffling ----------------------------------------------------------------------
+@_handler
+def NOP(tx: T, inst): pass
+
+
+@_handler
+def RESUME(tx: T, inst): pass
+
+
+@_handler
+def COPY_FREE_VARS(tx: T, inst): pass  # cells were set up when the frame started
+
+
+@_handler
+def POP_TOP(tx: T, inst): tx.pop()
+
+
+@_handler
+def PUSH_NULL(tx: T, inst): tx.push(NULL)
+
+
+@_handler
+def COPY(tx: T, inst): tx.push(tx.stack[-inst.argval])
+
+
+@_handler
+def SWAP(tx: T, inst):
+    tx.stack[-1], tx.stack[-inst.argval] = tx.stack[-inst.argval], tx.stack[-1]
+
+
+# ---- loads and stores ---------------------------------------------------------------------------------
+@_handler
+def LOAD_CONST(tx: T, inst): tx.push(ConstantVariable(inst.argval))
+
+
+@_handler
+def LOAD_FAST(tx: T, inst):
+    if inst.argval not in tx.symbolic_locals:
+        unimplemented(f"local variable {inst.argval!r} referenced before assignment")
+    tx.push(tx.symbolic_locals[inst.argval])
+
+
+@_handler
+def LOAD_FAST_AND_CLEAR(tx: T, inst):  # 3.12+ inlined comprehensions save the outer variable
+    tx.push(tx.symbolic_locals.pop(inst.argval, NULL))
+
+
+@_handler
+def STORE_FAST(tx: T, inst):
+    value = tx.pop()
+    if value is NULL:
+        tx.symbolic_locals.pop(inst.argval, None)
+    else:
+        tx.symbolic_locals[inst.argval] = value
+
+
+@_handler
+def DELETE_FAST(tx: T, inst): tx.symbolic_locals.pop(inst.argval, None)
+
+
+@_handler
+def LOAD_GLOBAL(tx: T, inst):
+    value = tx.load_global(inst.argval)
+    for v in (bc.with_null(value, NULL) if inst.push_null else [value]):
+        tx.push(v)
+
+
+@_handler
+def LOAD_ATTR(tx: T, inst):
+    obj = tx.pop()
+    value = obj.var_getattr(tx, inst.argval)
+    for v in (bc.with_null(value, NULL) if inst.push_null else [value]):
+        tx.push(v)
+
+
+@_handler
+def STORE_ATTR(tx: T, inst):
+    obj = tx.pop()
+    unimplemented(f"setting attribute {inst.argval!r} on {obj} (a side effect outside the graph)")
+
+
+@_handler
+def STORE_GLOBAL(tx: T, inst):
+    unimplemented(f"assigning global {inst.argval!r} (a side effect outside the graph)")
+
+
+@_handler
+def MAKE_CELL(tx: T, inst):
+    tx.cells[inst.argval] = CellVariable(tx.symbolic_locals.pop(inst.argval, None))
+
+
+@_handler
+def LOAD_CLOSURE(tx: T, inst):
+    tx.push(tx.cells[inst.argval])
+
+
+@_handler
+def LOAD_DEREF(tx: T, inst):
+    if inst.argval not in tx.cells:
+        unimplemented(f"closure variable {inst.argval!r} is not available")
+    tx.push(tx.cells[inst.argval].get())
+
+
+@_handler
+def STORE_DEREF(tx: T, inst):
+    cell = tx.cells.get(inst.argval)
+    if cell is None or getattr(cell, "external", False):
+        unimplemented(f"assigning nonlocal {inst.argval!r} of an enclosing function outside the graph")
+    cell.value = tx.pop()
+
+
+# ---- operators -----------------------------------------------------------------------------------------
+@_handler
+def BINARY_OP(tx: T, inst):
+    b, a = tx.pop(), tx.pop()
+    tx.push(BuiltinVariable.binop(tx, bc.BINARY_OPS[inst.argval], a, b))
+
+
+@_handler
+def COMPARE_OP(tx: T, inst):
+    b, a = tx.pop(), tx.pop()
+    tx.push(BuiltinVariable.binop(tx, bc.COMPARE_OPS[inst.argval], a, b))
+
+
+@_handler
+def IS_OP(tx: T, inst):
+    b, a = tx.pop(), tx.pop()
+    tx.push(ConstantVariable(BuiltinVariable.is_(tx, a, b) != inst.argval))
+
+
+@_handler
+def CONTAINS_OP(tx: T, inst):
+    container, item = tx.pop(), tx.pop()
+    result = container.call_method(tx, "__contains__", [item], {})
+    tx.push(ConstantVariable(result.as_python_constant() != inst.argval))
+
+
+def _unary(tx: T, inst):
+    v = tx.pop()
+    fn = bc.UNARY_OPS[inst.opname]
+    if inst.opname == "UNARY_NOT":
+        tx.push(ConstantVariable(not v.truth(tx)))
+    elif v.is_python_constant():
+        tx.push(ConstantVariable(fn(v.as_python_constant())))
+    elif isinstance(v, TensorVariable):
+        tx.push(tx.output.create_node("call_function", fn, [v], {}))
+    else:
+        unimplemented(f"{inst.opname} on {v}")
+
+
+for _name in bc.UNARY_OPS:
+    OPCODE_HANDLERS[_name] = _unary
+
+
+@_handler
+def BINARY_SUBSCR(tx: T, inst):
+    key, obj = tx.pop(), tx.pop()
+    if isinstance(obj, TensorVariable):
+        import operator
+
+        tx.push(tx.output.create_node("call_function", operator.getitem, [obj, key], {}))
+    else:
+        tx.push(obj.call_method(tx, "__getitem__", [key], {}))
+
+
+@_handler
+def STORE_SUBSCR(tx: T, inst):
+    key, obj, value = tx.pop(), tx.pop(), tx.pop()
+    if isinstance(obj, TensorVariable):
+        import operator
+
+        tx.output.create_node("call_function", operator.setitem, [obj, key, value], {}, keep=True)
+    else:
+        obj.call_method(tx, "__setitem__", [key, value], {})
+
+
+# ---- building containers --------------------------------------------------------------------------------
+@_handler
+def BUILD_TUPLE(tx: T, inst): tx.push(TupleVariable(tx.popn(inst.argval)))
+
+
+@_handler
+def BUILD_LIST(tx: T, inst): tx.push(ListVariable(tx.popn(inst.argval)))
+
+
+@_handler
+def BUILD_MAP(tx: T, inst):
+    items = tx.popn(2 * inst.argval)
+    tx.push(DictVariable({k.as_python_constant(): v for k, v in zip(items[::2], items[1::2])}))
+
+
+@_handler
+def BUILD_CONST_KEY_MAP(tx: T, inst):
+    keys = tx.pop().as_python_constant()
+    tx.push(DictVariable(dict(zip(keys, tx.popn(inst.argval)))))
+
+
+@_handler
+def BUILD_SLICE(tx: T, inst):
+    parts = tx.popn(inst.argval)
+    if not all(p.is_python_constant() for p in parts):
+        unimplemented("slice with non-constant bounds")
+    tx.push(ConstantVariable(slice(*[p.as_python_constant() for p in parts])))
+
+
+@_handler
+def LIST_APPEND(tx: T, inst):
+    v = tx.pop()
+    tx.stack[-inst.argval].call_method(tx, "append", [v], {})
+
+
+@_handler
+def LIST_EXTEND(tx: T, inst):
+    v = tx.pop()
+    tx.stack[-inst.argval].call_method(tx, "extend", [v], {})
+
+
+@_handler
+def LIST_TO_TUPLE(tx: T, inst): tx.push(TupleVariable(tx.pop().unpack_var_sequence(tx)))
+
+
+@_handler
+def MAP_ADD(tx: T, inst):
+    v, k = tx.pop(), tx.pop()
+    tx.stack[-inst.argval].call_method(tx, "__setitem__", [k, v], {})
+
+
+@_handler
+def DICT_UPDATE(tx: T, inst):
+    v = tx.pop()
+    tx.stack[-inst.argval].call_method(tx, "update", [v], {})
+
+
+OPCODE_HANDLERS["DICT_MERGE"] = DICT_UPDATE
+
+
+@_handler
+def UNPACK_SEQUENCE(tx: T, inst):
+    items = tx.pop().unpack_var_sequence(tx)
+    if len(items) != inst.argval:
+        unimplemented(f"unpacking {len(items)} values into {inst.argval} names")
+    for v in reversed(items):
+        tx.push(v)
+
+
+@_handler
+def UNPACK_EX(tx: T, inst):
+    items = tx.pop().unpack_var_sequence(tx)
+    before, after = inst.argval & 0xFF, inst.argval >> 8
+    if len(items) < before + after:
+        unimplemented("not enough values to unpack")
+    middle = ListVariable(items[before:len(items) - after])
+    for v in reversed(items[:before] + [middle] + items[len(items) - after:]):
+        tx.push(v)
+
+
+# ---- iteration and jumps -----------------------------------------------------------------------------------
+@_handler
+def GET_ITER(tx: T, inst):
+    v = tx.pop()
+    tx.push(v if isinstance(v, ListIteratorVariable) else ListIteratorVariable(v.unpack_var_sequence(tx)))
+
+
+@_handler
+def FOR_ITER(tx: T, inst):
+    it = tx.stack[-1]
+    if not isinstance(it, ListIteratorVariable):
+        unimplemented(f"FOR_ITER over {it}")
+    item = it.next_item()
+    if item is None:
+        tx.pop()
+        tx.ip = inst.target
+    else:
+        tx.push(item)
+
+
+@_handler
+def END_FOR(tx: T, inst):
+    unimplemented("END_FOR reached (FOR_ITER's normalised target should skip it)")
+
+
+@_handler
+def JUMP_FORWARD(tx: T, inst): tx.ip = inst.target
+
+
+OPCODE_HANDLERS["JUMP_BACKWARD"] = JUMP_FORWARD
+
+
+@_handler
+def POP_JUMP_IF_TRUE(tx: T, inst): tx.jump_if(inst, tx.pop().truth(tx))
+
+
+@_handler
+def POP_JUMP_IF_FALSE(tx: T, inst): tx.jump_if(inst, not tx.pop().truth(tx))
+
+
+@_handler
+def POP_JUMP_IF_NONE(tx: T, inst): tx.jump_if(inst, BuiltinVariable.is_(tx, tx.pop(), ConstantVariable(None)))
+
+
+@_handler
+def POP_JUMP_IF_NOT_NONE(tx: T, inst):
+    tx.jump_if(inst, not BuiltinVariable.is_(tx, tx.pop(), ConstantVariable(None)))
+
+
+@_handler
+def JUMP_IF_TRUE_OR_POP(tx: T, inst):  # 3.11 only
+    if tx.stack[-1].truth(tx):
+        tx.ip = inst.target
+    else:
+        tx.pop()
+
+
+@_handler
+def JUMP_IF_FALSE_OR_POP(tx: T, inst):  # 3.11 only
+    if not tx.stack[-1].truth(tx):
+        tx.ip = inst.target
+    else:
+        tx.pop()
+
+
+@_handler
+def RETURN_VALUE(tx: T, inst): tx.return_value = tx.pop()
+
+
+# ---- calls and functions -------------------------------------------------------------------------------------
+@_handler
+def CALL(tx: T, inst):
+    args = tx.popn(inst.argval)
+    slot1, slot0 = tx.pop(), tx.pop()
+    fn, lead = bc.resolve_call_slots(slot0, slot1, lambda v: v is NULL)
+    nkw = len(inst.kw_names)
+    positional = lead + args[:len(args) - nkw]
+    kwargs = dict(zip(inst.kw_names, args[len(args) - nkw:])) if nkw else {}
+    tx.push(tx.call(fn, positional, kwargs))
+
+
+@_handler
+def CALL_FUNCTION_EX(tx: T, inst):
+    kwargs_var = tx.pop() if inst.argval else None
+    args_var = tx.pop()
+    slot1, slot0 = tx.pop(), tx.pop()
+    fn, lead = bc.resolve_call_slots(slot0, slot1, lambda v: v is NULL)
+    kwargs = {}
+    if kwargs_var is not None:
+        if not isinstance(kwargs_var, DictVariable):
+            unimplemented(f"**kwargs from {kwargs_var}")
+        kwargs = dict(kwargs_var.items)
+    tx.push(tx.call(fn, lead + args_var.unpack_var_sequence(tx), kwargs))
+
+
+@_handler
+def MAKE_FUNCTION(tx: T, inst):
+    code = tx.pop().as_python_constant()
+    tx.push(NestedUserFunctionVariable(code, tx.f_globals, getattr(code, "co_qualname", code.co_name)))
+
+
+@_handler
+def SET_FUNCTION_ATTRIBUTE(tx: T, inst):
+    fn = tx.pop()
+    fn.set_attribute(inst.argval, tx.pop())
+    tx.push(fn)
+
+
+@_handler
+def RETURN_GENERATOR(tx: T, inst):
+    if tx.generator_items is None:
+        unimplemented("generators")
+    tx.push(ConstantVariable(None))  # popped by the POP_TOP that follows
+
+
+@_handler
+def YIELD_VALUE(tx: T, inst):
+    if tx.generator_items is None:
+        unimplemented("yield outside an inlined generator")
+    tx.generator_items.append(tx.pop())
+    tx.push(ConstantVariable(None))  # the value sent back in: always None for a plain iteration
+
+
+_UNSUPPORTED_OPS = {
+    "RAISE_VARARGS": "raise statement", "RERAISE": "re-raise", "LOAD_ASSERTION_ERROR": "assert statement failing path",
+    "BEFORE_WITH": "`with` blocks are not captured yet", "PUSH_EXC_INFO": "try/except blocks",
+    "SETUP_ANNOTATIONS": "annotations", "IMPORT_NAME": "import inside a compiled function",
+    "YIELD_VALUE": "generators", "RETURN_GENERATOR": "generators", "GET_AWAITABLE": "async code",
+    "FORMAT_VALUE": "f-strings are not supported yet", "FORMAT_SIMPLE": "f-strings are not supported yet",
+    "BUILD_SET": "set displays", "DELETE_SUBSCR": "del x[i] (a side effect)", "DELETE_ATTR": "del obj.attr",
+    "LOAD_SUPER_ATTR": "super()", "CALL_INTRINSIC_1": "intrinsic", "STORE_SLICE": "slice assignment",
+}
+for _name, _reason in _UNSUPPORTED_OPS.items():
+    OPCODE_HANDLERS.setdefault(_name, lambda tx, inst, _r=_reason: unimplemented(_r))
+
+
+class InstructionTranslator(InstructionTranslatorBase):
+    """The translator of a top-level frame: its arguments come from real values (with sources)."""
+
+    def __init__(self, code: types.CodeType, f_globals: dict, f_locals: dict[str, Any], output: OutputGraph):
+        super().__init__(code, f_globals, {}, output, {}, depth=0)
+        for name in code.co_varnames[:_n_args(code)]:
+            if name in f_locals:
+                self.symbolic_locals[name] = VariableBuilder(self, LocalSource(name)).wrap(f_locals[name])
+        for name in code.co_freevars:  # the wrapper puts closure contents into L under their names
+            cell = CellVariable(VariableBuilder(self, LocalSource(name)).wrap(f_locals[name]))
+            cell.external = True
+            self.cells[name] = cell
+
+
+class InliningInstructionTranslator(InstructionTranslatorBase):
+    """A nested translator for an inlined call; its return value goes back to the caller."""
+
+    def __init__(self, code, f_globals, symbolic_locals, output, cells, depth):
+        super().__init__(code, f_globals, symbolic_locals, output, dict(cells), depth)
+
+
+def _n_args(code: types.CodeType) -> int:
+    n = code.co_argcount + code.co_kwonlyargcount
+    n += bool(code.co_flags & inspect.CO_VARARGS) + bool(code.co_flags & inspect.CO_VARKEYWORDS)
+    return n

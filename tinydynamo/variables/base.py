@@ -1,0 +1,84 @@
+"""VariableTracker: what the symbolic interpreter keeps on its stack instead of a real value.
+
+Every value the interpreter meets is one of these: a tensor (an FX node plus a fake example
+value), a Python constant, a list, a module, a function to inline... Each subclass knows how
+to answer the few questions Python bytecode asks of a value: an attribute, a call, a method
+call, iteration, truthiness, and how to rebuild it after the graph has run.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from tinydynamo.exc import unimplemented
+from tinydynamo.source import Source
+
+if TYPE_CHECKING:
+    from tinydynamo.symbolic_convert import InstructionTranslatorBase as Tx
+
+
+class VariableTracker:
+    """Base class. ``source`` says where the value came from (for guards and rebuilding), if known."""
+
+    def __init__(self, source: Source | None = None):
+        self.source = source
+
+    # ---- what is it? ------------------------------------------------------------------------
+    def python_type(self) -> type:
+        unimplemented(f"python_type of {self}")
+
+    def is_python_constant(self) -> bool:
+        try:
+            self.as_python_constant()
+            return True
+        except Exception:
+            return False
+
+    def as_python_constant(self) -> Any:
+        unimplemented(f"{self} is not a Python constant")
+
+    # ---- the questions bytecode asks ---------------------------------------------------------
+    def var_getattr(self, tx: "Tx", name: str) -> "VariableTracker":
+        unimplemented(f"attribute {name!r} of {self}")
+
+    def call_function(self, tx: "Tx", args: list["VariableTracker"], kwargs: dict[str, "VariableTracker"]) -> "VariableTracker":
+        unimplemented(f"call of {self}")
+
+    def call_method(self, tx: "Tx", name: str, args: list["VariableTracker"], kwargs: dict[str, "VariableTracker"]) -> "VariableTracker":
+        unimplemented(f"method {name!r} of {self}")
+
+    def unpack_var_sequence(self, tx: "Tx") -> list["VariableTracker"]:
+        unimplemented(f"iterating over {self}")
+
+    def truth(self, tx: "Tx") -> bool:
+        """``bool(value)``, for jumps; a value only known at run time cannot answer."""
+        unimplemented(f"truth value of {self}")
+
+    # ---- graph plumbing -------------------------------------------------------------------------
+    def as_node_arg(self) -> Any:
+        """This value as an argument of an FX node (nodes for tensors, plain values otherwise)."""
+        return self.as_python_constant()
+
+    def as_example(self) -> Any:
+        """This value with tensors replaced by their fake example values (to run ops at trace time)."""
+        return self.as_python_constant()
+
+    def reconstruct(self, codegen) -> str:
+        """A Python expression that rebuilds this value after the graph ran (see OutputGraph)."""
+        if self.source is not None:
+            return codegen.source_expr(self.source)
+        if self.is_python_constant():
+            return codegen.constant(self.as_python_constant())
+        unimplemented(f"returning {self} from a compiled frame")
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}()"
+
+
+class NullVariable(VariableTracker):
+    """The NULL that CPython pushes in one of CALL's two call slots (see tinydynamo.bytecode)."""
+
+    def __repr__(self) -> str:
+        return "NULL"
+
+
+NULL = NullVariable()

@@ -1,0 +1,170 @@
+"""VariableBuilder: turn a real Python value met during tracing into a VariableTracker, with guards.
+
+This is where guards come from. A value with a source (an argument ``L['x']``, a global
+``G['scale']``, an attribute ``L['self'].fc1.weight``) gets the guard that makes reusing the
+graph safe: tensors TENSOR_MATCH, constants CONSTANT_MATCH, sequences SEQUENCE_LENGTH (and
+their items, recursively), modules NN_MODULE, functions ID_MATCH, other objects TYPE_MATCH.
+Values with no source (results of folding, defaults) need no guard.
+"""
+from __future__ import annotations
+
+import enum
+import math
+import operator
+import types
+from typing import Any
+
+import torch
+from torch import nn
+
+from tinydynamo.exc import unimplemented
+from tinydynamo.source import GetItemSource, Source
+from tinydynamo.variables.base import VariableTracker
+from tinydynamo.variables.builtin import BuiltinVariable, is_foldable
+from tinydynamo.variables.constant import ConstantVariable
+from tinydynamo.variables.dicts import DictVariable
+from tinydynamo.variables.functions import DisabledFunctionVariable, UserFunctionVariable, UserMethodVariable
+from tinydynamo.variables.lists import ListVariable, SizeVariable, TupleVariable
+from tinydynamo.variables.misc import PythonModuleVariable
+from tinydynamo.variables.nn_module import NNModuleVariable
+from tinydynamo.variables.tensor import TensorVariable
+from tinydynamo.variables.torch import TorchVariable, is_torch_callable
+from tinydynamo.variables.user_defined import UserDefinedObjectVariable
+
+CONSTANT_TYPES = (int, float, bool, str, bytes, complex, type(None), type(Ellipsis), range, slice,
+                  torch.dtype, torch.device, torch.layout, torch.memory_format, enum.Enum)
+
+
+class VariableBuilder:
+    def __init__(self, tx, source: Source | None):
+        self.tx = tx
+        self.source = source
+
+    def guard(self, kind: str, expected: Any = None) -> None:
+        if self.source is not None:
+            self.tx.output.add_guard(kind, self.source, expected)
+
+    def wrap(self, value: Any) -> VariableTracker:
+        from tinydynamo import eval_frame
+
+        src = self.source
+        if isinstance(value, torch.Tensor):
+            return self.tx.output.lift_tensor(value, src)
+        if isinstance(value, nn.Module):
+            self.guard("NN_MODULE", value)
+            return NNModuleVariable(value, src)
+        if type(value) is torch.Size:
+            self.guard("CONSTANT_MATCH", value)
+            return SizeVariable.of(value)
+        if isinstance(value, CONSTANT_TYPES) and type(value) not in (tuple, list):
+            self.guard("CONSTANT_MATCH", value)
+            return ConstantVariable(value, src)
+        if type(value) in (tuple, list) or (isinstance(value, tuple) and hasattr(type(value), "_fields")):
+            if type(value) in (tuple, list):
+                self.guard("SEQUENCE_LENGTH", (type(value), len(value)))
+            else:
+                self.guard("TYPE_MATCH", type(value))
+            items = [VariableBuilder(self.tx, GetItemSource(src, i) if src else None).wrap(v) for i, v in enumerate(value)]
+            if type(value) is list:
+                return ListVariable(items, src)
+            return TupleVariable(items, src, tuple_cls=None if type(value) is tuple else type(value))
+        if type(value) is dict:
+            if not all(isinstance(k, (str, int)) for k in value):
+                unimplemented("dict with non-str/int keys as an input")
+            self.guard("DICT_KEYS", tuple(value))
+            return DictVariable({k: VariableBuilder(self.tx, GetItemSource(src, k) if src else None).wrap(v)
+                                 for k, v in value.items()}, src)
+        if isinstance(value, types.ModuleType):
+            if src is not None and not value.__name__.startswith(("torch", "math", "operator")):
+                self.guard("ID_MATCH", value)
+            return PythonModuleVariable(value, src)
+        if isinstance(value, eval_frame.OptimizedFunction):  # a compiled function called from traced code
+            self.guard("ID_MATCH", value)
+            from tinydynamo.source import AttrSource
+
+            return VariableBuilder(self.tx, AttrSource(src, "_orig_fn") if src else None).wrap(value._orig_fn)
+        if getattr(value, "_tinydynamo_disabled", False):
+            self.guard("ID_MATCH", value)
+            return DisabledFunctionVariable(value, src)
+        if _is_builtin(value):
+            self.guard("ID_MATCH", value)
+            return BuiltinVariable(value, src)
+        if is_torch_callable(value):
+            self.guard("ID_MATCH", value)
+            return TorchVariable(value, src)
+        if isinstance(value, types.FunctionType):
+            self.guard("ID_MATCH", value)
+            return UserFunctionVariable(value, src)
+        if isinstance(value, types.MethodType):
+            self_src = None  # a bound method: wrap its object, inline its function
+            from tinydynamo.source import AttrSource
+
+            if src is not None:
+                self_src = AttrSource(src, "__self__")
+            obj = VariableBuilder(self.tx, self_src).wrap(value.__self__)
+            return UserMethodVariable(value.__func__, obj)
+        if isinstance(value, type):
+            self.guard("ID_MATCH", value)
+            return ConstantVariable(value, src)
+        if isinstance(value, (frozenset,)):
+            self.guard("CONSTANT_MATCH", value)
+            return ConstantVariable(value, src)
+        if isinstance(value, (set, types.GeneratorType)):
+            unimplemented(f"{type(value).__name__} values are not supported")
+        self.guard("TYPE_MATCH", type(value))
+        return UserDefinedObjectVariable(value, src)
+
+
+def _is_builtin(value: Any) -> bool:
+    if isinstance(value, (types.BuiltinFunctionType, types.BuiltinMethodType)) or value in (
+            range, enumerate, zip, reversed, slice, int, float, bool, str, tuple, list, dict, type, set):
+        try:
+            hash(value)
+        except TypeError:
+            return False
+        module = getattr(value, "__module__", None)
+        return module in ("builtins", "math", "_operator", "operator") or is_foldable(value) or \
+            getattr(value, "__self__", None) is math
+    return False
+
+
+def wrap_constant_result(value: Any) -> VariableTracker:
+    """Wrap the result of a folded (trace-time) computation: no source, so no guards."""
+    if type(value) is torch.Size:
+        return SizeVariable.of(value)
+    if type(value) is tuple:
+        return TupleVariable([wrap_constant_result(v) for v in value])
+    if type(value) is list:
+        return ListVariable([wrap_constant_result(v) for v in value])
+    if type(value) is dict:
+        return DictVariable({k: wrap_constant_result(v) for k, v in value.items()})
+    if isinstance(value, CONSTANT_TYPES) or isinstance(value, type):
+        return ConstantVariable(value)
+    if isinstance(value, (map, filter, zip, enumerate, reversed, type(iter([])), type(iter(range(0))))):
+        from tinydynamo.variables.lists import ListIteratorVariable
+
+        return ListIteratorVariable([wrap_constant_result(v) for v in value])
+    return VariableBuilder(None, None).wrap(value)
+
+
+def wrap_fx_result(output, node, example: Any) -> VariableTracker:
+    """Wrap what a graph node produced at trace time (its fake value) as a variable."""
+    if isinstance(example, torch.Tensor):
+        node.meta["example_value"] = example
+        return TensorVariable(node, example)
+    if isinstance(example, (tuple, list)) and example and all(isinstance(e, torch.Tensor) for e in example):
+        node.meta["example_value"] = example
+        items = []
+        for i, e in enumerate(example):
+            item = output.graph.call_function(operator.getitem, (node, i))
+            item.meta["example_value"] = e
+            items.append(TensorVariable(item, e))
+        if type(example) is list:
+            return ListVariable(items)
+        return TupleVariable(items, tuple_cls=None if type(example) is tuple else type(example))
+    # a non-tensor result (a size, a dtype, a bool from metadata): a constant, no node needed
+    if not node.users:
+        output.graph.erase_node(node)
+    if isinstance(example, CONSTANT_TYPES) or type(example) in (tuple, list, torch.Size):
+        return wrap_constant_result(example)
+    unimplemented(f"op {node.target} returned {type(example).__name__}, which the graph cannot hold")

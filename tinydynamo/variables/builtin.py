@@ -1,0 +1,252 @@
+"""Builtins (``len``, ``isinstance``, ``range``, ``zip``...), ``operator`` and ``math`` functions.
+
+On constants they are folded (run at trace time). On tensors, arithmetic and comparisons
+become graph nodes (``operator.add`` etc.); everything else is Unsupported with a reason.
+"""
+from __future__ import annotations
+
+import builtins
+import math
+import operator
+from typing import Any, Callable
+
+import torch
+
+from tinydynamo.exc import unimplemented
+from tinydynamo.variables.base import VariableTracker
+from tinydynamo.variables.constant import ConstantVariable
+
+#: pure builtins: on constant arguments, just run them
+FOLDABLE = {
+    abs, all, any, bool, callable, chr, divmod, float, format, hash, int, isinstance, issubclass,
+    len, max, min, ord, pow, range, repr, reversed, round, sorted, str, sum, tuple, list, dict,
+    set, frozenset, slice, type, enumerate, zip, getattr, hasattr,
+}
+#: operator functions that become graph nodes when a tensor is involved
+TENSOR_OPERATORS = {
+    operator.add, operator.sub, operator.mul, operator.truediv, operator.floordiv, operator.mod,
+    operator.pow, operator.matmul, operator.and_, operator.or_, operator.xor, operator.lshift,
+    operator.rshift, operator.iadd, operator.isub, operator.imul, operator.itruediv,
+    operator.ifloordiv, operator.imod, operator.ipow, operator.imatmul, operator.iand, operator.ior,
+    operator.ixor, operator.neg, operator.pos, operator.invert, operator.lt, operator.le,
+    operator.eq, operator.ne, operator.gt, operator.ge, operator.getitem,
+}
+#: side effects or values the graph cannot hold
+UNSUPPORTED_BUILTINS = {
+    print: "print() has a side effect outside the graph",
+    input: "input() reads from the user",
+    open: "open() touches the file system",
+    id: "id() of a traced value is not known at trace time",
+    setattr: "setattr() on an object outside the graph",
+    delattr: "delattr() on an object outside the graph",
+    vars: "vars()", locals: "locals()", globals: "globals()", exec: "exec()", eval: "eval()",
+}
+
+
+def is_foldable(fn: Any) -> bool:
+    return (fn in FOLDABLE or fn in TENSOR_OPERATORS or getattr(fn, "__module__", None) in ("math", "_operator", "operator")
+            or getattr(fn, "__self__", None) is math)
+
+
+class BuiltinVariable(VariableTracker):
+    def __init__(self, fn: Callable, source=None):
+        super().__init__(source)
+        self.fn = fn
+
+    def python_type(self):
+        return type(self.fn)
+
+    def as_python_constant(self):
+        return self.fn
+
+    def __repr__(self) -> str:
+        return f"BuiltinVariable({getattr(self.fn, '__name__', self.fn)})"
+
+    # ---- helpers reused by the translator ------------------------------------------------------
+    @staticmethod
+    def binop(tx, fn: Callable, a: VariableTracker, b: VariableTracker) -> VariableTracker:
+        """``fn(a, b)`` for an operator function (BINARY_OP, COMPARE_OP, ``operator.*``)."""
+        from tinydynamo.variables.lists import BaseListVariable, ListVariable, TupleVariable
+        from tinydynamo.variables.tensor import TensorVariable
+        from tinydynamo.variables.builder import wrap_constant_result
+
+        if isinstance(a, TensorVariable) or isinstance(b, TensorVariable):
+            if isinstance(a, BaseListVariable) or isinstance(b, BaseListVariable):
+                if not (a.is_python_constant() or b.is_python_constant()):
+                    unimplemented(f"{fn.__name__} of a tensor and a sequence of tensors")
+            return tx.output.create_node("call_function", fn, [a, b], {})
+        if a.is_python_constant() and b.is_python_constant():
+            try:
+                return wrap_constant_result(fn(a.as_python_constant(), b.as_python_constant()))
+            except Exception as e:
+                unimplemented(f"{fn.__name__}({a.as_python_constant()!r}, {b.as_python_constant()!r}) raised {e!r}")
+        if isinstance(a, BaseListVariable) and isinstance(b, BaseListVariable) and fn in (operator.add, operator.iadd):
+            if fn is operator.iadd and isinstance(a, ListVariable):
+                a.call_method(tx, "extend", [b], {})
+                return a
+            return (ListVariable if a.container is list else TupleVariable)(a.items + b.items)
+        if isinstance(a, BaseListVariable) and fn in (operator.mul,) and b.is_python_constant():
+            return type(a)(a.items * b.as_python_constant()) if type(a) in (ListVariable, TupleVariable) \
+                else TupleVariable(a.items * b.as_python_constant())
+        if fn is operator.getitem:
+            return a.call_method(tx, "__getitem__", [b], {})
+        if fn in (operator.eq, operator.ne) and _identity_known(a) and _identity_known(b):
+            same = _identity(a) is _identity(b)
+            return ConstantVariable(same if fn is operator.eq else not same)
+        unimplemented(f"{getattr(fn, '__name__', fn)} of {a} and {b}")
+
+    @staticmethod
+    def is_(tx, a: VariableTracker, b: VariableTracker) -> bool:
+        """``a is b`` when it is known at trace time."""
+        if a.is_python_constant() and b.is_python_constant():
+            return a.as_python_constant() is b.as_python_constant()
+        if a is b:
+            return True
+        for x, y in ((a, b), (b, a)):  # a real object is never None / a constant
+            if isinstance(x, ConstantVariable) and not y.is_python_constant():
+                return False
+        if _identity_known(a) and _identity_known(b):
+            return _identity(a) is _identity(b)
+        unimplemented(f"`is` between {a} and {b}")
+
+    @staticmethod
+    def contains(tx, items: list[VariableTracker], needle: VariableTracker) -> ConstantVariable:
+        if needle.is_python_constant() and all(i.is_python_constant() for i in items):
+            return ConstantVariable(needle.as_python_constant() in [i.as_python_constant() for i in items])
+        if any(i is needle for i in items):
+            return ConstantVariable(True)
+        unimplemented(f"`in` on non-constant items ({needle})")
+
+    # ---- calls -------------------------------------------------------------------------------
+    def call_function(self, tx, args, kwargs):
+        from tinydynamo.variables.builder import wrap_constant_result
+        from tinydynamo.variables.dicts import DictVariable
+        from tinydynamo.variables.lists import BaseListVariable, ListIteratorVariable, ListVariable, TupleVariable
+        from tinydynamo.variables.tensor import TensorVariable
+
+        fn = self.fn
+        if fn in UNSUPPORTED_BUILTINS:
+            unimplemented(UNSUPPORTED_BUILTINS[fn])
+        if fn in TENSOR_OPERATORS and not kwargs:
+            if len(args) == 2:
+                return self.binop(tx, fn, *args)
+            if len(args) == 1 and isinstance(args[0], TensorVariable):
+                return tx.output.create_node("call_function", fn, args, {})
+        if fn is isinstance and len(args) == 2:
+            cls = args[1].as_python_constant()
+            return ConstantVariable(issubclass(args[0].python_type(), cls))
+        if fn is len and len(args) == 1:
+            if isinstance(args[0], TensorVariable):
+                return ConstantVariable(args[0].example.shape[0])
+            return args[0].call_method(tx, "__len__", [], {})
+        if fn is getattr and len(args) in (2, 3):
+            name = args[1].as_python_constant()
+            if len(args) == 3:
+                try:
+                    return args[0].var_getattr(tx, name)
+                except Exception:
+                    return args[2]
+            return args[0].var_getattr(tx, name)
+        if fn is hasattr and len(args) == 2:
+            try:
+                args[0].var_getattr(tx, args[1].as_python_constant())
+                return ConstantVariable(True)
+            except Exception:
+                return ConstantVariable(False)
+        # everything else: fold when all arguments are constants
+        if all(a.is_python_constant() for a in args) and all(v.is_python_constant() for v in kwargs.values()) \
+                and is_foldable(fn):
+            cargs = [a.as_python_constant() for a in args]
+            ckw = {k: v.as_python_constant() for k, v in kwargs.items()}
+            try:
+                return wrap_constant_result(fn(*cargs, **ckw))
+            except Exception as e:
+                unimplemented(f"{getattr(fn, '__name__', fn)}(...) raised {e!r} at trace time")
+        # sequences of non-constant items
+        if fn in (tuple, list) and len(args) == 1 and not kwargs:
+            items = args[0].unpack_var_sequence(tx)
+            return TupleVariable(items) if fn is tuple else ListVariable(items)
+        if fn in (tuple, list) and not args:
+            return TupleVariable([]) if fn is tuple else ListVariable([])
+        if fn is enumerate:
+            start = args[1].as_python_constant() if len(args) > 1 else kwargs.get("start", ConstantVariable(0)).as_python_constant()
+            return ListIteratorVariable([TupleVariable([ConstantVariable(i + start), v])
+                                         for i, v in enumerate(args[0].unpack_var_sequence(tx))])
+        if fn is zip and not kwargs:
+            seqs = [a.unpack_var_sequence(tx) for a in args]
+            return ListIteratorVariable([TupleVariable(list(t)) for t in zip(*seqs)])
+        if fn is reversed and len(args) == 1:
+            return ListIteratorVariable(list(reversed(args[0].unpack_var_sequence(tx))))
+        if fn is iter and len(args) == 1:
+            return ListIteratorVariable(args[0].unpack_var_sequence(tx))
+        if fn is next and len(args) == 1 and isinstance(args[0], ListIteratorVariable):
+            item = args[0].next_item()
+            if item is None:
+                unimplemented("next() on an exhausted iterator (StopIteration)")
+            return item
+        if fn is dict:
+            items = dict(args[0].items) if args and isinstance(args[0], DictVariable) else {}
+            if args and isinstance(args[0], BaseListVariable):
+                for pair in args[0].items:
+                    k, v = pair.unpack_var_sequence(tx)
+                    items[k.as_python_constant()] = v
+            items.update(kwargs)
+            return DictVariable(items)
+        if fn is sorted and len(args) == 1 and not kwargs:
+            items = args[0].unpack_var_sequence(tx)
+            if all(isinstance(i, TupleVariable) and i.items and i.items[0].is_python_constant() for i in items):
+                firsts = [i.items[0].as_python_constant() for i in items]
+                if len(set(firsts)) == len(firsts):  # (key, value) pairs with distinct constant keys
+                    return ListVariable([items[k] for k in sorted(range(len(items)), key=firsts.__getitem__)])
+            unimplemented("sorted() of values that are not constants")
+        if fn is sum and 1 <= len(args) <= 2:
+            total = args[1] if len(args) == 2 else ConstantVariable(0)
+            for item in args[0].unpack_var_sequence(tx):
+                total = self.binop(tx, operator.add, total, item)
+            return total
+        if fn in (all, any) and len(args) == 1:
+            truths = [v.truth(tx) for v in args[0].unpack_var_sequence(tx)]
+            return ConstantVariable(fn(truths))
+        if fn in (min, max) and set(kwargs) == {"key"}:
+            items = args[0].unpack_var_sequence(tx) if len(args) == 1 else list(args)
+            keys = [kwargs["key"].call_function(tx, [i], {}) for i in items]
+            if all(k.is_python_constant() for k in keys):
+                best = fn(range(len(items)), key=lambda j: keys[j].as_python_constant())
+                return items[best]
+            unimplemented(f"{fn.__name__}(key=...) with non-constant keys")
+        if fn in (min, max) and not kwargs:
+            items = args[0].unpack_var_sequence(tx) if len(args) == 1 else list(args)
+            if all(i.is_python_constant() for i in items):
+                return ConstantVariable(fn(i.as_python_constant() for i in items))
+            unimplemented(f"{fn.__name__}() of tensors compares values (use torch.maximum / torch.max)")
+        if fn is abs and len(args) == 1 and isinstance(args[0], TensorVariable):
+            return tx.output.create_node("call_function", torch.abs, args, {})
+        if fn in (bool, int, float) and len(args) == 1 and isinstance(args[0], TensorVariable):
+            unimplemented(f"{fn.__name__}(tensor) reads the tensor's value",
+                          hint="keep it a tensor, or accept a graph break here")
+        if fn is bool and len(args) == 1:
+            return ConstantVariable(args[0].truth(tx))
+        if fn is type and len(args) == 1:
+            return ConstantVariable(args[0].python_type())
+        if fn is callable and len(args) == 1:
+            return ConstantVariable(isinstance(args[0], _callable_kinds()))
+        unimplemented(f"builtin {getattr(fn, '__qualname__', fn)} with arguments {args} {kwargs or ''}")
+
+
+def _callable_kinds():
+    from tinydynamo.variables.functions import BaseUserFunctionVariable, UserFunctionVariable
+    from tinydynamo.variables.nn_module import NNModuleVariable
+    from tinydynamo.variables.torch import TorchVariable
+
+    return (BaseUserFunctionVariable, UserFunctionVariable, NNModuleVariable, TorchVariable, BuiltinVariable)
+
+
+def _identity_known(v: VariableTracker) -> bool:
+    return hasattr(v, "module") or hasattr(v, "value") and not isinstance(v, ConstantVariable)
+
+
+def _identity(v: VariableTracker) -> Any:
+    return getattr(v, "module", None) or getattr(v, "value", None)
+
+
+_ = builtins

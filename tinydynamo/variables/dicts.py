@@ -1,0 +1,89 @@
+"""DictVariable: a dict with constant keys whose values are variables."""
+from __future__ import annotations
+
+from tinydynamo.exc import unimplemented
+from tinydynamo.variables.base import VariableTracker
+from tinydynamo.variables.constant import ConstantVariable
+
+
+class DictVariable(VariableTracker):
+    def __init__(self, items: dict, source=None):
+        super().__init__(source)
+        self.items = dict(items)  # constant key -> VariableTracker
+
+    def python_type(self):
+        return dict
+
+    def as_python_constant(self):
+        return {k: v.as_python_constant() for k, v in self.items.items()}
+
+    def as_node_arg(self):
+        return {k: v.as_node_arg() for k, v in self.items.items()}
+
+    def as_example(self):
+        return {k: v.as_example() for k, v in self.items.items()}
+
+    def var_getattr(self, tx, name: str):
+        from tinydynamo.variables.misc import GetAttrVariable
+
+        if callable(getattr(self.python_type(), name, None)):
+            return GetAttrVariable(self, name)  # a method: calling it goes to call_method
+        return super().var_getattr(tx, name)
+
+    def truth(self, tx) -> bool:
+        return bool(self.items)
+
+    def unpack_var_sequence(self, tx):
+        return [ConstantVariable(k) for k in self.items]
+
+    def _key(self, v: VariableTracker):
+        if not v.is_python_constant():
+            unimplemented(f"dict key {v} is not a constant")
+        return v.as_python_constant()
+
+    def call_method(self, tx, name, args, kwargs):
+        from tinydynamo.variables.lists import ListVariable, TupleVariable
+
+        if name == "__getitem__":
+            key = self._key(args[0])
+            if key not in self.items:
+                unimplemented(f"dict has no key {key!r}")
+            return self.items[key]
+        if name == "get":
+            return self.items.get(self._key(args[0]), args[1] if len(args) > 1 else ConstantVariable(None))
+        if name == "__contains__":
+            return ConstantVariable(self._key(args[0]) in self.items)
+        if name == "__len__":
+            return ConstantVariable(len(self.items))
+        if name == "keys":
+            return ListVariable([ConstantVariable(k) for k in self.items])
+        if name == "values":
+            return ListVariable(list(self.items.values()))
+        if name == "items":
+            return ListVariable([TupleVariable([ConstantVariable(k), v]) for k, v in self.items.items()])
+        if name in ("__setitem__", "update", "pop", "setdefault", "clear"):
+            if self.source is not None:
+                unimplemented(f"dict.{name} on a dict that came from outside the compiled frame "
+                              f"({self.source.name()}): the mutation would be lost")
+            if name == "__setitem__":
+                self.items[self._key(args[0])] = args[1]
+            elif name == "update":
+                other = args[0] if args else None
+                if isinstance(other, DictVariable):
+                    self.items.update(other.items)
+                self.items.update(kwargs)
+            elif name == "pop":
+                return self.items.pop(self._key(args[0]), *(args[1:2]))
+            elif name == "setdefault":
+                return self.items.setdefault(self._key(args[0]), args[1] if len(args) > 1 else ConstantVariable(None))
+            else:
+                self.items.clear()
+            return ConstantVariable(None)
+        unimplemented(f"dict.{name}")
+
+    def reconstruct(self, codegen) -> str:
+        inner = ", ".join(f"{codegen.constant(k)}: {v.reconstruct(codegen)}" for k, v in self.items.items())
+        return "{" + inner + "}"
+
+    def __repr__(self) -> str:
+        return f"DictVariable({list(self.items)})"

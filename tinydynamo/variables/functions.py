@@ -1,0 +1,232 @@
+"""User functions, methods and closures: the interpreter does not call them, it *inlines* them.
+
+Calling one starts a nested translator over the function's own bytecode with the argument
+variables bound to its parameters; its ops land in the same graph.
+"""
+from __future__ import annotations
+
+import inspect
+import types
+from typing import Any
+
+from tinydynamo.exc import unimplemented
+from tinydynamo.source import AttrSource, GetItemSource
+from tinydynamo.variables.base import VariableTracker
+from tinydynamo.variables.constant import ConstantVariable
+
+
+class CellVariable(VariableTracker):
+    """A closure cell: a mutable box shared by a frame and the nested functions that capture it."""
+
+    external = False  # True for real cells from outside the trace: writing them would be a lost side effect
+
+    def __init__(self, value: VariableTracker | None = None):
+        super().__init__(None)
+        self.value = value
+
+    def get(self) -> VariableTracker:
+        if self.value is None:
+            unimplemented("reading a closure variable before it was assigned")
+        return self.value
+
+    def __repr__(self) -> str:
+        return f"CellVariable({self.value!r})"
+
+
+def bind_arguments(
+    code: types.CodeType,
+    args: list[VariableTracker],
+    kwargs: dict[str, VariableTracker],
+    defaults: tuple[VariableTracker, ...] = (),
+    kwdefaults: dict[str, VariableTracker] | None = None,
+    fn_name: str = "",
+) -> dict[str, VariableTracker]:
+    """Match arguments to the parameters of ``code``, as a Python call would (error -> Unsupported)."""
+    from tinydynamo.variables.dicts import DictVariable
+    from tinydynamo.variables.lists import TupleVariable
+
+    kwdefaults = kwdefaults or {}
+    nargs, nkw = code.co_argcount, code.co_kwonlyargcount
+    names = code.co_varnames
+    positional, kwonly = names[:nargs], names[nargs:nargs + nkw]
+    has_varargs, has_varkw = bool(code.co_flags & inspect.CO_VARARGS), bool(code.co_flags & inspect.CO_VARKEYWORDS)
+    bound: dict[str, VariableTracker] = {}
+    for name, value in zip(positional, args):
+        bound[name] = value
+    extra = list(args[nargs:])
+    if extra and not has_varargs:
+        unimplemented(f"{fn_name}() takes {nargs} positional arguments but {len(args)} were given")
+    kwargs = dict(kwargs)
+    for i, name in enumerate(positional):
+        if name in kwargs:
+            if name in bound or i < code.co_posonlyargcount:
+                unimplemented(f"{fn_name}() got multiple values for argument {name!r}")
+            bound[name] = kwargs.pop(name)
+    first_default = nargs - len(defaults)
+    for i, name in enumerate(positional):
+        if name not in bound:
+            if i >= first_default:
+                bound[name] = defaults[i - first_default]
+            else:
+                unimplemented(f"{fn_name}() missing required argument {name!r}")
+    for name in kwonly:
+        if name in kwargs:
+            bound[name] = kwargs.pop(name)
+        elif name in kwdefaults:
+            bound[name] = kwdefaults[name]
+        else:
+            unimplemented(f"{fn_name}() missing keyword-only argument {name!r}")
+    index = nargs + nkw
+    if has_varargs:
+        bound[names[index]] = TupleVariable(extra)
+        index += 1
+    if has_varkw:
+        bound[names[index]] = DictVariable(kwargs)
+    elif kwargs:
+        unimplemented(f"{fn_name}() got unexpected keyword arguments {sorted(kwargs)}")
+    return bound
+
+
+class BaseUserFunctionVariable(VariableTracker):
+    def get_code(self) -> types.CodeType:
+        raise NotImplementedError
+
+    def get_globals(self) -> dict:
+        raise NotImplementedError
+
+    def bind(self, tx, args, kwargs) -> dict[str, VariableTracker]:
+        raise NotImplementedError
+
+    def closure_cells(self, tx) -> dict[str, CellVariable]:
+        return {}
+
+    def fn_name(self) -> str:
+        return self.get_code().co_name
+
+    def call_function(self, tx, args, kwargs):
+        return tx.inline_user_function(self, args, kwargs)
+
+
+class UserFunctionVariable(BaseUserFunctionVariable):
+    """A real Python function (global, module method, closure)."""
+
+    def __init__(self, fn: types.FunctionType, source=None):
+        super().__init__(source)
+        self.fn = fn
+
+    def python_type(self):
+        return types.FunctionType
+
+    def as_python_constant(self):
+        return self.fn
+
+    def get_code(self):
+        return self.fn.__code__
+
+    def get_globals(self):
+        return self.fn.__globals__
+
+    def _wrap(self, tx, value: Any, source) -> VariableTracker:
+        from tinydynamo.variables.builder import VariableBuilder
+
+        return VariableBuilder(tx, source if self.source is not None else None).wrap(value)
+
+    def bind(self, tx, args, kwargs):
+        defaults = tuple(
+            self._wrap(tx, v, GetItemSource(AttrSource(self.source, "__defaults__"), i) if self.source else None)
+            for i, v in enumerate(self.fn.__defaults__ or ())
+        )
+        kwdefaults = {
+            k: self._wrap(tx, v, GetItemSource(AttrSource(self.source, "__kwdefaults__"), k) if self.source else None)
+            for k, v in (self.fn.__kwdefaults__ or {}).items()
+        }
+        return bind_arguments(self.get_code(), args, kwargs, defaults, kwdefaults, self.fn.__qualname__)
+
+    def closure_cells(self, tx):
+        cells = {}
+        for i, (name, cell) in enumerate(zip(self.get_code().co_freevars, self.fn.__closure__ or ())):
+            try:
+                value = cell.cell_contents
+            except ValueError:
+                unimplemented(f"closure variable {name!r} of {self.fn.__qualname__} is not set yet")
+            src = None
+            if self.source is not None:
+                src = AttrSource(GetItemSource(AttrSource(self.source, "__closure__"), i), "cell_contents")
+            from tinydynamo.variables.builder import VariableBuilder
+
+            cells[name] = CellVariable(VariableBuilder(tx, src).wrap(value))
+            cells[name].external = True
+        return cells
+
+    def __repr__(self) -> str:
+        return f"UserFunctionVariable({self.fn.__qualname__})"
+
+
+class UserMethodVariable(UserFunctionVariable):
+    """A function bound to ``obj`` (a module's ``forward``, a user object's method)."""
+
+    def __init__(self, fn: types.FunctionType, obj: VariableTracker, source=None):
+        super().__init__(fn, source)
+        self.obj = obj
+
+    def call_function(self, tx, args, kwargs):
+        return tx.inline_user_function(self, [self.obj, *args], kwargs)
+
+    def __repr__(self) -> str:
+        return f"UserMethodVariable({self.fn.__qualname__})"
+
+
+class NestedUserFunctionVariable(BaseUserFunctionVariable):
+    """A function made by MAKE_FUNCTION while tracing (a lambda, a local ``def``)."""
+
+    def __init__(self, code: types.CodeType, f_globals: dict, qualname: str):
+        super().__init__(None)
+        self.code = code
+        self.f_globals = f_globals
+        self.qualname = qualname
+        self.defaults: tuple[VariableTracker, ...] = ()
+        self.kwdefaults: dict[str, VariableTracker] = {}
+        self.closure: tuple[CellVariable, ...] = ()
+
+    def set_attribute(self, name: str, value: VariableTracker) -> None:
+        """SET_FUNCTION_ATTRIBUTE (normalised from MAKE_FUNCTION's flags on 3.11/3.12)."""
+        if name == "defaults":
+            self.defaults = tuple(value.unpack_var_sequence(None))
+        elif name == "kwdefaults":
+            self.kwdefaults = {k: v for k, v in value.items.items()}
+        elif name == "closure":
+            self.closure = tuple(value.items)
+        # annotations are ignored: they do not change behaviour
+
+    def get_code(self):
+        return self.code
+
+    def get_globals(self):
+        return self.f_globals
+
+    def bind(self, tx, args, kwargs):
+        return bind_arguments(self.code, args, kwargs, self.defaults, self.kwdefaults, self.qualname)
+
+    def closure_cells(self, tx):
+        return dict(zip(self.code.co_freevars, self.closure))
+
+    def reconstruct(self, codegen) -> str:
+        unimplemented(f"returning the nested function {self.qualname} from a compiled frame")
+
+    def __repr__(self) -> str:
+        return f"NestedUserFunctionVariable({self.qualname})"
+
+
+class DisabledFunctionVariable(VariableTracker):
+    """A function wrapped with ``tinydynamo.disable``: never traced into."""
+
+    def __init__(self, fn, source=None):
+        super().__init__(source)
+        self.fn = fn
+
+    def call_function(self, tx, args, kwargs):
+        unimplemented(f"call to {getattr(self.fn, '__qualname__', self.fn)} which is marked tinydynamo.disable")
+
+
+def constant_none() -> ConstantVariable:
+    return ConstantVariable(None)

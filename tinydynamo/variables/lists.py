@@ -1,0 +1,187 @@
+"""Sequences: tuples, lists, ``torch.Size`` and the iterators the interpreter walks in loops."""
+from __future__ import annotations
+
+import torch
+
+from tinydynamo.exc import unimplemented
+from tinydynamo.variables.base import VariableTracker
+from tinydynamo.variables.constant import ConstantVariable
+
+
+class BaseListVariable(VariableTracker):
+    container: type = list
+
+    def __init__(self, items: list[VariableTracker], source=None):
+        super().__init__(source)
+        self.items = list(items)
+
+    def python_type(self) -> type:
+        return self.container
+
+    def as_python_constant(self):
+        return self.container(v.as_python_constant() for v in self.items)
+
+    def as_node_arg(self):
+        return self.container(v.as_node_arg() for v in self.items)
+
+    def as_example(self):
+        return self.container(v.as_example() for v in self.items)
+
+    def var_getattr(self, tx, name: str):
+        from tinydynamo.variables.misc import GetAttrVariable
+
+        if callable(getattr(self.python_type(), name, None)):
+            return GetAttrVariable(self, name)  # a method: calling it goes to call_method
+        return super().var_getattr(tx, name)
+
+    def truth(self, tx) -> bool:
+        return len(self.items) > 0
+
+    def unpack_var_sequence(self, tx) -> list[VariableTracker]:
+        return list(self.items)
+
+    def getitem(self, tx, index: VariableTracker) -> VariableTracker:
+        if not index.is_python_constant():
+            unimplemented(f"indexing a {self.container.__name__} with {index}")
+        i = index.as_python_constant()
+        if isinstance(i, slice):
+            return self.rebuild(self.items[i])
+        try:
+            return self.items[i]
+        except (IndexError, TypeError) as e:
+            unimplemented(f"{self.container.__name__} index {i!r}: {e}")
+
+    def rebuild(self, items: list[VariableTracker]) -> "BaseListVariable":
+        return type(self)(items)
+
+    def call_method(self, tx, name, args, kwargs):
+        from tinydynamo.variables.builtin import BuiltinVariable
+
+        if name == "__getitem__" and len(args) == 1:
+            return self.getitem(tx, args[0])
+        if name == "__len__":
+            return ConstantVariable(len(self.items))
+        if name == "__contains__" and len(args) == 1:
+            return BuiltinVariable.contains(tx, self.items, args[0])
+        if name in ("index", "count") and self.is_python_constant() and args[0].is_python_constant():
+            return ConstantVariable(getattr(self.as_python_constant(), name)(*[a.as_python_constant() for a in args]))
+        unimplemented(f"{self.container.__name__}.{name}")
+
+    def reconstruct(self, codegen) -> str:
+        inner = ", ".join(v.reconstruct(codegen) for v in self.items)
+        if self.container is tuple:
+            return f"({inner},)" if len(self.items) == 1 else f"({inner})"
+        return f"[{inner}]"
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.items!r})"
+
+
+class TupleVariable(BaseListVariable):
+    container = tuple
+
+    def __init__(self, items, source=None, tuple_cls: type | None = None):
+        super().__init__(items, source)
+        self.tuple_cls = tuple_cls  # a namedtuple type (e.g. torch.return_types.max), if any
+
+    def rebuild(self, items):
+        return TupleVariable(items)
+
+    def var_getattr(self, tx, name: str):
+        """Field access on a named tuple (``torch.max(x, 0).values``)."""
+        if self.tuple_cls is not None:
+            n = len(self.items)
+            make = getattr(self.tuple_cls, "_make", self.tuple_cls)
+            try:
+                index = getattr(make(tuple(range(n))), name)
+            except Exception:
+                index = None
+            if isinstance(index, int):
+                return self.items[index]
+        unimplemented(f"tuple attribute {name!r}")
+
+
+class ListVariable(BaseListVariable):
+    container = list
+
+    def call_method(self, tx, name, args, kwargs):
+        mutating = ("append", "extend", "pop", "insert", "clear", "reverse", "__setitem__", "remove")
+        if name in mutating and self.source is not None:
+            unimplemented(f"list.{name} on a list that came from outside the compiled frame "
+                          f"({self.source.name()}): the mutation would be lost")
+        if name == "append":
+            self.items.append(args[0])
+            return ConstantVariable(None)
+        if name == "extend":
+            self.items.extend(args[0].unpack_var_sequence(tx))
+            return ConstantVariable(None)
+        if name == "insert":
+            self.items.insert(args[0].as_python_constant(), args[1])
+            return ConstantVariable(None)
+        if name == "pop":
+            return self.items.pop(args[0].as_python_constant() if args else -1)
+        if name == "reverse":
+            self.items.reverse()
+            return ConstantVariable(None)
+        if name == "clear":
+            self.items.clear()
+            return ConstantVariable(None)
+        if name == "__setitem__":
+            key = args[0].as_python_constant()
+            if isinstance(key, slice):
+                self.items[key] = args[1].unpack_var_sequence(tx)
+            else:
+                self.items[key] = args[1]
+            return ConstantVariable(None)
+        return super().call_method(tx, name, args, kwargs)
+
+
+class SizeVariable(TupleVariable):
+    """``torch.Size``: a tuple of ints known at trace time (shapes are static, guarded by TENSOR_MATCH)."""
+
+    @classmethod
+    def of(cls, size) -> "SizeVariable":
+        return cls([ConstantVariable(int(s)) for s in size])
+
+    def python_type(self):
+        return torch.Size
+
+    def as_python_constant(self):
+        return torch.Size(v.as_python_constant() for v in self.items)
+
+    def as_node_arg(self):
+        return tuple(v.as_node_arg() for v in self.items)
+
+    def rebuild(self, items):
+        return SizeVariable(items)
+
+    def call_method(self, tx, name, args, kwargs):
+        if name == "numel" and self.is_python_constant():
+            return ConstantVariable(self.as_python_constant().numel())
+        return super().call_method(tx, name, args, kwargs)
+
+    def reconstruct(self, codegen) -> str:
+        return f"{codegen.constant(torch.Size, 'Size')}({super().reconstruct(codegen)})"
+
+
+class ListIteratorVariable(VariableTracker):
+    """An iterator over already-unpacked items: FOR_ITER takes them one by one (loops unroll)."""
+
+    def __init__(self, items: list[VariableTracker]):
+        super().__init__(None)
+        self.items = list(items)
+        self.index = 0
+
+    def next_item(self) -> VariableTracker | None:
+        if self.index >= len(self.items):
+            return None
+        self.index += 1
+        return self.items[self.index - 1]
+
+    def unpack_var_sequence(self, tx):
+        rest = self.items[self.index:]
+        self.index = len(self.items)
+        return rest
+
+    def __repr__(self) -> str:
+        return f"ListIteratorVariable({self.index}/{len(self.items)})"

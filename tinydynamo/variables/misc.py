@@ -1,0 +1,59 @@
+"""Small variables: bound methods of other variables, and Python modules (``torch``, ``math``...)."""
+from __future__ import annotations
+
+import types
+
+from tinydynamo.exc import unimplemented
+from tinydynamo.source import AttrSource
+from tinydynamo.variables.base import VariableTracker
+
+#: modules whose attributes we trust not to be monkeypatched (no guards on them)
+TRUSTED_MODULE_PREFIXES = ("torch", "math", "operator", "builtins", "functools", "itertools",
+                           "collections", "numbers", "typing", "warnings", "inspect")
+
+
+class GetAttrVariable(VariableTracker):
+    """``obj.name`` where ``name`` is a method: calling it becomes ``obj.call_method(name, ...)``."""
+
+    def __init__(self, obj: VariableTracker, name: str, source=None):
+        super().__init__(source)
+        self.obj = obj
+        self.name = name
+
+    def call_function(self, tx, args, kwargs):
+        return self.obj.call_method(tx, self.name, args, kwargs)
+
+    def __repr__(self) -> str:
+        return f"GetAttrVariable({self.obj!r}.{self.name})"
+
+
+class PythonModuleVariable(VariableTracker):
+    """A Python module object (``torch``, ``torch.nn.functional``, ``math``, a user module)."""
+
+    def __init__(self, module: types.ModuleType, source=None):
+        super().__init__(source)
+        self.module = module
+
+    def python_type(self):
+        return types.ModuleType
+
+    def as_python_constant(self):
+        return self.module
+
+    @property
+    def trusted(self) -> bool:
+        return self.module.__name__.split(".")[0] in TRUSTED_MODULE_PREFIXES
+
+    def var_getattr(self, tx, name: str) -> VariableTracker:
+        from tinydynamo.variables.builder import VariableBuilder
+
+        try:
+            value = getattr(self.module, name)
+        except AttributeError:
+            unimplemented(f"module {self.module.__name__!r} has no attribute {name!r}")
+        if self.trusted or self.source is None:
+            return VariableBuilder(tx, None).wrap(value)
+        return VariableBuilder(tx, AttrSource(self.source, name)).wrap(value)
+
+    def __repr__(self) -> str:
+        return f"PythonModuleVariable({self.module.__name__})"

@@ -1,0 +1,165 @@
+"""NNModuleVariable: an ``nn.Module`` during tracing.
+
+Calling it inlines its ``forward``; its parameters and buffers become graph inputs with
+sources like ``L['self'].fc1.weight`` (as modern TorchDynamo lifts them), so AOT autograd
+later sees them as ordinary primals. Plain attributes become guarded constants, submodules
+are guarded by identity (NN_MODULE), and containers (Sequential, ModuleList, ModuleDict,
+ParameterList) can be indexed and iterated.
+"""
+from __future__ import annotations
+
+import types
+
+import torch
+from torch import nn
+
+from tinydynamo.exc import unimplemented
+from tinydynamo.source import AttrSource, GetItemSource
+from tinydynamo.variables.base import VariableTracker
+from tinydynamo.variables.constant import ConstantVariable
+
+
+def _has_hooks(m: nn.Module) -> bool:
+    from torch.nn.modules import module as module_mod
+
+    return bool(m._forward_hooks or m._forward_pre_hooks or getattr(m, "_backward_hooks", None)
+                or module_mod._global_forward_hooks or module_mod._global_forward_pre_hooks)
+
+
+#: methods answered directly from the real module (their nn.Module code uses sets and generators)
+SPECIAL_METHODS = {"parameters", "named_parameters", "buffers", "named_buffers", "children", "named_children",
+                   "modules", "named_modules", "keys", "values", "items"}
+
+
+class NNModuleVariable(VariableTracker):
+    def __init__(self, module: nn.Module, source=None):
+        super().__init__(source)
+        self.module = module
+
+    def python_type(self):
+        return type(self.module)
+
+    def truth(self, tx) -> bool:
+        return True
+
+    def _child_source(self, name: str):
+        if self.source is None:
+            return None
+        if name.isdigit() and isinstance(self.module, (nn.Sequential, nn.ModuleList, nn.ParameterList)):
+            return GetItemSource(self.source, int(name))  # L['self'].h[0] rather than getattr(..., '0')
+        return AttrSource(self.source, name)
+
+    def _wrap_child(self, tx, name: str, value) -> VariableTracker:
+        from tinydynamo.variables.builder import VariableBuilder
+
+        return VariableBuilder(tx, self._child_source(name)).wrap(value)
+
+    def var_getattr(self, tx, name: str) -> VariableTracker:
+        from tinydynamo.variables.functions import UserFunctionVariable, UserMethodVariable
+
+        from tinydynamo.variables.misc import GetAttrVariable
+
+        m = self.module
+        d = m.__dict__
+        if name in SPECIAL_METHODS:
+            return GetAttrVariable(self, name)  # answered by call_method, not by inlining nn.Module's code
+        for table in ("_parameters", "_buffers", "_modules"):
+            if name in d.get(table, {}):
+                return self._wrap_child(tx, name, d[table][name])
+        if name in d:
+            return self._wrap_child(tx, name, d[name])
+        try:
+            cls_attr = getattr(type(m), name)
+        except AttributeError:
+            unimplemented(f"{type(m).__name__} has no attribute {name!r}")
+        if isinstance(cls_attr, property):
+            return UserFunctionVariable(cls_attr.fget).call_function(tx, [self], {})
+        if isinstance(cls_attr, types.FunctionType):
+            return UserMethodVariable(cls_attr, self)
+        if isinstance(cls_attr, (staticmethod, classmethod)):
+            unimplemented(f"static/class method {type(m).__name__}.{name}")
+        return self._wrap_child(tx, name, getattr(m, name))
+
+    def call_function(self, tx, args, kwargs):
+        from tinydynamo.variables.functions import UserMethodVariable
+
+        if _has_hooks(self.module):
+            unimplemented(f"{type(self.module).__name__} has forward hooks (not captured yet)")
+        forward = type(self.module).forward
+        if not isinstance(forward, types.FunctionType):
+            unimplemented(f"{type(self.module).__name__}.forward is not a Python function")
+        return UserMethodVariable(forward, self).call_function(tx, args, kwargs)
+
+    # ---- containers and iteration ------------------------------------------------------------------
+    def _items(self) -> list[tuple[str, object]]:
+        m = self.module
+        if isinstance(m, (nn.ParameterList, nn.ParameterDict)):
+            return list(m._parameters.items())
+        return list(m._modules.items())
+
+    def unpack_var_sequence(self, tx):
+        m = self.module
+        if isinstance(m, (nn.ModuleDict, nn.ParameterDict)):
+            return [ConstantVariable(k) for k in m.keys()]
+        if isinstance(m, (nn.Sequential, nn.ModuleList, nn.ParameterList)):
+            return [self._wrap_child(tx, k, v) for k, v in self._items()]
+        unimplemented(f"iterating over {type(m).__name__}")
+
+    def call_method(self, tx, name, args, kwargs):
+        from tinydynamo.variables.lists import ListIteratorVariable, ListVariable, TupleVariable
+
+        m = self.module
+        if name == "__len__":
+            return ConstantVariable(len(self._items()))
+        if name == "__getitem__" and len(args) == 1:
+            key = args[0].as_python_constant()
+            if isinstance(m, (nn.ModuleDict, nn.ParameterDict)):
+                return self._wrap_child(tx, key, m[key])
+            items = self._items()
+            if isinstance(key, slice):
+                return ListVariable([self._wrap_child(tx, k, v) for k, v in items[key]])
+            k, v = items[key]
+            return self._wrap_child(tx, k, v)
+        if name == "__contains__" and len(args) == 1:
+            return ConstantVariable(args[0].as_python_constant() in m)
+        if name in ("keys", "values", "items") and isinstance(m, (nn.ModuleDict, nn.ParameterDict)):
+            pairs = [(k, self._wrap_child(tx, k, v)) for k, v in self._items()]
+            if name == "keys":
+                return ListVariable([ConstantVariable(k) for k, _ in pairs])
+            if name == "values":
+                return ListVariable([v for _, v in pairs])
+            return ListVariable([TupleVariable([ConstantVariable(k), v]) for k, v in pairs])
+        named = {"named_parameters": "parameters", "named_buffers": "buffers", "named_children": "children",
+                 "named_modules": "modules"}
+        if name in named or name in named.values():
+            kind = named.get(name, name)
+            real = dict(getattr(m, "named_" + kind)(*[a.as_python_constant() for a in args],
+                                                    **{k: v.as_python_constant() for k, v in kwargs.items()}))
+            pairs = [(k, self._wrap_dotted(tx, k, v)) for k, v in real.items()]
+            if name in named:
+                return ListIteratorVariable([TupleVariable([ConstantVariable(k), v]) for k, v in pairs])
+            return ListIteratorVariable([v for _, v in pairs])
+        if name == "forward" or name == "__call__":
+            return self.call_function(tx, args, kwargs)
+        return self.var_getattr(tx, name).call_function(tx, args, kwargs)
+
+    def _wrap_dotted(self, tx, dotted: str, value) -> VariableTracker:
+        from tinydynamo.variables.builder import VariableBuilder
+
+        source = self.source
+        if dotted == "":
+            return self
+        for part in dotted.split("."):
+            source = AttrSource(source, part) if source is not None else None
+        return VariableBuilder(tx, source).wrap(value)
+
+    def reconstruct(self, codegen) -> str:
+        if self.source is None:
+            unimplemented("returning a module with no source")
+        return codegen.source_expr(self.source)
+
+    def __repr__(self) -> str:
+        return f"NNModuleVariable({type(self.module).__name__}, {self.source})"
+
+
+_ = torch

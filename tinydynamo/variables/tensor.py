@@ -1,0 +1,115 @@
+"""TensorVariable: a tensor during tracing = an FX node + a fake example value (shape, dtype, device).
+
+Ops on it add nodes to the graph. Metadata questions (``.shape``, ``.dtype``, ``.size()``,
+``.ndim``) are answered from the example value at trace time, which is sound because
+TENSOR_MATCH guards pin the inputs' metadata, and metadata of every later tensor follows.
+Questions about *data* (``.item()``, ``if x.sum() > 0``) cannot be answered: Unsupported.
+"""
+from __future__ import annotations
+
+import operator
+
+import torch
+import torch.fx
+
+from tinydynamo.exc import unimplemented
+from tinydynamo.variables.base import VariableTracker
+from tinydynamo.variables.constant import ConstantVariable
+
+#: methods that need the tensor's data; the graph must stop there (a graph break, later)
+DATA_DEPENDENT_METHODS = {
+    "item": "Tensor.item() reads a value out of the tensor",
+    "tolist": "Tensor.tolist() reads values out of the tensor",
+    "numpy": "Tensor.numpy() leaves PyTorch",
+    "__bool__": "bool(tensor) depends on the tensor's value",
+    "data_ptr": "Tensor.data_ptr() is a run-time address",
+    "backward": "Tensor.backward() inside a compiled frame",
+    "__index__": "using a tensor as an index integer reads its value",
+}
+#: attributes computed from metadata only (answered at trace time)
+METADATA_ATTRS = ("dtype", "device", "ndim", "is_cuda", "requires_grad", "layout", "is_sparse",
+                  "is_quantized", "is_meta", "is_floating_point", "is_complex")
+#: methods computed from metadata only
+METADATA_METHODS = ("dim", "ndimension", "numel", "nelement", "element_size", "is_contiguous",
+                    "is_floating_point", "is_complex", "get_device", "stride", "storage_offset")
+#: attributes that are new tensors (views)
+TENSOR_ATTRS = ("T", "mT", "H", "mH", "real", "imag")
+
+
+class TensorVariable(VariableTracker):
+    def __init__(self, node: torch.fx.Node, example: torch.Tensor, source=None):
+        super().__init__(source)
+        self.node = node
+        self.example = example  # a FakeTensor on the real device
+        self.py_type: type = torch.Tensor  # nn.Parameter for lifted parameters (isinstance checks)
+
+    def python_type(self) -> type:
+        return self.py_type
+
+    def as_node_arg(self):
+        return self.node
+
+    def as_example(self):
+        return self.example
+
+    def as_python_constant(self):
+        unimplemented(f"tensor {self.node.name} is not a constant")
+
+    def is_python_constant(self) -> bool:
+        return False
+
+    def truth(self, tx) -> bool:
+        unimplemented(
+            f"data-dependent branch: `if` on tensor {self.node.name}",
+            hint="use torch.where(cond, a, b) to keep both sides in the graph",
+        )
+
+    def var_getattr(self, tx, name: str) -> VariableTracker:
+        from tinydynamo.variables.lists import SizeVariable
+        from tinydynamo.variables.misc import GetAttrVariable
+
+        if name == "shape":
+            return SizeVariable.of(self.example.shape)
+        if name in METADATA_ATTRS:
+            value = getattr(self.example, name)
+            return ConstantVariable(value() if callable(value) else value)
+        if name in TENSOR_ATTRS:
+            return tx.output.create_node("call_function", getattr, [self, ConstantVariable(name)], {})
+        if name in ("grad", "data", "_version", "grad_fn"):
+            unimplemented(f"Tensor.{name} inside a compiled frame")
+        if callable(getattr(torch.Tensor, name, None)):
+            return GetAttrVariable(self, name)
+        unimplemented(f"Tensor attribute {name!r}")
+
+    def call_method(self, tx, name: str, args, kwargs) -> VariableTracker:
+        from tinydynamo.variables.lists import SizeVariable
+
+        if name in DATA_DEPENDENT_METHODS:
+            unimplemented(DATA_DEPENDENT_METHODS[name])
+        if name == "size" or name in METADATA_METHODS:
+            try:
+                cargs = [a.as_python_constant() for a in args]
+                ckw = {k: v.as_python_constant() for k, v in kwargs.items()}
+            except Exception:
+                unimplemented(f"Tensor.{name} with non-constant arguments")
+            result = getattr(self.example, name)(*cargs, **ckw)
+            if isinstance(result, torch.Size):
+                return SizeVariable.of(result)
+            return ConstantVariable(tuple(result) if isinstance(result, tuple) else result)
+        if name == "type" and not args and not kwargs:
+            return ConstantVariable(self.example.type())
+        return tx.output.create_node("call_method", name, [self, *args], kwargs)
+
+    def unpack_var_sequence(self, tx) -> list[VariableTracker]:
+        if self.example.dim() == 0:
+            unimplemented("iterating over a 0-d tensor")
+        return [
+            tx.output.create_node("call_function", operator.getitem, [self, ConstantVariable(i)], {})
+            for i in range(self.example.shape[0])
+        ]
+
+    def reconstruct(self, codegen) -> str:
+        return codegen.graph_output(self)
+
+    def __repr__(self) -> str:
+        return f"TensorVariable({self.node.name}, {tuple(self.example.shape)}, {self.example.dtype})"

@@ -1,0 +1,71 @@
+"""TorchVariable: a function from the ``torch`` namespace (``torch.add``, ``F.gelu``, ``torch.Tensor.view``).
+
+Calling it adds one node to the graph: TorchDynamo treats such functions as opaque graph ops
+rather than inlining their Python bodies. A few answer questions about global state instead.
+"""
+from __future__ import annotations
+
+import torch
+
+from tinydynamo.exc import unimplemented
+from tinydynamo.variables.base import VariableTracker
+from tinydynamo.variables.constant import ConstantVariable
+
+#: torch functions that are about global state or leave the graph, with the reason
+UNSUPPORTED_TORCH = {
+    torch.manual_seed: "torch.manual_seed changes global RNG state",
+    torch.no_grad: "`with torch.no_grad()` inside a compiled frame (context managers are not captured yet)",
+    torch.enable_grad: "`with torch.enable_grad()` inside a compiled frame",
+    torch.set_grad_enabled: "torch.set_grad_enabled inside a compiled frame",
+}
+
+
+def is_torch_callable(value) -> bool:
+    """Is ``value`` a function of the torch namespace that should become a graph node?"""
+    if isinstance(value, type):
+        return False
+    if getattr(value, "__objclass__", None) in (torch._C.TensorBase, torch.Tensor):  # torch.Tensor.view
+        return True
+    module = getattr(value, "__module__", None) or ""
+    if module == "torch" or module.startswith(("torch.", "torch._C")):
+        return callable(value)
+    self_obj = getattr(value, "__self__", None)  # builtins bound to torch._C._VariableFunctions
+    return callable(value) and type(self_obj).__name__ == "module" and getattr(self_obj, "__name__", "").startswith("torch")
+
+
+class TorchVariable(VariableTracker):
+    def __init__(self, fn, source=None):
+        super().__init__(source)
+        self.fn = fn
+
+    def python_type(self):
+        return type(self.fn)
+
+    def as_python_constant(self):
+        return self.fn
+
+    def call_function(self, tx, args, kwargs):
+        from tinydynamo.variables.lists import SizeVariable
+
+        fn = self.fn
+        if fn in UNSUPPORTED_TORCH:
+            unimplemented(UNSUPPORTED_TORCH[fn])
+        if fn is torch.is_grad_enabled:
+            tx.output.add_guard("GRAD_MODE", None, torch.is_grad_enabled())
+            return ConstantVariable(torch.is_grad_enabled())
+        if fn in (torch.is_tensor,) and len(args) == 1:
+            return ConstantVariable(issubclass(args[0].python_type(), torch.Tensor))
+        if fn in (torch.get_default_dtype, torch.is_floating_point, torch.is_complex, torch.numel) or \
+                getattr(fn, "__name__", "") in ("is_autocast_enabled",):
+            try:
+                return ConstantVariable(fn(*[a.as_example() for a in args]))
+            except Exception as e:
+                unimplemented(f"{fn.__name__}: {e}")
+        if getattr(fn, "__objclass__", None) in (torch._C.TensorBase, torch.Tensor) and args:
+            return args[0].call_method(tx, fn.__name__, list(args[1:]), kwargs)  # torch.Tensor.view(x, ...)
+        if fn is torch.Size:
+            return SizeVariable(args[0].unpack_var_sequence(tx) if args else [])
+        return tx.output.create_node("call_function", fn, list(args), kwargs)
+
+    def __repr__(self) -> str:
+        return f"TorchVariable({getattr(self.fn, '__qualname__', self.fn)})"

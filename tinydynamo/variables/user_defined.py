@@ -1,0 +1,47 @@
+"""UserDefinedObjectVariable: an instance of a user class (a config object, a dataclass...).
+
+Attribute reads are wrapped with guarded sources; methods are inlined. Writes are Unsupported
+(they would be side effects outside the graph).
+"""
+from __future__ import annotations
+
+import types
+
+from tinydynamo.exc import unimplemented
+from tinydynamo.source import AttrSource
+from tinydynamo.variables.base import VariableTracker
+
+
+class UserDefinedObjectVariable(VariableTracker):
+    def __init__(self, value, source=None):
+        super().__init__(source)
+        self.value = value
+
+    def python_type(self):
+        return type(self.value)
+
+    def truth(self, tx) -> bool:
+        if type(self.value).__bool__ is object.__bool__ if hasattr(type(self.value), "__bool__") else True:
+            return True
+        unimplemented(f"truth value of a {type(self.value).__name__}")
+
+    def var_getattr(self, tx, name: str) -> VariableTracker:
+        from tinydynamo.variables.builder import VariableBuilder
+        from tinydynamo.variables.functions import UserFunctionVariable, UserMethodVariable
+
+        cls_attr = getattr(type(self.value), name, None)
+        if isinstance(cls_attr, property):
+            return UserFunctionVariable(cls_attr.fget).call_function(tx, [self], {})
+        if name not in getattr(self.value, "__dict__", {}) and isinstance(cls_attr, types.FunctionType):
+            return UserMethodVariable(cls_attr, self)
+        try:
+            value = getattr(self.value, name)
+        except AttributeError:
+            unimplemented(f"{type(self.value).__name__} has no attribute {name!r}")
+        return VariableBuilder(tx, AttrSource(self.source, name) if self.source else None).wrap(value)
+
+    def call_method(self, tx, name, args, kwargs):
+        return self.var_getattr(tx, name).call_function(tx, args, kwargs)
+
+    def __repr__(self) -> str:
+        return f"UserDefinedObjectVariable({type(self.value).__name__})"
