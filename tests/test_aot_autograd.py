@@ -221,3 +221,47 @@ def test_dynamic_shapes_are_specialised_per_shape():
         (got,) = torch.autograd.grad(out.sum(), w)
         (want,) = torch.autograd.grad(f(x, w).sum(), w)
         torch.testing.assert_close(got, want)
+
+
+def test_in_place_ops_on_intermediates_are_functionalized():
+    def f(x):
+        y = x * 2
+        y.add_(1)
+        y.view(-1).mul_(3)  # through a view, too
+        return y.sin()
+
+    x = torch.randn(3, 4, dtype=torch.float64, requires_grad=True)
+    out = torch.compile(f, backend=aot_eager)(x)
+    torch.testing.assert_close(out, f(x))
+    (got,) = torch.autograd.grad(out.sum(), x)
+    (want,) = torch.autograd.grad(f(x).sum(), x)
+    torch.testing.assert_close(got, want)
+
+
+def test_input_mutation_is_written_back_in_inference():
+    from tininductor.decompositions import decompose
+
+    def f(x):
+        x.add_(1)
+        return x * 2
+
+    a, b = torch.randn(3), None
+    b = a.clone()
+    gm = decompose(f, [a])
+    assert [name for name, _ in gm.meta["fallbacks"]] == ["aten.copy_.default"]
+    torch.testing.assert_close(gm(a), f(b))
+    torch.testing.assert_close(a, b)
+
+
+@pytest.mark.parametrize("case", ["input", "view", "twice"])
+def test_outputs_aliasing_inputs_or_each_other(case):
+    fns = {"input": lambda x: (x, x * 2), "view": lambda x: (x.t(), x.view(-1) * 2),
+           "twice": lambda x: (lambda y: (y, y))(x.sin())}
+    f = fns[case]
+    x = torch.randn(3, 4, dtype=torch.float64, requires_grad=True)
+    outs = aot_eager(f, [x])(x)
+    want = f(x)
+    torch.testing.assert_close(outs, want)
+    (got,) = torch.autograd.grad(outs[0].sum() + 2 * outs[1].sum(), x)
+    (exp,) = torch.autograd.grad(want[0].sum() + 2 * want[1].sum(), x)
+    torch.testing.assert_close(got, exp)

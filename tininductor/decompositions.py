@@ -405,9 +405,13 @@ def decompose(gm: torch.fx.GraphModule, example_inputs, table: dict | None = Non
     """
     table = DECOMPOSITIONS if table is None else table
     fakes, mode = fake_inputs(example_inputs)
+    # functionalize: in-place ops on intermediates (``y.add_(1)``) become out-of-place ops, so
+    # every node is a pure function of its inputs (what AD and fusion assume); a mutated
+    # input is written back with a final ``copy_`` (a logged fallback)
+    functional = torch.func.functionalize(gm, remove="mutations")
     # the Python dispatcher makes torch's composite kernels emit functional ops (squeeze, not squeeze_)
     with torch.no_grad(), mode, enable_python_dispatcher():
-        out = make_fx(gm, decomposition_table=table)(*fakes)
+        out = make_fx(functional, decomposition_table=table)(*fakes)
     out.meta["fallbacks"] = fallback_ops(out, table)
     for name, reason in out.meta["fallbacks"]:
         log.info("fallback to torch for %s: %s", name, reason)
