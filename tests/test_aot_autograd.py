@@ -265,3 +265,21 @@ def test_outputs_aliasing_inputs_or_each_other(case):
     (got,) = torch.autograd.grad(outs[0].sum() + 2 * outs[1].sum(), x)
     (exp,) = torch.autograd.grad(want[0].sum() + 2 * want[1].sum(), x)
     torch.testing.assert_close(got, exp)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("backend", [aot_eager, aot_eager_min_cut], ids=["default", "min_cut"])
+def test_models_train_on_cuda_like_eager(backend):
+    torch.manual_seed(0)
+    for model, batches in [
+        (TinyBlock(32, 4), [(torch.randn(4, 8, 32),) for _ in range(3)]),
+        (GPT(vocab_size=32, block_size=8, n_layer=2, n_head=2, n_embd=16),
+         [(torch.randint(0, 32, (2, 8)), torch.randint(0, 32, (2, 8))) for _ in range(3)]),
+    ]:
+        model = model.cuda()
+        batches = [tuple(t.cuda() for t in b) for b in batches]
+        want_losses, want_grads = _train(copy.deepcopy(model), lambda i: batches[i])
+        torch._dynamo.reset()
+        got_losses, got_grads = _train(copy.deepcopy(model), lambda i: batches[i], backend=backend)
+        torch.testing.assert_close(got_losses, want_losses, rtol=1e-4, atol=1e-5)
+        torch.testing.assert_close(got_grads, want_grads, rtol=1e-3, atol=1e-4)
