@@ -283,3 +283,13 @@ def test_models_train_on_cuda_like_eager(backend):
         got_losses, got_grads = _train(copy.deepcopy(model), lambda i: batches[i], backend=backend)
         torch.testing.assert_close(got_losses, want_losses, rtol=1e-4, atol=1e-5)
         torch.testing.assert_close(got_grads, want_grads, rtol=1e-3, atol=1e-4)
+
+
+def test_module_compiled_under_no_grad_refuses_to_train_silently():
+    model = TinyBlock(8, 2)
+    x = torch.randn(2, 8)
+    with torch.no_grad():
+        compiled = aot_eager(torch.fx.symbolic_trace(model), [x])
+        torch.testing.assert_close(compiled(x), model(x))
+    with pytest.raises(RuntimeError, match="compiled for inference"):
+        compiled(x)  # the parameters require grad now: no silent gradient-less output

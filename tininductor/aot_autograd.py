@@ -129,12 +129,14 @@ def compile_aot(gm: torch.nn.Module, example_inputs, fw_compiler: Callable, bw_c
         compiled = fw_compiler(prim_gm, _fake_vals(prim_gm))
 
         def run_inference(*args):
+            inputs = [*current_state(), *args]
             if torch.is_grad_enabled() and any(isinstance(a, torch.Tensor) and a.requires_grad
-                                               for a in args):
+                                               for a in inputs):
                 raise RuntimeError(
-                    "this function was compiled for inference (no input required grad), but "
-                    "was called with inputs that require grad: compile it again with them")
-            return compiled(*current_state(), *args)
+                    "this function was compiled for inference (no input required grad, or grad "
+                    "mode was off), but was called with inputs that require grad: its outputs "
+                    "would have no gradients. Compile it again under these conditions")
+            return compiled(*inputs)
 
         run_inference.aot = aot
         return run_inference
