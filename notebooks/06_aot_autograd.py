@@ -264,8 +264,9 @@ print("\nmin-cut saves:", ", ".join(rows[1][1].saved))
 print("default saves:", ", ".join(rows[0][1].saved))
 
 # %% [markdown]
-# The min-cut keeps the matmul outputs and the LayerNorm statistics and recomputes the GELU
-# chain (`erf`, the multiplies and adds) in the backward. `bench/partitioners.py` prints the
+# The min-cut keeps the inputs, the first matmul's output and the LayerNorm statistics, and
+# recomputes in the backward the LayerNorm normalisation and the whole GELU chain (`erf`, the
+# multiplies and adds): all pointwise, all cheap. `bench/partitioners.py` prints the
 # same table for larger sizes, next to PyTorch's own partitioners.
 #
 # ## 7. The runtime: a `torch.autograd.Function`
