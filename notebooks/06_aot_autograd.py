@@ -347,8 +347,9 @@ for kind in ("joint_graph", "forward_graph", "backward_graph"):
 #
 # - **Prim set**: 59 ATen ops (`tininductor.prims.PRIM_SET`); everything else decomposes
 #   (chapter 5) or is a logged fallback.
-# - **VJP rules**: one per prim in `tininductor.vjp_rules.VJP_RULES` (58; `convolution` has
-#   none yet and says so), each tested against eager autograd in float64 with broadcasting.
+# - **VJP rules**: 59 in `tininductor.vjp_rules.VJP_RULES`: one per prim (`convolution` has
+#   none yet and says so) plus `cat`, a fallback op common enough that training must get
+#   through it; each is tested against eager autograd in float64 with broadcasting.
 # - **Models**: the LayerNorm-MLP block and the GPT train through `aot_eager` with the same
 #   losses as eager (table above), with both partitioners.
 # - **Saved bytes**: on TinyBlock(64, 4), the min-cut partitioner saves less than half of

@@ -129,6 +129,13 @@ def split_with_sizes(x, split_sizes, dim=0):
     return pieces
 
 
+@register_decomposition(aten.stack)
+def stack(tensors, dim=0):
+    """Stack = unsqueeze each, then ``cat`` (``cat`` itself is a fallback op with a VJP rule)."""
+    dim = dim % (tensors[0].dim() + 1)
+    return aten.cat([aten.unsqueeze(t, dim) for t in tensors], dim)
+
+
 @register_decomposition(aten.unbind.int)
 def unbind(x, dim=0):
     return [aten.select(x, dim, i) for i in range(x.shape[dim])]

@@ -83,7 +83,11 @@ def backward_pass(graph: fx.Graph, env: dict[fx.Node, object], needs_grad: set[f
         kwargs = fx.node.map_arg(node.kwargs, lambda n: env[n])
         input_grads = get_vjp(node.target, rules)(grads[node], env[node], *args, **kwargs)
         for arg, grad in zip(node.args, input_grads):
-            if isinstance(arg, fx.Node) and arg in needs_grad and grad is not None:
+            if isinstance(arg, (list, tuple)) and isinstance(grad, (list, tuple)):  # cat's tensor list
+                for a, g in zip(arg, grad):
+                    if isinstance(a, fx.Node) and a in needs_grad and g is not None:
+                        _accumulate(grads, a, g)
+            elif isinstance(arg, fx.Node) and arg in needs_grad and grad is not None:
                 _accumulate(grads, arg, grad)
     return grads
 
