@@ -293,3 +293,18 @@ def test_module_compiled_under_no_grad_refuses_to_train_silently():
         torch.testing.assert_close(compiled(x), model(x))
     with pytest.raises(RuntimeError, match="compiled for inference"):
         compiled(x)  # the parameters require grad now: no silent gradient-less output
+
+
+@pytest.mark.parametrize("backend", [aot_eager, aot_eager_min_cut], ids=["default", "min_cut"])
+def test_training_dropout_uses_one_mask_forward_and_backward(backend):
+    """Random dropout stays a fallback op (bernoulli) in the forward; the backward reuses its mask."""
+    def f(x):
+        return F.dropout(x, 0.5, training=True).sin()
+
+    x = (torch.rand(64, 32, dtype=torch.float64) + 0.1).requires_grad_()
+    y = backend(f, [x])(x)
+    (grad,) = torch.autograd.grad(y.sum(), x)
+    kept = y != 0  # x > 0, so sin(2x) != 0 exactly where the element was kept
+    assert 0.3 < kept.double().mean() < 0.7
+    torch.testing.assert_close(y, torch.where(kept, torch.sin(2 * x), 0.0))
+    torch.testing.assert_close(grad, torch.where(kept, 2 * torch.cos(2 * x), 0.0))

@@ -12,8 +12,8 @@ Only ops that reach the dispatcher can be decomposed here. CompositeImplicitAuto
 expanded by torch's own C++ kernels before any table sees them, so the table holds what
 they expand to: ``addmm`` and ``t`` for linear, ``native_layer_norm`` for layer_norm, and so on.
 
-A decomposition may return ``NotImplemented`` to keep the op as it is (``dropout`` with
-``p > 0`` in training mode, ``add`` without an ``alpha``): that is how one entry normalises
+A decomposition may return ``NotImplemented`` to keep the op as it is (``native_dropout``
+with ``p > 0`` in training mode, ``add`` without an ``alpha``): that is how one entry normalises
 an op's rare forms and leaves its common form alone.
 """
 from __future__ import annotations
@@ -354,7 +354,9 @@ def nll_loss_forward(logp, target, weight, reduction, ignore_index):
 def native_dropout(x, p, train):
     """Identity plus an all-True keep-mask when nothing is dropped (eval mode or p == 0).
 
-    Random dropout stays a (logged) fallback: it needs a random-number prim we do not have.
+    Random dropout is left alone: ``F.dropout`` in training reaches the graph as torch's own
+    expansion, ``bernoulli`` (a logged fallback: there is no random prim) times a scale, and
+    AOT autograd saves that mask for the backward, so training through it is exact.
     """
     if p != 0 and train is not False:
         return NotImplemented
