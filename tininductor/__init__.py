@@ -8,6 +8,9 @@ from tinydynamo._lazy import lazy_attributes
 _LAZY = {
     "prims": "tininductor.prims:",
     "decompose": "tininductor.decompositions:decompose",
+    "compile_fx": "tininductor.compile_fx:compile_fx",
+    "compile_fx_inner": "tininductor.compile_fx:compile_fx_inner",
+    "config": "tininductor.config:",
     "decompositions": "tininductor.decompositions:",
     "vjp_rules": "tininductor.vjp_rules:",
     "aot_eager": "tininductor.aot_autograd:aot_eager",
