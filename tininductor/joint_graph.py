@@ -133,6 +133,10 @@ def create_joint(fw_gm: fx.GraphModule, fake_primals: list, requires_grad: list[
         with torch.no_grad():
             joint_gm = make_fx(joint, decomposition_table=DECOMPOSITIONS)(
                 [p.detach() if isinstance(p, torch.Tensor) else p for p in fake_primals], tangents)
+    # drop what no output reads (a rule may compute a gradient for an input that turns out to
+    # need none); partitioners then see only real dependencies
+    joint_gm.graph.eliminate_dead_code()
+    joint_gm.recompile()
     return JointGraph(joint_gm, len(placeholders), len(flat_outs), diff_outputs, grad_mask, out_spec)
 
 

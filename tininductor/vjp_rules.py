@@ -199,7 +199,9 @@ def sub_vjp(grad, out, a, b, alpha=1):
 
 @register_vjp(aten.mul)
 def mul_vjp(grad, out, a, b):
-    return sum_to_size(aten.mul(grad, b), a), sum_to_size(aten.mul(grad, a), b)
+    ga = sum_to_size(aten.mul(grad, b), a) if is_tensor(a) else None
+    gb = sum_to_size(aten.mul(grad, a), b) if is_tensor(b) else None
+    return ga, gb
 
 
 @register_vjp(aten.div)
