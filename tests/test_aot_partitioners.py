@@ -28,7 +28,7 @@ def _program(steps):
     return f
 
 
-@settings(max_examples=15, deadline=None)
+@settings(max_examples=15, deadline=None, derandomize=True)  # the same examples on every run
 @given(st.lists(st.tuples(st.integers(0, len(UNARY) + len(BINARY)), st.integers(0, 20), st.integers(0, 20)),
                 min_size=1, max_size=8))
 @example(steps=[(4, 0, 0)])  # x * 1.5: the mul rule's unused gradient once made min-cut save x
@@ -46,7 +46,7 @@ def test_partitions_agree_and_min_cut_saves_no_more(steps):
     for part in (default, min_cut):
         fw = part.fw_gm(*inputs)
         grads = part.bw_gm(*fw[joint.num_outputs:], *tangents)
-        torch.testing.assert_close(list(fw[: joint.num_outputs]) + list(grads), list(expected))
+        torch.testing.assert_close(list(fw[: joint.num_outputs]) + list(grads), list(expected), equal_nan=True)
     assert min_cut.saved_bytes <= default.saved_bytes
 
 
