@@ -4,7 +4,6 @@ from __future__ import annotations
 import copy
 import pytest
 import torch
-import torch.nn as nn
 import torch.nn.functional as F
 
 from course.models import GPT, TinyBlock

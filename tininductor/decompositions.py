@@ -60,13 +60,6 @@ def reshape(x: torch.Tensor, shape) -> torch.Tensor:
     return aten.view(x, list(shape))
 
 
-def _dims(dim, ndim: int) -> list[int]:
-    if dim is None or (isinstance(dim, (list, tuple)) and len(dim) == 0):
-        return list(range(ndim))
-    dims = [dim] if isinstance(dim, int) else list(dim)
-    return [d % ndim if ndim else 0 for d in dims]
-
-
 def _scalar(value, like: torch.Tensor) -> torch.Tensor:
     """A 0-d tensor holding ``value`` with ``like``'s dtype and device."""
     if isinstance(value, torch.Tensor):
