@@ -13,6 +13,7 @@ _LAZY = {
     "config": "tininductor.config:",
     "decompositions": "tininductor.decompositions:",
     "vjp_rules": "tininductor.vjp_rules:",
+    "aot_autograd": "tininductor.aot_autograd:aot_autograd",
     "aot_eager": "tininductor.aot_autograd:aot_eager",
     "aot_eager_min_cut": "tininductor.aot_autograd:aot_eager_min_cut",
     "default_partition": "tininductor.partitioners:default_partition",
