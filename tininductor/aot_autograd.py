@@ -165,7 +165,7 @@ def compile_aot(gm: torch.nn.Module, example_inputs, fw_compiler: Callable, bw_c
 
 
 def _specialize_per_shape(gm, example_inputs, fw_compiler, bw_compiler, partition_fn) -> Callable:
-    """For graphs with dynamic sizes (int inputs): compile one specialised version per shape.
+    """For graphs with dynamic sizes (SymInt inputs): compile one specialised version per shape.
 
     Our traces are static (sizes are baked into views and reductions), so a graph that
     TorchDynamo marked dynamic is compiled lazily, at each call with a new combination of
@@ -194,7 +194,7 @@ def aot_autograd(fw_compiler: Callable, bw_compiler: Callable | None = None,
     bw_compiler = bw_compiler or fw_compiler
 
     def backend(gm: torch.nn.Module, example_inputs) -> Callable:
-        if any(isinstance(x, (int, torch.SymInt)) for x in example_inputs):
+        if any(isinstance(x, torch.SymInt) for x in example_inputs):  # dynamic sizes
             return _specialize_per_shape(gm, example_inputs, fw_compiler, bw_compiler, partition_fn)
         return compile_aot(gm, example_inputs, fw_compiler, bw_compiler, partition_fn)
 
