@@ -264,8 +264,9 @@ print("\nmin-cut saves:", ", ".join(rows[1][1].saved))
 print("default saves:", ", ".join(rows[0][1].saved))
 
 # %% [markdown]
-# The min-cut keeps the matmul outputs and the LayerNorm statistics and recomputes the GELU
-# chain (`erf`, the multiplies and adds) in the backward. `bench/partitioners.py` prints the
+# The min-cut keeps the inputs, the first matmul's output and the LayerNorm statistics, and
+# recomputes in the backward the LayerNorm normalisation and the whole GELU chain (`erf`, the
+# multiplies and adds): all pointwise, all cheap. `bench/partitioners.py` prints the
 # same table for larger sizes, next to PyTorch's own partitioners.
 #
 # ## 7. The runtime: a `torch.autograd.Function`
@@ -346,8 +347,9 @@ for kind in ("joint_graph", "forward_graph", "backward_graph"):
 #
 # - **Prim set**: 59 ATen ops (`tininductor.prims.PRIM_SET`); everything else decomposes
 #   (chapter 5) or is a logged fallback.
-# - **VJP rules**: one per prim in `tininductor.vjp_rules.VJP_RULES` (58; `convolution` has
-#   none yet and says so), each tested against eager autograd in float64 with broadcasting.
+# - **VJP rules**: 59 in `tininductor.vjp_rules.VJP_RULES`: one per prim (`convolution` has
+#   none yet and says so) plus `cat`, a fallback op common enough that training must get
+#   through it; each is tested against eager autograd in float64 with broadcasting.
 # - **Models**: the LayerNorm-MLP block and the GPT train through `aot_eager` with the same
 #   losses as eager (table above), with both partitioners.
 # - **Saved bytes**: on TinyBlock(64, 4), the min-cut partitioner saves less than half of

@@ -2,9 +2,9 @@
 from __future__ import annotations
 
 import copy
+
 import pytest
 import torch
-import torch.nn as nn
 import torch.nn.functional as F
 
 from course.models import GPT, TinyBlock
@@ -205,3 +205,106 @@ def test_partitions_share_the_joint_graph():
         fw_out = part.fw_gm(*inputs)
         grads = part.bw_gm(*fw_out[1:], tangent)
         torch.testing.assert_close(list(fw_out[:1]) + list(grads), list(ref))
+
+
+def test_dynamic_shapes_are_specialised_per_shape():
+    """TorchDynamo marks a dim dynamic after a size change (int inputs): compile per shape, lazily."""
+    def f(x, w):
+        return (x @ w).relu().sum(-1) * x.shape[0]
+
+    w = torch.randn(8, 3, dtype=torch.float64, requires_grad=True)
+    compiled = torch.compile(f, backend=aot_eager)
+    for n in [4, 5, 6, 5]:
+        x = torch.randn(n, 8, dtype=torch.float64)
+        out = compiled(x, w)
+        torch.testing.assert_close(out, f(x, w))
+        (got,) = torch.autograd.grad(out.sum(), w)
+        (want,) = torch.autograd.grad(f(x, w).sum(), w)
+        torch.testing.assert_close(got, want)
+
+
+def test_in_place_ops_on_intermediates_are_functionalized():
+    def f(x):
+        y = x * 2
+        y.add_(1)
+        y.view(-1).mul_(3)  # through a view, too
+        return y.sin()
+
+    x = torch.randn(3, 4, dtype=torch.float64, requires_grad=True)
+    out = torch.compile(f, backend=aot_eager)(x)
+    torch.testing.assert_close(out, f(x))
+    (got,) = torch.autograd.grad(out.sum(), x)
+    (want,) = torch.autograd.grad(f(x).sum(), x)
+    torch.testing.assert_close(got, want)
+
+
+def test_input_mutation_is_written_back_in_inference():
+    from tininductor.decompositions import decompose
+
+    def f(x):
+        x.add_(1)
+        return x * 2
+
+    a, b = torch.randn(3), None
+    b = a.clone()
+    gm = decompose(f, [a])
+    assert [name for name, _ in gm.meta["fallbacks"]] == ["aten.copy_.default"]
+    torch.testing.assert_close(gm(a), f(b))
+    torch.testing.assert_close(a, b)
+
+
+@pytest.mark.parametrize("case", ["input", "view", "twice"])
+def test_outputs_aliasing_inputs_or_each_other(case):
+    fns = {"input": lambda x: (x, x * 2), "view": lambda x: (x.t(), x.view(-1) * 2),
+           "twice": lambda x: (lambda y: (y, y))(x.sin())}
+    f = fns[case]
+    x = torch.randn(3, 4, dtype=torch.float64, requires_grad=True)
+    outs = aot_eager(f, [x])(x)
+    want = f(x)
+    torch.testing.assert_close(outs, want)
+    (got,) = torch.autograd.grad(outs[0].sum() + 2 * outs[1].sum(), x)
+    (exp,) = torch.autograd.grad(want[0].sum() + 2 * want[1].sum(), x)
+    torch.testing.assert_close(got, exp)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("backend", [aot_eager, aot_eager_min_cut], ids=["default", "min_cut"])
+def test_models_train_on_cuda_like_eager(backend):
+    torch.manual_seed(0)
+    for model, batches in [
+        (TinyBlock(32, 4), [(torch.randn(4, 8, 32),) for _ in range(3)]),
+        (GPT(vocab_size=32, block_size=8, n_layer=2, n_head=2, n_embd=16),
+         [(torch.randint(0, 32, (2, 8)), torch.randint(0, 32, (2, 8))) for _ in range(3)]),
+    ]:
+        model = model.cuda()
+        batches = [tuple(t.cuda() for t in b) for b in batches]
+        want_losses, want_grads = _train(copy.deepcopy(model), lambda i: batches[i])
+        torch._dynamo.reset()
+        got_losses, got_grads = _train(copy.deepcopy(model), lambda i: batches[i], backend=backend)
+        torch.testing.assert_close(got_losses, want_losses, rtol=1e-4, atol=1e-5)
+        torch.testing.assert_close(got_grads, want_grads, rtol=1e-3, atol=1e-4)
+
+
+def test_module_compiled_under_no_grad_refuses_to_train_silently():
+    model = TinyBlock(8, 2)
+    x = torch.randn(2, 8)
+    with torch.no_grad():
+        compiled = aot_eager(torch.fx.symbolic_trace(model), [x])
+        torch.testing.assert_close(compiled(x), model(x))
+    with pytest.raises(RuntimeError, match="compiled for inference"):
+        compiled(x)  # the parameters require grad now: no silent gradient-less output
+
+
+@pytest.mark.parametrize("backend", [aot_eager, aot_eager_min_cut], ids=["default", "min_cut"])
+def test_training_dropout_uses_one_mask_forward_and_backward(backend):
+    """Random dropout stays a fallback op (bernoulli) in the forward; the backward reuses its mask."""
+    def f(x):
+        return F.dropout(x, 0.5, training=True).sin()
+
+    x = (torch.rand(64, 32, dtype=torch.float64) + 0.1).requires_grad_()
+    y = backend(f, [x])(x)
+    (grad,) = torch.autograd.grad(y.sum(), x)
+    kept = y != 0  # x > 0, so sin(2x) != 0 exactly where the element was kept
+    assert 0.3 < kept.double().mean() < 0.7
+    torch.testing.assert_close(y, torch.where(kept, torch.sin(2 * x), 0.0))
+    torch.testing.assert_close(grad, torch.where(kept, 2 * torch.cos(2 * x), 0.0))

@@ -116,6 +116,9 @@ CASES = {
     "scatter_add": (lambda x, i, s: aten.scatter_add(x, 1, i, s), [R(3, 5), I(5, 3, 4), R(3, 4)],
                     aten.scatter_add),
     "mm": (lambda a, b: aten.mm(a, b), [R(3, 4), R(4, 5)], aten.mm),
+    # fallback ops (outside the prim set) with rules, so training works through them
+    "cat": (lambda a, b: aten.mul(aten.cat([a, b, a], 1), 2.0), [R(2, 3), R(2, 1)], aten.cat),
+    "stack": (lambda a, b: torch.stack([a, b], -1), [R(2, 3), R(2, 3)], aten.cat),
     "bmm": (lambda a, b: aten.bmm(a, b), [R(2, 3, 4), R(2, 4, 5)], aten.bmm),
 }
 

@@ -127,6 +127,14 @@ def test_op_without_decomposition_is_a_logged_fallback(caplog):
     torch.testing.assert_close(gm(x, y), fn(x, y))
 
 
+def test_stack_decomposes_to_cat():
+    fn = lambda a, b: torch.stack([a, b], dim=1)  # noqa: E731
+    a, b = torch.randn(2, 3), torch.randn(2, 3)
+    gm = decompose(fn, [a, b])
+    assert [name for name, _ in gm.meta["fallbacks"]] == ["aten.cat.default"]
+    torch.testing.assert_close(gm(a, b), fn(a, b))
+
+
 def test_declined_decomposition_is_a_logged_fallback():
     """Random dropout is not decomposed: it stays torch's, reported, and still drops."""
     fn = lambda x: F.dropout(x, 0.5, training=True)  # noqa: E731

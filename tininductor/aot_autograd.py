@@ -70,7 +70,10 @@ class CompiledFunction(torch.autograd.Function):
         outs = runtime.compiled_fw(*primals)
         user_outs, saved = outs[: runtime.num_outputs], outs[runtime.num_outputs:]
         ctx.runtime = runtime
-        ctx.save_for_backward(*saved)
+        # tensors go through save_for_backward (autograd checks they are not modified in place);
+        # a saved size (an int input of a dynamic-shape graph) is kept as it is
+        ctx.save_for_backward(*[v for v in saved if isinstance(v, torch.Tensor)])
+        ctx.saved_ints = [None if isinstance(v, torch.Tensor) else v for v in saved]
         ctx.mark_non_differentiable(*[
             o for o, diff in zip(user_outs, runtime.diff_outputs)
             if not diff and isinstance(o, torch.Tensor)])
@@ -82,7 +85,9 @@ class CompiledFunction(torch.autograd.Function):
         runtime = ctx.runtime
         # the backward graph was traced with contiguous tangents; autograd may hand us expanded ones
         tangents = [g.contiguous() for g, diff in zip(grad_outputs, runtime.diff_outputs) if diff]
-        grads = iter(runtime.compiled_bw(*ctx.saved_tensors, *tangents))
+        tensors = iter(ctx.saved_tensors)
+        saved = [next(tensors) if v is None else v for v in ctx.saved_ints]
+        grads = iter(runtime.compiled_bw(*saved, *tangents))
         return (None, *[next(grads) if has_grad else None for has_grad in runtime.grad_mask])
 
 
@@ -124,12 +129,14 @@ def compile_aot(gm: torch.nn.Module, example_inputs, fw_compiler: Callable, bw_c
         compiled = fw_compiler(prim_gm, _fake_vals(prim_gm))
 
         def run_inference(*args):
+            inputs = [*current_state(), *args]
             if torch.is_grad_enabled() and any(isinstance(a, torch.Tensor) and a.requires_grad
-                                               for a in args):
+                                               for a in inputs):
                 raise RuntimeError(
-                    "this function was compiled for inference (no input required grad), but "
-                    "was called with inputs that require grad: compile it again with them")
-            return compiled(*current_state(), *args)
+                    "this function was compiled for inference (no input required grad, or grad "
+                    "mode was off), but was called with inputs that require grad: its outputs "
+                    "would have no gradients. Compile it again under these conditions")
+            return compiled(*inputs)
 
         run_inference.aot = aot
         return run_inference
@@ -157,12 +164,38 @@ def compile_aot(gm: torch.nn.Module, example_inputs, fw_compiler: Callable, bw_c
     return run_training
 
 
+def _specialize_per_shape(gm, example_inputs, fw_compiler, bw_compiler, partition_fn) -> Callable:
+    """For graphs with dynamic sizes (SymInt inputs): compile one specialised version per shape.
+
+    Our traces are static (sizes are baked into views and reductions), so a graph that
+    TorchDynamo marked dynamic is compiled lazily, at each call with a new combination of
+    input shapes and sizes, from the real arguments; the versions are cached by that key.
+    """
+    def key(args):
+        return (torch.is_grad_enabled(),) + tuple(
+            (tuple(a.shape), a.dtype, a.requires_grad) if isinstance(a, torch.Tensor) else a
+            for a in args)
+
+    cache: dict = {}
+
+    def run(*args):
+        k = key(args)
+        if k not in cache:
+            cache[k] = compile_aot(gm, list(args), fw_compiler, bw_compiler, partition_fn)
+        return cache[k](*args)
+
+    run.cache = cache
+    return run
+
+
 def aot_autograd(fw_compiler: Callable, bw_compiler: Callable | None = None,
                  partition_fn: Callable = default_partition) -> Callable:
     """A backend that traces forward and backward ahead of time and compiles both (see module doc)."""
     bw_compiler = bw_compiler or fw_compiler
 
     def backend(gm: torch.nn.Module, example_inputs) -> Callable:
+        if any(isinstance(x, torch.SymInt) for x in example_inputs):  # dynamic sizes
+            return _specialize_per_shape(gm, example_inputs, fw_compiler, bw_compiler, partition_fn)
         return compile_aot(gm, example_inputs, fw_compiler, bw_compiler, partition_fn)
 
     backend.__name__ = f"aot_autograd({getattr(fw_compiler, '__name__', 'fw_compiler')})"

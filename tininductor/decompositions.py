@@ -12,8 +12,8 @@ Only ops that reach the dispatcher can be decomposed here. CompositeImplicitAuto
 expanded by torch's own C++ kernels before any table sees them, so the table holds what
 they expand to: ``addmm`` and ``t`` for linear, ``native_layer_norm`` for layer_norm, and so on.
 
-A decomposition may return ``NotImplemented`` to keep the op as it is (``dropout`` with
-``p > 0`` in training mode, ``add`` without an ``alpha``): that is how one entry normalises
+A decomposition may return ``NotImplemented`` to keep the op as it is (``native_dropout``
+with ``p > 0`` in training mode, ``add`` without an ``alpha``): that is how one entry normalises
 an op's rare forms and leaves its common form alone.
 """
 from __future__ import annotations
@@ -58,13 +58,6 @@ def reshape(x: torch.Tensor, shape) -> torch.Tensor:
     if not x.is_contiguous():
         x = aten.clone(x, memory_format=torch.contiguous_format)
     return aten.view(x, list(shape))
-
-
-def _dims(dim, ndim: int) -> list[int]:
-    if dim is None or (isinstance(dim, (list, tuple)) and len(dim) == 0):
-        return list(range(ndim))
-    dims = [dim] if isinstance(dim, int) else list(dim)
-    return [d % ndim if ndim else 0 for d in dims]
 
 
 def _scalar(value, like: torch.Tensor) -> torch.Tensor:
@@ -127,6 +120,13 @@ def split_with_sizes(x, split_sizes, dim=0):
         pieces.append(aten.slice(x, dim, start, start + length))
         start += length
     return pieces
+
+
+@register_decomposition(aten.stack)
+def stack(tensors, dim=0):
+    """Stack = unsqueeze each, then ``cat`` (``cat`` itself is a fallback op with a VJP rule)."""
+    dim = dim % (tensors[0].dim() + 1)
+    return aten.cat([aten.unsqueeze(t, dim) for t in tensors], dim)
 
 
 @register_decomposition(aten.unbind.int)
@@ -347,7 +347,9 @@ def nll_loss_forward(logp, target, weight, reduction, ignore_index):
 def native_dropout(x, p, train):
     """Identity plus an all-True keep-mask when nothing is dropped (eval mode or p == 0).
 
-    Random dropout stays a (logged) fallback: it needs a random-number prim we do not have.
+    Random dropout is left alone: ``F.dropout`` in training reaches the graph as torch's own
+    expansion, ``bernoulli`` (a logged fallback: there is no random prim) times a scale, and
+    AOT autograd saves that mask for the backward, so training through it is exact.
     """
     if p != 0 and train is not False:
         return NotImplemented
@@ -405,9 +407,13 @@ def decompose(gm: torch.fx.GraphModule, example_inputs, table: dict | None = Non
     """
     table = DECOMPOSITIONS if table is None else table
     fakes, mode = fake_inputs(example_inputs)
+    # functionalize: in-place ops on intermediates (``y.add_(1)``) become out-of-place ops, so
+    # every node is a pure function of its inputs (what AD and fusion assume); a mutated
+    # input is written back with a final ``copy_`` (a logged fallback)
+    functional = torch.func.functionalize(gm, remove="mutations")
     # the Python dispatcher makes torch's composite kernels emit functional ops (squeeze, not squeeze_)
     with torch.no_grad(), mode, enable_python_dispatcher():
-        out = make_fx(gm, decomposition_table=table)(*fakes)
+        out = make_fx(functional, decomposition_table=table)(*fakes)
     out.meta["fallbacks"] = fallback_ops(out, table)
     for name, reason in out.meta["fallbacks"]:
         log.info("fallback to torch for %s: %s", name, reason)

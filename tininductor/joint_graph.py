@@ -83,7 +83,11 @@ def backward_pass(graph: fx.Graph, env: dict[fx.Node, object], needs_grad: set[f
         kwargs = fx.node.map_arg(node.kwargs, lambda n: env[n])
         input_grads = get_vjp(node.target, rules)(grads[node], env[node], *args, **kwargs)
         for arg, grad in zip(node.args, input_grads):
-            if isinstance(arg, fx.Node) and arg in needs_grad and grad is not None:
+            if isinstance(arg, (list, tuple)) and isinstance(grad, (list, tuple)):  # cat's tensor list
+                for a, g in zip(arg, grad):
+                    if isinstance(a, fx.Node) and a in needs_grad and g is not None:
+                        _accumulate(grads, a, g)
+            elif isinstance(arg, fx.Node) and arg in needs_grad and grad is not None:
                 _accumulate(grads, arg, grad)
     return grads
 
@@ -129,6 +133,10 @@ def create_joint(fw_gm: fx.GraphModule, fake_primals: list, requires_grad: list[
         with torch.no_grad():
             joint_gm = make_fx(joint, decomposition_table=DECOMPOSITIONS)(
                 [p.detach() if isinstance(p, torch.Tensor) else p for p in fake_primals], tangents)
+    # drop what no output reads (a rule may compute a gradient for an input that turns out to
+    # need none); partitioners then see only real dependencies
+    joint_gm.graph.eliminate_dead_code()
+    joint_gm.recompile()
     return JointGraph(joint_gm, len(placeholders), len(flat_outs), diff_outputs, grad_mask, out_spec)
 
 

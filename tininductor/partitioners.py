@@ -70,7 +70,7 @@ def _roles(joint: JointGraph) -> _Roles:
     flat = list(out.args[0])
     dependent = set(tangents)
     for node in graph.nodes:
-        if any(a in dependent for a in node.all_input_nodes):
+        if node.op != "output" and any(a in dependent for a in node.all_input_nodes):
             dependent.add(node)
     return _Roles(primals, tangents, flat[: joint.num_outputs], flat[joint.num_outputs:], dependent)
 
@@ -127,6 +127,26 @@ def default_partition(joint: JointGraph) -> Partition:
     return partition_with_saved(joint, [n for n in backward if n in forward])
 
 
+def _residual_reachable(net: nx.DiGraph, flow: dict, source) -> set:
+    """Nodes reachable from ``source`` in the residual network: the source side of a min cut.
+
+    (``nx.minimum_cut`` puts nodes that cannot reach the sink on the source side, which would
+    also count dead-end values as cut; walking the residual network from the source does not.)
+    """
+    seen, todo = {source}, [source]
+    while todo:
+        u = todo.pop()
+        for v, data in net[u].items():  # forward edges with spare capacity
+            if v not in seen and flow[u][v] < data.get("capacity", math.inf):
+                seen.add(v)
+                todo.append(v)
+        for v in net.predecessors(u):  # backward edges that carry flow
+            if v not in seen and flow[v][u] > 0:
+                seen.add(v)
+                todo.append(v)
+    return seen
+
+
 def min_cut_partition(joint: JointGraph) -> Partition:
     """Save the fewest bytes: a minimum s-t cut between the primals and the backward.
 
@@ -149,13 +169,16 @@ def min_cut_partition(joint: JointGraph) -> Partition:
         if node in roles.grad_outputs:
             net.add_edge((node, "out"), "sink")
         for user in node.users:
+            if user.op == "output":
+                continue  # a forward output is returned, not read by the backward
             if user in roles.tangent_dependent:
                 net.add_edge((node, "out"), "sink")
-            elif user.op != "output":
+            else:
                 net.add_edge((node, "out"), (user, "in"))
     if "sink" not in net or "source" not in net:
         return partition_with_saved(joint, [])
-    _, (reachable, _) = nx.minimum_cut(net, "source", "sink")
+    _, flow = nx.maximum_flow(net, "source", "sink")
+    reachable = _residual_reachable(net, flow, "source")
     saved = [key[0] for key in reachable if key != "source" and key[1] == "in"
              and (key[0], "out") not in reachable]
     return partition_with_saved(joint, saved)

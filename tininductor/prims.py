@@ -6,7 +6,21 @@ the reason logged. Extern ops (matmul, conv) stay calls into torch's libraries o
 
 This list is the contract between decompositions.py, aot_autograd.py and lowering.py; it may
 grow, but every op added needs a decomposition test, a VJP rule and a lowering (or an
-explicit fallback).
+explicit fallback). Keep it small: anything that can be written with these ops is a
+decomposition instead (``embedding`` is ``index``, ``gelu`` is ``erf`` and ``mul``, ...).
+
+Overloads the course models produce (forward and backward graphs of the TinyBlock and the
+GPT, after AOT autograd), i.e. what a lowering sees in practice::
+
+    add.Tensor sub.Tensor mul.Tensor div.Tensor neg exp log erf tanh rsqrt
+    eq.Tensor ne.Scalar logical_not where.self prims.convert_element_type clone alias
+    view expand permute unsqueeze squeeze.dims slice.Tensor
+    sum.default sum.dim_IntList mean.dim var.correction amax
+    full scalar_tensor arange.start arange.start_step
+    index.Tensor index_put (accumulate=True, embedding backward) gather scatter_add (cross-entropy)
+    mm bmm
+
+Scalars stay Python numbers in the ``.Tensor`` overloads (``mul.Tensor(x, 0.5)``).
 """
 from __future__ import annotations
 

@@ -199,7 +199,9 @@ def sub_vjp(grad, out, a, b, alpha=1):
 
 @register_vjp(aten.mul)
 def mul_vjp(grad, out, a, b):
-    return sum_to_size(aten.mul(grad, b), a), sum_to_size(aten.mul(grad, a), b)
+    ga = sum_to_size(aten.mul(grad, b), a) if is_tensor(a) else None
+    gb = sum_to_size(aten.mul(grad, a), b) if is_tensor(b) else None
+    return ga, gb
 
 
 @register_vjp(aten.div)
@@ -414,3 +416,21 @@ def mm_vjp(grad, out, a, b):
 @register_vjp(aten.bmm)
 def bmm_vjp(grad, out, a, b):
     return aten.bmm(grad, aten.permute(b, [0, 2, 1])), aten.bmm(aten.permute(a, [0, 2, 1]), grad)
+
+
+# ----------------------------------------------------------------------------- fallback ops
+# A few ops outside the prim set are common enough in real models that training should work
+# through them while the lowering runs them as fallback kernels. Their rules use prims too.
+@register_vjp(aten.cat)
+def cat_vjp(grad, out, tensors, dim=0):
+    """Each input's gradient is its slice of the output gradient."""
+    dim = dim % grad.dim()
+    grads, start = [], 0
+    for t in tensors:
+        if t.dim() == 1 and t.shape[0] == 0:  # cat skips legacy empty inputs
+            grads.append(None)
+            continue
+        grads.append(aten.slice(grad, dim, start, start + t.shape[dim]))
+        start += t.shape[dim]
+    return grads, None
+

@@ -1,0 +1,66 @@
+"""Partitioners on random graphs: both compute the joint graph's results; min-cut never saves more."""
+from __future__ import annotations
+
+import torch
+from hypothesis import example, given, settings, strategies as st
+
+from tininductor.decompositions import decompose, fake_inputs
+from tininductor.joint_graph import create_joint
+from tininductor.partitioners import default_partition, is_recomputable, min_cut_partition
+
+UNARY = [torch.sin, torch.tanh, torch.exp, torch.sigmoid, lambda v: v * 1.5, lambda v: v.relu()]
+BINARY = [torch.add, torch.mul, torch.sub, lambda a, b: a @ b.transpose(-2, -1) @ a]
+
+
+def _program(steps):
+    """A random straight-line program over a pool of values: unary, binary, sum and matmul steps."""
+    def f(x, w):
+        pool = [x, w]
+        for kind, i, j in steps:
+            a, b = pool[i % len(pool)], pool[j % len(pool)]
+            if kind < len(UNARY):
+                pool.append(UNARY[kind](a))
+            elif kind < len(UNARY) + len(BINARY):
+                pool.append(BINARY[kind - len(UNARY)](a, b))
+            else:
+                pool.append(a.sum(-1, keepdim=True) * b)
+        return pool[-1].sum(), pool[-2]
+    return f
+
+
+@settings(max_examples=15, deadline=None, derandomize=True)  # the same examples on every run
+@given(st.lists(st.tuples(st.integers(0, len(UNARY) + len(BINARY)), st.integers(0, 20), st.integers(0, 20)),
+                min_size=1, max_size=8))
+@example(steps=[(4, 0, 0)])  # x * 1.5: the mul rule's unused gradient once made min-cut save x
+def test_partitions_agree_and_min_cut_saves_no_more(steps):
+    f = _program(steps)
+    x = torch.randn(3, 3, dtype=torch.float64, requires_grad=True)
+    w = torch.randn(3, 3, dtype=torch.float64, requires_grad=True)
+    inputs = [x, w]
+    fakes, mode = fake_inputs(inputs)
+    joint = create_joint(decompose(f, fakes), fakes, [True, True], mode)
+    tangents = [torch.randn(o.meta["val"].shape, dtype=torch.float64)
+                for o, d in zip(list(joint.gm.graph.nodes)[-1].args[0], joint.diff_outputs) if d]
+    expected = joint.gm(inputs, tangents)
+    default, min_cut = default_partition(joint), min_cut_partition(joint)
+    for part in (default, min_cut):
+        fw = part.fw_gm(*inputs)
+        grads = part.bw_gm(*fw[joint.num_outputs:], *tangents)
+        torch.testing.assert_close(list(fw[: joint.num_outputs]) + list(grads), list(expected), equal_nan=True)
+    assert min_cut.saved_bytes <= default.saved_bytes
+
+
+def test_min_cut_recomputes_only_cheap_ops():
+    def f(x, w):
+        h = (x @ w).tanh()
+        return (h.exp() * h.sin()).sum(-1).mean() + h.amax()
+
+    inputs = [torch.randn(8, 16, requires_grad=True), torch.randn(16, 16, requires_grad=True)]
+    fakes, mode = fake_inputs(inputs)
+    joint = create_joint(decompose(f, fakes), fakes, [True, True], mode)
+    part = min_cut_partition(joint)
+    fw_ops = {n.name for n in part.fw_gm.graph.nodes if n.op == "call_function"}
+    recomputed = [n for n in part.bw_gm.graph.nodes if n.op == "call_function" and n.name in fw_ops]
+    assert recomputed, "expected the backward to recompute something"
+    assert all(is_recomputable(n) for n in recomputed), [str(n.target) for n in recomputed]
+    assert part.saved_bytes < default_partition(joint).saved_bytes
