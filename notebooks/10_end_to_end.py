@@ -1,0 +1,297 @@
+# %% [markdown]
+# # Chapter 10 — End to end: tiny against eager and `torch.compile`
+#
+# Nine chapters built a compiler one layer at a time. This one runs the whole stack on the
+# seeds' LayerNorm-MLP block and measures it the way the seeds' benchmark does: the same
+# inputs through eager, PyTorch's `torch.compile` and our `tinydynamo` + `tininductor`,
+# first-call cost kept apart, every output checked against eager before it is timed.
+#
+# **What you will learn**
+#
+# * how to read a benchmark of a compiler: time per call, GB/s, and percent of the memory
+#   bandwidth the machine can actually deliver (Exercise 10.1 computes the yardstick);
+# * where the speed comes from (fewer kernels, fewer bytes) and where it is lost;
+# * when compiling is *slower* — tiny inputs, graph breaks, recompiles — each shown by a
+#   measurement, with the fixes: a tensor-only rewrite (Exercise 10.2) and shape bucketing
+#   (Exercise 10.3).
+#
+# CPU numbers below are measured when the notebook runs, on whatever machine runs it (CI has
+# 2 cores, so keep your expectations modest); GPU numbers come from a stored run on the
+# device machine and are labelled with the device and date.
+
+# %%
+import json
+import time
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+import torch
+import torch.nn.functional as F
+
+import tinydynamo
+import tininductor
+from course import benchmark, load
+from course.models import TinyBlock
+from tinydynamo import artifacts
+from tinydynamo.testing import CompileCounterWithBackend
+
+ch = load("ch10")
+torch.manual_seed(0)
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+print("device:", DEVICE)
+
+# %% [markdown]
+# ## 1. The whole stack on the seeds' block
+#
+# `tinydynamo.compile` with its default backend, `"tininductor"`, runs every layer of the
+# course: bytecode → FX graph with guards (chapters 1–4) → decompositions and AOT autograd
+# (5–6) → loop IR, fusion and kernels (7–9). Each layer recorded what it produced.
+
+# %%
+block = TinyBlock(hidden=64).eval()
+x = torch.randn(4, 16, 64)
+compiled_block = tinydynamo.compile(block)
+with torch.no_grad():
+    torch.testing.assert_close(compiled_block(x), block(x), rtol=1e-4, atol=1e-4)
+print("compiled output equals eager")
+
+frame = artifacts.history[-1]
+for kind in artifacts.KINDS:
+    if frame.get(kind):
+        print(f"{kind:<17}", ", ".join(title for title, _ in frame.get(kind)))
+
+# %% [markdown]
+# Two matrix multiplies stay calls into torch (extern kernels); everything else became a few
+# generated kernels. Here is the wrapper that runs them, the code `TINY_LOGS=output_code`
+# prints:
+
+# %%
+wrapper_source = frame.get("output_code")[-1][1]
+call_start = wrapper_source.index("def call(")
+print(wrapper_source[call_start:call_start + 1500])
+
+# %% [markdown]
+# ## 2. The yardstick: ideal bytes and percent of bandwidth
+#
+# A pointwise chain does almost no arithmetic per byte, so its speed limit is memory
+# bandwidth. The best any implementation can do is read each input once and write each
+# output once: that is `ideal_bytes` (Exercise 10.1). Divide by the time to get GB/s, and by
+# the bandwidth of a plain copy on the same machine to get "percent of what is possible".
+
+# %%
+def chain(x, s, b, r):
+    return F.gelu(x * s + b, approximate="tanh") + r
+
+
+n = 1 << 16
+inputs = [torch.randn(n), torch.tensor(1.5), torch.tensor(0.25), torch.randn(n)]
+print("ideal bytes for n = 2^16:", ch.ideal_bytes(torch.fx.symbolic_trace(chain), inputs))
+print("that is", ch.ideal_bytes(torch.fx.symbolic_trace(chain), inputs) / (n * 4), "floats of 4 bytes per element")
+
+# %% [markdown]
+# Now the sweep. Each backend compiles once per size (shapes are static here), and each
+# output is checked against eager before it is timed. Eager launches one kernel per op and
+# writes every intermediate; the compilers fuse the chain into one kernel.
+
+# %% tags=["nbval-ignore-output"]
+peak = benchmark.copy_bandwidth(DEVICE, 1 << 26)
+sizes = [1 << p for p in (10, 13, 16, 19, 21)]
+backends = benchmark.compilers(["eager", "torch.compile", "tiny"])
+results = {name: [] for name in backends}
+for n in sizes:
+    args = (torch.randn(n), torch.tensor(1.5), torch.tensor(0.25), torch.randn(n))
+    expected = chain(*args)
+    nbytes = ch.ideal_bytes(torch.fx.symbolic_trace(chain), list(args))
+    benchmark.reset_compilers()
+    for name, make in backends.items():
+        fn = make(chain)
+        benchmark.check_close(name, fn(*args), expected, rtol=1e-5, atol=1e-5)
+        seconds = benchmark.bench(fn, args, DEVICE, warmup=3, iters=20)
+        results[name].append((seconds, nbytes / seconds))
+print(f"copy bandwidth on this machine: {peak / 1e9:.1f} GB/s")
+rows = [{"n": n, **{f"{k} us": results[k][i][0] * 1e6 for k in results},
+         "tiny vs eager": results["eager"][i][0] / results["tiny"][i][0],
+         "tiny vs torch.compile": results["torch.compile"][i][0] / results["tiny"][i][0]} for i, n in enumerate(sizes)]
+benchmark.print_table(rows, list(rows[0]))
+
+# %% tags=["nbval-ignore-output"]
+fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(9, 3.5), dpi=80)
+for name, values in results.items():
+    ax1.plot(sizes, [results["eager"][i][0] / s for i, (s, _) in enumerate(values)], marker="o", label=name)
+    ax2.plot(sizes, [100 * bw / peak for _, bw in values], marker="o", label=name)
+ax1.set(xscale="log", xlabel="elements", ylabel="speedup over eager", title="pointwise chain")
+ax2.set(xscale="log", xlabel="elements", ylabel="% of copy bandwidth", title="bandwidth used")
+ax1.legend()
+plt.tight_layout()
+plt.show()
+
+# %% [markdown]
+# Read the plot from left to right. At small sizes every backend is dominated by fixed costs
+# (Python, guards, the launch), so the lines sit near 1 and a compiler can even lose. As the
+# tensors grow, eager pays for the intermediates it writes and reads back, and the fused
+# kernels pull ahead, approaching the copy bandwidth.
+#
+# ## 3. The block: inference and a training step
+
+# %% tags=["nbval-ignore-output"]
+def time_block(phase: str) -> dict:
+    torch.manual_seed(0)
+    model = TinyBlock(hidden=128)
+    x = torch.randn(8, 32, 128)
+    row = {"phase": phase}
+    for name, make in benchmark.compilers(["eager", "torch.compile", "tiny"]).items():
+        benchmark.reset_compilers()
+        if phase == "inference":
+            fn = make(model.eval())
+            with torch.no_grad():
+                benchmark.check_close(name, fn(x), model(x), rtol=1e-4, atol=1e-4)
+                row[f"{name} ms"] = benchmark.bench(fn, (x,), DEVICE, warmup=3, iters=10) * 1e3
+        else:
+            fn = make(model.train())
+
+            def step(inp):
+                model.zero_grad(set_to_none=True)
+                fn(inp).sum().backward()
+
+            step(x)
+            row[f"{name} ms"] = benchmark.bench(step, (x,), DEVICE, warmup=2, iters=5) * 1e3
+    row["tiny vs eager"] = row["eager ms"] / row["tiny ms"]
+    return row
+
+
+benchmark.print_table([time_block("inference"), time_block("training")],
+                      ["phase", "eager ms", "torch.compile ms", "tiny ms", "tiny vs eager"])
+
+# %% [markdown]
+# ## 4. When compiling is slower
+#
+# A compiler is a bet: pay once to compile, then save on every call. Four ways to lose the
+# bet, each measured.
+#
+# ### 4a. The first call
+#
+# The first call traces, guards, decomposes, lowers, generates and builds kernels. How many
+# calls does it take to earn that back?
+
+# %% tags=["nbval-ignore-output"]
+def first_call_and_steady(make, fn, args):
+    benchmark.reset_compilers()
+    compiled = make(fn)
+    start = time.perf_counter()
+    compiled(*args)
+    first = time.perf_counter() - start
+    return first, benchmark.bench(compiled, args, DEVICE, warmup=2, iters=20)
+
+
+args = (torch.randn(1 << 18), torch.tensor(1.5), torch.tensor(0.25), torch.randn(1 << 18))
+eager_s = benchmark.bench(chain, args, DEVICE, warmup=2, iters=20)
+for name in ("torch.compile", "tiny"):
+    first, steady = first_call_and_steady(benchmark.compilers([name])[name], chain, args)
+    saved = eager_s - steady
+    calls = f"{first / saved:,.0f} calls" if saved > 0 else "never (it is not faster per call)"
+    print(f"{name:<14} first call {first:.2f} s, then {steady * 1e6:.0f} us vs eager {eager_s * 1e6:.0f} us: pays off after {calls}")
+
+# %% [markdown]
+# ### 4b. Graph breaks
+#
+# The seeds' `bad_fn` prints and branches on `.item()`: a data-dependent jump that no guard
+# can cover, because the value only exists after the computation runs. TorchDynamo (and
+# chapter 4's tinydynamo) split the function there; each piece is a separate graph with its
+# own launch and a trip back to Python in between. The tensor-only rewrite of Exercise 10.2
+# keeps one graph.
+
+# %%
+def bad_fn(x):
+    y = x.sin() + x.cos()
+    if y.sum().item() > 0:
+        return y * 2
+    return y - 2
+
+
+for fn in (bad_fn, ch.positive_branch):
+    tinydynamo.reset()
+    counter = CompileCounterWithBackend("tininductor")
+    compiled = tinydynamo.compile(fn, backend=counter)
+    x = torch.randn(4096)
+    torch.testing.assert_close(compiled(x), bad_fn(x))
+    print(f"{fn.__name__:<16} graphs compiled: {counter.frame_count}")
+
+# %% tags=["nbval-ignore-output"]
+x = torch.randn(1 << 18)
+for fn in (bad_fn, ch.positive_branch):
+    tinydynamo.reset()
+    compiled = tinydynamo.compile(fn)
+    compiled(x)
+    print(f"{fn.__name__:<16} {benchmark.bench(compiled, (x,), DEVICE, 2, 20) * 1e6:8.0f} us per call")
+
+# %% [markdown]
+# ### 4c. Recompiles
+#
+# Guards specialise a compiled graph to its input shapes. Feed a new sequence length every
+# call and every call compiles — until `recompile_limit` gives up and runs eagerly. Padding
+# to a few buckets (Exercise 10.3) bounds the number of compiles by the number of buckets.
+
+# %%
+def row_norm(x):
+    return F.layer_norm(x, x.shape[-1:]) * 2 + 1
+
+
+lengths = [3, 5, 8, 9, 12, 16, 17, 20, 31, 32, 4, 15]
+for label, wrap in (("every length", lambda f: f), ("buckets 8/16/32", lambda f: ch.bucketed(f, [8, 16, 32]))):
+    tinydynamo.reset()
+    counter = CompileCounterWithBackend("eager")
+    fn = wrap(tinydynamo.compile(row_norm, backend=counter))
+    for n in lengths:
+        x = torch.randn(2, n, 24)
+        torch.testing.assert_close(fn(x), row_norm(x))
+    print(f"{label:<16} {len(lengths)} calls -> {counter.frame_count} compiles")
+
+# %% [markdown]
+# ### 4d. Tiny inputs
+#
+# On an 8-element tensor the kernel costs nothing; what remains is each system's own
+# per-call overhead: guard checks, the wrapper, the launch. Eager has the least machinery.
+
+# %% tags=["nbval-ignore-output"]
+small = (torch.randn(8), torch.tensor(1.5), torch.tensor(0.25), torch.randn(8))
+benchmark.reset_compilers()
+for name, make in benchmark.compilers(["eager", "torch.compile", "tiny"]).items():
+    fn = make(chain)
+    fn(*small)
+    print(f"{name:<14} {benchmark.bench(fn, small, DEVICE, 100, 2000) * 1e6:6.1f} us per call")
+
+# %% [markdown]
+# ## 5. On a GPU
+#
+# The same benchmark scripts (`bench/run_all.py`) ran on the device machine. Their stored
+# results are shown here with the device and date they came from; run
+# `python bench/run_all.py` on your own GPU to compare.
+
+# %%
+stored = Path("data/gpu_results.json")
+if stored.exists():
+    gpu = json.loads(stored.read_text())
+    print(f"device: {gpu['device']}   date: {gpu['date']}   torch {gpu['torch']}   python {gpu['python']}")
+    for name, payload in gpu["results"].items():
+        if "error" in payload:
+            print(f"\n{name}: failed on the device: {payload['error'].strip().splitlines()[-1]}")
+            continue
+        rows = payload["rows"]
+        print()
+        benchmark.print_table(rows, list(dict.fromkeys(k for r in rows for k in r)), title=name)
+else:
+    print("no stored GPU run in notebooks/data/gpu_results.json")
+
+# %% [markdown]
+# ## 6. What to take away
+#
+# * Compilers win by moving fewer bytes and launching fewer kernels; the yardstick is the
+#   ideal traffic of the graph against the machine's measured bandwidth.
+# * They lose on tiny inputs (fixed per-call costs), on graph breaks (each piece pays those
+#   costs again, and fusion stops at the break), and on recompiles (compile time is paid
+#   again). `tinydynamo.explain`, `TINY_LOGS=graph_breaks,recompiles` and the counters in
+#   `tinydynamo.testing` tell you which one you are paying.
+# * Everything here has a counterpart in PyTorch: `torch/_dynamo` (symbolic_convert.py,
+#   guards.py, eval_frame.py, output_graph.py), `torch/_functorch/aot_autograd.py`,
+#   `torch/_inductor` (lowering.py, ir.py, scheduler.py, codegen/triton.py, codegen/cpp.py,
+#   codecache.py). You now know what to look for when you open them.
