@@ -24,6 +24,8 @@ _LAZY = {
     "logs": "tinydynamo.logs:",
     "set_logs": "tinydynamo.logs:set_logs",
     "testing": "tinydynamo.testing:",
+    "explain": "tinydynamo.explain:explain",
+    "ExplainOutput": "tinydynamo.explain:ExplainOutput",
 }
 
 __getattr__, __dir__ = lazy_attributes(globals(), _LAZY)

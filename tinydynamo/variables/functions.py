@@ -172,6 +172,10 @@ class UserMethodVariable(UserFunctionVariable):
     def call_function(self, tx, args, kwargs):
         return tx.inline_user_function(self, [self.obj, *args], kwargs)
 
+    def reconstruct(self, codegen) -> str:
+        return f"{codegen.constant(types.MethodType, 'MethodType')}({codegen.constant(self.fn, 'fn')}, " \
+               f"{self.obj.reconstruct(codegen)})"
+
     def __repr__(self) -> str:
         return f"UserMethodVariable({self.fn.__qualname__})"
 

@@ -183,5 +183,8 @@ class ListIteratorVariable(VariableTracker):
         self.index = len(self.items)
         return rest
 
+    def reconstruct(self, codegen) -> str:
+        return f"iter([{', '.join(v.reconstruct(codegen) for v in self.items[self.index:])}])"
+
     def __repr__(self) -> str:
         return f"ListIteratorVariable({self.index}/{len(self.items)})"

@@ -109,6 +109,8 @@ class TensorVariable(VariableTracker):
         ]
 
     def reconstruct(self, codegen) -> str:
+        if self.source is not None:  # an input: fetch it again rather than returning it from the graph
+            return codegen.source_expr(self.source)
         return codegen.graph_output(self)
 
     def __repr__(self) -> str:
