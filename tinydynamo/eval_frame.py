@@ -207,7 +207,11 @@ def wrap_for_resume(fn: Any, backend: Any) -> Any:
         backend = config.default_backend if _current_backend[-1] is None else _current_backend[-1]
     if isinstance(fn, (OptimizedFunction, OptimizedModule)) or getattr(fn, "_tinydynamo_disabled", False):
         return fn
+    from tinydynamo.variables.functions import is_library_function
+
     target = fn
+    if is_library_function(getattr(fn, "__func__", fn)):
+        return fn
     if isinstance(fn, types.MethodType) and isinstance(fn.__func__, types.FunctionType):
         key = (fn.__func__, id(fn.__self__), id(backend))
     elif isinstance(fn, types.FunctionType) and not fn.__module__.startswith("torch"):

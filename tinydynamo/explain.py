@@ -22,8 +22,8 @@ class BreakReason:
     user_stack: list[str]  # 'File "...", line N, in fn\n  source', innermost first
 
     def __str__(self) -> str:
-        where = self.user_stack[-1] if self.user_stack else "<unknown>"
-        return f"{self.reason}\n    {where.replace(chr(10), chr(10) + '    ')}"
+        frames = "\n".join(reversed(self.user_stack)) or "<unknown>"  # outermost first, like a traceback
+        return f"{self.reason}\n    {frames.replace(chr(10), chr(10) + '    ')}"
 
 
 @dataclasses.dataclass

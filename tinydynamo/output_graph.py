@@ -217,7 +217,7 @@ class OutputGraph:
 
         inst = brk.inst
         stack = list(brk.stack)
-        local_names = [n for n in brk.symbolic_locals]
+        local_names = [n for n in brk.symbolic_locals if not n.startswith("___stack")]  # dead after a prologue
         local_exprs = [brk.symbolic_locals[n].reconstruct(codegen) for n in local_names]
         lines: list[str] = []
 

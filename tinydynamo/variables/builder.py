@@ -23,7 +23,13 @@ from tinydynamo.variables.base import VariableTracker
 from tinydynamo.variables.builtin import BuiltinVariable, is_foldable
 from tinydynamo.variables.constant import ConstantVariable
 from tinydynamo.variables.dicts import DictVariable
-from tinydynamo.variables.functions import DisabledFunctionVariable, UserFunctionVariable, UserMethodVariable
+from tinydynamo.variables.functions import (
+    DisabledFunctionVariable,
+    SkippedFunctionVariable,
+    UserFunctionVariable,
+    UserMethodVariable,
+    is_library_function,
+)
 from tinydynamo.variables.lists import ListVariable, SizeVariable, TupleVariable
 from tinydynamo.variables.misc import PythonModuleVariable
 from tinydynamo.variables.nn_module import NNModuleVariable
@@ -94,6 +100,8 @@ class VariableBuilder:
             return TorchVariable(value, src)
         if isinstance(value, types.FunctionType):
             self.guard("ID_MATCH", value)
+            if is_library_function(value):
+                return SkippedFunctionVariable(value, src)
             return UserFunctionVariable(value, src)
         if isinstance(value, types.MethodType):
             self_src = None  # a bound method: wrap its object, inline its function
@@ -116,8 +124,8 @@ class VariableBuilder:
 
 
 def _is_builtin(value: Any) -> bool:
-    if isinstance(value, (types.BuiltinFunctionType, types.BuiltinMethodType)) or value in (
-            range, enumerate, zip, reversed, slice, int, float, bool, str, tuple, list, dict, type, set):
+    if isinstance(value, (types.BuiltinFunctionType, types.BuiltinMethodType)) or any(value is t for t in (
+            range, enumerate, zip, reversed, slice, int, float, bool, str, tuple, list, dict, type, set)):
         try:
             hash(value)
         except TypeError:

@@ -82,6 +82,8 @@ class DictVariable(VariableTracker):
         unimplemented(f"dict.{name}")
 
     def reconstruct(self, codegen) -> str:
+        if self.source is not None:
+            return codegen.source_expr(self.source)
         inner = ", ".join(f"{codegen.constant(k)}: {v.reconstruct(codegen)}" for k, v in self.items.items())
         return "{" + inner + "}"
 

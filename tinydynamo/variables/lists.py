@@ -68,6 +68,8 @@ class BaseListVariable(VariableTracker):
         unimplemented(f"{self.container.__name__}.{name}")
 
     def reconstruct(self, codegen) -> str:
+        if self.source is not None:  # an input (never mutated in the trace: that is Unsupported)
+            return codegen.source_expr(self.source)
         inner = ", ".join(v.reconstruct(codegen) for v in self.items)
         if self.container is tuple:
             return f"({inner},)" if len(self.items) == 1 else f"({inner})"
