@@ -157,3 +157,18 @@ def test_transformed_code_is_readable():
     g(torch.randn(2))
     code = tinydynamo.cache_info(g).entries[0].code
     assert "___compiled_fn(L['x'])" in code and "___resume" in code
+
+
+def test_show_lists_every_frame_and_debug_dir(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("TINY_COMPILE_DEBUG", "1")
+    monkeypatch.setenv("TINY_COMPILE_DEBUG_DIR", str(tmp_path))
+    view = tinydynamo.show(print_between, torch.ones(2))
+    torch.testing.assert_close(view.result, print_between(torch.ones(2)))
+    names = [f.name for f in view.frames]
+    assert names[0] == "print_between" and names[1].startswith("print_between.__resume_at_")
+    text = str(view)
+    assert "transformed_code" in text and "___resume" in text and "TENSOR_MATCH" in text
+    assert "<pre>" in view._repr_html_()
+    dirs = sorted(p.name for p in tmp_path.iterdir())
+    assert len(dirs) == 2 and (tmp_path / dirs[0] / "transformed_code.py").exists()
+    assert (tmp_path / dirs[0] / "bytecode.txt").read_text().count("CALL") >= 1

@@ -25,6 +25,7 @@ _LAZY = {
     "set_logs": "tinydynamo.logs:set_logs",
     "testing": "tinydynamo.testing:",
     "explain": "tinydynamo.explain:explain",
+    "show": "tinydynamo.show:show",
     "ExplainOutput": "tinydynamo.explain:ExplainOutput",
 }
 

@@ -234,7 +234,7 @@ def compile_frame(fn: types.FunctionType, L: dict, G: dict, backend, name: str,
     from tinydynamo.symbolic_convert import InstructionTranslator
 
     code = fn.__code__
-    with artifacts.collecting(name):
+    with artifacts.collecting(name) as arts:
         try:
             artifacts.record("source", name, inspect.getsource(fn))
         except (OSError, TypeError):
@@ -255,7 +255,10 @@ def compile_frame(fn: types.FunctionType, L: dict, G: dict, backend, name: str,
         entry = output.compile(return_value, backend, brk, code)
         for listener in _listeners:
             listener("entry", entry)
-        return entry
+    from tinydynamo.show import dump_debug_dir
+
+    dump_debug_dir(arts)
+    return entry
 
 
 #: callbacks(event, data) told about every graph break and compiled entry (explain() uses this)
