@@ -172,3 +172,24 @@ def test_show_lists_every_frame_and_debug_dir(tmp_path, monkeypatch, capsys):
     dirs = sorted(p.name for p in tmp_path.iterdir())
     assert len(dirs) == 2 and (tmp_path / dirs[0] / "transformed_code.py").exists()
     assert (tmp_path / dirs[0] / "bytecode.txt").read_text().count("CALL") >= 1
+
+
+def loop_print(x):
+    for i in range(3):
+        x = x + i
+        print(i)
+    return x.sin()
+
+
+def test_break_inside_a_loop_resumes_with_the_rest_of_the_loop(capsys):
+    """The loop's iterator travels to the resume function as a list of the remaining items (made an
+    iterator again by the prologue), so each resume function traces — and unrolls — the rest."""
+    x = torch.randn(3)
+    out = tinydynamo.explain(loop_print)(x)
+    assert (out.graph_count, out.graph_break_count) == (4, 3)
+    assert out.ops_per_graph[-1] == ["sin"]
+    tinydynamo.reset()
+    g = tinydynamo.optimize("eager")(loop_print)
+    for _ in range(2):
+        torch.testing.assert_close(g(x), loop_print(x))
+    assert capsys.readouterr().out.split() == ["0", "1", "2"] * 5  # explain, then 2 x (compiled + eager)

@@ -24,9 +24,9 @@ _LAZY = {
     "logs": "tinydynamo.logs:",
     "set_logs": "tinydynamo.logs:set_logs",
     "testing": "tinydynamo.testing:",
-    "explain": "tinydynamo.explain:explain",
-    "show": "tinydynamo.show:show",
-    "ExplainOutput": "tinydynamo.explain:ExplainOutput",
+    "explain": "tinydynamo.explanation:explain",
+    "show": "tinydynamo.instructor_view:show",
+    "ExplainOutput": "tinydynamo.explanation:ExplainOutput",
 }
 
 __getattr__, __dir__ = lazy_attributes(globals(), _LAZY)

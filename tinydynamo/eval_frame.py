@@ -255,7 +255,7 @@ def compile_frame(fn: types.FunctionType, L: dict, G: dict, backend, name: str,
         entry = output.compile(return_value, backend, brk, code)
         for listener in _listeners:
             listener("entry", entry)
-    from tinydynamo.show import dump_debug_dir
+    from tinydynamo.instructor_view import dump_debug_dir
 
     dump_debug_dir(arts)
     return entry

@@ -214,6 +214,7 @@ class OutputGraph:
         from tinydynamo.resume import make_resume_code, next_offset
         from tinydynamo.variables.base import NULL
         from tinydynamo.variables.dicts import DictVariable
+        from tinydynamo.variables.lists import ListIteratorVariable
 
         inst = brk.inst
         stack = list(brk.stack)
@@ -221,10 +222,18 @@ class OutputGraph:
         local_exprs = [brk.symbolic_locals[n].reconstruct(codegen) for n in local_names]
         lines: list[str] = []
 
+        def slot(v) -> str:
+            return "null" if v is NULL else "iter" if isinstance(v, ListIteratorVariable) else "value"
+
+        def rebuild(v) -> str:  # an iterator travels as the list of its remaining items
+            if isinstance(v, ListIteratorVariable):
+                return f"[{', '.join(i.reconstruct(codegen) for i in v.items[v.index:])}]"
+            return v.reconstruct(codegen)
+
         def resume_call(offset: int, below: list, pushed: list[str]) -> str:
-            is_null = [v is NULL for v in below] + [False] * len(pushed)
-            exprs = [v.reconstruct(codegen) for v in below if v is not NULL] + pushed
-            resume_code = make_resume_code(code, offset, is_null, local_names)
+            kinds = [slot(v) for v in below] + ["value"] * len(pushed)
+            exprs = [rebuild(v) for v in below if v is not NULL] + pushed
+            resume_code = make_resume_code(code, offset, kinds, local_names)
             fn = types.FunctionType(resume_code, self.scope.f_globals, resume_code.co_name)
             name = self.scope.constant(wrap_for_resume(fn, backend), "resume")
             return f"return {name}({', '.join(exprs + local_exprs)})"

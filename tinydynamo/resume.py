@@ -42,13 +42,20 @@ def next_offset(code: types.CodeType, offset: int) -> int:
     raise ValueError(f"no instruction after offset {offset}")
 
 
-def make_resume_code(code: types.CodeType, resume_offset: int, stack_is_null: list[bool],
+NULL_SLOT, VALUE_SLOT, ITER_SLOT = "null", "value", "iter"
+
+
+def make_resume_code(code: types.CodeType, resume_offset: int, stack_slots: list,
                      local_names: list[str]) -> types.CodeType:
     """A code object running ``code`` from ``resume_offset``, given the stack and locals as arguments.
 
-    Arguments: ``___stack0 ... ___stackN`` (one per non-NULL stack slot, bottom first), then the
-    names in ``local_names``. NULL slots are recreated with PUSH_NULL.
+    ``stack_slots`` says what each stack slot holds, bottom first: ``"value"`` (passed as an
+    argument), ``"null"`` (recreated with PUSH_NULL) or ``"iter"`` (a loop's iterator: passed as
+    the list of its remaining items and turned back into an iterator with GET_ITER, so the resume
+    function's own trace can unroll the rest of the loop). Arguments: ``___stack0 ...`` for the
+    non-NULL slots, then ``local_names``. (``True``/``False`` are accepted for null/value.)
     """
+    stack_slots = [NULL_SLOT if s is True else VALUE_SLOT if s is False else s for s in stack_slots]
     if code.co_freevars or code.co_cellvars:
         unimplemented("graph break in a function with closures (cell variables) is not resumable yet")
     raw = [i for i in dis.get_instructions(code) if i.opname not in ("CACHE", "EXTENDED_ARG")]
@@ -70,14 +77,16 @@ def make_resume_code(code: types.CodeType, resume_offset: int, stack_is_null: li
     while n_prefix < len(body) and isinstance(body[n_prefix], Instr) and body[n_prefix].name in _PREFIX_OPS:
         n_prefix += 1
     lineno = target_instr.lineno if isinstance(target_instr.lineno, int) else code.co_firstlineno
-    stack_args = [f"___stack{i}" for i, null in enumerate(stack_is_null) if not null]
+    stack_args = [f"___stack{i}" for i, kind in enumerate(stack_slots) if kind != NULL_SLOT]
     prologue: list = []
     j = 0
-    for null in stack_is_null:
-        if null:
+    for kind in stack_slots:
+        if kind == NULL_SLOT:
             prologue.append(Instr("PUSH_NULL", lineno=lineno))
         else:
             prologue.append(Instr("LOAD_FAST", stack_args[j], lineno=lineno))
+            if kind == ITER_SLOT:
+                prologue.append(Instr("GET_ITER", lineno=lineno))
             j += 1
     prologue.append(Instr("JUMP_FORWARD", label, lineno=lineno))
     new = Bytecode(body[:n_prefix] + prologue + body[n_prefix:])
