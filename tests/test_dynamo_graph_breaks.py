@@ -193,3 +193,41 @@ def test_break_inside_a_loop_resumes_with_the_rest_of_the_loop(capsys):
     for _ in range(2):
         torch.testing.assert_close(g(x), loop_print(x))
     assert capsys.readouterr().out.split() == ["0", "1", "2"] * 5  # explain, then 2 x (compiled + eager)
+
+
+class Counter(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(3, 3)
+        self.calls = 0
+        self.last = None
+
+    def forward(self, x, cache: dict):
+        y = self.fc(x)
+        self.last = "seen"  # attribute writes on the module: done for real at a graph break
+        cache["y"] = y  # a write into a dict from outside
+        return y.relu()
+
+
+def test_stores_to_outside_objects_happen_exactly_once():
+    m, ref = Counter(), Counter()
+    ref.load_state_dict(m.state_dict())
+    tinydynamo.reset()
+    cm = tinydynamo.compile(m, backend="eager")
+    x = torch.randn(2, 3)
+    c1, c2 = {}, {}
+    torch.testing.assert_close(cm(x, c1), ref(x, c2))
+    assert m.last == "seen" and set(c1) == {"y"}
+    torch.testing.assert_close(c1["y"], c2["y"])
+    g = tinydynamo.optimize("eager")(_set_global)
+    g(5)
+    assert GLOBAL_STATE == 5
+
+
+GLOBAL_STATE = 0
+
+
+def _set_global(v):
+    global GLOBAL_STATE
+    GLOBAL_STATE = v
+    return v + 1

@@ -263,6 +263,18 @@ class OutputGraph:
             wrap = self.scope.constant(wrap_for_resume, "wrap")
             lines.append(f"___r = {wrap}({fn.reconstruct(codegen)}, None)({call_args})")
             lines.append(resume_call(next_offset(code, inst.offset), below, ["___r"]))
+        elif inst.opname == "STORE_ATTR":  # a side effect on an object from outside: do it for real
+            obj, value, below = stack[-1], stack[-2], stack[:-2]
+            lines.append(f"setattr({obj.reconstruct(codegen)}, {inst.argval!r}, {value.reconstruct(codegen)})")
+            lines.append(resume_call(next_offset(code, inst.offset), below, []))
+        elif inst.opname == "STORE_SUBSCR":
+            key, obj, value, below = stack[-1], stack[-2], stack[-3], stack[:-3]
+            lines.append(f"{obj.reconstruct(codegen)}[{key.reconstruct(codegen)}] = {value.reconstruct(codegen)}")
+            lines.append(resume_call(next_offset(code, inst.offset), below, []))
+        elif inst.opname == "STORE_GLOBAL":
+            value, below = stack[-1], stack[:-1]
+            lines.append(f"G[{inst.argval!r}] = {value.reconstruct(codegen)}")
+            lines.append(resume_call(next_offset(code, inst.offset), below, []))
         else:  # POP_JUMP_IF_TRUE / POP_JUMP_IF_FALSE on a value only known at run time
             cond, below = stack[-1], stack[:-1]
             raw = next(i for i in dis.get_instructions(code) if i.offset == inst.offset)

@@ -567,7 +567,8 @@ for _name, _reason in _UNSUPPORTED_OPS.items():
 
 
 #: instructions a graph break can split a frame at (run natively, then resume after them)
-BREAKABLE = ("CALL", "CALL_FUNCTION_EX", "POP_JUMP_IF_FALSE", "POP_JUMP_IF_TRUE")
+BREAKABLE = ("CALL", "CALL_FUNCTION_EX", "POP_JUMP_IF_FALSE", "POP_JUMP_IF_TRUE",
+             "STORE_ATTR", "STORE_SUBSCR", "STORE_GLOBAL")
 
 
 class GraphBreak:
