@@ -15,7 +15,6 @@ import contextlib
 import dataclasses
 import functools
 import inspect
-import logging
 import types
 import warnings
 from typing import Any, Callable, Iterator
@@ -361,5 +360,3 @@ def cache_info(fn: Callable) -> FrameCache:
         return get_cache(fn._code)
     return get_cache(_user_function(fn)[0].__code__)
 
-
-_ = logging

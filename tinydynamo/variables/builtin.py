@@ -5,7 +5,6 @@ become graph nodes (``operator.add`` etc.); everything else is Unsupported with 
 """
 from __future__ import annotations
 
-import builtins
 import math
 import operator
 from typing import Any, Callable
@@ -248,5 +247,3 @@ def _identity_known(v: VariableTracker) -> bool:
 def _identity(v: VariableTracker) -> Any:
     return getattr(v, "module", None) or getattr(v, "value", None)
 
-
-_ = builtins
