@@ -56,7 +56,20 @@ def lookup_entry(entries: list[CompiledFrame], L: dict, G: dict, backend) -> Com
     return None
 
 
-_lookup = {"fn": lookup_entry}
+def _fast_lookup(entries: list[CompiledFrame], L: dict, G: dict, backend) -> CompiledFrame | None:
+    """lookup_entry without the CheckFunction wrapper call (the generated check catches errors itself)."""
+    for entry in entries:
+        if entry.backend is backend:
+            try:  # free unless it raises (3.11+); the course's generated checks have no try of their own
+                ok = entry.check_fn.check(L, G)
+            except Exception:
+                ok = False
+            if ok:
+                return entry
+    return None
+
+
+_lookup = {"fn": _fast_lookup}
 
 
 @contextlib.contextmanager
