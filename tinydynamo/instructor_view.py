@@ -55,11 +55,9 @@ def show(fn: Callable, *args, backend: Any = None, **kwargs) -> ShowResult:
     from tinydynamo import eval_frame
 
     eval_frame.reset()
-    start = len(artifacts.history)
-    n_before = list(artifacts.history)
+    before = {id(a) for a in artifacts.history}
     result = eval_frame.optimize(backend)(fn)(*args, **kwargs)
-    new = list(artifacts.history)
-    frames = new[len(n_before):] if len(new) > len(n_before) else new[start:]
+    frames = [a for a in artifacts.history if id(a) not in before]  # history is a bounded deque
     return ShowResult(frames, result)
 
 
