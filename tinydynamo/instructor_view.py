@@ -55,7 +55,8 @@ def show(fn: Callable, *args, backend: Any = None, **kwargs) -> ShowResult:
     from tinydynamo import eval_frame
 
     eval_frame.reset()
-    before = {id(a) for a in artifacts.history}
+    kept = list(artifacts.history)  # keeps them alive, so their ids stay unique
+    before = {id(a) for a in kept}
     result = eval_frame.optimize(backend)(fn)(*args, **kwargs)
     frames = [a for a in artifacts.history if id(a) not in before]  # history is a bounded deque
     return ShowResult(frames, result)
