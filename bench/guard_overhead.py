@@ -20,6 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import torch  # noqa: E402
 
 import tinydynamo  # noqa: E402
+from course import benchmark  # noqa: E402
 
 
 def fn(a, b, c, d):
@@ -35,11 +36,12 @@ def best_us(stmt, number: int, repeat: int = 5) -> float:
     return min(timeit.repeat(stmt, number=number, repeat=repeat)) / number * 1e6
 
 
-def main() -> None:
+def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--size", type=int, default=8)
     p.add_argument("--number", type=int, default=20000)
-    args = p.parse_args()
+    p.add_argument("--json", type=Path, default=None, help="where to write results (default bench/results/...)")
+    args = p.parse_args(argv)
     xs = [torch.randn(args.size, args.size) for _ in range(4)]
 
     tinydynamo.reset()
@@ -62,6 +64,9 @@ def main() -> None:
     torch_us = best_us(lambda: tc(*xs), args.number // 4)
     print(f"torch.compile cached-call overhead: {torch_us - plain_us:6.2f} us per call (C++ guards, PEP 523)")
     print(f"ratio tinydynamo / torch.compile : {(call_us - plain_us) / max(torch_us - plain_us, 1e-9):.2f}x")
+    row = {"guards": len(entry.check_fn.guards), "guard check us": guard_us,
+           "tiny dispatch us": call_us - plain_us, "torch.compile dispatch us": torch_us - plain_us}
+    benchmark.save("guard_overhead", "cpu", [row], path=args.json)
 
 
 if __name__ == "__main__":

@@ -3,15 +3,29 @@
 # machine (3.12, 3.13), each in its own small venv with only pytest and bytecode.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+find_python() {  # the first candidate for version $1 that really runs (pyenv shims may not)
+    local candidate
+    for candidate in "$HOME"/.pyenv/versions/"$1".*/bin/python "$(command -v "python$1" || true)"; do
+        if [ -x "$candidate" ] && "$candidate" -c "pass" 2>/dev/null; then
+            echo "$candidate"
+            return
+        fi
+    done
+}
+
 status=0
 for version in 3.12 3.13; do
-    python=$(command -v "python$version" || ls -d "$HOME"/.pyenv/versions/"$version".*/bin/python 2>/dev/null | tail -n 1 || true)
+    python=$(find_python "$version")
     if [ -z "$python" ]; then
         echo "python$version: not found, skipped"
         continue
     fi
     venv=".venv-py${version/./}"
-    [ -x "$venv/bin/pytest" ] || { "$python" -m venv "$venv" && "$venv/bin/python" -m pip install -q pytest bytecode; }
+    if [ ! -x "$venv/bin/pytest" ]; then
+        "$python" -m venv "$venv"
+        "$venv/bin/python" -m pip install -q pytest bytecode
+    fi
     echo "== bytecode tests on $("$venv/bin/python" --version)"
     "$venv/bin/python" -m pytest tests/test_bytecode.py -q -p no:cacheprovider || status=1
 done

@@ -1,17 +1,414 @@
 """Decompose a captured FX graph (torch-level ops) into the prim set (see prims.py).
 
-PLACEHOLDER so the layers below can be built in parallel: it traces with make_fx and torch's
-own core-ATen table. The AOT autograd work replaces the table with our own decompositions.
-Contract: ``decompose(gm, example_inputs) -> fx.GraphModule`` whose call_function targets
-are ATen OpOverloads (prims where possible), with the same calling convention as ``gm``.
+``decompose(gm, example_inputs)`` re-traces ``gm`` with ``make_fx`` on fake tensors. While
+tracing, every ATen op found in :data:`DECOMPOSITIONS` is replaced by the Python function
+registered for it, written against prims only, and that function is traced in turn. What
+reaches the graph is therefore prims, plus whatever torch's own CompositeImplicitAutograd
+kernels expand to on the way (matmul -> mm/bmm/view, for example). Ops that end up outside
+the prim set stay in the graph as *fallbacks* (run by torch), each logged with the reason.
+
+Only ops that reach the dispatcher can be decomposed here. CompositeImplicitAutograd ops
+(``linear``, ``layer_norm``, ``matmul``, ``reshape``, ``dropout``, ``softmax.int`` ...) are
+expanded by torch's own C++ kernels before any table sees them, so the table holds what
+they expand to: ``addmm`` and ``t`` for linear, ``native_layer_norm`` for layer_norm, and so on.
+
+A decomposition may return ``NotImplemented`` to keep the op as it is (``dropout`` with
+``p > 0`` in training mode, ``add`` without an ``alpha``): that is how one entry normalises
+an op's rare forms and leaves its common form alone.
 """
 from __future__ import annotations
 
+import logging
+import math
+import operator
+from typing import Callable
+
 import torch
+from torch._dispatch.python import enable_python_dispatcher
 from torch.fx.experimental.proxy_tensor import make_fx
 
+from tininductor.prims import is_prim
 
-def decompose(gm: torch.fx.GraphModule, example_inputs) -> torch.fx.GraphModule:
-    from torch._decomp import core_aten_decompositions
+log = logging.getLogger(__name__)
+aten = torch.ops.aten
+prims = torch.ops.prims
 
-    return make_fx(gm, decomposition_table=core_aten_decompositions())(*example_inputs)
+#: OpOverload -> decomposition function (the registry this module is about).
+DECOMPOSITIONS: dict[torch._ops.OpOverload, Callable] = {}
+
+
+def register_decomposition(*ops) -> Callable:
+    """Register ``fn`` for each op; an OpOverloadPacket registers all of its overloads."""
+
+    def wrap(fn: Callable) -> Callable:
+        for op in ops:
+            if isinstance(op, torch._ops.OpOverloadPacket):
+                for name in op.overloads():
+                    DECOMPOSITIONS[getattr(op, name)] = fn
+            else:
+                DECOMPOSITIONS[op] = fn
+        return fn
+
+    return wrap
+
+
+# ----------------------------------------------------------------------------- helpers
+def reshape(x: torch.Tensor, shape) -> torch.Tensor:
+    """``view`` when the strides allow it, else copy to contiguous first (what reshape does)."""
+    if not x.is_contiguous():
+        x = aten.clone(x, memory_format=torch.contiguous_format)
+    return aten.view(x, list(shape))
+
+
+def _dims(dim, ndim: int) -> list[int]:
+    if dim is None or (isinstance(dim, (list, tuple)) and len(dim) == 0):
+        return list(range(ndim))
+    dims = [dim] if isinstance(dim, int) else list(dim)
+    return [d % ndim if ndim else 0 for d in dims]
+
+
+def _scalar(value, like: torch.Tensor) -> torch.Tensor:
+    """A 0-d tensor holding ``value`` with ``like``'s dtype and device."""
+    if isinstance(value, torch.Tensor):
+        return prims.convert_element_type(value, like.dtype)
+    return aten.scalar_tensor(value, dtype=like.dtype, device=like.device)
+
+
+def _upcast(x: torch.Tensor) -> torch.Tensor:
+    """Half-precision statistics are computed in float32, as eager does."""
+    if x.dtype in (torch.float16, torch.bfloat16):
+        return prims.convert_element_type(x, torch.float32)
+    return x
+
+
+# ----------------------------------------------------------------------------- linear algebra
+@register_decomposition(aten.addmm)
+def addmm(bias, a, b, beta=1, alpha=1):
+    y = aten.mm(a, b)
+    if alpha != 1:
+        y = aten.mul(y, alpha)
+    if beta != 1:
+        bias = aten.mul(bias, beta)
+    return aten.add(y, bias)
+
+
+# ----------------------------------------------------------------------------- views
+@register_decomposition(aten.t)
+def t(x):
+    return aten.permute(x, [1, 0]) if x.dim() == 2 else x
+
+
+@register_decomposition(aten.transpose.int)
+def transpose(x, dim0, dim1):
+    if x.dim() == 0:
+        return x
+    order = list(range(x.dim()))
+    dim0, dim1 = dim0 % x.dim(), dim1 % x.dim()
+    order[dim0], order[dim1] = order[dim1], order[dim0]
+    return aten.permute(x, order)
+
+
+@register_decomposition(aten._unsafe_view)
+def _reshape(x, shape):
+    return reshape(x, shape)
+
+
+@register_decomposition(aten.split.Tensor)
+def split(x, split_size, dim=0):
+    size = x.shape[dim]
+    sizes = [min(split_size, size - start) for start in range(0, size, split_size)] or [0]
+    return split_with_sizes(x, sizes, dim)
+
+
+@register_decomposition(aten.split_with_sizes)
+def split_with_sizes(x, split_sizes, dim=0):
+    pieces, start = [], 0
+    for length in split_sizes:
+        pieces.append(aten.slice(x, dim, start, start + length))
+        start += length
+    return pieces
+
+
+@register_decomposition(aten.unbind.int)
+def unbind(x, dim=0):
+    return [aten.select(x, dim, i) for i in range(x.shape[dim])]
+
+
+@register_decomposition(aten.detach, aten.lift_fresh)
+def detach(x):
+    return aten.alias(x)
+
+
+@register_decomposition(aten.lift_fresh_copy)
+def lift_fresh_copy(x):
+    return aten.clone(x)
+
+
+# ----------------------------------------------------------------------------- pointwise
+@register_decomposition(aten.add.Tensor, aten.add.Scalar)
+def add(x, y, alpha=1):
+    """Keep plain ``add``; fold a non-1 ``alpha`` into a ``mul`` so the prim has no alpha."""
+    if alpha == 1:
+        return NotImplemented
+    return aten.add(x, aten.mul(y, alpha))
+
+
+@register_decomposition(aten.sub.Tensor, aten.sub.Scalar)
+def sub(x, y, alpha=1):
+    if alpha == 1:
+        return NotImplemented
+    return aten.sub(x, aten.mul(y, alpha))
+
+
+@register_decomposition(aten.rsub)
+def rsub(x, y, alpha=1):
+    return aten.sub(y, aten.mul(x, alpha) if alpha != 1 else x)
+
+
+@register_decomposition(aten.silu)
+def silu(x):
+    return aten.mul(x, aten.sigmoid(x))
+
+
+@register_decomposition(aten.gelu)
+def gelu(x, approximate="none"):
+    """GELU, exact (erf) or the tanh approximation."""
+    if approximate == "tanh":
+        inner = aten.mul(aten.add(x, aten.mul(aten.mul(aten.mul(x, x), x), 0.044715)),
+                         math.sqrt(2.0 / math.pi))
+        return aten.mul(aten.mul(x, 0.5), aten.add(aten.tanh(inner), 1.0))
+    return aten.mul(aten.mul(x, 0.5), aten.add(aten.erf(aten.mul(x, 1.0 / math.sqrt(2.0))), 1.0))
+
+
+@register_decomposition(aten.clamp)
+def clamp(x, min=None, max=None):
+    if min is not None:
+        x = aten.maximum(x, _scalar(min, x))
+    if max is not None:
+        x = aten.minimum(x, _scalar(max, x))
+    return x
+
+
+@register_decomposition(aten.clamp_min)
+def clamp_min(x, min):
+    return aten.maximum(x, _scalar(min, x))
+
+
+@register_decomposition(aten.clamp_max)
+def clamp_max(x, max):
+    return aten.minimum(x, _scalar(max, x))
+
+
+@register_decomposition(aten.bitwise_not)
+def bitwise_not(x):
+    """``~mask`` on a bool tensor is logical not; integer bit flips stay a fallback."""
+    return aten.logical_not(x) if x.dtype == torch.bool else NotImplemented
+
+
+@register_decomposition(aten.masked_fill)
+def masked_fill(x, mask, value):
+    return aten.where(mask, _scalar(value, x), x)
+
+
+def _make_triangle(lower: bool) -> Callable:
+    def triangle(x, diagonal=0):
+        """Keep the entries with ``col - row <= diagonal`` (tril) or ``>= diagonal`` (triu)."""
+        rows, cols = x.shape[-2], x.shape[-1]
+        r = aten.unsqueeze(aten.arange(rows, device=x.device), 1)
+        c = aten.unsqueeze(aten.arange(cols, device=x.device), 0)
+        offset = aten.sub(c, r)
+        keep = aten.le(offset, diagonal) if lower else aten.ge(offset, diagonal)
+        return aten.where(keep, x, _scalar(0, x))
+
+    return triangle
+
+
+register_decomposition(aten.tril)(_make_triangle(lower=True))
+register_decomposition(aten.triu)(_make_triangle(lower=False))
+
+
+@register_decomposition(aten._to_copy)
+def _to_copy(x, dtype=None, device=None, layout=None, pin_memory=None, non_blocking=False,
+             memory_format=None):
+    if device is not None and torch.device(device) != x.device:
+        return NotImplemented  # a device copy stays a (logged) fallback
+    return prims.convert_element_type(aten.clone(x), dtype if dtype is not None else x.dtype)
+
+
+# ----------------------------------------------------------------------------- creation
+def _full(shape, value, like, dtype=None, device=None):
+    return aten.full(list(shape), value, dtype=dtype or like.dtype, device=device or like.device)
+
+
+@register_decomposition(aten.zeros)
+def zeros(size, dtype=None, layout=None, device=None, pin_memory=None):
+    return aten.full(list(size), 0, dtype=dtype or torch.get_default_dtype(), device=device)
+
+
+@register_decomposition(aten.ones)
+def ones(size, dtype=None, layout=None, device=None, pin_memory=None):
+    return aten.full(list(size), 1, dtype=dtype or torch.get_default_dtype(), device=device)
+
+
+@register_decomposition(aten.zeros_like)
+def zeros_like(x, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
+    return _full(x.shape, 0, x, dtype, device)
+
+
+@register_decomposition(aten.ones_like)
+def ones_like(x, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
+    return _full(x.shape, 1, x, dtype, device)
+
+
+@register_decomposition(aten.full_like)
+def full_like(x, value, dtype=None, layout=None, device=None, pin_memory=None,
+              memory_format=None):
+    return _full(x.shape, value, x, dtype, device)
+
+
+@register_decomposition(aten.new_zeros)
+def new_zeros(x, size, dtype=None, layout=None, device=None, pin_memory=None):
+    return _full(size, 0, x, dtype, device)
+
+
+@register_decomposition(aten.new_ones)
+def new_ones(x, size, dtype=None, layout=None, device=None, pin_memory=None):
+    return _full(size, 1, x, dtype, device)
+
+
+@register_decomposition(aten.new_full)
+def new_full(x, size, value, dtype=None, layout=None, device=None, pin_memory=None):
+    return _full(size, value, x, dtype, device)
+
+
+# ----------------------------------------------------------------------------- normalisation
+@register_decomposition(aten.native_layer_norm)
+def native_layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5):
+    """(x - mean) * rsqrt(var + eps) * weight + bias over the last len(normalized_shape) dims.
+
+    Returns ``(out, mean, rstd)`` like the ATen op; the statistics keep the reduced dims.
+    """
+    dims = list(range(x.dim() - len(normalized_shape), x.dim()))
+    xf = _upcast(x)
+    mean = aten.mean(xf, dims, keepdim=True)
+    var = aten.var(xf, dims, correction=0, keepdim=True)
+    rstd = aten.rsqrt(aten.add(var, eps))
+    out = aten.mul(aten.sub(xf, mean), rstd)
+    if weight is not None:
+        out = aten.mul(out, weight)
+    if bias is not None:
+        out = aten.add(out, bias)
+    return prims.convert_element_type(out, x.dtype) if out.dtype != x.dtype else out, mean, rstd
+
+
+@register_decomposition(aten._softmax)
+def _softmax(x, dim, half_to_float=False):
+    """exp(x - max) / sum(exp(x - max)): subtracting the row max keeps exp from overflowing."""
+    xf = _upcast(x) if half_to_float else x
+    shifted = aten.sub(xf, aten.amax(xf, [dim], True))
+    e = aten.exp(shifted)
+    return aten.div(e, aten.sum(e, [dim], True))
+
+
+@register_decomposition(aten._log_softmax)
+def _log_softmax(x, dim, half_to_float=False):
+    """x - max - log(sum(exp(x - max)))."""
+    xf = _upcast(x) if half_to_float else x
+    shifted = aten.sub(xf, aten.amax(xf, [dim], True))
+    return aten.sub(shifted, aten.log(aten.sum(aten.exp(shifted), [dim], True)))
+
+
+@register_decomposition(aten.nll_loss_forward)
+def nll_loss_forward(logp, target, weight, reduction, ignore_index):
+    """Negative log-likelihood of ``target`` under log-probabilities ``logp`` (N, C) or (C,).
+
+    Returns ``(loss, total_weight)`` like the ATen op. Class weights stay a fallback.
+    """
+    if weight is not None:
+        return NotImplemented
+    batched = logp.dim() == 2
+    if not batched:
+        logp, target = aten.unsqueeze(logp, 0), aten.unsqueeze(target, 0)
+    keep = aten.ne(target, ignore_index)
+    safe_target = aten.where(keep, target, aten.scalar_tensor(0, dtype=target.dtype,
+                                                                device=target.device))
+    picked = aten.squeeze(aten.gather(logp, 1, aten.unsqueeze(safe_target, 1)), [1])
+    losses = aten.where(keep, aten.neg(picked), _scalar(0, logp))
+    total_weight = aten.sum(prims.convert_element_type(keep, logp.dtype))
+    if reduction == 0:  # none
+        return (losses if batched else aten.squeeze(losses, [0])), total_weight
+    total = aten.sum(losses)
+    if reduction == 1:  # mean
+        total = aten.div(total, total_weight)
+    return total, total_weight
+
+
+@register_decomposition(aten.native_dropout)
+def native_dropout(x, p, train):
+    """Identity plus an all-True keep-mask when nothing is dropped (eval mode or p == 0).
+
+    Random dropout stays a (logged) fallback: it needs a random-number prim we do not have.
+    """
+    if p != 0 and train is not False:
+        return NotImplemented
+    return aten.alias(x), aten.full(list(x.shape), True, dtype=torch.bool, device=x.device)
+
+
+# ----------------------------------------------------------------------------- indexing
+@register_decomposition(aten.embedding)
+def embedding(weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=False):
+    """Rows of ``weight`` picked by ``indices``: plain advanced indexing."""
+    return aten.index(weight, [indices])
+
+
+# ----------------------------------------------------------------------------- the pass
+def fallback_ops(gm: torch.fx.GraphModule, table: dict | None = None) -> list[tuple[str, str]]:
+    """``(op name, reason)`` for every call in ``gm`` that is outside the prim set."""
+    found = []
+    for node in gm.graph.nodes:
+        if node.op != "call_function" or node.target is operator.getitem or is_prim(node.target):
+            continue
+        name = str(node.target)
+        if node.target in (DECOMPOSITIONS if table is None else table):
+            reason = "its decomposition declined these arguments (returned NotImplemented)"
+        else:
+            reason = "no decomposition registered in tininductor.decompositions"
+        found.append((name, reason))
+    return found
+
+
+def fake_inputs(example_inputs):
+    """Fake copies of ``example_inputs`` (shape/dtype/device/strides, no data) and their mode.
+
+    Reuses the fake mode of inputs that are already fake (from TorchDynamo, say).
+    """
+    from torch._guards import detect_fake_mode
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    mode = detect_fake_mode(example_inputs) or FakeTensorMode(allow_non_fake_inputs=True)
+    fakes = [
+        mode.from_tensor(x) if isinstance(x, torch.Tensor) and not isinstance(
+            x, torch._subclasses.fake_tensor.FakeTensor) else x
+        for x in example_inputs
+    ]
+    return fakes, mode
+
+
+def decompose(gm: torch.fx.GraphModule, example_inputs, table: dict | None = None) -> torch.fx.GraphModule:
+    """Re-trace ``gm`` into a graph of prim-set ATen ops with the same calling convention.
+
+    Tracing runs on fake tensors (no real compute) with autograd off: decompositions are
+    about meaning, gradients are AOT autograd's business. Every node of the result carries
+    ``meta["val"]``, a fake tensor with the node's shape, dtype and device. Ops left outside
+    the prim set are logged and listed in ``result.meta["fallbacks"]``. ``table`` replaces
+    :data:`DECOMPOSITIONS` (the course plugs a learner's decompositions in this way).
+    """
+    table = DECOMPOSITIONS if table is None else table
+    fakes, mode = fake_inputs(example_inputs)
+    # the Python dispatcher makes torch's composite kernels emit functional ops (squeeze, not squeeze_)
+    with torch.no_grad(), mode, enable_python_dispatcher():
+        out = make_fx(gm, decomposition_table=table)(*fakes)
+    out.meta["fallbacks"] = fallback_ops(out, table)
+    for name, reason in out.meta["fallbacks"]:
+        log.info("fallback to torch for %s: %s", name, reason)
+    return out

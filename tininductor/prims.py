@@ -29,7 +29,7 @@ VIEWS = [aten.view, aten.expand, aten.permute, aten.unsqueeze, aten.squeeze, ate
          aten.select, aten.alias]
 REDUCTIONS = [aten.sum, aten.amax, aten.amin, aten.mean, aten.var]
 CREATION = [aten.full, aten.scalar_tensor, aten.arange, aten.empty]
-INDEXING = [aten.index, aten.embedding, aten.index_put, aten.gather, aten.scatter_add]
+INDEXING = [aten.index, aten.index_put, aten.gather, aten.scatter_add]
 EXTERN = [aten.mm, aten.bmm, aten.convolution]
 
 PRIM_SET = frozenset(

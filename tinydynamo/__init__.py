@@ -8,6 +8,7 @@ from tinydynamo._lazy import lazy_attributes
 # public name -> "module:attribute" ("module:" for the module itself), loaded on first use
 _LAZY = {
     "artifacts": "tinydynamo.artifacts:",
+    "tracer": "tinydynamo.tracer:",
     "bytecode": "tinydynamo.bytecode:",
     "optimize": "tinydynamo.eval_frame:optimize",
     "compile": "tinydynamo.eval_frame:compile",

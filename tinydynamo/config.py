@@ -18,7 +18,7 @@ max_inline_depth: int = 32
 #: instructions one frame may execute symbolically (stops runaway loops)
 max_instructions: int = 200_000
 #: the backend ``compile``/``optimize`` use when none is given
-default_backend: str = "eager"
+default_backend: str = "tininductor"
 
 _SETTINGS = ("recompile_limit", "suppress_errors", "max_inline_depth", "max_instructions", "default_backend")
 _this = sys.modules[__name__]

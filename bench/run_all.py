@@ -1,0 +1,77 @@
+"""Run every benchmark, each in its own process, and gather the results into one JSON file.
+
+Chapter 10 reads such a file for the GPU numbers (notebooks/data/gpu_results.json, from a run
+on the device machine). A benchmark that fails is recorded with its error; the rest still run.
+
+    python bench/run_all.py --out bench/results/all.json [--quick]
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import torch
+
+HERE = Path(__file__).resolve().parent
+
+# name -> (full arguments, --quick arguments)
+BENCHMARKS = {
+    "pointwise_chain": ([], ["--max-log2", "16", "--iters", "10"]),
+    "call_overhead": ([], ["--calls", "2000"]),
+    "cold_compile": (["--repeats", "2"], ["--repeats", "1", "--cases", "chain"]),
+    "block": ([], ["--iters", "5", "--batch", "2", "--seq", "16", "--hidden", "64"]),
+    "softmax_layernorm": ([], ["--elements-log2", "16", "--max-log2", "10", "--iters", "5"]),
+    "guard_overhead": ([], []),
+}
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=HERE / "results" / "all.json")
+    parser.add_argument("--quick", action="store_true", help="small sizes, for a smoke test")
+    parser.add_argument("--only", default="", help="comma list of benchmarks to run")
+    parser.add_argument("--timeout", type=int, default=900, help="seconds per benchmark")
+    args = parser.parse_args(argv)
+    names = [n for n in BENCHMARKS if not args.only or n in args.only.split(",")]
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    combined = {
+        "device": torch.cuda.get_device_name() if device == "cuda" else platform.processor() or platform.machine(),
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "results": {},
+    }
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in names:
+            script = HERE / f"{name}.py"
+            if not script.exists():
+                continue
+            full, quick = BENCHMARKS[name]
+            out = Path(tmp) / f"{name}.json"
+            cmd = [sys.executable, str(script), *(quick if args.quick else full), "--json", str(out)]
+            print(f"== {name}: {' '.join(cmd[1:])}", flush=True)
+            try:
+                run = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
+                print(run.stdout, flush=True)
+                if run.returncode or not out.exists():
+                    combined["results"][name] = {"error": run.stderr[-4000:]}
+                    print(run.stderr[-4000:], flush=True)
+                else:
+                    combined["results"][name] = json.loads(out.read_text())
+            except subprocess.TimeoutExpired:
+                combined["results"][name] = {"error": f"timed out after {args.timeout}s"}
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(combined, indent=1))
+    print(f"all results: {args.out}")
+    return 0 if all("error" not in r for r in combined["results"].values()) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

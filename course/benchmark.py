@@ -1,0 +1,143 @@
+"""Benchmark harness: eager, ``torch.compile`` and tiny, timed side by side in one run.
+
+Every script under ``bench/`` uses it the same way: build the compiled callables with
+:func:`compilers`, check each one's output against eager *before* timing it, time them with
+:func:`bench` (first call excluded, device synchronised), print a table of ratios with
+:func:`print_table`, and save the rows as JSON under ``bench/results/``.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+RESULTS = Path(__file__).resolve().parent.parent / "bench" / "results"
+BACKENDS = ("eager", "torch.compile", "tiny")
+
+
+def add_common_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--backends", default=",".join(BACKENDS), help="comma list of " + ", ".join(BACKENDS))
+    parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument("--iters", type=int, default=30)
+    parser.add_argument("--mode", default=None, help="torch.compile / tiny mode (default, reduce-overhead, max-autotune)")
+    parser.add_argument("--json", type=Path, default=None, help="where to write results (default bench/results/...)")
+
+
+def describe_device(device: str) -> str:
+    if device.startswith("cuda"):
+        return torch.cuda.get_device_name(torch.device(device))
+    return f"{platform.processor() or platform.machine()} x{torch.get_num_threads()} threads"
+
+
+def synchronize(device: str) -> None:
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def compilers(names: list[str], mode: str | None = None) -> dict[str, Callable[[Callable], Callable]]:
+    """name -> a function that turns an eager callable into that backend's callable."""
+    table: dict[str, Callable[[Callable], Callable]] = {}
+    for name in names:
+        if name == "eager":
+            table[name] = lambda fn: fn
+        elif name == "torch.compile":
+            table[name] = lambda fn: torch.compile(fn, mode=mode, dynamic=False)
+        elif name == "tiny":
+            import tinydynamo
+
+            table[name] = lambda fn: tinydynamo.compile(fn, backend="tininductor", mode=mode, dynamic=False)
+        else:
+            raise SystemExit(f"unknown backend {name!r}; choose from {', '.join(BACKENDS)}")
+    return table
+
+
+def reset_compilers() -> None:
+    """Forget compiled code between configurations, so each one compiles for its own shapes."""
+    torch._dynamo.reset()
+    if "tinydynamo" in sys.modules:
+        sys.modules["tinydynamo"].reset()
+
+
+def check_close(name: str, got: Any, expected: Any, rtol: float, atol: float) -> None:
+    """Refuse to time a backend whose output is wrong."""
+    try:
+        torch.testing.assert_close(got, expected, rtol=rtol, atol=atol)
+    except AssertionError as error:
+        raise SystemExit(f"{name}: output differs from eager, not timing it:\n{error}") from None
+
+
+def bench(fn: Callable, args: tuple, device: str, warmup: int, iters: int, repeats: int = 5) -> float:
+    """Median seconds per call over ``repeats`` batches of ``iters`` calls, after ``warmup`` calls."""
+    for _ in range(warmup):
+        fn(*args)
+    synchronize(device)
+    samples = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        for _ in range(iters):
+            fn(*args)
+        synchronize(device)
+        samples.append((time.perf_counter() - start) / iters)
+    return statistics.median(samples)
+
+
+def copy_bandwidth(device: str, nbytes: int = 1 << 28) -> float:
+    """Bytes per second a device-to-device copy moves (read + write), the roofline for pointwise work."""
+    n = nbytes // 4
+    src = torch.empty(n, device=device)
+    dst = torch.empty_like(src)
+    seconds = bench(lambda: dst.copy_(src), (), device, warmup=3, iters=10)
+    return 2 * n * 4 / seconds
+
+
+def progress(i: int, n: int, label: str) -> None:
+    width = 24
+    done = int(width * (i + 1) / n)
+    print(f"\r[{'#' * done}{'.' * (width - done)}] {i + 1}/{n} {label:<40}", end="", file=sys.stderr, flush=True)
+    if i + 1 == n:
+        print(file=sys.stderr)
+
+
+def print_table(rows: list[dict], columns: list[str], title: str = "") -> None:
+    if title:
+        print(title)
+    cells = [[_fmt(row.get(c)) for c in columns] for row in rows]
+    widths = [max(len(c), *(len(r[i]) for r in cells)) if cells else len(c) for i, c in enumerate(columns)]
+    print("  ".join(c.rjust(w) for c, w in zip(columns, widths)))
+    for r in cells:
+        print("  ".join(v.rjust(w) for v, w in zip(r, widths)))
+
+
+def _fmt(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.3g}" if abs(value) < 1000 else f"{value:.0f}"
+    return str(value)
+
+
+def save(name: str, device: str, rows: list[dict], meta: dict | None = None, path: Path | None = None) -> Path:
+    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    payload = {
+        "benchmark": name,
+        "device": describe_device(device),
+        "date": stamp,
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        **(meta or {}),
+        "rows": rows,
+    }
+    path = path or RESULTS / f"{name}-{device.split(':')[0]}-{stamp}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(payload, indent=1))
+    print(f"results: {path}")
+    return path

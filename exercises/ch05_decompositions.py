@@ -1,0 +1,55 @@
+# GENERATED from solutions/ch05_decompositions.py by `python -m course.exercises`: edit the marked parts.
+"""Chapter 5: FX graphs and decompositions.
+
+Five pieces of tininductor's front half: read a graph (5.1), run one node by node (5.2), and
+write the decompositions that turn three real-model ops into the prim set (5.3 - 5.5). The
+graded tests plug each decomposition into ``tininductor.decompositions.decompose`` in place of
+the package's own and compare the decomposed graph with eager PyTorch.
+
+Write decompositions with ``aten.*`` prims only (see ``tininductor.prims``): ``aten.mul``,
+``aten.add``, ``aten.exp``, ``aten.amax``, ``aten.sum``, ``aten.mean``, ``aten.var``, ...
+"""
+from __future__ import annotations
+
+import collections
+import math
+
+import torch
+import torch.fx as fx
+
+aten = torch.ops.aten
+
+
+def count_ops(gm: fx.GraphModule) -> dict[str, int]:
+    """How often each op is called in ``gm``: ``{str(node.target): count}`` over call_function nodes."""
+    raise NotImplementedError("Exercise 5.1: count the call_function nodes of gm.graph by str(node.target)")
+
+
+def interpret(gm: fx.GraphModule, *args):
+    """Run ``gm``'s graph node by node, as ``torch.fx.Interpreter`` does, and return its output.
+
+    ``placeholder`` nodes take the arguments in order, ``get_attr`` nodes read an attribute of
+    ``gm``, ``call_function`` nodes call ``node.target`` on their (looked-up) arguments, and the
+    ``output`` node's argument (a value, tuple or list of nodes) is the result.
+    """
+    raise NotImplementedError("Exercise 5.2: evaluate gm.graph node by node and return the output node's value")
+
+
+def gelu(x: torch.Tensor, approximate: str = "none") -> torch.Tensor:
+    """GELU in prims: ``x/2 * (1 + erf(x/sqrt 2))``, or with ``approximate="tanh"``
+    ``x/2 * (1 + tanh(sqrt(2/pi) * (x + 0.044715 x^3)))``."""
+    raise NotImplementedError("Exercise 5.3: decompose gelu, both the exact (erf) and the tanh form, into prims")
+
+
+def native_layer_norm(x, normalized_shape, weight, bias, eps):
+    """LayerNorm over the last ``len(normalized_shape)`` dims; returns ``(out, mean, rstd)``.
+
+    ``mean`` and ``rstd = 1/sqrt(var + eps)`` keep the reduced dims (size 1), the variance is
+    the biased one (``correction=0``), and ``weight``/``bias`` may be ``None``.
+    """
+    raise NotImplementedError("Exercise 5.4: decompose native_layer_norm into mean, var, rsqrt and pointwise prims")
+
+
+def softmax(x: torch.Tensor, dim: int, half_to_float: bool = False) -> torch.Tensor:
+    """Softmax along ``dim`` in prims, numerically stable: subtract the max before ``exp``."""
+    raise NotImplementedError("Exercise 5.5: decompose softmax with amax, sub, exp, sum and div, stable for large inputs")

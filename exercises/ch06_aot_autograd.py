@@ -1,0 +1,63 @@
+# GENERATED from solutions/ch06_aot_autograd.py by `python -m course.exercises`: edit the marked parts.
+"""Chapter 6: AOT autograd.
+
+Four pieces of ``tininductor``'s AOT autograd, each plugged back into the real pipeline by
+the graded tests: undoing broadcasting in a gradient (6.1), a VJP rule (6.2), the reverse-mode
+pass that builds the joint graph (6.3), and the default partitioner's choice of saved values
+(6.4). Everything is compared with eager autograd.
+"""
+from __future__ import annotations
+
+import torch
+import torch.fx as fx
+
+from tininductor.vjp_rules import get_vjp, sum_to_size as package_sum_to_size
+
+aten = torch.ops.aten
+
+
+def sum_to_size(grad: torch.Tensor, shape) -> torch.Tensor:
+    """Sum ``grad`` down to ``shape``, undoing broadcasting.
+
+    Broadcasting lines shapes up on the right, prepends dims and stretches size-1 dims, so:
+    sum over the prepended (leading) dims, then, keeping the dim, over every dim where
+    ``shape`` has 1 and ``grad`` does not. Return ``grad`` viewed with exactly ``shape``.
+    """
+    raise NotImplementedError("Exercise 6.1: sum grad over the broadcast dims so that it has exactly `shape`")
+
+
+def mul_vjp(grad, out, a, b):
+    """The VJP rule of ``aten.mul``: gradients of ``a`` and ``b`` given the output's ``grad``.
+
+    Either input may be a Python number (its gradient is ``None``) or a tensor broadcast
+    against the other (sum its gradient back to its shape: use ``package_sum_to_size(g, x)``,
+    which takes the input itself and returns ``None`` for numbers).
+    """
+    raise NotImplementedError("Exercise 6.2: return (grad * b summed to a's shape, grad * a summed to b's shape)")
+
+
+def backward_pass(graph: fx.Graph, env: dict, needs_grad: set, output_grads: dict, rules=None) -> dict:
+    """Reverse-mode AD over ``graph``: return ``{node: gradient}`` for every node a gradient reaches.
+
+    ``env[node]`` is each node's forward value, ``output_grads`` seeds the outputs' gradients
+    (the tangents). Walk the nodes in reverse; for each ``call_function`` node that has a
+    gradient and is in ``needs_grad``, call its rule ``get_vjp(node.target, rules)`` as
+    ``rule(grad, env[node], *args, **kwargs)`` with the node's arguments looked up in ``env``.
+    The rule returns one gradient (or ``None``) per positional argument; add each one to the
+    gradient of that argument if it is a node in ``needs_grad`` (a node with several users
+    collects one contribution per user: use ``aten.add``).
+    """
+    raise NotImplementedError("Exercise 6.3: walk the graph backwards applying VJP rules and accumulating gradients")
+
+
+def default_saved(joint_gm: fx.GraphModule, num_primals: int, num_outputs: int) -> list[fx.Node]:
+    """The values the default partitioner saves for the backward.
+
+    The joint graph's placeholders are the primals (first ``num_primals``) then the tangents;
+    its output node returns ``(*outputs, *grads)`` (the first ``num_outputs`` are the forward's).
+    The *forward* is every node needed to compute the outputs, plus the primals. Save each
+    forward node that the backward reads: walk back from the gradients, stopping at forward
+    nodes and tangents; the forward nodes where the walk stops are the saved values.
+    Return them in any order, without duplicates.
+    """
+    raise NotImplementedError("Exercise 6.4: find the forward nodes that the backward reads")

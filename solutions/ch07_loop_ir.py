@@ -1,0 +1,438 @@
+"""Chapter 7: the loop IR, the ops handler and fusion decisions.
+
+Four pieces of tininductor's middle end, each plugged into the real pipeline by the helpers
+at the bottom of this file (the graded tests and the notebook use them):
+
+* Exercise 7.1 ``lower_silu``: a lowering, ``aten.silu`` -> a ``Pointwise`` node whose
+  ``inner_fn(index)`` is written with ``ops``;
+* Exercise 7.2 ``permute_reindex`` / ``expand_reindex``: views as index arithmetic
+  (a view reads its base at ``reindex(index)``, no data moves);
+* Exercise 7.3 ``fusion_is_legal``: may a candidate kernel share one set of loops?
+* Exercise 7.4 ``ReadWritesHandler``: an ops handler that records which buffers a body
+  loads and stores, and where (the scheduler's dependency information).
+
+The helpers (``use_lowering``, ``use_fusion_check``, ``use_read_writes``, ``compile_aten``,
+``lower_and_schedule``, ``draw_fusion``, ``memory_traffic``) are not exercises: read them,
+they show how each piece sits in the pipeline.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+from typing import Callable, Sequence
+
+import sympy
+import torch
+
+from tininductor import ir, lowering, scheduler
+from tininductor.virtualized import V, ops
+
+aten = torch.ops.aten
+
+
+# --------------------------------------------------------------------------- Exercise 7.1
+
+
+def lower_silu(x: ir.IRNode) -> ir.StorageBox:
+    """The lowering of ``aten.silu``: ``silu(x) = x * sigmoid(x)``, elementwise.
+
+    ``x`` is an IR node (``x.make_loader()`` gives ``index -> value``; ``x.get_size()``,
+    ``x.get_dtype()``, ``x.get_device()``). Return ``ir.StorageBox(ir.Pointwise(device,
+    dtype, inner_fn, ranges))`` whose ``inner_fn(index)`` loads ``x`` at ``index`` and
+    combines it with ``ops.sigmoid`` and ``ops.mul``. Like eager, compute float16/bfloat16
+    in float32 (``ops.to_dtype``) and cast the result back to the input dtype.
+    """
+    # BEGIN SOLUTION (Exercise 7.1: build a Pointwise whose inner_fn computes x * sigmoid(x) with ops, in fp32 for half inputs)
+    load = x.make_loader()
+    dtype = x.get_dtype()
+    compute = torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
+
+    def inner_fn(index):
+        value = load(index)
+        if compute != dtype:
+            value = ops.to_dtype(value, compute)
+        result = ops.mul(value, ops.sigmoid(value))
+        if compute != dtype:
+            result = ops.to_dtype(result, dtype)
+        return result
+
+    return ir.StorageBox(ir.Pointwise(x.get_device(), dtype, inner_fn, x.get_size()))
+    # END SOLUTION
+
+
+# --------------------------------------------------------------------------- Exercise 7.2
+
+
+def permute_reindex(dims: Sequence[int]) -> Callable[[list], list]:
+    """Index arithmetic of ``x.permute(dims)``.
+
+    Output dimension ``i`` is input dimension ``dims[i]``. Return a function that takes an
+    index into the *output* (a list of sympy expressions, one per output dim) and returns
+    the index into the *input*. Example: ``dims=(1, 0)``: ``[i0, i1] -> [i1, i0]``;
+    ``dims=(2, 0, 1)``: ``[a, b, c] -> [b, c, a]``.
+    """
+    # BEGIN SOLUTION (Exercise 7.2: return index -> input index for permute: input dim dims[i] takes output index[i])
+    dims = list(dims)
+
+    def reindex(index):
+        out = [None] * len(dims)
+        for i, d in enumerate(dims):
+            out[d] = index[i]
+        return out
+
+    return reindex
+    # END SOLUTION
+
+
+def expand_reindex(old_size: Sequence[int], new_size: Sequence[int]) -> Callable[[list], list]:
+    """Index arithmetic of broadcasting / ``x.expand(new_size)``.
+
+    ``new_size`` may have more (leading) dimensions than ``old_size``; a size-1 input
+    dimension that grows is read at index 0 (``sympy.Integer(0)``). Return a function from an
+    output index (``len(new_size)`` expressions) to an input index (``len(old_size)``).
+    Example: old ``[3, 1]``, new ``[2, 3, 4]``: ``[a, b, c] -> [b, 0]``.
+    """
+    # BEGIN SOLUTION (Exercise 7.2: return index -> input index for expand: drop the leading dims, read grown size-1 dims at 0)
+    old, new = list(old_size), list(new_size)
+    skip = len(new) - len(old)
+
+    def reindex(index):
+        return [sympy.Integer(0) if old[i] == 1 and new[skip + i] != 1 else index[skip + i] for i in range(len(old))]
+
+    return reindex
+    # END SOLUTION
+
+
+# --------------------------------------------------------------------------- Exercise 7.3
+
+
+def fusion_is_legal(candidate: scheduler.FusedGroup) -> bool:
+    """May ``candidate`` (a kernel: ``candidate.nodes`` in program order) run as one set of loops?
+
+    Two rules:
+
+    1. every node fits the kernel's loops: ``candidate.kind(node)`` is not None (it is
+       ``"pointwise"``, ``"reduction"``, ``"full"`` or ``"xonly"``);
+    2. a node that reads a buffer written *in this kernel* reads it exactly where it was
+       written: ``candidate.read_writes(node)`` gives ``.reads`` and ``.writes``, lists of
+       ``(buffer_name, index)`` in the kernel's shared ``xindex``/``rindex`` variables. Any
+       other index (a transpose, a shifted or broadcast read, a reduction result read
+       before the loop that makes it has finished...) would read another program's
+       element, which may not be stored yet.
+    """
+    # BEGIN SOLUTION (Exercise 7.3: check every node has a kind and every in-kernel read uses exactly the written index)
+    if any(candidate.kind(n) is None for n in candidate.nodes):
+        return False
+    written: dict[str, set] = {}
+    reads = []
+    for node in candidate.nodes:
+        rw = candidate.read_writes(node)
+        for name, index in rw.writes:
+            written.setdefault(name, set()).add(index)
+        reads.extend(rw.reads)
+    return all(written[name] == {index} for name, index in reads if name in written)
+    # END SOLUTION
+
+
+# --------------------------------------------------------------------------- Exercise 7.4
+
+
+class ReadWritesHandler:
+    """An ops handler that records every ``load`` and ``store`` of a body.
+
+    ``reads`` and ``writes`` are lists of ``(buffer_name, index)`` where ``index`` is the
+    flat sympy index, normalised with ``sympy.expand`` (so equal indices compare equal).
+    Every other op (``add``, ``reduction``, ``constant``...) just returns a placeholder
+    value: only memory matters here.
+    """
+
+    def __init__(self):
+        self.reads: list[tuple[str, sympy.Expr]] = []
+        self.writes: list[tuple[str, sympy.Expr]] = []
+
+    def load(self, name, index):
+        # BEGIN SOLUTION (Exercise 7.4: record (name, sympy.expand(index)) in self.reads and return a placeholder value)
+        self.reads.append((name, sympy.expand(index)))
+        return "v"
+        # END SOLUTION
+
+    def store(self, name, index, value):
+        # BEGIN SOLUTION (Exercise 7.4: record (name, sympy.expand(index)) in self.writes)
+        self.writes.append((name, sympy.expand(index)))
+        return None
+        # END SOLUTION
+
+    def __getattr__(self, name):
+        return lambda *args: "v"
+
+
+# --------------------------------------------------------------------------- plumbing (not exercises)
+
+
+@contextlib.contextmanager
+def use_lowering(target, fn):
+    """Register ``fn`` as the lowering of ``target`` (an OpOverload) for the duration."""
+    missing = object()
+    old = lowering.lowerings.get(target, missing)
+    lowering.lowerings[target] = fn
+    try:
+        yield
+    finally:
+        if old is missing:
+            lowering.lowerings.pop(target, None)
+        else:
+            lowering.lowerings[target] = old
+
+
+def lower_permute(x, dims):
+    """``aten.permute`` as a View built on ``permute_reindex`` (index arithmetic, even for inputs)."""
+    dims = [d % len(x.get_size()) for d in dims]
+    return ir.View(x, [x.get_size()[d] for d in dims], permute_reindex(dims))
+
+
+def lower_expand(x, size, implicit=False):
+    """``aten.expand`` as a View built on ``expand_reindex`` (``-1`` keeps a size)."""
+    old = x.get_size()
+    skip = len(size) - len(old)
+    size = [old[i - skip] if s == -1 else int(s) for i, s in enumerate(size)]
+    return ir.View(x, size, expand_reindex(old, size))
+
+
+@contextlib.contextmanager
+def use_view_lowerings():
+    """Lower permute and expand with the index arithmetic of Exercise 7.2."""
+    with use_lowering(aten.permute.default, lower_permute), use_lowering(aten.expand.default, lower_expand):
+        yield
+
+
+def try_fuse(group: scheduler.FusedGroup, node: ir.ComputedBuffer):
+    """The scheduler's fusion step: build the candidate kernel, ask ``fusion_is_legal``.
+
+    (A pointwise kernel that meets a reduction over the same elements becomes a reduction
+    kernel: its pointwise nodes then run as ``full`` nodes inside the reduction loop.)
+    """
+    if group.device != node.get_device():
+        return None
+    if node.is_reduction() and not group.is_reduction:
+        numel, rnumel = node.get_group()
+        if numel * rnumel != group.numel:
+            return None
+        candidate = scheduler.FusedGroup(group.device, numel, rnumel, True, group.nodes + [node])
+    else:
+        candidate = scheduler.FusedGroup(group.device, group.numel, group.rnumel, group.is_reduction,
+                                         group.nodes + [node])
+    return candidate if fusion_is_legal(candidate) else None
+
+
+@contextlib.contextmanager
+def patched(obj, name, value):
+    old = getattr(obj, name)
+    setattr(obj, name, value)
+    try:
+        yield
+    finally:
+        setattr(obj, name, old)
+
+
+def use_fusion_check():
+    """Make the package's Scheduler fuse with this module's ``try_fuse`` (Exercise 7.3)."""
+    return patched(scheduler, "try_fuse", try_fuse)
+
+
+def use_read_writes():
+    """Make the package's Scheduler collect dependencies with ``ReadWritesHandler`` (Exercise 7.4)."""
+    return patched(scheduler, "ReadWrites", ReadWritesHandler)
+
+
+def aten_graph(fn, args) -> torch.fx.GraphModule:
+    """Trace ``fn`` to ATen ops *without* decomposing (so ``aten.silu`` stays ``aten.silu``)."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    with torch.no_grad():
+        return make_fx(fn)(*args)
+
+
+def compile_aten(fn, args, decompose=False):
+    """Compile ``fn`` with tininductor's Triton path (the interpreter on CPU), raising on errors.
+
+    Returns the compiled callable (``.kernels``, ``.source``, ``.fallback_reasons``).
+    """
+    from tininductor import config
+    from tininductor.compile_fx import compile_fx_inner
+    from tininductor.testing import patch_config
+
+    if decompose:
+        from tininductor.decompositions import decompose as decompose_fn
+
+        gm = decompose_fn(torch.fx.symbolic_trace(fn), list(args))
+    else:
+        gm = aten_graph(fn, args)
+    if not torch.cuda.is_available():
+        os.environ.setdefault("TRITON_INTERPRET", "1")
+    with patch_config(config, fallback_to_eager=False, cpu_backend="triton"):
+        return compile_fx_inner(gm, list(args))
+
+
+def lower_and_schedule(fn, args, decompose=True):
+    """Lower ``fn`` to IR and run the Scheduler, without generating code.
+
+    Returns ``(graph, sched)``: ``graph.buffers`` are the realized IR buffers,
+    ``sched.nodes`` the kernels (``FusedGroup``) and extern calls in order.
+    """
+    from tininductor.graph import GraphLowering
+    from tininductor.compile_fx import _ensure_example_values
+
+    if decompose:
+        from tininductor.decompositions import decompose as decompose_fn
+
+        with torch.no_grad():
+            gm = decompose_fn(torch.fx.symbolic_trace(fn), list(args))
+    else:
+        gm = aten_graph(fn, args)
+    _ensure_example_values(gm, list(args))
+    graph = GraphLowering(gm, list(args))
+    with V.set_graph_handler(graph):
+        graph.run(*args)
+        outputs = {o.get_name() for o in graph.graph_outputs if hasattr(o, "get_name")}
+        sched = scheduler.Scheduler(graph.buffers, outputs)
+    return graph, sched
+
+
+def _node_label(graph, buf) -> str:
+    if isinstance(buf, ir.ComputedBuffer):
+        ops_ = list(dict.fromkeys(graph.origin_ops(buf.origins)))
+        kind = "reduction" if buf.is_reduction() else "pointwise"
+        if len(ops_) > 4:
+            ops_ = ops_[:3] + ["..."]
+    else:
+        kind, ops_ = "extern", [str(getattr(buf, "kernel", "extern")).split(".")[-2 if "." in str(getattr(buf, "kernel", "")) else -1]]
+    return f"{buf.get_name()} [{kind}]: {'+'.join(ops_)}"
+
+
+def fusion_text(graph, sched) -> str:
+    """The fusion decisions as text: one block per kernel, its buffers, and what it reads."""
+    lines = []
+    for k, node in enumerate(sched.nodes):
+        members = node.nodes if isinstance(node, scheduler.FusedGroup) else [node.node]
+        head = f"kernel {k}" if isinstance(node, scheduler.FusedGroup) else f"extern {k}"
+        if isinstance(node, scheduler.FusedGroup):
+            head += f" (numel={node.numel}" + (f", rnumel={node.rnumel})" if node.is_reduction else ")")
+        lines.append(head)
+        names = {m.get_name() for m in members}
+        for m in members:
+            stored = "" if m.get_name() not in getattr(node, "internal", set()) else "  (kept in registers)"
+            lines.append(f"    {_node_label(graph, m)}{stored}")
+        reads = sorted({r for m in members for r in sched.reads[m.get_name()]} - names)
+        lines.append(f"    reads: {', '.join(reads) or '-'}")
+    return "\n".join(lines)
+
+
+def fusion_dot(graph, sched) -> str:
+    """The fusion decisions as Graphviz DOT: one cluster per kernel, edges for buffer reads."""
+    lines = ["digraph fusion {", "  rankdir=LR; node [shape=box, fontsize=10];"]
+    for name in graph.graph_inputs:
+        lines.append(f'  "{name}" [shape=ellipse];')
+    for k, node in enumerate(sched.nodes):
+        members = node.nodes if isinstance(node, scheduler.FusedGroup) else [node.node]
+        lines.append(f'  subgraph cluster_{k} {{ label="kernel {k}"; style=filled; color=lightgrey;')
+        for m in members:
+            lines.append(f'    "{m.get_name()}" [label="{_node_label(graph, m)}"];')
+        lines.append("  }")
+    for name, reads in sched.reads.items():
+        for r in sorted(reads):
+            lines.append(f'  "{r}" -> "{name}";')
+    lines.append("}")
+    return "\n".join(lines)
+
+
+def draw_fusion(graph, sched, ax=None):
+    """Draw kernels as columns of boxes (matplotlib): one colour per kernel, arrows for reads."""
+    import matplotlib.pyplot as plt
+
+    columns = []
+    for node in sched.nodes:
+        columns.append(node.nodes if isinstance(node, scheduler.FusedGroup) else [node.node])
+    inputs = list(graph.graph_inputs)
+    step = 2.4  # horizontal distance between columns
+    pos = {name: (0, -i) for i, name in enumerate(inputs)}
+    for k, members in enumerate(columns, 1):
+        for j, m in enumerate(members):
+            pos[m.get_name()] = (k * step, -j)
+    if ax is None:
+        height = max(2.0, 0.7 * max([len(inputs)] + [len(c) for c in columns]) + 0.8)
+        _, ax = plt.subplots(figsize=(max(4.0, 1.7 * (len(columns) + 1)), height), dpi=80)
+    colours = plt.get_cmap("tab10")
+    for name in inputs:
+        x, y = pos[name]
+        ax.text(x, y, name.replace("_const__param_constant", "param"), ha="center", va="center", fontsize=8,
+                bbox=dict(boxstyle="round", fc="white", ec="black"))
+    for k, members in enumerate(columns, 1):
+        for m in members:
+            x, y = pos[m.get_name()]
+            ax.text(x, y, _node_label(graph, m).replace(": ", "\n"), ha="center", va="center", fontsize=7,
+                    bbox=dict(boxstyle="round", fc=colours((k - 1) % 10), alpha=0.35))
+        ax.text(k * step, 0.6, f"kernel {k - 1}" if isinstance(sched.nodes[k - 1], scheduler.FusedGroup) else "extern",
+                ha="center", fontsize=8, weight="bold")
+    for name, reads in sched.reads.items():
+        for r in reads:
+            if r in pos and name in pos:
+                (x0, y0), (x1, y1) = pos[r], pos[name]
+                same_column = x0 == x1
+                ax.annotate("", xy=(x1 + (0.75 if same_column else -0.75), y1),
+                            xytext=(x0 + 0.75, y0),
+                            arrowprops=dict(arrowstyle="->", color="grey", lw=0.8,
+                                            connectionstyle="arc3,rad=-0.5" if same_column else "arc3"))
+    ax.set_xlim(-1.2, len(columns) * step + 1.2)
+    low = min(y for _, y in pos.values()) if pos else 0
+    ax.set_ylim(low - 0.7, 1.0)
+    ax.axis("off")
+    return ax
+
+
+def _nbytes(layout) -> int:
+    n = 1
+    for s in layout.size:
+        n *= int(s)
+    return n * torch.empty((), dtype=layout.dtype).element_size()
+
+
+def eager_traffic(gm: torch.fx.GraphModule, args) -> int:
+    """Bytes moved running ``gm`` op by op, as eager does: each op reads its tensor inputs and writes its output.
+
+    Views (an output sharing an input's storage) move nothing.
+    """
+
+    class Counter(torch.fx.Interpreter):
+        total = 0
+
+        def call_function(self, target, args_, kwargs):
+            out = super().call_function(target, args_, kwargs)
+            inputs = [a for a in torch.utils._pytree.tree_flatten((args_, kwargs))[0] if isinstance(a, torch.Tensor)]
+            outs = [o for o in torch.utils._pytree.tree_flatten(out)[0] if isinstance(o, torch.Tensor)]
+            storages = {t.untyped_storage().data_ptr() for t in inputs}
+            if outs and all(o.untyped_storage().data_ptr() in storages for o in outs):
+                return out  # a view
+            Counter.total += sum(t.numel() * t.element_size() for t in inputs + outs)
+            return out
+
+    with torch.no_grad():
+        Counter(gm).run(*args)
+    return Counter.total
+
+
+def memory_traffic(graph, sched) -> dict:
+    """Bytes moved: op by op (``eager_bytes``: one kernel per op of the graph), and by the scheduled kernels.
+
+    A fused kernel loads each buffer it reads from outside once and stores each buffer that
+    leaves it; extern calls read their inputs and write their output.
+    """
+    fused = 0
+    for node in sched.nodes:
+        members = node.nodes if isinstance(node, scheduler.FusedGroup) else [node.node]
+        names = {m.get_name() for m in members}
+        internal = getattr(node, "internal", set())
+        outside = {r for m in members for r in sched.reads[m.get_name()]} - names
+        fused += sum(_nbytes(graph.get_buffer(r).layout) for r in outside)
+        fused += sum(_nbytes(m.layout) for m in members
+                     if m.get_name() not in internal and not isinstance(m, ir.MultiOutput) and m.layout.size != [0])
+    return {"eager_bytes": eager_traffic(graph.module, graph.example_inputs), "fused_bytes": fused}

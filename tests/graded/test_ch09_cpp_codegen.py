@@ -1,0 +1,147 @@
+"""Graded tests for chapter 9 (C++ code generation and the code cache).
+
+Each test plugs the chapter's function into tininductor's real C++ path (compile_fx with the
+"cpp" CPU backend, g++, ctypes, the code cache) and compares with eager PyTorch.
+"""
+import ctypes
+import uuid
+
+import pytest
+import torch
+
+from course import load
+from course.testing import expect_close, expect_equal, expect_true
+
+pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
+
+
+@pytest.fixture
+def ch():
+    return load("ch09")
+
+
+@pytest.fixture(autouse=True)
+def _cpp_backend(tmp_path_factory, monkeypatch):
+    monkeypatch.setenv("TINY_CPU_BACKEND", "cpp")
+    # one cache per session: the precompiled prelude is built once; sources differ per test
+    monkeypatch.setenv("TINY_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "ch09_cache"))
+    from tininductor.codecache import CppCodeCache, PyCodeCache
+
+    CppCodeCache.clear()
+    PyCodeCache.clear()
+
+
+def _compile(fn, *args):
+    from tininductor.testing import compile_graph
+
+    return compile_graph(fn, args)
+
+
+@pytest.mark.ch09_1
+def test_op_strings_in_the_cpp_backend(ch, monkeypatch):
+    from tininductor.codegen import cpp
+
+    strings = ch.cpp_op_strings()
+    expect_equal(sorted(strings), ["maximum", "relu", "rsqrt", "sigmoid", "where"], "ops you defined")
+    for op, template in strings.items():
+        monkeypatch.setitem(cpp.CPP_OPS, op, template)
+
+    def f(x, y):
+        return torch.sigmoid(x), torch.relu(x), torch.maximum(x, y), torch.where(x > y, x, y), torch.rsqrt(x.abs() + 1)
+
+    x, y = torch.randn(5, 7), torch.randn(7)
+    x[0, 0], y[3] = float("nan"), float("nan")
+    compiled = _compile(f, x, y)
+    names = ["sigmoid", "relu", "maximum", "where", "rsqrt"]
+    for name, yours, expected in zip(names, compiled(x, y), f(x, y)):
+        expect_close(yours, expected, f"{name}(x) from your C++ string", context=getattr(compiled, "source", ""), equal_nan=True)
+
+
+@pytest.mark.ch09_2
+def test_reduction_code_in_the_cpp_backend(ch, monkeypatch):
+    from tininductor.codegen import cpp
+
+    init, update, omp = ch.reduction_code("sum", "double")
+    expect_true("{acc}" in update and "{value}" in update, "the update statement keeps {acc} and {value}", update)
+    monkeypatch.setattr(cpp, "reduction_code", ch.reduction_code)
+
+    def f(x):
+        return x.sum(-1), x.amax(-1), x.amin(0), x.prod(-1), torch.softmax(x, -1)
+
+    x = torch.randn(6, 37) * 0.2 + 1
+    x[2, 5] = float("nan")
+    compiled = _compile(f, x)
+    names = ["sum", "amax", "amin", "prod", "softmax"]
+    for name, yours, expected in zip(names, compiled(x), f(x)):
+        expect_close(yours, expected, f"{name} with your reduction code", context=getattr(compiled, "source", ""),
+                     equal_nan=True, atol=1e-5, rtol=1e-5)
+    ints = torch.randint(-9, 9, (4, 11))
+    compiled = _compile(lambda t: (t.amax(-1), t.sum(-1)), ints)
+    expect_close(compiled(ints), (ints.amax(-1), ints.sum(-1)), "int64 max/sum with your reduction code")
+
+
+@pytest.mark.ch09_3
+def test_row_sum_kernel(ch):
+    from tininductor.codecache import CppCodeCache
+
+    name = "row_sum_" + uuid.uuid4().hex[:8]
+    source = ch.row_sum_source(name)
+    expect_true("#pragma omp parallel for" in source, "the row loop is `#pragma omp parallel for`", source)
+    expect_true("simd" in source and "reduction(+:" in source,
+                "the inner loop is `#pragma omp simd reduction(+:acc)`", source)
+    fn = getattr(CppCodeCache.load(source), name)
+    fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64]
+    for rows, cols in [(1, 1), (7, 33), (64, 1000), (3, 0), (1, 100003)]:
+        x = torch.randn(rows, cols)
+        out = torch.full((rows,), float("nan"))
+        fn(x.data_ptr(), out.data_ptr(), rows, cols)
+        expect_close(out, x.sum(-1), f"row sums of a {rows}x{cols} input", atol=1e-4, rtol=1e-5)
+
+
+@pytest.mark.ch09_4
+def test_write_atomic_in_the_code_cache(ch, tmp_path, monkeypatch):
+    target = tmp_path / "entry.bin"
+    ch.write_atomic(target, b"first")
+    ch.write_atomic(target, b"second version")
+    expect_equal(target.read_bytes(), b"second version", "file content after two writes")
+    with pytest.raises(Exception):
+        ch.write_atomic(target, "not bytes")  # a failing write...
+    expect_equal(target.read_bytes(), b"second version", "content after a failed write (old file kept)")
+    expect_equal(sorted(p.name for p in tmp_path.iterdir()), ["entry.bin"], "files left in the directory (no temporaries)")
+
+    import tininductor.codecache as codecache
+
+    monkeypatch.setattr(codecache, "write_atomic", ch.write_atomic)
+    compiled = _compile(lambda a: (a * 3).cos(), torch.randn(9))
+    x = torch.randn(9)
+    expect_close(compiled(x), (x * 3).cos(), "a kernel built through your write_atomic")
+
+
+@pytest.mark.ch09_5
+def test_entry_is_intact_in_the_code_cache(ch, tmp_path, monkeypatch):
+    lib, check = tmp_path / "k.so", tmp_path / "k.sha256"
+    expect_equal(ch.entry_is_intact(lib, check), False, "entry_is_intact with no files")
+    lib.write_bytes(b"library bytes")
+    import hashlib
+
+    check.write_text(hashlib.sha256(b"library bytes").hexdigest() + "\n")
+    expect_equal(ch.entry_is_intact(lib, check), True, "entry_is_intact of a matching pair")
+    lib.write_bytes(b"library")
+    expect_equal(ch.entry_is_intact(lib, check), False, "entry_is_intact of a truncated library")
+
+    import tininductor.codecache as codecache
+    from tininductor.codecache import CppCodeCache
+
+    monkeypatch.setattr(codecache, "entry_is_intact", ch.entry_is_intact)
+    src = f'// {uuid.uuid4()}\nextern "C" int answer() {{ return 42; }}\n'
+    expect_equal(CppCodeCache.load(src).answer(), 42, "a freshly built kernel")
+    CppCodeCache.clear()
+    CppCodeCache.load(src)
+    expect_equal(dict(CppCodeCache.stats), {"disk_hit": 1}, "cache counters on a second run")
+    so = CppCodeCache.paths(src)["so"]
+    truncated = so.read_bytes()[:100]
+    so.unlink()  # a new inode: the loaded library stays mapped in this process
+    so.write_bytes(truncated)
+    CppCodeCache.clear()
+    CppCodeCache.load(src)
+    expect_equal(dict(CppCodeCache.stats), {"corrupt": 1, "miss": 1}, "cache counters after truncating the .so")

@@ -1,0 +1,95 @@
+"""Extern kernels (mm/bmm/addmm), fallbacks with logged reasons, the LayerNorm-MLP block, the wrapper."""
+import logging
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from tininductor.testing import DEVICE, check, compile_graph
+
+pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
+
+
+@pytest.fixture(autouse=True)
+def seed():
+    torch.manual_seed(0)
+
+
+def rand(*size):
+    return torch.randn(size, device=DEVICE)
+
+
+class Block(torch.nn.Module):
+    """LayerNorm -> Linear -> GELU -> Linear, with a residual."""
+
+    def __init__(self, d=16, h=32):
+        super().__init__()
+        self.ln = torch.nn.LayerNorm(d)
+        self.fc1 = torch.nn.Linear(d, h)
+        self.fc2 = torch.nn.Linear(h, d)
+
+    def forward(self, x):
+        return x + self.fc2(F.gelu(self.fc1(self.ln(x))))
+
+
+def test_mm_bmm_are_extern_calls():
+    c = check(lambda a, b, c: (a @ b + 1, torch.bmm(c, c.transpose(1, 2)).relu()), rand(4, 5), rand(5, 3), rand(2, 3, 4),
+              atol=1e-5, rtol=1e-5)
+    assert "torch.ops.aten.mm.default(" in c.source and "torch.ops.aten.bmm.default(" in c.source
+    assert "extern by design" in c.source
+
+
+def test_layernorm_mlp_block_forward_kernel_count():
+    block = Block().to(DEVICE)
+    with torch.no_grad():
+        c = check(block, rand(2, 3, 16), atol=1e-5, rtol=1e-4)
+    matmuls = c.source.count("torch.ops.aten.addmm.default(") + c.source.count("torch.ops.aten.mm.default(")
+    assert matmuls == 2, c.source
+    assert len(c.kernels) <= 3, c.kernels
+
+
+def test_fallback_logs_reason(caplog):
+    with caplog.at_level(logging.INFO, logger="tininductor.lowering"):
+        c = check(lambda x: torch.cumsum(x, 0) * 2, rand(5, 3))
+    assert any("no lowering" in r.message for r in caplog.records)
+    assert any("cumsum" in r for r in c.fallback_reasons)
+
+
+def test_fallback_with_views_and_tuple_outputs():
+    check(lambda x: torch.sort(x.t() + 1, dim=-1)[0] * 2, rand(4, 6))
+
+
+def test_compile_error_falls_back_to_eager_with_warning():
+    import tininductor
+
+    def f(x):
+        return x + 1
+
+    gm = torch.fx.symbolic_trace(f)
+    with pytest.warns(UserWarning, match="running it eagerly"):
+        fn = tininductor.compile_fx(gm, [3])  # a non-tensor input is unsupported
+    assert fn(3) == 4
+
+
+def test_wrapper_module_runs_standalone(tmp_path):
+    c = compile_graph(lambda x, y: (x * y).sum(-1), [rand(4, 8), rand(4, 8)])
+    path = tmp_path / "dump.py"
+    path.write_text(c.source)
+    env = dict(os.environ, PYTHONPATH=os.getcwd())
+    out = subprocess.run([sys.executable, str(path)], capture_output=True, text=True, env=env, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "ms per call" in out.stdout
+
+
+def test_output_code_log_and_artifacts(capsys, monkeypatch):
+    from tinydynamo import artifacts
+
+    monkeypatch.setenv("TINY_LOGS", "output_code")
+    with artifacts.collecting("f") as arts:
+        compile_graph(lambda x: x.cos() + 1, [rand(3)])
+    assert "def call(args):" in capsys.readouterr().out
+    assert arts.get("ir") and arts.get("kernels") and arts.get("output_code")
+    assert "triton_poi_fused_cos_add_0" in arts.get("kernels")[0][0]

@@ -1,0 +1,85 @@
+"""Reductions (persistent and looped) and fusion around them, against eager, with kernel counts."""
+import pytest
+import torch
+import torch.nn.functional as F
+
+from tininductor import config
+from tininductor.testing import DEVICE, check, patch_config
+
+pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
+
+
+@pytest.fixture(autouse=True)
+def seed():
+    torch.manual_seed(0)
+
+
+def rand(*size, dtype=torch.float32):
+    return torch.randn(size, device=DEVICE).to(dtype)
+
+
+@pytest.fixture(params=["persistent", "looped"])
+def mode(request):
+    # looped: force rows through RBLOCK=8 chunks so small tests exercise the loop code
+    limit = 1024 if request.param == "persistent" else 4
+    with patch_config(config.triton, persistent_reduction_max=limit, looped_rblock=8):
+        yield request.param
+
+
+def test_sum_mean_amax_amin_last_dim(mode):
+    x = rand(5, 19)
+    check(lambda x: (x.sum(-1), x.mean(-1, keepdim=True), x.amax(-1), x.amin(1)), x, atol=1e-5, rtol=1e-5)
+
+
+def test_reduce_other_dims_and_all(mode):
+    x = rand(3, 4, 5)
+    check(lambda x: (x.sum(0), x.sum((0, 2)), x.sum(), x.amax(1, keepdim=True), x.mean()), x, atol=1e-5, rtol=1e-5)
+
+
+def test_var_and_prod(mode):
+    x = rand(4, 9)
+    check(lambda x: (x.var(-1), torch.var(x, 0, correction=0), x.prod(-1)), x, atol=1e-5, rtol=1e-4)
+
+
+def test_reduction_dtypes(mode):
+    h = rand(3, 33, dtype=torch.float16)
+    check(lambda x: (x.sum(-1), x.amax(-1), x.float().mean(-1)), h, atol=1e-2, rtol=1e-2)
+    i = torch.randint(-9, 9, (3, 10), device=DEVICE)
+    check(lambda x: (x.sum(-1), x.amax(-1), (x > 0).sum(-1)), i)
+
+
+def test_empty_and_single():
+    check(lambda x: x.sum(-1), torch.zeros(3, 0, device=DEVICE))
+    check(lambda x: (x.sum(), x.amax()), rand(1))
+
+
+def test_nan_in_max():
+    x = rand(2, 5)
+    x[0, 3] = float("nan")
+    check(lambda x: x.amax(-1), x)
+
+
+def test_softmax_one_kernel(mode):
+    check(lambda x: torch.softmax(x, -1), rand(6, 20), kernels=1)
+
+
+def test_log_softmax_one_kernel(mode):
+    check(lambda x: torch.log_softmax(x, -1), rand(6, 20), kernels=1)
+
+
+def test_layer_norm_one_kernel(mode):
+    w, b = rand(20), rand(20)
+    check(lambda x: F.layer_norm(x, (20,), w, b), rand(6, 20), kernels=1, atol=1e-5, rtol=1e-4)
+
+
+def test_sum_with_neighbours_one_kernel(mode):
+    check(lambda x: ((x * 2).sin().sum(-1) + 1).exp(), rand(6, 20), kernels=1, atol=1e-5, rtol=1e-4)
+    check(lambda x: x - x.mean(-1, keepdim=True), rand(6, 20), kernels=1, atol=1e-5, rtol=1e-4)
+
+
+def test_softmax_fp16():
+    check(lambda x: torch.softmax(x, -1), rand(4, 30, dtype=torch.float16), kernels=1, atol=1e-3, rtol=1e-3)
+
+
+def test_softmax_other_dim_correct():
+    check(lambda x: torch.softmax(x, 0), rand(7, 5))

@@ -1,0 +1,182 @@
+"""AOT autograd: capture the backward ahead of time and compile it like the forward.
+
+``aot_autograd(fw_compiler, bw_compiler, partition_fn)`` returns a backend (the contract
+``backend(gm, example_inputs) -> callable``) that
+
+1. lifts the module's parameters and buffers into inputs (``primals``), so their gradients
+   come out of the graph like any other,
+2. decomposes the graph into prims (decompositions.py) on fake tensors,
+3. if no input requires grad (or grad mode is off): compiles that forward graph and is done;
+4. otherwise builds the joint graph ``(primals, tangents) -> (outputs, grads)`` by reverse-mode
+   AD (joint_graph.py), splits it into a forward and a backward graph (partitioners.py),
+   compiles both, and returns a function that runs them inside a ``torch.autograd.Function``,
+   so ``loss.backward()`` calls the compiled backward and gradients land in ``.grad``.
+
+Compilers are called as ``compiler(gm, example_inputs)``: ``gm`` is a prim-set GraphModule
+whose nodes carry ``meta["val"]``, and ``example_inputs`` are *fake* tensors
+(``torch._subclasses.FakeTensor``: shape, dtype, strides and device, no data). They return a
+callable taking the graph's inputs as positional tensors and returning its outputs.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable
+
+import torch
+import torch.fx as fx
+import torch.utils._pytree as pytree
+from torch.autograd.function import once_differentiable
+
+from tinydynamo import artifacts
+from tininductor.decompositions import decompose, fake_inputs
+from tininductor.joint_graph import JointGraph, create_joint
+from tininductor.partitioners import Partition, default_partition, min_cut_partition
+
+__all__ = ["aot_autograd", "aot_eager", "aot_eager_min_cut", "AOTOutput", "default_partition",
+           "min_cut_partition"]
+
+
+def _readable(gm: fx.GraphModule) -> str:
+    return gm.print_readable(print_output=False)
+
+
+def _fake_vals(gm: fx.GraphModule) -> list:
+    return [n.meta.get("val") for n in gm.graph.nodes if n.op == "placeholder"]
+
+
+@dataclasses.dataclass
+class AOTOutput:
+    """What one compilation produced; kept on the returned callable as ``.aot`` for inspection."""
+
+    prim_gm: fx.GraphModule
+    joint: JointGraph | None = None
+    partition: Partition | None = None
+
+
+@dataclasses.dataclass
+class _Runtime:
+    compiled_fw: Callable
+    compiled_bw: Callable
+    num_outputs: int
+    diff_outputs: list[bool]
+    grad_mask: list[bool]
+
+
+class CompiledFunction(torch.autograd.Function):
+    """Runs the compiled forward, saves what the partitioner chose, runs the compiled backward."""
+
+    @staticmethod
+    def forward(ctx, runtime: _Runtime, *primals):
+        outs = runtime.compiled_fw(*primals)
+        user_outs, saved = outs[: runtime.num_outputs], outs[runtime.num_outputs:]
+        ctx.runtime = runtime
+        ctx.save_for_backward(*saved)
+        ctx.mark_non_differentiable(*[
+            o for o, diff in zip(user_outs, runtime.diff_outputs)
+            if not diff and isinstance(o, torch.Tensor)])
+        return tuple(user_outs)
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, *grad_outputs):
+        runtime = ctx.runtime
+        # the backward graph was traced with contiguous tangents; autograd may hand us expanded ones
+        tangents = [g.contiguous() for g, diff in zip(grad_outputs, runtime.diff_outputs) if diff]
+        grads = iter(runtime.compiled_bw(*ctx.saved_tensors, *tangents))
+        return (None, *[next(grads) if has_grad else None for has_grad in runtime.grad_mask])
+
+
+def _lift_parameters(gm: torch.nn.Module):
+    """``(fn, names)``: ``fn(*params_and_buffers, *args)`` calls ``gm`` with those tensors swapped in."""
+    if not isinstance(gm, torch.nn.Module):
+        return gm, []
+    names = [name for name, _ in gm.named_parameters()] + [name for name, _ in gm.named_buffers()]
+    if not names:
+        return gm, names
+
+    def flat_fn(*args):
+        state = dict(zip(names, args[: len(names)]))
+        return torch.func.functional_call(gm, state, args[len(names):])
+
+    return flat_fn, names
+
+
+def compile_aot(gm: torch.nn.Module, example_inputs, fw_compiler: Callable, bw_compiler: Callable,
+                partition_fn: Callable = default_partition) -> Callable:
+    """The body of the backend :func:`aot_autograd` returns (see the module docstring)."""
+    fn, state_names = _lift_parameters(gm)
+
+    def current_state():
+        if not state_names:
+            return []
+        params, buffers = dict(gm.named_parameters()), dict(gm.named_buffers())
+        return [params[n] if n in params else buffers[n] for n in state_names]
+
+    state = current_state()
+    all_inputs = [*state, *example_inputs]
+    fakes, mode = fake_inputs(all_inputs)
+    prim_gm = decompose(fn, fakes)  # finds and reuses the fake mode of ``fakes``
+    aot = AOTOutput(prim_gm)
+    requires_grad = [isinstance(x, torch.Tensor) and x.requires_grad for x in all_inputs]
+
+    if not (torch.is_grad_enabled() and any(requires_grad)):
+        artifacts.record("forward_graph", "inference graph (no input requires grad)", _readable(prim_gm))
+        compiled = fw_compiler(prim_gm, _fake_vals(prim_gm))
+
+        def run_inference(*args):
+            if torch.is_grad_enabled() and any(isinstance(a, torch.Tensor) and a.requires_grad
+                                               for a in args):
+                raise RuntimeError(
+                    "this function was compiled for inference (no input required grad), but "
+                    "was called with inputs that require grad: compile it again with them")
+            return compiled(*current_state(), *args)
+
+        run_inference.aot = aot
+        return run_inference
+
+    joint = create_joint(prim_gm, fakes, requires_grad, mode)
+    artifacts.record("joint_graph", "joint graph (primals, tangents) -> (outputs, grads)",
+                     _readable(joint.gm))
+    part = partition_fn(joint)
+    artifacts.record("forward_graph", f"forward graph ({partition_fn.__name__}: {part})",
+                     _readable(part.fw_gm))
+    artifacts.record("backward_graph", "backward graph (saved, tangents) -> grads",
+                     _readable(part.bw_gm))
+    aot.joint, aot.partition = joint, part
+    runtime = _Runtime(
+        compiled_fw=fw_compiler(part.fw_gm, _fake_vals(part.fw_gm)),
+        compiled_bw=bw_compiler(part.bw_gm, _fake_vals(part.bw_gm)),
+        num_outputs=joint.num_outputs, diff_outputs=joint.diff_outputs, grad_mask=joint.grad_mask)
+
+    def run_training(*args):
+        primals = [*current_state(), *args]
+        outs = CompiledFunction.apply(runtime, *primals)
+        return pytree.tree_unflatten(list(outs), joint.out_spec)
+
+    run_training.aot = aot
+    return run_training
+
+
+def aot_autograd(fw_compiler: Callable, bw_compiler: Callable | None = None,
+                 partition_fn: Callable = default_partition) -> Callable:
+    """A backend that traces forward and backward ahead of time and compiles both (see module doc)."""
+    bw_compiler = bw_compiler or fw_compiler
+
+    def backend(gm: torch.nn.Module, example_inputs) -> Callable:
+        return compile_aot(gm, example_inputs, fw_compiler, bw_compiler, partition_fn)
+
+    backend.__name__ = f"aot_autograd({getattr(fw_compiler, '__name__', 'fw_compiler')})"
+    return backend
+
+
+def run_with_torch_ops(gm: fx.GraphModule, example_inputs) -> Callable:
+    """The do-nothing compiler: the GraphModule itself runs its ATen ops eagerly."""
+    return gm
+
+
+#: joint graph -> default partition -> both graphs run with torch ops.
+aot_eager = aot_autograd(run_with_torch_ops, run_with_torch_ops)
+aot_eager.__name__ = "aot_eager"
+#: the same, saving fewer bytes: recompute cheap ops in the backward.
+aot_eager_min_cut = aot_autograd(run_with_torch_ops, run_with_torch_ops, min_cut_partition)
+aot_eager_min_cut.__name__ = "aot_eager_min_cut"

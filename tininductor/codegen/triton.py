@@ -1,0 +1,402 @@
+"""Triton code generation: one FusedGroup -> one ``@triton.jit`` kernel.
+
+Three kernel shapes:
+
+* pointwise (``triton_poi_*``): a 1-D block of ``XBLOCK`` elements per program, masked
+  with ``xmask = xindex < xnumel``;
+* persistent reduction (``triton_per_*``): ``XBLOCK`` rows per program, the whole row
+  (``RBLOCK >= rnumel``) in registers, reductions are ``tl.sum(..., 1)``;
+* looped reduction (``triton_red_*``): rows too long for registers are walked in
+  ``RBLOCK`` chunks, accumulating into ``[XBLOCK, RBLOCK]`` accumulators.
+
+The body is produced by running each node's ``inner_fn`` with ``TritonKernel`` installed as
+the ``ops`` handler; ``TritonOverrides`` holds the op -> Triton format strings. Each op
+result becomes a CSE'd temporary (``tmp3 = tmp1 + tmp2``). A load of a buffer this kernel
+already stored at the same index reuses the stored value (that is what makes fusion pay).
+"""
+from __future__ import annotations
+
+import math
+
+import sympy
+import torch
+
+from .. import config
+from ..indexing import pexpr
+from ..scheduler import FusedGroup, iteration_vars
+from ..virtualized import V
+from .common import CSE, GeneratedKernel, IndentedBuffer, next_power_of_2, register_backend
+
+TRITON_TYPES = {
+    torch.float32: "tl.float32", torch.float16: "tl.float16", torch.bfloat16: "tl.bfloat16",
+    torch.float64: "tl.float64", torch.int64: "tl.int64", torch.int32: "tl.int32",
+    torch.int16: "tl.int16", torch.int8: "tl.int8", torch.uint8: "tl.uint8", torch.bool: "tl.int1",
+}
+
+
+def triton_type(dtype: torch.dtype) -> str:
+    if dtype not in TRITON_TYPES:
+        raise NotImplementedError(f"dtype {dtype} has no Triton type here")
+    return TRITON_TYPES[dtype]
+
+
+class TritonOverrides:
+    """op name -> Triton expression format string (operands are CSE'd names or literals)."""
+
+    ops = {
+        # unary
+        "neg": "-{0}", "abs": "tl.abs({0})", "exp": "tl.exp({0})", "log": "tl.log({0})",
+        "log1p": "triton_helpers.log1p({0})", "expm1": "triton_helpers.expm1({0})",
+        "sqrt": "tl.sqrt({0})", "rsqrt": "tl.rsqrt({0})", "reciprocal": "1 / {0}",
+        "sin": "tl.sin({0})", "cos": "tl.cos({0})", "tanh": "triton_helpers.tanh({0})",
+        "sigmoid": "tl.sigmoid({0})", "erf": "tl.erf({0})", "sign": "triton_helpers.sign({0})",
+        "relu": "triton_helpers.maximum({0}, 0)", "logical_not": "{0} == 0", "bitwise_not": "~{0}",
+        "floor": "tl.floor({0})", "ceil": "tl.ceil({0})",
+        # binary
+        "add": "{0} + {1}", "sub": "{0} - {1}", "mul": "{0} * {1}", "truediv": "{0} / {1}",
+        "pow": "triton_helpers.pow({0}, {1})",
+        "maximum": "triton_helpers.maximum({0}, {1})", "minimum": "triton_helpers.minimum({0}, {1})",
+        "eq": "{0} == {1}", "ne": "{0} != {1}", "lt": "{0} < {1}", "le": "{0} <= {1}",
+        "gt": "{0} > {1}", "ge": "{0} >= {1}",
+        "logical_and": "{0} & {1}", "logical_or": "{0} | {1}",
+        "bitwise_and": "{0} & {1}", "bitwise_or": "{0} | {1}",
+        "where": "tl.where({0}, {1}, {2})",
+    }
+
+    #: reduction type -> (initial value, combine format, final reduction over axis 1)
+    reductions = {
+        "sum": ("0", "{0} + {1}", "tl.sum({0}, 1)"),
+        "prod": ("1", "{0} * {1}", "triton_helpers.prod2({0}, 1)"),
+        "max": ("-inf", "triton_helpers.maximum({0}, {1})", "triton_helpers.max2({0}, 1)"),
+        "min": ("inf", "triton_helpers.minimum({0}, {1})", "triton_helpers.min2({0}, 1)"),
+    }
+
+
+def constant_repr(value, dtype: torch.dtype) -> str:
+    if dtype == torch.bool:
+        return str(bool(value))
+    if dtype.is_floating_point:
+        value = float(value)
+        if math.isnan(value):
+            return 'float("nan")'
+        if math.isinf(value):
+            return 'float("inf")' if value > 0 else 'float("-inf")'
+        return repr(value)
+    return repr(int(value))
+
+
+def reduction_init(rtype: str, dtype: torch.dtype) -> str:
+    init = TritonOverrides.reductions[rtype][0]
+    if init in ("inf", "-inf"):
+        if dtype.is_floating_point:
+            return f'float("{init}")'
+        info = torch.iinfo(dtype)
+        return str(info.max if init == "inf" else info.min)
+    return init
+
+
+class TritonKernel:
+    """Generates one kernel; installed as the ``ops`` handler while node bodies run."""
+
+    def __init__(self, group: FusedGroup, name: str):
+        self.group = group
+        self.name = name
+        self.is_reduction = group.is_reduction
+        self.persistent = self.is_reduction and group.rnumel <= config.triton.persistent_reduction_max
+        self.cse = CSE("tmp")
+        self.in_args: dict[str, str] = {}  # buffer -> pointer argument
+        self.out_args: dict[str, str] = {}
+        self.stored: set[str] = set()
+        self.keep_in_registers: set[str] = set(group.internal)
+        self.range_vars: dict[sympy.Expr, sympy.Symbol] = {}
+        self.x_defs = IndentedBuffer()
+        self.r_defs: list[str] = []
+        self.body = IndentedBuffer()  # where ops go right now
+        self.pre = IndentedBuffer()  # accumulator set-up before the current loop
+        self.post = IndentedBuffer()  # reduction results after the current loop
+        self.post_vars: set[str] = set()
+        self.literals: set[str] = set()
+        self.in_loop = False
+
+    # ------------------------------------------------------------- index variables
+
+    def _range_symbol(self, expr: sympy.Expr) -> sympy.Expr:
+        """Name ``xindex // 16`` once as ``x1 = xindex // 16`` and return the symbol ``x1``."""
+        if expr.is_Integer:
+            return expr
+        if expr not in self.range_vars:
+            is_r = any(s.name == "rindex" for s in expr.free_symbols)
+            prefix = "r" if is_r else "x"
+            count = sum(1 for s in self.range_vars.values() if s.name[0] == prefix)
+            symbol = sympy.Symbol(f"{prefix}{count}", integer=True, nonnegative=True)
+            self.range_vars[expr] = symbol
+            line = f"{symbol} = {pexpr(expr)}"
+            if is_r:
+                self.r_defs.append(line)
+            else:
+                self.x_defs.writeline(line)
+        return self.range_vars[expr]
+
+    def node_vars(self, node):
+        index, rindex = iteration_vars(node, self.group.kind(node), self.group.numel, self.group.rnumel)
+        return [self._range_symbol(e) for e in index], [self._range_symbol(e) for e in rindex]
+
+    def _mask(self, index: sympy.Expr) -> str | None:
+        """Mask by the loop variables the index uses: ``xmask``, ``rmask``, both, or none."""
+        names = {s.name[0] for s in index.free_symbols}
+        if "t" in names:  # an indirect index (a tmp variable): guard by the row mask too
+            names.add("x")
+        return " & ".join(m for m, p in (("xmask", "x"), ("rmask", "r")) if p in names) or None
+
+    def _arg(self, name: str, output: bool) -> str:
+        """The pointer argument for buffer ``name`` (``in_ptr0``..., ``out_ptr0``...)."""
+        if name in self.out_args:
+            return self.out_args[name]
+        if output:
+            self.out_args[name] = f"out_ptr{len(self.out_args)}"
+            return self.out_args[name]
+        if name not in self.in_args:
+            self.in_args[name] = f"in_ptr{len(self.in_args)}"
+        return self.in_args[name]
+
+    # ------------------------------------------------------------- the ops handler
+
+    def __getattr__(self, name):
+        if name in TritonOverrides.ops:
+            fmt = TritonOverrides.ops[name]
+            return lambda *args: self.cse.generate(self.body, fmt.format(*args))
+        raise AttributeError(f"the Triton backend has no op {name!r}")
+
+    def constant(self, value, dtype):
+        text = constant_repr(value, dtype)
+        self.literals.add(text)
+        return text
+
+    def index_expr(self, expr, dtype):
+        expr = sympy.sympify(expr)
+        if expr.is_Integer:
+            return self.constant(int(expr), dtype)
+        return self.cse.generate(self.body, f"({pexpr(expr)}).to({triton_type(dtype)})")
+
+    def indirect_indexing(self, value, size):
+        """Bind a loaded index to a variable usable in index expressions (wrapping negatives)."""
+        var = self.cse.generate(self.body, f"tl.where({value} < 0, {value} + {size}, {value})")
+        return sympy.Symbol(var, integer=True)
+
+    def to_dtype(self, x, dtype):
+        if x in self.literals:
+            return self.cse.generate(self.body, f"tl.full([1], {x}, {triton_type(dtype)})")
+        return self.cse.generate(self.body, f"{x}.to({triton_type(dtype)})")
+
+    def load(self, name: str, index):
+        index = sympy.expand(index)
+        key = ("load", name, index)
+        if key in self.cse.cache:
+            return self.cse.cache[key]
+        ptr = self._arg(name, output=False)
+        mask = self._mask(index)
+        mask_args = f", {mask}, other=0" if mask else ""
+        var = self.cse.generate(self.body, f"tl.load({ptr} + ({pexpr(index)}){mask_args})", key=key)
+        return var
+
+    def store(self, name: str, index, value):
+        index = sympy.expand(index)
+        self.cse.cache[("load", name, index)] = value
+        if name in self.keep_in_registers:
+            return None
+        ptr = self._arg(name, output=True)
+        self.stored.add(name)
+        names = {s.name[0] for s in index.free_symbols}
+        offset = pexpr(index)
+        if "x" not in names:  # e.g. a full reduction's single element: make the pointer a block too
+            offset += " + tl.zeros_like(xindex)"
+        mask = "xmask & rmask" if "r" in names else "xmask"
+        target = self.post if value in self.post_vars else self.body
+        target.writeline(f"tl.store({ptr} + ({offset}), {value}, {mask})")
+        return None
+
+    def reduction(self, dtype, src_dtype, reduction_type, value):
+        init, combine, final = TritonOverrides.reductions[reduction_type]
+        init = reduction_init(reduction_type, src_dtype)
+        if self.persistent:
+            masked = self.cse.generate(self.body, f"tl.where(xmask & rmask, {value}, {init})")
+            return self.cse.generate(self.body, f"{final.format(masked)}[:, None]")
+        acc = "_" + self.cse.newvar()
+        self.pre.writeline(f"{acc} = tl.full([XBLOCK, RBLOCK], {init}, {triton_type(src_dtype)})")
+        self.body.writeline(f"{acc} = tl.where(xmask & rmask, {combine.format(acc, value)}, {acc})")
+        result = self.cse.newvar()
+        self.post.writeline(f"{result} = {final.format(acc)}[:, None]")
+        self.post_vars.add(result)
+        return result
+
+    # ------------------------------------------------------------- phases
+
+    def phases(self):
+        """Split the nodes into loops (reductions and full nodes) and outer steps (x-only nodes).
+
+        A node starts a new loop when it reads a reduction finished in the current loop.
+        """
+        group = self.group
+        if not self.is_reduction or self.persistent:
+            return [("loop", list(group.nodes))]
+        phases, current, reduced_here = [], None, set()
+        for node in group.nodes:
+            reads = {n for n, _ in group.read_writes(node).reads}
+            if group.kind(node) == "xonly":
+                phases.append(("outer", [node]))
+                current = None
+                continue
+            if current is None or reads & reduced_here:
+                current, reduced_here = [], set()
+                phases.append(("loop", current))
+            current.append(node)
+            if node.is_reduction():
+                reduced_here.add(node.get_name())
+        return phases
+
+    def _decide_storage(self, phases) -> set[int]:
+        """Buffers read in a later loop than the one that wrote them go through memory.
+
+        Returns the loop numbers that must start with a barrier (all threads' stores done).
+        """
+        where: dict[str, int] = {}
+        barriers = set()
+        for p, (kind, nodes) in enumerate(phases):
+            for node in nodes:
+                for name, _ in self.group.read_writes(node).reads:
+                    src = where.get(name)
+                    if src is not None and src != p:
+                        writer = V.graph.get_buffer(name)
+                        if kind == "loop" and not (writer.is_reduction() or self.group.kind(writer) == "xonly"):
+                            self.keep_in_registers.discard(name)
+                            barriers.add(p)
+            for node in nodes:
+                where[node.get_name()] = p
+        return barriers
+
+    # ------------------------------------------------------------- generation
+
+    def codegen(self) -> GeneratedKernel:
+        group = self.group
+        phases = self.phases()
+        barriers = self._decide_storage(phases)
+        code = IndentedBuffer()
+        with V.set_ops_handler(self):
+            for p, (kind, nodes) in enumerate(phases):
+                looped = kind == "loop" and self.is_reduction and not self.persistent
+                self.pre, self.body, self.post = IndentedBuffer(), IndentedBuffer(), IndentedBuffer()
+                saved_cache = dict(self.cse.cache)
+                self.in_loop = looped
+                for node in nodes:
+                    self.body.writeline(f"# {node.get_name()}: {group.kind(node)} node from {', '.join(node.origins)}")
+                    index, rindex = self.node_vars(node)
+                    node.store_body(index, rindex)
+                if looped:
+                    code.splice(self.pre)
+                    code.writeline("for roffset in range(0, rnumel, RBLOCK):")
+                    with code.indent():
+                        if p in barriers:
+                            code.writeline("tl.debug_barrier()  # values stored by an earlier loop")
+                        code.writeline("rindex = roffset + rbase")
+                        code.writeline("rmask = rindex < rnumel")
+                        code.writelines(self.r_defs)
+                        code.splice(self.body)
+                    code.splice(self.post)
+                    # values made inside the loop are out of scope; reduction results are not
+                    self.cse.cache = {**saved_cache, **{k: v for k, v in self.cse.cache.items() if v in self.post_vars}}
+                else:
+                    code.splice(self.body)
+                self.in_loop = False
+        return self._assemble(code)
+
+    def _assemble(self, body: IndentedBuffer) -> GeneratedKernel:
+        group = self.group
+        ordered = list(self.in_args) + list(self.out_args)
+        params = list(self.in_args.values()) + list(self.out_args.values()) + ["xnumel"]
+        if self.is_reduction:
+            # looped kernels take rnumel as a compile-time constant: shapes are static, and the
+            # loop bound is then a plain int (older Triton interpreters need that)
+            params += ["rnumel" if self.persistent else "rnumel: tl.constexpr"]
+        params += ["XBLOCK: tl.constexpr"] + (["RBLOCK: tl.constexpr"] if self.is_reduction else [])
+        origins = [o for n in group.nodes for o in n.origins]
+        code = IndentedBuffer()
+        code.writeline("@triton.jit")
+        code.writeline(f"def {self.name}({', '.join(params)}):")
+        with code.indent():
+            code.writeline(f"# source nodes: {', '.join(origins)}")
+            code.writeline(f"# kernel: {len(group.nodes)} node(s) over numel={group.numel}"
+                           + (f", rnumel={group.rnumel}" if self.is_reduction else ""))
+            code.writeline("xoffset = tl.program_id(0) * XBLOCK")
+            if self.is_reduction:
+                code.writeline("xindex = xoffset + tl.arange(0, XBLOCK)[:, None]")
+            else:
+                code.writeline("xindex = xoffset + tl.arange(0, XBLOCK)")
+            code.writeline("xmask = xindex < xnumel")
+            if self.persistent:
+                code.writeline("rindex = tl.arange(0, RBLOCK)[None, :]")
+                code.writeline("rmask = rindex < rnumel")
+                code.writelines(self.r_defs)
+            elif self.is_reduction:
+                code.writeline("rbase = tl.arange(0, RBLOCK)[None, :]")
+            code.splice(self.x_defs)
+            code.splice(body)
+        xblock, rblock, warps = self.block_sizes()
+        numel, rnumel = group.numel, group.rnumel
+        grid = max(1, -(-numel // xblock))
+        size_args = [str(numel)] + ([str(rnumel)] if self.persistent else [])
+        consts = f"XBLOCK={xblock}" + (f", RBLOCK={rblock}" if self.is_reduction else "")
+        if self.is_reduction and not self.persistent:
+            consts = f"rnumel={rnumel}, " + consts
+        name = self.name
+
+        def launch(arg_refs):
+            if numel == 0:
+                return f"pass  # {name}: nothing to compute (numel 0)"
+            return f"{name}[({grid},)]({', '.join(arg_refs + size_args)}, {consts}, num_warps={warps})"
+
+        return GeneratedKernel(name, code.getvalue(), ordered, set(self.stored), launch, origins)
+
+    def block_sizes(self) -> tuple[int, int, int]:
+        numel, rnumel = self.group.numel, self.group.rnumel
+        if not self.is_reduction:
+            xblock = min(next_power_of_2(max(numel, 1)), config.triton.max_xblock)
+            return xblock, 1, max(1, min(8, xblock // 256))
+        if self.persistent:
+            rblock = next_power_of_2(max(rnumel, 1))
+        else:
+            rblock = min(next_power_of_2(rnumel), config.triton.looped_rblock)
+        xblock = min(next_power_of_2(max(numel, 1)), max(1, config.triton.max_reduction_block // rblock))
+        return xblock, rblock, max(1, min(8, (xblock * rblock) // 256))
+
+
+class TritonScheduling:
+    """Backend entry point (see common.py): FusedGroup -> GeneratedKernel."""
+
+    kind = "triton"
+
+    def kernel_name(self, group: FusedGroup, index: int) -> str:
+        if not group.is_reduction:
+            prefix = "poi"
+        else:
+            prefix = "per" if group.rnumel <= config.triton.persistent_reduction_max else "red"
+        ops_ = []
+        for node in group.nodes:
+            for op in V.graph.origin_ops(node.origins):
+                if op not in ops_:
+                    ops_.append(op)
+        return f"triton_{prefix}_fused_{'_'.join(ops_[:5]) or 'kernel'}_{index}"
+
+    def codegen_kernel(self, group: FusedGroup, index: int) -> GeneratedKernel:
+        return TritonKernel(group, self.kernel_name(group, index)).codegen()
+
+    @staticmethod
+    def header() -> str:
+        return (
+            "import triton\n"
+            "import triton.language as tl\n"
+            "from tininductor.codegen import triton_helpers\n"
+        )
+
+
+register_backend("cuda", TritonScheduling)
+register_backend("cpu_triton", TritonScheduling)

@@ -1,0 +1,188 @@
+"""compile_fx: the tininductor backend, FX graph in, compiled callable out.
+
+    compile_fx(gm, example_inputs)            # the backend (training goes through AOT autograd)
+      -> decompose(gm) to the prim set        # decompositions.py
+      -> compile_fx_inner(prim_gm, inputs)
+           GraphLowering   FX -> IR buffers    # graph.py, lowering.py, ir.py
+           Scheduler       buffers -> kernels  # scheduler.py
+           WrapperCodeGen  kernels -> module   # codegen/wrapper.py, codegen/triton.py
+           PyCodeCache     module source -> loaded module; return its call()
+
+Use it as ``torch.compile(f, backend=tininductor.compile_fx)``.
+"""
+from __future__ import annotations
+
+import collections
+import logging
+import os
+import sys
+import types
+import warnings
+
+import torch
+from torch.utils._pytree import tree_flatten, tree_unflatten
+
+from . import config
+from .virtualized import V
+
+log = logging.getLogger("tininductor.compile_fx")
+output_code_log = logging.getLogger("tininductor.output_code")
+
+
+def _artifacts():
+    from tinydynamo import artifacts
+
+    return artifacts
+
+
+def _is_training(example_inputs) -> bool:
+    return torch.is_grad_enabled() and any(
+        isinstance(t, torch.Tensor) and t.requires_grad for t in example_inputs
+    )
+
+
+def compile_fx(gm: torch.fx.GraphModule, example_inputs):
+    """The "tininductor" backend: ``backend(gm, example_inputs) -> callable``.
+
+    AOT autograd lifts parameters to inputs, decomposes to prims and (when an input needs a
+    gradient) splits the joint graph into forward and backward; both are compiled by
+    :func:`compile_fx_inner`.
+    """
+    try:
+        from .aot_autograd import aot_autograd
+    except ImportError:  # no AOT layer: inference graphs only
+        if _is_training(example_inputs):
+            warnings.warn("tininductor: training graphs need tininductor.aot_autograd (not available); running eagerly")
+            return gm
+        from .decompositions import decompose
+
+        with torch.no_grad():
+            return compile_fx_inner(decompose(gm, example_inputs), example_inputs)
+    try:
+        start = _compile_count[0]
+        fn = aot_autograd(fw_compiler=compile_fx_inner, bw_compiler=compile_fx_inner)(gm, example_inputs)
+        _expose_compiled(fn, [g for g in compiled_graphs if g.seq > start])
+        return fn
+    except Exception as e:
+        if not config.fallback_to_eager:
+            raise
+        warnings.warn(f"tininductor failed to compile the graph ({type(e).__name__}: {e}); running it eagerly")
+        log.debug("compile failure", exc_info=True)
+        return gm
+
+
+#: the graphs compile_fx_inner compiled most recently, oldest first (forward, then backward)
+compiled_graphs: collections.deque = collections.deque(maxlen=32)
+_compile_count = [0]
+
+
+def _expose_compiled(fn, graphs) -> None:
+    """Let callers (tests, notebooks) read the generated code off the backend's result.
+
+    ``fn.compiled_graphs`` lists the compiled forward (and backward) graphs; ``fn.kernels``,
+    ``fn.source`` and ``fn.fallback_reasons`` are the forward graph's.
+    """
+    graphs = [g for g in graphs if hasattr(g, "kernels")]
+    try:
+        fn.compiled_graphs = graphs
+        if graphs:
+            fn.kernels, fn.source = graphs[0].kernels, graphs[0].source
+            fn.fallback_reasons = graphs[0].fallback_reasons
+    except AttributeError:  # not a plain function
+        pass
+
+
+def _ensure_example_values(gm: torch.fx.GraphModule, example_inputs) -> None:
+    """Lowering reads ``node.meta['val']`` in places; fill it in with fake tensors if missing."""
+    if all("val" in n.meta for n in gm.graph.nodes if n.op == "call_function"):
+        return
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.passes.fake_tensor_prop import FakeTensorProp
+
+    mode = FakeTensorMode(allow_non_fake_inputs=True)
+    FakeTensorProp(gm, mode).propagate(*[mode.from_tensor(t) if isinstance(t, torch.Tensor) else t for t in example_inputs])
+
+
+def compile_fx_inner(gm: torch.fx.GraphModule, example_inputs, **_ignored):
+    """Compile a prim-set graph: lower, schedule, generate, load. Returns ``f(*args) -> outputs``.
+
+    On an internal error it warns and returns ``gm`` itself (the graph run by torch), unless
+    ``config.fallback_to_eager`` is False.
+    """
+    try:
+        return _compile_fx_inner(gm, example_inputs)
+    except Exception as e:
+        if not config.fallback_to_eager:
+            raise
+        warnings.warn(f"tininductor failed to compile the graph ({type(e).__name__}: {e}); running it eagerly")
+        log.debug("compile failure", exc_info=True)
+        return gm
+
+
+def _compile_fx_inner(gm: torch.fx.GraphModule, example_inputs):
+    from .codecache import PyCodeCache
+    from .codegen.wrapper import WrapperCodeGen
+    from .graph import GraphLowering
+    from .scheduler import Scheduler
+
+    example_inputs = list(example_inputs)
+    _ensure_example_values(gm, example_inputs)
+    graph = GraphLowering(gm, example_inputs)
+    with V.set_graph_handler(graph):
+        graph.run(*example_inputs)
+        _use_interpreter_if_needed(graph)
+        artifacts = _artifacts()
+        artifacts.record("ir", "tininductor IR (realized buffers)", graph.ir_str())
+        output_names = {o.get_name() for o in graph.graph_outputs if hasattr(o, "get_name")}
+        scheduler = Scheduler(graph.buffers, output_names)
+        wrapper = WrapperCodeGen(graph, scheduler)
+        source = wrapper.generate()
+    for k in wrapper.kernels:
+        artifacts.record("kernels", k.name, k.source)
+    artifacts.record("output_code", "wrapper", source)
+    _log_output_code(source)
+    module = PyCodeCache.load(source)
+    constants = list(graph.constants.values())
+    spec = graph.output_spec
+    call = module.call
+
+    def compiled(*args):
+        return tree_unflatten(list(call(list(args) + constants)), spec)
+
+    compiled.source = source
+    _compile_count[0] += 1
+    compiled.seq = _compile_count[0]
+    compiled_graphs.append(compiled)
+    compiled.kernels = [k.name for k in wrapper.kernels]
+    compiled.fallback_reasons = list(graph.fallback_reasons)
+    compiled.module = module
+    return compiled
+
+
+def _use_interpreter_if_needed(graph) -> None:
+    """CPU graphs on the Triton path need TRITON_INTERPRET=1 before any kernel is jitted."""
+    if "cpu" in graph.device_types and os.environ.get("TRITON_INTERPRET") != "1":
+        from .codegen.common import get_scheduling
+
+        if getattr(get_scheduling(torch.device("cpu")), "kind", None) == "triton":
+            os.environ["TRITON_INTERPRET"] = "1"
+
+
+def _log_output_code(source: str) -> None:
+    if "output_code" in os.environ.get("TINY_LOGS", "").split(","):
+        print(source)
+    output_code_log.debug("Output code:\n%s", source)
+
+
+class _CallableModule(types.ModuleType):
+    """``tininductor.compile_fx`` names both this module and the backend function.
+
+    Importing the submodule rebinds the package attribute to the module, so the module
+    itself is made callable: ``torch.compile(f, backend=tininductor.compile_fx)`` always works.
+    """
+
+    def __call__(self, gm, example_inputs):
+        return compile_fx(gm, example_inputs)
+
+
+sys.modules[__name__].__class__ = _CallableModule

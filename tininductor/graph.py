@@ -1,0 +1,225 @@
+"""GraphLowering: run a prim-level FX graph with lowerings instead of kernels, producing IR.
+
+It is a ``torch.fx.Interpreter`` whose values are IR nodes: placeholders become
+``InputBuffer``s, each ``call_function`` calls the op's lowering (or builds a fallback
+``ExternKernel`` when there is none, logging the reason), and the outputs are realized.
+Realized buffers are collected in ``self.buffers`` in program order for the scheduler.
+"""
+from __future__ import annotations
+
+import logging
+import operator
+from typing import Any
+
+import torch
+from torch.utils._pytree import tree_flatten, tree_map
+
+from . import ir
+from .lowering import EXTERN_OPS, Unsupported, lookup
+from .virtualized import V
+
+log = logging.getLogger("tininductor.lowering")
+
+
+def op_name(target) -> str:
+    """Short readable name of an FX target: ``aten.add.Tensor`` -> ``add``."""
+    name = getattr(target, "__name__", str(target))
+    return name.split(".")[0].lstrip("_") or "op"
+
+
+class GraphLowering(torch.fx.Interpreter):
+    def __init__(self, gm: torch.fx.GraphModule, example_inputs):
+        super().__init__(gm, garbage_collect_values=False)
+        self.example_inputs = list(example_inputs)
+        self.graph_inputs: dict[str, ir.InputBuffer] = {}
+        self.graph_input_names: list[str] = []
+        self.constants: dict[str, torch.Tensor] = {}
+        self.buffers: list[ir.Buffer] = []
+        self.name_to_buffer: dict[str, ir.Buffer] = {}
+        self.graph_outputs: list[Any] = []
+        self.output_spec = None
+        self.fallback_reasons: list[str] = []
+        self.current_node: torch.fx.Node | None = None
+        self.current_origins: list[str] = []  # FX nodes inlined into what is being built
+        self.device_types: set[str] = set()
+
+    # ---------------------------------------------------------------- buffers
+
+    def register_buffer(self, buf: ir.Buffer) -> str:
+        if buf.name is None:
+            buf.name = f"buf{len(self.buffers)}"
+        if not buf.origins:
+            buf.origins = list(self.current_origins)
+        self.buffers.append(buf)
+        self.name_to_buffer[buf.name] = buf
+        self.device_types.add(buf.get_device().type)
+        return buf.name
+
+    def get_buffer(self, name: str) -> ir.Buffer:
+        if name in self.name_to_buffer:
+            return self.name_to_buffer[name]
+        return self.graph_inputs[name]
+
+    def origin_ops(self, origins) -> list[str]:
+        """Op names (``add``, ``sin``) of FX nodes, for kernel names."""
+        nodes = {n.name: n for n in self.module.graph.nodes}
+        return [op_name(nodes[o].target) for o in origins if o in nodes and nodes[o].op == "call_function"]
+
+    # ---------------------------------------------------------------- fx.Interpreter hooks
+
+    def run(self, *args):
+        with V.set_graph_handler(self):
+            return super().run(*args)
+
+    def run_node(self, n: torch.fx.Node):
+        self.current_node = n
+        self.current_origins = self._input_origins(n) + [n.name] if n.op == "call_function" else []
+        try:
+            result = super().run_node(n)
+        finally:
+            self.current_node = None
+        for leaf in tree_flatten(result)[0]:
+            box = leaf.unwrap_storage() if isinstance(leaf, ir.View) else leaf
+            if isinstance(box, ir.StorageBox) and not box.is_realized():
+                box.origins = list(self.current_origins)
+        # inline a pointwise producer into each user, unless that recomputes too much
+        if n.op == "call_function" and len(n.users) > 1:
+            for leaf in tree_flatten(result)[0]:
+                box = leaf.unwrap_storage() if isinstance(leaf, ir.View) else leaf
+                if isinstance(box, ir.StorageBox):
+                    box.mark_reuse(len(n.users))
+        return result
+
+    def _input_origins(self, n: torch.fx.Node) -> list[str]:
+        """Origins of the not-yet-realized inputs of ``n`` (they get inlined into it)."""
+        origins: list[str] = []
+        for arg in n.all_input_nodes:
+            for leaf in tree_flatten(self.env.get(arg))[0]:
+                box = leaf.unwrap_storage() if isinstance(leaf, ir.View) else leaf
+                if isinstance(box, ir.StorageBox) and not box.is_realized():
+                    origins += [o for o in box.origins if o not in origins]
+        return origins
+
+    def placeholder(self, target, args, kwargs):
+        example = self.example_inputs[len(self.graph_input_names)]
+        name = self.current_node.name
+        self.graph_input_names.append(name)
+        if not isinstance(example, torch.Tensor):
+            raise Unsupported(f"non-tensor graph input {name}={example!r} (only static shapes are supported)")
+        return self._input_buffer(name, example)
+
+    def _input_buffer(self, name, tensor: torch.Tensor) -> ir.InputBuffer:
+        # offset 0: kernels and reinterpret_tensor address relative to the tensor's data_ptr
+        layout = ir.Layout(tensor.device, tensor.dtype, list(tensor.shape), list(tensor.stride()), 0)
+        buf = ir.InputBuffer(name, layout)
+        self.graph_inputs[name] = buf
+        self.device_types.add(tensor.device.type)
+        return buf
+
+    def get_attr(self, target, args, kwargs):
+        value = self.fetch_attr(target)
+        if not isinstance(value, torch.Tensor):
+            return value
+        name = "_const_" + target.replace(".", "_")
+        self.constants[name] = value
+        return self._input_buffer(name, value)
+
+    def call_function(self, target, args, kwargs):
+        if target is operator.getitem:
+            return args[0][args[1]]
+        if getattr(target, "overloadpacket", None) in EXTERN_OPS:
+            return self.extern_kernel(target, args, kwargs, "extern by design: library kernel")
+        lowering = lookup(target)
+        if lowering is None:
+            return self.extern_kernel(target, args, kwargs, f"fallback: no lowering for {target}")
+        try:
+            return lowering(*args, **kwargs)
+        except Unsupported as e:
+            return self.extern_kernel(target, args, kwargs, f"fallback: {target}: {e}")
+
+    def call_method(self, target, args, kwargs):
+        raise Unsupported(f"call_method {target} in a prim graph (decompose first)")
+
+    def call_module(self, target, args, kwargs):
+        raise Unsupported(f"call_module {target} in a prim graph (decompose first)")
+
+    def output(self, target, args, kwargs):
+        leaves, self.output_spec = tree_flatten(args[0])
+        for leaf in leaves:
+            if isinstance(leaf, ir.IRNode):
+                leaf = ir.realize_input(leaf)
+            self.graph_outputs.append(leaf)
+        return args[0]
+
+    # ---------------------------------------------------------------- extern / fallback
+
+    def extern_kernel(self, target, args, kwargs, reason: str):
+        """Call ``target`` through torch; inputs are realized, output layouts come from meta tensors."""
+        if not reason.startswith("extern"):
+            log.info("%s (node %s)", reason, self.current_node.name if self.current_node else "?")
+            self.fallback_reasons.append(reason)
+        args, kwargs = tree_map(lambda a: ir.realize_input(a) if isinstance(a, ir.IRNode) else a, (args, kwargs))
+
+        def to_meta(a):
+            if isinstance(a, (ir.Buffer, ir.ReinterpretView)):
+                lay = a.layout
+                storage = torch.empty(lay.storage_size() + 1, dtype=lay.dtype, device="meta")
+                return storage.as_strided(lay.size, lay.stride, lay.offset)
+            return a
+
+        meta_args, meta_kwargs = tree_map(to_meta, (args, kwargs))
+        try:
+            out = target(*meta_args, **meta_kwargs)
+        except Exception as e:  # no meta kernel: take shapes from the FX node's example value
+            out = self.current_node.meta.get("val") if self.current_node is not None else None
+            if out is None:
+                raise Unsupported(f"cannot compute output layout of {target}: {e}") from e
+        device = self._node_device(args)
+        kernel = _kernel_name(target)
+
+        def layout_of(t):
+            return ir.Layout(device, t.dtype, list(t.shape), list(t.stride()), 0)
+
+        if isinstance(out, torch.Tensor):
+            buf = ir.ExternKernel(None, layout_of(out), kernel, args, kwargs, reason, fn=target)
+            self.register_buffer(buf)
+            return buf
+        if isinstance(out, (tuple, list)):
+            parent = ir.ExternKernel(None, None, kernel, args, kwargs, reason, fn=target)
+            parent.layout = ir.Layout(device, torch.uint8, [0], [1])
+            self.register_buffer(parent)
+            results = []
+            for i, t in enumerate(out):
+                if isinstance(t, torch.Tensor):
+                    mo = ir.MultiOutput(None, layout_of(t), parent, i)
+                    self.register_buffer(mo)
+                    results.append(mo)
+                else:
+                    results.append(t)
+            return tuple(results)
+        raise Unsupported(f"{target} returned {type(out).__name__}")
+
+    def _node_device(self, args) -> torch.device:
+        val = self.current_node.meta.get("val") if self.current_node is not None else None
+        for v in tree_flatten(val)[0]:
+            if isinstance(v, torch.Tensor):
+                return v.device
+        for a in tree_flatten(args)[0]:
+            if isinstance(a, ir.IRNode):
+                return a.get_device()
+        return torch.device("cpu")
+
+    # ---------------------------------------------------------------- pretty
+
+    def ir_str(self) -> str:
+        lines = [repr(b) for b in self.graph_inputs.values()] + [repr(b) for b in self.buffers]
+        return "\n".join(lines)
+
+
+def _kernel_name(target) -> str:
+    """A Python expression naming the torch callable, for the wrapper (``torch.ops.aten.mm.default``)."""
+    if isinstance(target, torch._ops.OpOverload):
+        ns = target.namespace
+        return f"torch.ops.{ns}.{target._opname}.{target._overloadname}"
+    mod = getattr(target, "__module__", None) or "torch"
+    return f"{mod}.{target.__name__}"

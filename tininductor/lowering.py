@@ -1,0 +1,725 @@
+"""Lowerings: one function per prim, turning FX-level ops on IR values into loop IR.
+
+A lowering receives IR nodes (for tensor arguments) and plain Python values, and returns
+an IR node (or a tuple of them). Pointwise ops build a ``Pointwise`` whose ``inner_fn``
+loads each input at the broadcast index and combines them with ``ops.*``; views build
+index arithmetic; reductions build a ``Reduction`` and realize it. The registry
+``lowerings`` maps an ATen overload (or its packet, for all overloads) to its lowering.
+
+A lowering that cannot handle its arguments raises ``Unsupported(reason)``; the graph
+lowering then calls the op through torch as a fallback kernel and logs the reason.
+"""
+from __future__ import annotations
+
+import functools
+import math
+from typing import Callable, Sequence
+
+import sympy
+import torch
+from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND as Promote, elementwise_dtypes
+
+from . import ir
+from .indexing import contiguous_strides, flatten, prod, unflatten
+from .virtualized import V, ops
+
+aten = torch.ops.aten
+prims = torch.ops.prims
+
+#: target (OpOverload or OpOverloadPacket) -> lowering function
+lowerings: dict = {}
+#: targets that are extern calls by design (library kernels beat generated code)
+EXTERN_OPS = {aten.mm, aten.bmm, aten.addmm, aten.baddbmm, aten.convolution}
+
+
+class Unsupported(Exception):
+    """This lowering cannot handle these arguments; the op runs in torch instead."""
+
+
+def register_lowering(*targets):
+    """Decorator: ``@register_lowering(aten.add)`` registers for every overload of aten.add."""
+
+    def wrap(fn):
+        for t in targets:
+            lowerings[t] = fn
+        return fn
+
+    return wrap
+
+
+def lookup(target):
+    if target in lowerings:
+        return lowerings[target]
+    return lowerings.get(getattr(target, "overloadpacket", None))
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def is_ir(x) -> bool:
+    return isinstance(x, ir.IRNode)
+
+
+def _meta(x):
+    """A meta tensor (or the scalar itself) standing for ``x`` in dtype/shape computations."""
+    if is_ir(x):
+        return torch.empty(x.get_size(), dtype=x.get_dtype(), device="meta")
+    return x
+
+
+def broadcast_shapes(*shapes) -> list[int]:
+    return list(torch.broadcast_shapes(*[tuple(s) for s in shapes]))
+
+
+def broadcast_loader(x, out_size: Sequence[int]) -> Callable:
+    """A loader for ``x`` read at indices of the (broadcast) output: size-1 dims read index 0."""
+    size = x.get_size()
+    load = x.make_loader()
+    skip = len(out_size) - len(size)
+
+    def loader(index):
+        return load([sympy.Integer(0) if s == 1 else index[skip + i] for i, s in enumerate(size)])
+
+    return loader
+
+
+def cast(value, src: torch.dtype, dst: torch.dtype):
+    """``ops.to_dtype`` when the dtypes differ (no cast is printed otherwise)."""
+    return value if src == dst else ops.to_dtype(value, dst)
+
+
+def device_of(args) -> torch.device:
+    for a in args:
+        if is_ir(a):
+            return a.get_device()
+    raise Unsupported("no tensor argument to take the device from")
+
+
+def pointwise(fn: Callable, *args, promote=Promote.DEFAULT, returns_bool=False, out_dtype=None) -> ir.StorageBox:
+    """Build a Pointwise node applying ``fn`` (written with ``ops``) to broadcast ``args``.
+
+    Inputs are cast to the *computation* dtype (fp32 for fp16/bf16, as eager's opmath does)
+    and the result to the *result* dtype, so chains round exactly where eager rounds.
+    """
+    tensors = [a for a in args if is_ir(a)]
+    compute, result = elementwise_dtypes(*[_meta(a) for a in args], type_promotion_kind=promote)
+    if out_dtype is not None:
+        result = out_dtype
+    size = broadcast_shapes(*[t.get_size() for t in tensors])
+    loaders = []
+    for a in args:
+        if is_ir(a):
+            src = a.get_dtype()
+            loaders.append(lambda index, load=broadcast_loader(a, size), src=src: cast(load(index), src, compute))
+        else:
+            loaders.append(lambda index, value=a: ops.constant(value, compute))
+    fn_dtype = torch.bool if returns_bool else compute
+
+    def inner_fn(index):
+        return cast(fn(*[load(index) for load in loaders]), fn_dtype, result)
+
+    return ir.StorageBox(ir.Pointwise(device_of(tensors), result, inner_fn, size))
+
+
+def register_pointwise(target, op_name=None, promote=Promote.DEFAULT, returns_bool=False):
+    name = op_name or target.__name__
+
+    @register_lowering(target)
+    def lowering(*args):
+        return pointwise(getattr(ops, name), *args, promote=promote, returns_bool=returns_bool)
+
+    return lowering
+
+
+for _name in "neg abs relu sign".split():
+    register_pointwise(getattr(aten, _name), _name)
+for _name in "exp log log1p expm1 sqrt rsqrt reciprocal sin cos tanh sigmoid erf".split():
+    register_pointwise(getattr(aten, _name), _name, promote=Promote.INT_TO_FLOAT)
+for _name in "floor ceil".split():
+    register_pointwise(getattr(aten, _name), _name)
+
+
+@register_lowering(aten.bitwise_not)
+def bitwise_not(x):
+    if x.get_dtype() == torch.bool:
+        return pointwise(ops.logical_not, x, promote=Promote.ALWAYS_BOOL, returns_bool=True)
+    return pointwise(ops.bitwise_not, x)
+for _name in "eq ne lt le gt ge".split():
+    register_pointwise(getattr(aten, _name), _name, promote=Promote.ALWAYS_BOOL, returns_bool=True)
+
+
+def register_logical(target, name):
+    @register_lowering(target)
+    def lowering(*args):
+        bools = [to_dtype(a, torch.bool) if is_ir(a) else bool(a) for a in args]
+        return pointwise(getattr(ops, name), *bools, promote=Promote.ALWAYS_BOOL, returns_bool=True)
+
+    return lowering
+
+
+for _name in "logical_and logical_or logical_not".split():
+    register_logical(getattr(aten, _name), _name)
+register_pointwise(aten.mul, "mul")
+register_pointwise(aten.maximum, "maximum")
+register_pointwise(aten.minimum, "minimum")
+
+
+@register_lowering(aten.add)
+def add(a, b, alpha=1):
+    return pointwise(ops.add, a, mul(b, alpha) if alpha != 1 else b)
+
+
+@register_lowering(aten.sub)
+def sub(a, b, alpha=1):
+    return pointwise(ops.sub, a, mul(b, alpha) if alpha != 1 else b)
+
+
+def mul(a, b):
+    return pointwise(ops.mul, a, b)
+
+
+@register_lowering(aten.rsub)
+def rsub(a, b, alpha=1):
+    return pointwise(ops.sub, b, mul(a, alpha) if alpha != 1 else a)
+
+
+@register_lowering(aten.div)
+def div(a, b, rounding_mode=None):
+    if rounding_mode is not None:
+        raise Unsupported(f"div with rounding_mode={rounding_mode!r} has no lowering yet")
+    return pointwise(ops.truediv, a, b, promote=Promote.INT_TO_FLOAT)
+
+
+@register_lowering(aten.pow)
+def pow_(a, b):
+    if not is_ir(b) and b == 2:
+        return pointwise(lambda x: ops.mul(x, x), a, promote=Promote.DEFAULT, out_dtype=_pow_dtype(a, b))
+    if not is_ir(b) and b == 0.5:
+        return pointwise(ops.sqrt, a, promote=Promote.INT_TO_FLOAT)
+    out = _pow_dtype(a, b)
+    if not out.is_floating_point:
+        raise Unsupported("integer pow has no lowering")
+    return pointwise(ops.pow, a, b)
+
+
+def _pow_dtype(a, b):
+    return elementwise_dtypes(_meta(a), _meta(b), type_promotion_kind=Promote.DEFAULT)[1]
+
+
+@register_lowering(aten.where)
+def where(cond, a, b):
+    _, result = elementwise_dtypes(_meta(a), _meta(b), type_promotion_kind=Promote.NO_OPMATH)
+    a = a if is_ir(a) else full_like_scalar(a, result, cond)
+    b = b if is_ir(b) else full_like_scalar(b, result, cond)
+    cond = to_dtype(cond, torch.bool)
+    size = broadcast_shapes(cond.get_size(), a.get_size(), b.get_size())
+    lc, la, lb = (broadcast_loader(t, size) for t in (cond, a, b))
+    da, db = a.get_dtype(), b.get_dtype()
+
+    def inner_fn(index):
+        return ops.where(lc(index), cast(la(index), da, result), cast(lb(index), db, result))
+
+    return ir.StorageBox(ir.Pointwise(cond.get_device(), result, inner_fn, size))
+
+
+def full_like_scalar(value, dtype, like) -> ir.StorageBox:
+    return ir.StorageBox(ir.Pointwise(like.get_device(), dtype, lambda index: ops.constant(value, dtype), []))
+
+
+@register_lowering(aten.clamp)
+def clamp(x, min=None, max=None):
+    if is_ir(min) or is_ir(max):
+        raise Unsupported("clamp with tensor bounds")
+    if min is not None:
+        x = pointwise(ops.maximum, x, min)
+    if max is not None:
+        x = pointwise(ops.minimum, x, max)
+    return x
+
+
+@register_lowering(prims.convert_element_type)
+def to_dtype(x, dtype: torch.dtype):
+    """An explicit cast: one ``ops.to_dtype`` around the input's body."""
+    if x.get_dtype() == dtype:
+        return x
+    load, src = x.make_loader(), x.get_dtype()
+    if dtype == torch.bool:
+        fn = lambda index: ops.ne(load(index), ops.constant(0, src))
+    else:
+        fn = lambda index: ops.to_dtype(load(index), dtype)
+    return ir.StorageBox(ir.Pointwise(x.get_device(), dtype, fn, x.get_size()))
+
+
+@register_lowering(aten._to_copy)
+def _to_copy(x, dtype=None, layout=None, device=None, pin_memory=None, non_blocking=False, memory_format=None):
+    if device is not None and torch.device(device) != x.get_device():
+        raise Unsupported("device copy")
+    return clone(to_dtype(x, dtype) if dtype is not None else x)
+
+
+@register_lowering(aten.clone, aten.alias, aten.lift_fresh_copy, aten.detach, aten.contiguous)
+def clone(x, memory_format=None):
+    """A copy is a Pointwise reading the input: realized only if something needs it in memory."""
+    return ir.StorageBox(ir.Pointwise(x.get_device(), x.get_dtype(), x.make_loader(), x.get_size()))
+
+
+# --------------------------------------------------------------------------- creation
+
+
+@register_lowering(aten.full)
+def full(size, fill_value, dtype=None, layout=None, device=None, pin_memory=None):
+    dtype = dtype or torch.get_default_dtype()
+    device = torch.device(device or "cpu")
+    return ir.StorageBox(ir.Pointwise(device, dtype, lambda index: ops.constant(fill_value, dtype), list(size)))
+
+
+@register_lowering(aten.scalar_tensor)
+def scalar_tensor(value, dtype=None, layout=None, device=None, pin_memory=None):
+    return full([], value, dtype=dtype, device=device)
+
+
+@register_lowering(aten.empty, aten.zeros)
+def empty(size, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
+    return full(size, 0, dtype=dtype, device=device)  # zero-filled: cheap and deterministic
+
+
+@register_lowering(aten.arange)
+def arange(*args, dtype=None, layout=None, device=None, pin_memory=None):
+    if V.graph.current_node is not None and "val" in V.graph.current_node.meta:
+        dtype = V.graph.current_node.meta["val"].dtype
+    start, end, step = (0, args[0], 1) if len(args) == 1 else (list(args) + [1])[:3]
+    n = max(0, math.ceil((end - start) / step))
+    dtype = dtype or torch.int64
+
+    def inner_fn(index):
+        value = ops.index_expr(index[0], torch.int64)
+        if dtype == torch.int64 and start == 0 and step == 1:
+            return value
+        return ops.add(ops.mul(ops.to_dtype(value, dtype), ops.constant(step, dtype)), ops.constant(start, dtype))
+
+    return ir.StorageBox(ir.Pointwise(torch.device(device or "cpu"), dtype, inner_fn, [n]))
+
+
+# --------------------------------------------------------------------------- views
+
+
+def _view_of(x, size, reindex, strided_layout: Callable | None):
+    """Build a view: a ReinterpretView when ``x`` is in memory, else index arithmetic."""
+    storage = x
+    if isinstance(x, ir.StorageBox) and x.is_realized():
+        storage = x.data
+    if strided_layout is not None and isinstance(storage, (ir.Buffer, ir.ReinterpretView)):
+        base = storage.data if isinstance(storage, ir.ReinterpretView) else storage
+        layout = strided_layout(storage.layout)
+        if layout is not None:
+            return ir.ReinterpretView(base, layout)
+    return ir.View(x, size, reindex, strided_layout)
+
+
+def _restride(layout: ir.Layout, size, stride, offset) -> ir.Layout:
+    return ir.Layout(layout.device, layout.dtype, [int(s) for s in size], [int(s) for s in stride], int(offset))
+
+
+@register_lowering(aten.permute)
+def permute(x, dims):
+    dims = [d % max(len(x.get_size()), 1) for d in dims]
+    size = [x.get_size()[d] for d in dims]
+    inverse = [dims.index(i) for i in range(len(dims))]
+    return _view_of(
+        x, size, lambda index: [index[inverse[i]] for i in range(len(dims))],
+        lambda lay: _restride(lay, size, [lay.stride[d] for d in dims], lay.offset),
+    )
+
+
+@register_lowering(aten.expand)
+def expand(x, size, implicit=False):
+    old = x.get_size()
+    size = [o if s == -1 else s for s, o in zip(size, [None] * (len(size) - len(old)) + old)]
+    skip = len(size) - len(old)
+
+    def reindex(index):
+        return [sympy.Integer(0) if old[i] == 1 and size[skip + i] != 1 else index[skip + i] for i in range(len(old))]
+
+    def layout(lay):
+        stride = [0] * skip + [0 if old[i] == 1 and size[skip + i] != 1 else lay.stride[i] for i in range(len(old))]
+        return _restride(lay, size, stride, lay.offset)
+
+    return _view_of(x, size, reindex, layout)
+
+
+@register_lowering(aten.unsqueeze)
+def unsqueeze(x, dim):
+    size = x.get_size()
+    dim = dim % (len(size) + 1)
+    new = size[:dim] + [1] + size[dim:]
+
+    def layout(lay):
+        st = lay.stride[dim] * lay.size[dim] if dim < len(size) else 1
+        return _restride(lay, new, lay.stride[:dim] + [st] + lay.stride[dim:], lay.offset)
+
+    return _view_of(x, new, lambda index: index[:dim] + index[dim + 1:], layout)
+
+
+@register_lowering(aten.squeeze)
+def squeeze(x, dim=None):
+    size = x.get_size()
+    if dim is None:
+        dims = [i for i, s in enumerate(size) if s == 1]
+    else:
+        dims = [d % max(len(size), 1) for d in (dim if isinstance(dim, (list, tuple)) else [dim])]
+        dims = [d for d in dims if d < len(size) and size[d] == 1]
+    keep = [i for i in range(len(size)) if i not in dims]
+    new = [size[i] for i in keep]
+
+    def reindex(index):
+        out, it = [], iter(index)
+        for i in range(len(size)):
+            out.append(sympy.Integer(0) if i in dims else next(it))
+        return out
+
+    return _view_of(x, new, reindex, lambda lay: _restride(lay, new, [lay.stride[i] for i in keep], lay.offset))
+
+
+@register_lowering(aten.slice)
+def slice_(x, dim=0, start=None, end=None, step=1):
+    size = x.get_size()
+    dim = dim % len(size)
+    n = size[dim]
+    start = 0 if start is None else (start + n if start < 0 else start)
+    end = n if end is None else (end + n if end < 0 else end)
+    start, end = min(max(start, 0), n), min(max(end, 0), n)
+    length = max(0, (end - start + step - 1) // step)
+    new = size[:dim] + [length] + size[dim + 1:]
+
+    def reindex(index):
+        return index[:dim] + [index[dim] * step + start] + index[dim + 1:]
+
+    def layout(lay):
+        stride = list(lay.stride)
+        stride[dim] = lay.stride[dim] * step
+        return _restride(lay, new, stride, lay.offset + start * lay.stride[dim])
+
+    return _view_of(x, new, reindex, layout)
+
+
+@register_lowering(aten.select)
+def select(x, dim, index):
+    size = x.get_size()
+    dim = dim % len(size)
+    index = index + size[dim] if index < 0 else index
+    new = size[:dim] + size[dim + 1:]
+
+    def layout(lay):
+        return _restride(lay, new, lay.stride[:dim] + lay.stride[dim + 1:], lay.offset + index * lay.stride[dim])
+
+    return _view_of(x, new, lambda idx: idx[:dim] + [sympy.Integer(index)] + idx[dim:], layout)
+
+
+@register_lowering(aten.view, aten._unsafe_view, aten.reshape)
+def view(x, size):
+    old = x.get_size()
+    size = list(size)
+    if -1 in size:
+        known = prod(s for s in size if s != -1)
+        size[size.index(-1)] = prod(old) // known if known else 0
+    if prod(size) != prod(old):
+        raise Unsupported(f"view of {old} as {size}: element counts differ")
+
+    def reindex(index):
+        # split dims into groups whose products match, and map each group flat -> flat
+        out, i, j = [], 0, 0
+        while i < len(old) or j < len(size):
+            gi, gj = [i], [j]
+            pi = old[i] if i < len(old) else 1
+            pj = size[j] if j < len(size) else 1
+            while pi != pj:
+                if pi < pj:
+                    i += 1
+                    gi.append(i)
+                    pi *= old[i]
+                else:
+                    j += 1
+                    gj.append(j)
+                    pj *= size[j]
+            gi = [k for k in gi if k < len(old)]
+            gj = [k for k in gj if k < len(size)]
+            if len(gi) == 1 and len(gj) == 1:
+                out.append(index[gj[0]])
+            elif gi:
+                flat = flatten([index[k] for k in gj], [size[k] for k in gj])
+                out.extend(unflatten(flat, [old[k] for k in gi]))
+            i, j = i + 1, j + 1
+        return out
+
+    def layout(lay):
+        # let torch's stride rules decide whether this view needs no copy
+        base = torch.empty(lay.storage_size() + 1, device="meta").as_strided(lay.size, lay.stride, lay.offset)
+        try:
+            v = base.view(size)
+        except RuntimeError:
+            return None
+        return _restride(lay, v.size(), v.stride(), v.storage_offset())
+
+    if prod(old) == 0:
+        return full(size, 0, dtype=x.get_dtype(), device=x.get_device())
+    return _view_of(x, size, reindex, layout)
+
+
+@register_lowering(aten.split_with_sizes)
+def split_with_sizes(x, sizes, dim=0):
+    out, start = [], 0
+    for n in sizes:
+        out.append(slice_(x, dim, start, start + n))
+        start += n
+    return tuple(out)
+
+
+@register_lowering(aten.split)
+def split(x, size, dim=0):
+    n = x.get_size()[dim % len(x.get_size())]
+    if isinstance(size, (list, tuple)):
+        return split_with_sizes(x, size, dim)
+    return split_with_sizes(x, [min(size, n - s) for s in range(0, n, size)] or [0], dim)
+
+
+@register_lowering(aten.t)
+def t(x):
+    return permute(x, list(reversed(range(len(x.get_size())))))
+
+
+@register_lowering(aten.transpose)
+def transpose(x, dim0, dim1):
+    nd = max(len(x.get_size()), 1)
+    dims = list(range(nd))
+    dims[dim0 % nd], dims[dim1 % nd] = dims[dim1 % nd], dims[dim0 % nd]
+    return permute(x, dims)
+
+
+# --------------------------------------------------------------------------- reductions
+
+
+def _acc_dtype(dtype: torch.dtype) -> torch.dtype:
+    if dtype.is_floating_point:
+        return torch.float64 if dtype == torch.float64 else torch.float32
+    return torch.int64
+
+
+def reduction(x, dims, keepdim: bool, reduction_type: str, acc_dtype=None) -> ir.StorageBox:
+    """A realized Reduction of ``x`` over ``dims``, computed (and stored) in ``acc_dtype``."""
+    size = x.get_size()
+    nd = len(size)
+    if dims is None or (isinstance(dims, (list, tuple)) and len(dims) == 0):
+        dims = list(range(nd))
+    dims = sorted({d % max(nd, 1) for d in (dims if isinstance(dims, (list, tuple)) else [dims])})
+    if nd == 0:
+        dims = []
+    acc_dtype = acc_dtype or _acc_dtype(x.get_dtype())
+    kept = [i for i in range(nd) if i not in dims]
+    ranges = [1 if i in dims else size[i] for i in range(nd)] if keepdim else [size[i] for i in kept]
+    rranges = [size[i] for i in dims]
+    load, src = x.make_loader(), x.get_dtype()
+
+    def inner_fn(index, rindex):
+        full_index = [None] * nd
+        kept_index = [index[i] for i in kept] if keepdim else list(index)
+        for i, v in zip(kept, kept_index):
+            full_index[i] = v
+        for i, v in zip(dims, rindex):
+            full_index[i] = v
+        return cast(load(full_index), src, acc_dtype)
+
+    node = ir.Reduction(x.get_device(), acc_dtype, inner_fn, ranges, rranges, reduction_type, acc_dtype)
+    box = ir.StorageBox(node)
+    box.realize()
+    return box
+
+
+@register_lowering(aten.sum)
+def sum_(x, dim=None, keepdim=False, dtype=None):
+    out = dtype or (torch.int64 if not x.get_dtype().is_floating_point else x.get_dtype())
+    return to_dtype(reduction(x, dim, keepdim, "sum", _acc_dtype(out)), out)
+
+
+@register_lowering(aten.prod)
+def prod_(x, dim=None, keepdim=False, dtype=None):
+    out = dtype or (torch.int64 if not x.get_dtype().is_floating_point else x.get_dtype())
+    return to_dtype(reduction(x, dim, keepdim, "prod", _acc_dtype(out)), out)
+
+
+@register_lowering(aten.amax)
+def amax(x, dim=(), keepdim=False):
+    return _max_or_min(x, dim, keepdim, "max")
+
+
+@register_lowering(aten.amin)
+def amin(x, dim=(), keepdim=False):
+    return _max_or_min(x, dim, keepdim, "min")
+
+
+def _max_or_min(x, dim, keepdim, kind):
+    if prod(x.get_size()) == 0:
+        raise Unsupported("max/min of an empty tensor (eager raises)")
+    acc = x.get_dtype() if x.get_dtype() != torch.bool else torch.int8
+    return to_dtype(reduction(x, dim, keepdim, kind, _acc_dtype(acc) if acc.is_floating_point else acc), x.get_dtype())
+
+
+def _numel_of(x, dims) -> int:
+    size = x.get_size()
+    if dims is None or len(dims) == 0:
+        return prod(size)
+    return prod(size[d % len(size)] for d in dims)
+
+
+@register_lowering(aten.mean)
+def mean(x, dim=None, keepdim=False, dtype=None):
+    out = dtype or x.get_dtype()
+    if not out.is_floating_point:
+        raise Unsupported("mean of an integer tensor")
+    total = reduction(x, dim, keepdim, "sum", _acc_dtype(out))
+    n = _numel_of(x, dim)
+    return to_dtype(pointwise(ops.truediv, total, float(n) if n else float("nan")), out)
+
+
+@register_lowering(aten.var)
+def var(x, dim=None, *, correction=None, keepdim=False):
+    if not x.get_dtype().is_floating_point:
+        raise Unsupported("var of an integer tensor")
+    correction = 1 if correction is None else correction
+    n = _numel_of(x, dim)
+    acc = _acc_dtype(x.get_dtype())
+    xf = to_dtype(x, acc)
+    mu = pointwise(ops.truediv, reduction(xf, dim, True, "sum"), float(n) if n else float("nan"))
+    centered = pointwise(ops.sub, xf, mu)
+    sq = reduction(pointwise(lambda v: ops.mul(v, v), centered), dim, keepdim, "sum")
+    return to_dtype(pointwise(ops.truediv, sq, float(max(n - correction, 0))), x.get_dtype())
+
+
+# --------------------------------------------------------------------------- composite ops
+# Lowered here as compositions of the lowerings above, so that graphs which still contain
+# them (before the decomposition table covers them) fuse the same way.
+
+
+@register_lowering(aten._softmax)
+def softmax(x, dim, half_to_float=False):
+    out = torch.float32 if half_to_float else x.get_dtype()
+    xf = to_dtype(x, _acc_dtype(x.get_dtype()))
+    e = pointwise(ops.exp, pointwise(ops.sub, xf, reduction(xf, [dim], True, "max")))
+    return to_dtype(pointwise(ops.truediv, e, reduction(e, [dim], True, "sum")), out)
+
+
+@register_lowering(aten._log_softmax)
+def log_softmax(x, dim, half_to_float=False):
+    out = torch.float32 if half_to_float else x.get_dtype()
+    xf = to_dtype(x, _acc_dtype(x.get_dtype()))
+    shifted = pointwise(ops.sub, xf, reduction(xf, [dim], True, "max"))
+    lse = pointwise(ops.log, reduction(pointwise(ops.exp, shifted), [dim], True, "sum"))
+    return to_dtype(pointwise(ops.sub, shifted, lse), out)
+
+
+@register_lowering(aten.native_layer_norm)
+def native_layer_norm(x, normalized_shape, weight, bias, eps):
+    nd = len(x.get_size())
+    dims = list(range(nd - len(normalized_shape), nd))
+    n = prod(normalized_shape)
+    acc = _acc_dtype(x.get_dtype())
+    xf = to_dtype(x, acc)
+    mu = pointwise(ops.truediv, reduction(xf, dims, True, "sum"), float(n))
+    centered = pointwise(ops.sub, xf, mu)
+    var_ = pointwise(ops.truediv, reduction(pointwise(lambda v: ops.mul(v, v), centered), dims, True, "sum"), float(n))
+    rstd = pointwise(ops.rsqrt, pointwise(ops.add, var_, eps))
+    out = pointwise(ops.mul, centered, rstd)
+    if weight is not None:
+        out = pointwise(ops.mul, out, weight)
+    if bias is not None:
+        out = pointwise(ops.add, out, bias)
+    return to_dtype(out, x.get_dtype()), mu, rstd
+
+
+@register_lowering(aten.gelu)
+def gelu(x, approximate="none"):
+    if approximate == "tanh":
+        def fn(v):
+            inner = ops.mul(ops.constant(math.sqrt(2 / math.pi), torch.float32),
+                            ops.add(v, ops.mul(ops.constant(0.044715, torch.float32), ops.mul(v, ops.mul(v, v)))))
+            return ops.mul(ops.mul(ops.constant(0.5, torch.float32), v), ops.add(ops.constant(1.0, torch.float32), ops.tanh(inner)))
+    else:
+        def fn(v):
+            cdf = ops.add(ops.constant(1.0, torch.float32), ops.erf(ops.mul(v, ops.constant(1 / math.sqrt(2), torch.float32))))
+            return ops.mul(ops.mul(ops.constant(0.5, torch.float32), v), cdf)
+    return pointwise(fn, x, promote=Promote.INT_TO_FLOAT)
+
+
+@register_lowering(aten.silu)
+def silu(x):
+    return pointwise(lambda v: ops.mul(v, ops.sigmoid(v)), x, promote=Promote.INT_TO_FLOAT)
+
+
+# --------------------------------------------------------------------------- indirect indexing
+# ``ops.indirect_indexing(value, size)`` turns a loaded integer into an index variable (a sympy
+# symbol the backend binds to that value, negative indices wrapped), so a load can use it.
+
+
+@register_lowering(aten.embedding)
+def embedding(weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=False):
+    if len(weight.get_size()) != 2:
+        raise Unsupported("embedding with a non-2-D weight")
+    rows, dim = weight.get_size()
+    load_w, load_i = weight.make_loader(), indices.make_loader()
+    isize = indices.get_size()
+
+    def inner_fn(index):
+        row = ops.indirect_indexing(load_i(index[: len(isize)]), rows)
+        return load_w([row, index[-1]])
+
+    return ir.StorageBox(ir.Pointwise(weight.get_device(), weight.get_dtype(), inner_fn, isize + [dim]))
+
+
+@register_lowering(aten.gather)
+def gather(x, dim, index, sparse_grad=False):
+    size = x.get_size()
+    if len(size) == 0:
+        raise Unsupported("gather from a 0-d tensor")
+    dim = dim % len(size)
+    load_x, load_i = x.make_loader(), index.make_loader()
+
+    def inner_fn(idx):
+        pos = ops.indirect_indexing(load_i(idx), size[dim])
+        return load_x(list(idx[:dim]) + [pos] + list(idx[dim + 1:]))
+
+    return ir.StorageBox(ir.Pointwise(x.get_device(), x.get_dtype(), inner_fn, index.get_size()))
+
+
+@register_lowering(aten.index)
+def index(x, indices):
+    """Advanced indexing ``x[i0, :, i2]``: each index tensor becomes an indirect load.
+
+    The index tensors broadcast together; their dims replace the indexed dims in place when
+    the indexed dims are adjacent, and go first otherwise (NumPy's rule).
+    """
+    size = x.get_size()
+    indices = list(indices) + [None] * (len(size) - len(indices))
+    pos = [d for d, t in enumerate(indices) if t is not None]
+    if not pos:
+        return clone(x)
+    if any(indices[d].get_dtype() == torch.bool for d in pos):
+        raise Unsupported("boolean-mask indexing (data-dependent output shape)")
+    bshape = broadcast_shapes(*[indices[d].get_size() for d in pos])
+    adjacent = pos == list(range(pos[0], pos[-1] + 1))
+    before = [d for d in range(pos[0]) if indices[d] is None] if adjacent else []
+    after = [d for d in range(len(size)) if indices[d] is None and d not in before]
+    out_size = [size[d] for d in before] + bshape + [size[d] for d in after]
+    load_x = x.make_loader()
+    loaders = {d: broadcast_loader(indices[d], bshape) for d in pos}
+
+    def inner_fn(idx):
+        nb, nk = len(before), len(bshape)
+        full = [None] * len(size)
+        for k, d in enumerate(before):
+            full[d] = idx[k]
+        for k, d in enumerate(after):
+            full[d] = idx[nb + nk + k]
+        for d in pos:
+            full[d] = ops.indirect_indexing(loaders[d](idx[nb:nb + nk]), size[d])
+        return load_x(full)
+
+    return ir.StorageBox(ir.Pointwise(x.get_device(), x.get_dtype(), inner_fn, out_size))

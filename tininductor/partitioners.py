@@ -1,0 +1,161 @@
+"""Partitioners: split the joint graph into a forward graph and a backward graph.
+
+Both sides of the split meet in the *saved values*: tensors the forward computes and keeps
+alive until the backward runs (``ctx.save_for_backward``). The forward graph returns
+``(*outputs, *saved)``; the backward graph takes ``(*saved, *tangents)`` and returns the
+gradients. Partitioners differ only in *which* values they save:
+
+* :func:`default_partition` saves every forward value the backward uses, as eager autograd does.
+* :func:`min_cut_partition` saves as few bytes as it can, recomputing cheap pointwise and view
+  ops in the backward instead of saving their outputs. Choosing the cheapest set of values
+  that separates the primals from the backward is a minimum cut in a flow network.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import networkx as nx
+import torch
+import torch.fx as fx
+
+from tininductor import prims as P
+from tininductor.joint_graph import JointGraph
+
+#: Ops cheap enough to recompute in the backward instead of saving their output.
+RECOMPUTABLE = frozenset(
+    P.POINTWISE_UNARY + P.POINTWISE_BINARY + P.POINTWISE_OTHER + P.VIEWS + P.CREATION)
+
+
+@dataclasses.dataclass
+class Partition:
+    """A forward graph, a backward graph, and what passes between them."""
+
+    fw_gm: fx.GraphModule    #: primals -> (*outputs, *saved)
+    bw_gm: fx.GraphModule    #: (*saved, *tangents) -> grads
+    saved: list[str]         #: names of the saved nodes, in order
+    saved_bytes: int         #: their total size
+
+    def __str__(self) -> str:
+        return f"saved {len(self.saved)} values, {self.saved_bytes} bytes: {', '.join(self.saved)}"
+
+
+def nbytes(node: fx.Node) -> int:
+    """Bytes of the tensor a node produces (0 for non-tensors)."""
+    val = node.meta.get("val")
+    if not isinstance(val, torch.Tensor):
+        return 0
+    return val.numel() * val.element_size()
+
+
+def is_recomputable(node: fx.Node) -> bool:
+    """Cheap to recompute: pointwise, view and creation ops (not reductions, matmuls, indexing)."""
+    return node.op == "call_function" and getattr(node.target, "overloadpacket", None) in RECOMPUTABLE
+
+
+@dataclasses.dataclass
+class _Roles:
+    primals: list[fx.Node]
+    tangents: list[fx.Node]
+    fw_outputs: list            # nodes (or constants) the forward returns
+    grad_outputs: list[fx.Node]
+    tangent_dependent: set[fx.Node]   # computed from a tangent: backward-only by nature
+
+
+def _roles(joint: JointGraph) -> _Roles:
+    graph = joint.gm.graph
+    placeholders = [n for n in graph.nodes if n.op == "placeholder"]
+    primals, tangents = placeholders[: joint.num_primals], placeholders[joint.num_primals:]
+    (out,) = [n for n in graph.nodes if n.op == "output"]
+    flat = list(out.args[0])
+    dependent = set(tangents)
+    for node in graph.nodes:
+        if any(a in dependent for a in node.all_input_nodes):
+            dependent.add(node)
+    return _Roles(primals, tangents, flat[: joint.num_outputs], flat[joint.num_outputs:], dependent)
+
+
+def _ancestors(outputs, stop: set[fx.Node]) -> set[fx.Node]:
+    """Nodes needed to compute ``outputs``, not looking past the nodes in ``stop``."""
+    seen: set[fx.Node] = set()
+    todo = [o for o in outputs if isinstance(o, fx.Node)]
+    while todo:
+        node = todo.pop()
+        if node in seen:
+            continue
+        seen.add(node)
+        if node not in stop:
+            todo.extend(node.all_input_nodes)
+    return seen
+
+
+def extract_graph(joint_gm: fx.GraphModule, inputs: list[fx.Node], outputs: list) -> fx.GraphModule:
+    """Copy the part of the joint graph that computes ``outputs`` from ``inputs`` into a new module."""
+    needed = _ancestors(outputs, set(inputs))
+    graph = fx.Graph()
+    env: dict[fx.Node, fx.Node] = {}
+    for node in inputs:
+        env[node] = graph.placeholder(node.name)
+        env[node].meta = dict(node.meta)
+    for node in joint_gm.graph.nodes:
+        if node not in needed or node in env:
+            continue
+        if node.op == "placeholder":
+            raise RuntimeError(f"partition bug: {node.name} is needed but is not an input")
+        env[node] = graph.node_copy(node, lambda n: env[n])
+    graph.output(tuple(env[o] if isinstance(o, fx.Node) else o for o in outputs))
+    graph.eliminate_dead_code()
+    return fx.GraphModule(joint_gm, graph)
+
+
+def partition_with_saved(joint: JointGraph, saved: list[fx.Node]) -> Partition:
+    """Build the forward and backward graphs around a chosen list of saved values."""
+    roles = _roles(joint)
+    order = {n: i for i, n in enumerate(joint.gm.graph.nodes)}
+    saved = sorted(set(saved), key=order.__getitem__)
+    fw = extract_graph(joint.gm, roles.primals, roles.fw_outputs + saved)
+    bw = extract_graph(joint.gm, saved + roles.tangents, roles.grad_outputs)
+    return Partition(fw, bw, [n.name for n in saved], sum(nbytes(n) for n in saved))
+
+
+def default_partition(joint: JointGraph) -> Partition:
+    """Run every forward op in the forward; save each forward value the backward reads."""
+    roles = _roles(joint)
+    forward = _ancestors(roles.fw_outputs, set()) | set(roles.primals)
+    # walk back from the gradients; the forward values where the walk stops are the saved ones
+    backward = _ancestors(roles.grad_outputs, forward | set(roles.tangents))
+    return partition_with_saved(joint, [n for n in backward if n in forward])
+
+
+def min_cut_partition(joint: JointGraph) -> Partition:
+    """Save the fewest bytes: a minimum s-t cut between the primals and the backward.
+
+    Flow network: every tangent-independent node ``n`` becomes an edge ``n_in -> n_out`` whose
+    capacity is its size (cutting it = saving it); data edges are uncuttable. The source feeds
+    the primals and every op the forward must run anyway and that cannot be recomputed
+    (matmuls, reductions); every value the backward reads flows to the sink. Any cut then
+    leaves the backward able to recompute what it needs from the saved values alone.
+    """
+    roles = _roles(joint)
+    forward = _ancestors(roles.fw_outputs, set())
+    net = nx.DiGraph()  # edges without a capacity are uncuttable (infinite)
+    for node in joint.gm.graph.nodes:
+        if node in roles.tangent_dependent or node.op == "output":
+            continue
+        is_tensor = isinstance(node.meta.get("val"), torch.Tensor)
+        net.add_edge((node, "in"), (node, "out"), capacity=nbytes(node) if is_tensor else math.inf)
+        if node.op == "placeholder" or (node in forward and not is_recomputable(node)):
+            net.add_edge("source", (node, "in"))
+        if node in roles.grad_outputs:
+            net.add_edge((node, "out"), "sink")
+        for user in node.users:
+            if user in roles.tangent_dependent:
+                net.add_edge((node, "out"), "sink")
+            elif user.op != "output":
+                net.add_edge((node, "out"), (user, "in"))
+    if "sink" not in net or "source" not in net:
+        return partition_with_saved(joint, [])
+    _, (reachable, _) = nx.minimum_cut(net, "source", "sink")
+    saved = [key[0] for key in reachable if key != "source" and key[1] == "in"
+             and (key[0], "out") not in reachable]
+    return partition_with_saved(joint, saved)

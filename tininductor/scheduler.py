@@ -1,0 +1,231 @@
+"""The scheduler: decide which realized buffers share a kernel (fusion).
+
+Each ``ComputedBuffer`` iterates over a *group* ``(numel, rnumel)``: pointwise nodes over
+``(numel, 1)``, reductions over ``(kept elements, reduced elements)``. A kernel is a
+``FusedGroup`` of nodes that can share one set of loops:
+
+* pointwise + pointwise with the same numel (a chain, or siblings);
+* a reduction + pointwise nodes whose numel is ``numel * rnumel`` and whose dims split into
+  (kept dims, reduced dims) — computed inside the reduction loop (*full* nodes, e.g. the
+  normalisation of softmax after its max and sum);
+* a reduction + pointwise nodes over just the kept elements (*x-only* nodes, e.g. ``mean``
+  as ``sum / n``);
+* reductions with the same group (LayerNorm's mean and variance).
+
+Legality: every time a node reads a buffer written in the same kernel, it must read it at
+exactly the index the writer wrote (in the kernel's shared ``xindex``/``rindex`` variables),
+so the value can be taken from the writer's register instead of racing through memory. The
+read/write sets come from running each body with a recording ``ops`` handler.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Iterable
+
+import sympy
+
+from . import ir
+from .indexing import prod, sym, unflatten
+from .virtualized import V
+
+XINDEX = sym("xindex")
+RINDEX = sym("rindex")
+
+
+class ReadWrites:
+    """An ops handler that records ``(buffer, index)`` pairs for every load and store."""
+
+    def __init__(self):
+        self.reads: list[tuple[str, sympy.Expr]] = []
+        self.writes: list[tuple[str, sympy.Expr]] = []
+        self.indirect = 0
+
+    def load(self, name, index):
+        self.reads.append((name, sympy.expand(index)))
+        return "v"
+
+    def store(self, name, index, value):
+        self.writes.append((name, sympy.expand(index)))
+        return "v"
+
+    def indirect_indexing(self, value, size):
+        self.indirect += 1
+        return sym(f"indirect{self.indirect}")
+
+    def __getattr__(self, name):
+        return lambda *args: "v"
+
+
+def split_point(ranges, numel: int, rnumel: int) -> int | None:
+    """The k with prod(ranges[:k]) == numel and prod(ranges[k:]) == rnumel, if any."""
+    for k in range(len(ranges) + 1):
+        if prod(ranges[:k]) == numel and prod(ranges[k:]) == rnumel:
+            return k
+    return None
+
+
+def iteration_vars(node: ir.ComputedBuffer, kind: str, numel: int, rnumel: int):
+    """(index, rindex) of ``node`` in a kernel over ``(numel, rnumel)``, in xindex/rindex."""
+    ranges = node.get_ranges()
+    if kind == "reduction":
+        return unflatten(XINDEX, ranges), unflatten(RINDEX, node.get_reduction_ranges())
+    if kind == "full":
+        k = split_point(ranges, numel, rnumel)
+        return unflatten(XINDEX, ranges[:k]) + unflatten(RINDEX, ranges[k:]), []
+    return unflatten(XINDEX, ranges), []  # pointwise, xonly
+
+
+def read_writes(node: ir.ComputedBuffer, kind: str, numel: int, rnumel: int) -> ReadWrites:
+    rw = ReadWrites()
+    index, rindex = iteration_vars(node, kind, numel, rnumel)
+    with V.set_ops_handler(rw):
+        node.store_body(index, rindex)
+    return rw
+
+
+@dataclasses.dataclass
+class FusedGroup:
+    """One generated kernel: ``nodes`` in program order over ``(numel, rnumel)``."""
+
+    device: object
+    numel: int
+    rnumel: int
+    is_reduction: bool
+    nodes: list[ir.ComputedBuffer]
+    internal: set[str] = dataclasses.field(default_factory=set)  # buffers never written to memory
+
+    def kind(self, node: ir.ComputedBuffer) -> str | None:
+        """How ``node`` runs in this kernel, or None if its sizes do not fit."""
+        if node.is_reduction():
+            ok = self.is_reduction and node.get_group() == (self.numel, self.rnumel)
+            return "reduction" if ok else None
+        n = node.get_numel()
+        if not self.is_reduction:
+            return "pointwise" if n == self.numel else None
+        if n == self.numel * self.rnumel and split_point(node.get_ranges(), self.numel, self.rnumel) is not None:
+            return "full"
+        if n == self.numel:
+            return "xonly"
+        return None
+
+    def names(self) -> set[str]:
+        return {n.get_name() for n in self.nodes}
+
+    def read_writes(self, node) -> ReadWrites:
+        return read_writes(node, self.kind(node), self.numel, self.rnumel)
+
+    def __str__(self):
+        shape = f"numel={self.numel}, rnumel={self.rnumel}" if self.is_reduction else f"numel={self.numel}"
+        body = "\n".join(f"    {self.kind(n):9s} {n.get_name()}  (from {', '.join(n.origins)})" for n in self.nodes)
+        return f"FusedGroup({shape}, internal={sorted(self.internal)})\n{body}"
+
+
+@dataclasses.dataclass
+class ExternNode:
+    """A call into torch (extern kernel, fallback, or one output of a multi-output call)."""
+
+    node: ir.Buffer
+
+    def names(self) -> set[str]:
+        return {self.node.get_name()}
+
+    def __str__(self):
+        return f"ExternNode({self.node.get_name()}: {getattr(self.node, 'kernel', 'getitem')})"
+
+
+def _reads(node: ir.Buffer) -> set[str]:
+    if isinstance(node, ir.ExternKernel):
+        return set(node.input_names())
+    if isinstance(node, ir.MultiOutput):
+        return {node.parent.get_name()}
+    rw = ReadWrites()
+    index = [sym(f"i{d}") for d in range(len(node.get_ranges()))]
+    rindex = [sym(f"r{d}") for d in range(len(node.get_reduction_ranges()))]
+    with V.set_ops_handler(rw):
+        node.store_body(index, rindex)
+    return {name for name, _ in rw.reads}
+
+
+def _group_for(node: ir.ComputedBuffer) -> FusedGroup:
+    numel, rnumel = node.get_group()
+    return FusedGroup(node.get_device(), numel, rnumel if node.is_reduction() else 1, node.is_reduction(), [node])
+
+
+def try_fuse(group: FusedGroup, node: ir.ComputedBuffer) -> FusedGroup | None:
+    """``group`` with ``node`` appended, or None when sizes disagree or a read would race."""
+    if group.device != node.get_device():
+        return None
+    if node.is_reduction() and not group.is_reduction:
+        numel, rnumel = node.get_group()
+        if numel * rnumel != group.numel:
+            return None
+        candidate = FusedGroup(group.device, numel, rnumel, True, group.nodes + [node])
+    else:
+        candidate = FusedGroup(group.device, group.numel, group.rnumel, group.is_reduction, group.nodes + [node])
+    if any(candidate.kind(n) is None for n in candidate.nodes):
+        return None
+    # legality: in-kernel reads must hit exactly what the writer wrote
+    written: dict[str, set] = {}
+    reads: list[tuple[str, sympy.Expr]] = []
+    for n in candidate.nodes:
+        rw = candidate.read_writes(n)
+        for name, index in rw.writes:
+            written.setdefault(name, set()).add(index)
+        reads.extend(rw.reads)
+    for name, index in reads:
+        if name in written and written[name] != {index}:
+            return None
+    return candidate
+
+
+class Scheduler:
+    """Turns GraphLowering's buffers into an ordered list of FusedGroup / ExternNode."""
+
+    def __init__(self, buffers: Iterable[ir.Buffer], output_names: set[str]):
+        self.output_names = output_names
+        self.nodes: list = []
+        producer: dict[str, int] = {}  # buffer name -> index into self.nodes
+        self.reads: dict[str, set[str]] = {}
+        for buf in buffers:
+            reads = _reads(buf)
+            self.reads[buf.get_name()] = reads
+            deps = [producer[r] for r in reads if r in producer]
+            last_dep = max(deps, default=-1)
+            placed = None
+            if isinstance(buf, ir.ComputedBuffer):
+                placed = self._place(buf, last_dep)
+            if placed is None:
+                self.nodes.append(_group_for(buf) if isinstance(buf, ir.ComputedBuffer) else ExternNode(buf))
+                placed = len(self.nodes) - 1
+            producer[buf.get_name()] = placed
+        self._mark_internal()
+
+    def _place(self, buf: ir.ComputedBuffer, last_dep: int) -> int | None:
+        """Fuse into the producer's kernel if legal, else the latest kernel after every producer."""
+        order = ([last_dep] if last_dep >= 0 else []) + list(range(len(self.nodes) - 1, max(last_dep, -1), -1))
+        for i in order:
+            group = self.nodes[i]
+            if isinstance(group, FusedGroup):
+                fused = try_fuse(group, buf)
+                if fused is not None:
+                    self.nodes[i] = fused
+                    return i
+        return None
+
+    def _mark_internal(self) -> None:
+        """Buffers read only inside their own kernel (and not outputs) need no memory."""
+        readers: dict[str, set[int]] = {}
+        for i, node in enumerate(self.nodes):
+            members = node.nodes if isinstance(node, FusedGroup) else [node.node]
+            for m in members:
+                for r in self.reads[m.get_name()]:
+                    readers.setdefault(r, set()).add(i)
+        for i, node in enumerate(self.nodes):
+            if isinstance(node, FusedGroup):
+                node.internal = {
+                    n.get_name() for n in node.nodes
+                    if n.get_name() not in self.output_names and readers.get(n.get_name(), set()) <= {i}
+                }
+
+    def __str__(self):
+        return "\n".join(str(n) for n in self.nodes)

@@ -1,0 +1,52 @@
+"""Test helpers: compile a function with tininductor and compare it with eager.
+
+On a machine without CUDA the Triton kernels run in the interpreter, so this module sets
+``TRITON_INTERPRET=1`` on import (before any ``triton.jit``); on the GPU machine the same
+tests run real Triton on CUDA.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+
+import torch
+
+DEVICE = os.environ.get("TINY_TEST_DEVICE") or ("cuda" if torch.cuda.is_available() else "cpu")
+if DEVICE == "cpu":
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+
+@contextlib.contextmanager
+def patch_config(obj, **values):
+    """Temporarily set attributes of a config object (``tininductor.config`` or ``config.triton``)."""
+    old = {k: getattr(obj, k) for k in values}
+    for k, v in values.items():
+        setattr(obj, k, v)
+    try:
+        yield
+    finally:
+        for k, v in old.items():
+            setattr(obj, k, v)
+
+
+def compile_graph(fn, args):
+    """symbolic_trace ``fn`` and compile it with ``compile_fx`` (no Dynamo: fast), raising on errors."""
+    from . import config
+    from .compile_fx import compile_fx
+
+    gm = torch.fx.symbolic_trace(fn) if not isinstance(fn, torch.fx.GraphModule) else fn
+    with patch_config(config, fallback_to_eager=False, cpu_backend=os.environ.get("TINY_CPU_BACKEND", "triton")):
+        return compile_fx(gm, list(args))
+
+
+def check(fn, *args, atol=None, rtol=None, kernels=None, equal_nan=True):
+    """Compile ``fn``, run it on ``args``, compare with eager; optionally check the kernel count."""
+    compiled = compile_graph(fn, args)
+    expected = fn(*args)
+    actual = compiled(*args)
+    torch.testing.assert_close(actual, expected, atol=atol, rtol=rtol, equal_nan=equal_nan, check_stride=False)
+    if kernels is not None:
+        assert len(compiled.kernels) == kernels, (
+            f"expected {kernels} generated kernel(s), got {len(compiled.kernels)}: {compiled.kernels}\n{compiled.source}"
+        )
+    return compiled

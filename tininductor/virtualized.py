@@ -1,0 +1,155 @@
+"""``V`` and ``ops``: the swappable handler that gives one IR body many meanings.
+
+An IR node's body is a Python function ``inner_fn(index)`` that calls ``ops.load``,
+``ops.add``, ``ops.store``... It never says *what* those calls do. Whoever runs the body
+installs a handler first::
+
+    with V.set_ops_handler(PlainTextHandler()):
+        print(body(index))          # -> "add(load(arg0_1, i0), 1.0)"
+
+The scheduler installs a handler that records reads and writes, the Triton backend one that
+prints Triton expressions, the C++ backend one that prints C++. This single indirection
+keeps every code generator small: they are dictionaries of op -> format string.
+
+The ops every handler understands (the *ops protocol*, shared by all backends):
+
+=====================================  =================================================
+``load(name, index)``                  read buffer ``name`` at flat sympy ``index``
+``store(name, index, value)``          write ``value``; returns nothing useful
+``reduction(dtype, src_dtype,          combine ``value`` over the reduction loop;
+  reduction_type, value)``             types: sum, prod, max, min, argmax, argmin
+``constant(value, dtype)``             a Python scalar
+``index_expr(expr, dtype)``            an index expression used as a value (arange, masks)
+``indirect_indexing(value, size)``     a loaded integer as an index *variable* (a sympy
+                                       symbol; negative values wrap by ``size``)
+``to_dtype(x, dtype)``                 an explicit cast (``prims.convert_element_type``)
+``where(cond, a, b)``                  select
+unary: ``neg abs exp log log1p expm1 sqrt rsqrt reciprocal sin cos tanh sigmoid erf sign
+relu logical_not bitwise_not floor ceil``
+binary: ``add sub mul truediv pow maximum minimum eq ne lt le gt ge logical_and logical_or
+bitwise_and bitwise_or``
+=====================================  =================================================
+"""
+from __future__ import annotations
+
+import contextlib
+import threading
+from typing import Any, Iterator
+
+UNARY_OPS = (
+    "neg abs exp log log1p expm1 sqrt rsqrt reciprocal sin cos tanh sigmoid erf sign relu "
+    "logical_not bitwise_not floor ceil"
+).split()
+BINARY_OPS = (
+    "add sub mul truediv pow maximum minimum eq ne lt le gt ge logical_and logical_or "
+    "bitwise_and bitwise_or"
+).split()
+OTHER_OPS = "load store reduction constant index_expr indirect_indexing to_dtype where".split()
+ALL_OPS = frozenset(UNARY_OPS + BINARY_OPS + OTHER_OPS)
+
+
+class NullHandler:
+    """The handler installed when nobody installed one: a clear error instead of a silent no-op."""
+
+    def __getattr__(self, name: str):
+        raise RuntimeError(
+            f"ops.{name}() called with no ops handler installed; run IR bodies inside "
+            "`with V.set_ops_handler(handler):`"
+        )
+
+
+class PlainTextHandler:
+    """Turns a body into a readable nested expression string (for teaching and debugging)."""
+
+    def __getattr__(self, name: str):
+        if name not in ALL_OPS:
+            raise AttributeError(f"unknown op {name!r}; the ops protocol is listed in virtualized.py")
+
+        def op(*args):
+            return f"{name}({', '.join(_fmt(a) for a in args)})"
+
+        return op
+
+    def load(self, name, index):
+        return f"load({name}, {index})"
+
+    def store(self, name, index, value):
+        return f"store({name}, {index}, {value})"
+
+    def indirect_indexing(self, value, size):
+        import sympy
+
+        return sympy.Symbol(f"({value})", integer=True)
+
+
+def _fmt(a: Any) -> str:
+    import torch
+
+    if isinstance(a, torch.dtype):
+        return str(a).replace("torch.", "")
+    return str(a)
+
+
+class _Virtualized:
+    """Thread-local slots for the current ops handler, graph being lowered and kernel being generated."""
+
+    def __init__(self):
+        self._local = threading.local()
+
+    def _get(self, slot: str, default=None):
+        return getattr(self._local, slot, default)
+
+    @contextlib.contextmanager
+    def _set(self, slot: str, value) -> Iterator[Any]:
+        prior = self._get(slot)
+        setattr(self._local, slot, value)
+        try:
+            yield value
+        finally:
+            setattr(self._local, slot, prior)
+
+    def set_ops_handler(self, handler):
+        """``with V.set_ops_handler(h):`` makes every ``ops.xyz(...)`` call ``h.xyz(...)``."""
+        return self._set("ops", handler)
+
+    def set_graph_handler(self, graph):
+        return self._set("graph", graph)
+
+    def set_kernel_handler(self, kernel):
+        return self._set("kernel", kernel)
+
+    @property
+    def ops(self):
+        return self._get("ops") or NullHandler()
+
+    @property
+    def graph(self):
+        graph = self._get("graph")
+        if graph is None:
+            raise RuntimeError("no GraphLowering is active (use `with V.set_graph_handler(graph):`)")
+        return graph
+
+    @property
+    def kernel(self):
+        return self._get("kernel")
+
+
+V = _Virtualized()
+
+
+class _OpsProxy:
+    """``ops.add(a, b)`` forwards to whichever handler is installed *when it is called*.
+
+    (``ops.add`` itself is a small function, so lowerings can pass ``ops.exp`` around before
+    any handler exists.)
+    """
+
+    def __getattr__(self, name: str):
+        def call_current_handler(*args, **kwargs):
+            return getattr(V.ops, name)(*args, **kwargs)
+
+        call_current_handler.__name__ = name
+        return call_current_handler
+
+
+ops = _OpsProxy()
