@@ -209,6 +209,22 @@ register_guard_kind(
     lambda g: f"list({g.name}.keys()) == {list(g.expected)!r}",
 )
 
+# ---- ALIAS_MATCH: two sources are (or are not) the same object --------------------------------
+
+
+def _alias_code(g: Guard, ref: str, scope: SourceScope) -> list[str]:
+    other, same = g.expected
+    return [f"({ref} is {other.name()}) is {same!r}"]
+
+
+register_guard_kind(
+    "ALIAS_MATCH",
+    _alias_code,
+    lambda g, v: f"aliasing changed: {g.name} {'is' if g.expected[1] else 'is not'} {g.expected[0].name()} "
+                 "no longer holds",
+    lambda g: f"{g.name} {'is' if g.expected[1] else 'is not'} {g.expected[0].name()}",
+)
+
 # ---- GRAD_MODE (global state) -------------------------------------------------------------------
 
 register_guard_kind(
@@ -303,7 +319,11 @@ class CheckFunction:
                     value = self.scope.evaluate(g.source, L, G)
                 except Exception as e:
                     return f"{g.name} could not be read: {type(e).__name__}: {e}"
-            reason = GUARD_KINDS[g.kind].failure(g, value)
+            if g.kind == "ALIAS_MATCH":  # needs two values: ask its own condition
+                other = self.scope.evaluate(g.expected[0], L, G)
+                reason = None if (value is other) == g.expected[1] else GUARD_KINDS[g.kind].failure(g, value)
+            else:
+                reason = GUARD_KINDS[g.kind].failure(g, value)
             if reason:
                 return reason
         return None

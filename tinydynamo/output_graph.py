@@ -104,6 +104,11 @@ class OutputGraph:
         key = source.name()
         if key in self._inputs:
             return self._inputs[key]
+        for other in self._inputs.values():  # the same tensor reached by two sources: one placeholder
+            if self.example_inputs[self.input_sources.index(other.source)] is value:
+                self.add_guard("ALIAS_MATCH", source, (other.source, True))
+                self._inputs[key] = other
+                return other
         placeholders = [n for n in self.graph.nodes if n.op == "placeholder"]
         anchor = placeholders[-1].next if placeholders else next(iter(self.graph.nodes), None)
         if anchor is not None and anchor.op != "root":

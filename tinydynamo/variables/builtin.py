@@ -101,6 +101,15 @@ class BuiltinVariable(VariableTracker):
             return a.as_python_constant() is b.as_python_constant()
         if a is b:
             return True
+        from tinydynamo.variables.tensor import TensorVariable
+
+        if isinstance(a, TensorVariable) and isinstance(b, TensorVariable):
+            if a.node is b.node:
+                return True
+            if a.source is not None and b.source is not None:  # two distinct inputs: guard it stays so
+                tx.output.add_guard("ALIAS_MATCH", a.source, (b.source, False))
+                return False
+            unimplemented("`is` between tensors computed in the graph (views and in-place results alias)")
         for x, y in ((a, b), (b, a)):  # a real object is never None / a constant
             if isinstance(x, ConstantVariable) and not y.is_python_constant():
                 return False

@@ -27,7 +27,7 @@ DATA_DEPENDENT_METHODS = {
     "__index__": "using a tensor as an index integer reads its value",
 }
 #: attributes computed from metadata only (answered at trace time)
-METADATA_ATTRS = ("dtype", "device", "ndim", "is_cuda", "requires_grad", "layout", "is_sparse",
+METADATA_ATTRS = ("dtype", "device", "ndim", "is_cuda", "is_cpu", "requires_grad", "layout", "is_sparse", "is_nested", "is_mps",
                   "is_quantized", "is_meta", "is_floating_point", "is_complex")
 #: methods computed from metadata only
 METADATA_METHODS = ("dim", "ndimension", "numel", "nelement", "element_size", "is_contiguous",
