@@ -201,13 +201,23 @@ register_guard_kind(
     lambda g: f"type({g.name}) is {g.expected[0].__name__} and len({g.name}) == {g.expected[1]}",
 )
 
-register_guard_kind(
-    "DICT_KEYS",
-    lambda g, ref, scope: [f"type({ref}) is dict", f"list({ref}) == {list(g.expected)!r}"],
-    lambda g, v: (f"{g.name} type mismatch: expected dict, actual {_tname(type(v))}" if type(v) is not dict else
-                  None if list(v) == list(g.expected) else f"{g.name} keys changed: expected {list(g.expected)}, actual {list(v)}"),
-    lambda g: f"list({g.name}.keys()) == {list(g.expected)!r}",
-)
+def _dict_keys_code(g: Guard, ref: str, scope: SourceScope) -> list[str]:
+    dict_type, keys = g.expected
+    t = "dict" if dict_type is dict else scope.constant(dict_type, "t")
+    return [f"type({ref}) is {t}", f"list({ref}) == {list(keys)!r}"]
+
+
+def _dict_keys_failure(g: Guard, v: Any) -> str | None:
+    dict_type, keys = g.expected
+    if type(v) is not dict_type:
+        return f"{g.name} type mismatch: expected {_tname(dict_type)}, actual {_tname(type(v))}"
+    if list(v) != list(keys):
+        return f"{g.name} keys changed: expected {list(keys)}, actual {list(v)}"
+    return None
+
+
+register_guard_kind("DICT_KEYS", _dict_keys_code, _dict_keys_failure,
+                    lambda g: f"list({g.name}.keys()) == {list(g.expected[1])!r}")
 
 # ---- ALIAS_MATCH: two sources are (or are not) the same object --------------------------------
 

@@ -180,8 +180,10 @@ class BuiltinVariable(VariableTracker):
             start = args[1].as_python_constant() if len(args) > 1 else kwargs.get("start", ConstantVariable(0)).as_python_constant()
             return ListIteratorVariable([TupleVariable([ConstantVariable(i + start), v])
                                          for i, v in enumerate(args[0].unpack_var_sequence(tx))])
-        if fn is zip and not kwargs:
+        if fn is zip and set(kwargs) <= {"strict"}:
             seqs = [a.unpack_var_sequence(tx) for a in args]
+            if kwargs and kwargs["strict"].as_python_constant() and len({len(q) for q in seqs}) > 1:
+                unimplemented("zip(strict=True) of sequences of different lengths raises")
             return ListIteratorVariable([TupleVariable(list(t)) for t in zip(*seqs)])
         if fn is reversed and len(args) == 1:
             return ListIteratorVariable(list(reversed(args[0].unpack_var_sequence(tx))))
