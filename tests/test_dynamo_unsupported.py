@@ -48,6 +48,8 @@ def test_unresumable_frames_run_eagerly_and_record_reason(fn, reason):
         torch.testing.assert_close(g(x), fn(x))
     assert cnt.frame_count == 0
     assert any(reason in r for r in tinydynamo.counters["unsupported"]), dict(tinydynamo.counters["unsupported"])
+    out = tinydynamo.explain(fn)(torch.randn(4))
+    assert any(reason in why for _, why in out.eager_frames) and "Frames run eagerly" in str(out)
 
 
 def test_nopython_raises_with_reason_and_user_line():

@@ -192,6 +192,8 @@ class OptimizedFunction:
                 raise
             cache.run_eagerly = e.reason
             breaks_log.info("running %s eagerly: %s", name, e)
+            for listener in _listeners:
+                listener("eager", (name, e.reason))
             return None
         except Exception as e:
             counters["frames"]["failed"] += 1

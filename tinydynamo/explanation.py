@@ -35,6 +35,7 @@ class ExplainOutput:
     op_count: int
     ops_per_graph: list[list[Any]]
     out_guards: list[Guard]
+    eager_frames: list[tuple[str, str]] = dataclasses.field(default_factory=list)  # (frame, why) run eagerly
 
     def __str__(self) -> str:
         lines = [f"Graph Count: {self.graph_count}", f"Graph Break Count: {self.graph_break_count}",
@@ -47,6 +48,9 @@ class ExplainOutput:
             lines += [f"    {getattr(op, '__name__', op)}" for op in ops]
         lines.append("Out Guards:")
         lines += [f"  {g}" for g in self.out_guards]
+        if self.eager_frames:
+            lines.append("Frames run eagerly (not resumable):")
+            lines += [f"  {name}: {why}" for name, why in self.eager_frames]
         return "\n".join(lines)
 
 
@@ -62,9 +66,13 @@ def explain(fn: Callable, *extra_args, **extra_kwargs) -> Callable[..., ExplainO
             graphs.append(gm)
             return gm.forward
 
+        eager: list[tuple[str, str]] = []
+
         def listen(event, data):
             if event == "break":
                 breaks.append(BreakReason(data.reason, list(data.error.user_stack)))
+            elif event == "eager":
+                eager.append(data)
             else:
                 guards.extend(data.check_fn.guards)
 
@@ -76,7 +84,7 @@ def explain(fn: Callable, *extra_args, **extra_kwargs) -> Callable[..., ExplainO
             eval_frame._listeners.remove(listen)
             eval_frame.reset()
         ops = [[n.target for n in gm.graph.nodes if n.op in CALL_OPS] for gm in graphs]
-        return ExplainOutput(graphs, len(graphs), len(breaks), breaks, sum(map(len, ops)), ops, guards)
+        return ExplainOutput(graphs, len(graphs), len(breaks), breaks, sum(map(len, ops)), ops, guards, eager)
 
     if extra_args or extra_kwargs:
         return inner(*extra_args, **extra_kwargs)
