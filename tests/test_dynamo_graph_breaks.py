@@ -231,3 +231,20 @@ def _set_global(v):
     global GLOBAL_STATE
     GLOBAL_STATE = v
     return v + 1
+
+
+def shared_list(x):
+    xs = [x]
+    xs.append(print("break while the list's bound method is on the stack") or x * 2)
+    xs.append(x + 1)
+    return xs
+
+
+def test_a_list_stays_one_object_across_a_break(capsys):
+    tinydynamo.reset()
+    g = tinydynamo.optimize("eager")(shared_list)
+    x = torch.randn(2)
+    out = g(x)
+    assert len(out) == 3
+    torch.testing.assert_close(out, shared_list(x))
+    assert "___t0 = [" in tinydynamo.cache_info(g).entries[0].code

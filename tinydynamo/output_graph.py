@@ -53,6 +53,18 @@ class ReturnCodegen:
     def __init__(self, output: "OutputGraph"):
         self.output = output
         self.nodes: list[torch.fx.Node] = []
+        self.prelude: list[str] = []  # temporaries built once, before the body uses them
+        self._shared: dict[int, str] = {}
+
+    def shared(self, var, build: Callable[[], str]) -> str:
+        """A mutable container built once and referred to by name, so that every place holding it
+        (a local, a stack slot, a bound method) still shares ONE object after a graph break."""
+        if id(var) not in self._shared:
+            expr = build()
+            name = f"___t{len(self._shared)}"
+            self._shared[id(var)] = name
+            self.prelude.append(f"{name} = {expr}")
+        return self._shared[id(var)]
 
     def graph_output(self, var: TensorVariable) -> str:
         if var.node not in self.nodes:
@@ -204,7 +216,7 @@ class OutputGraph:
         lines = ["def ___compiled_frame(L, G):"]
         if codegen.nodes or n_ops:
             lines.append(f"    ___o = ___compiled_fn({inputs})")
-        lines += [f"    {line}" for line in body]
+        lines += [f"    {line}" for line in codegen.prelude + body]
         text = "\n".join(lines) + "\n"
         namespace = {**self.scope.names, "___compiled_fn": compiled_fn}
         exec(compile(text, f"<tinydynamo {self.frame_name}>", "exec"), namespace)

@@ -84,8 +84,8 @@ class DictVariable(VariableTracker):
     def reconstruct(self, codegen) -> str:
         if self.source is not None:
             return codegen.source_expr(self.source)
-        inner = ", ".join(f"{codegen.constant(k)}: {v.reconstruct(codegen)}" for k, v in self.items.items())
-        return "{" + inner + "}"
+        return codegen.shared(self, lambda: "{" + ", ".join(
+            f"{codegen.constant(k)}: {v.reconstruct(codegen)}" for k, v in self.items.items()) + "}")
 
     def __repr__(self) -> str:
         return f"DictVariable({list(self.items)})"

@@ -70,10 +70,10 @@ class BaseListVariable(VariableTracker):
     def reconstruct(self, codegen) -> str:
         if self.source is not None:  # an input (never mutated in the trace: that is Unsupported)
             return codegen.source_expr(self.source)
-        inner = ", ".join(v.reconstruct(codegen) for v in self.items)
         if self.container is tuple:
+            inner = ", ".join(v.reconstruct(codegen) for v in self.items)
             return f"({inner},)" if len(self.items) == 1 else f"({inner})"
-        return f"[{inner}]"
+        return codegen.shared(self, lambda: f"[{', '.join(v.reconstruct(codegen) for v in self.items)}]")
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.items!r})"
