@@ -252,9 +252,10 @@ def generate_check_code(guards: list[Guard], scope: SourceScope) -> str:
 
     Each source is read once into a local (``___v0 = L['x']``); a nested source reuses its
     parent's local (``L['self'].fc1`` -> ``___v1``, then ``___v1.weight``). Each guard becomes
-    ``if not (<its conditions joined by and>): return False``.
+    ``if not (<its conditions joined by and>): return False``. A source that no longer exists
+    (a shorter list, a missing key or attribute) raises inside: that is a miss too.
     """
-    lines = ["def ___check_guards(L, G):", "  try:"]
+    body: list[str] = []
     refs: dict[str, str] = {}
 
     def ref_of(source: Source) -> str:
@@ -269,19 +270,19 @@ def generate_check_code(guards: list[Guard], scope: SourceScope) -> str:
             expr = key
         ref = f"___v{len(refs)}"
         refs[key] = ref
-        lines.append(f"    {ref} = {expr}")
+        body.append(f"{ref} = {expr}")
         return ref
 
     for g in guards:
         ref = ref_of(g.source) if g.source is not None else "None"
         conds = GUARD_KINDS[g.kind].code(g, ref, scope)
-        lines.append(f"    # {g.kind}: {g.readable()}")
-        lines.append(f"    if not ({' and '.join(conds)}):")
-        lines.append("        return False")
-    lines.append("    return True")
-    # a source that no longer exists (a shorter list, a missing key or attribute) is a miss
-    lines.append("  except Exception:")
-    lines.append("    return False")
+        body.append(f"# {g.kind}: {g.readable()}")
+        body.append(f"if not ({' and '.join(conds)}):")
+        body.append("    return False")
+    body.append("return True")
+    lines = ["def ___check_guards(L, G):", "    try:"]
+    lines += [f"        {line}" for line in body]
+    lines += ["    except Exception:", "        return False"]
     return "\n".join(lines) + "\n"
 
 
