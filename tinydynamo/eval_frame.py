@@ -263,7 +263,8 @@ def compile_frame(fn: types.FunctionType, L: dict, G: dict, backend, name: str,
         brk = tx.graph_break
         if brk is not None:
             counters["graph_breaks"][brk.reason] += 1
-            breaks_log.info("Graph break in user code at %s\nReason: %s", brk.error.user_stack[-1] if brk.error.user_stack else name, brk.reason)
+            breaks_log.info("Graph break in user code (outermost frame first):\n%s\nReason: %s",
+                            "\n".join(reversed(brk.error.user_stack)) or name, brk.reason)
             for listener in _listeners:
                 listener("break", brk)
         entry = output.compile(return_value, backend, brk, code)
