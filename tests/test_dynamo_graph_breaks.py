@@ -248,3 +248,18 @@ def test_a_list_stays_one_object_across_a_break(capsys):
     assert len(out) == 3
     torch.testing.assert_close(out, shared_list(x))
     assert "___t0 = [" in tinydynamo.cache_info(g).entries[0].code
+
+
+def test_resume_functions_get_only_live_locals():
+    def f(x, unused):
+        y = x + 1
+        if y.sum() > 0:
+            return y * 2
+        return y
+
+    tinydynamo.reset()
+    g = tinydynamo.optimize("eager")(f)
+    g(torch.ones(2), torch.ones(5))
+    g(torch.ones(2), torch.ones(6))  # `unused` changed shape: only the first frame (which guards it) recompiles
+    resumes = [n for n in tinydynamo.counters["recompiles"] if "__resume_at_" in n]
+    assert tinydynamo.counters["recompiles"]["f"] == 1 and not resumes

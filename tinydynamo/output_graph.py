@@ -228,15 +228,14 @@ class OutputGraph:
         """Lines that run the breaking instruction natively, then call the resume function(s)."""
         from tinydynamo import bytecode as bc
         from tinydynamo.eval_frame import wrap_for_resume
-        from tinydynamo.resume import make_resume_code, next_offset
+        from tinydynamo.resume import live_locals, make_resume_code, next_offset
         from tinydynamo.variables.base import NULL
         from tinydynamo.variables.dicts import DictVariable
         from tinydynamo.variables.lists import ListIteratorVariable
 
         inst = brk.inst
         stack = list(brk.stack)
-        local_names = [n for n in brk.symbolic_locals if not n.startswith("___stack")]  # dead after a prologue
-        local_exprs = [brk.symbolic_locals[n].reconstruct(codegen) for n in local_names]
+        all_locals = [n for n in brk.symbolic_locals if not n.startswith("___stack")]  # dead after a prologue
         lines: list[str] = []
 
         def slot(v) -> str:
@@ -250,6 +249,8 @@ class OutputGraph:
         def resume_call(offset: int, below: list, pushed: list[str]) -> str:
             kinds = [slot(v) for v in below] + ["value"] * len(pushed)
             exprs = [rebuild(v) for v in below if v is not NULL] + pushed
+            local_names = live_locals(code, offset, all_locals)
+            local_exprs = [brk.symbolic_locals[n].reconstruct(codegen) for n in local_names]
             resume_code = make_resume_code(code, offset, kinds, local_names)
             fn = types.FunctionType(resume_code, self.scope.f_globals, resume_code.co_name)
             name = self.scope.constant(wrap_for_resume(fn, backend), "resume")

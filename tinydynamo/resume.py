@@ -44,6 +44,31 @@ def next_offset(code: types.CodeType, offset: int) -> int:
 
 NULL_SLOT, VALUE_SLOT, ITER_SLOT = "null", "value", "iter"
 
+_READS = {"LOAD_FAST", "LOAD_FAST_CHECK", "LOAD_FAST_AND_CLEAR", "DELETE_FAST", "LOAD_CLOSURE", "LOAD_DEREF"}
+
+
+def live_locals(code: types.CodeType, offset: int, names: list[str]) -> list[str]:
+    """The locals among ``names`` that code from ``offset`` on may still read.
+
+    Conservative and simple: a name read by any instruction at or after ``offset``; and if a
+    backward jump from there lands before ``offset`` (we are inside a loop), every name. Passing
+    fewer locals means fewer guards on the resume function, so fewer needless recompiles.
+    """
+    read: set[str] = set()
+    jumps = set(dis.hasjrel) | set(dis.hasjabs)
+    for ins in dis.get_instructions(code):
+        if ins.offset < offset:
+            continue
+        if ins.opcode in jumps and isinstance(ins.argval, int) and ins.argval < offset:
+            return list(names)
+        if ins.opname in _READS:
+            read.add(ins.argval)
+        elif ins.opname == "LOAD_FAST_LOAD_FAST":
+            read.update(ins.argval)
+        elif ins.opname == "STORE_FAST_LOAD_FAST":
+            read.add(ins.argval[1])
+    return [n for n in names if n in read]
+
 
 def make_resume_code(code: types.CodeType, resume_offset: int, stack_slots: list,
                      local_names: list[str]) -> types.CodeType:
