@@ -23,18 +23,21 @@ def BINARY_OP(tx, inst) -> None:
     raise NotImplementedError("Exercise 2.1: pop b and a, push BuiltinVariable.binop(tx, bc.BINARY_OPS[inst.argval], a, b)")
 
 
-def POP_JUMP_IF_FALSE(tx, inst) -> None:
-    """Pop a value; if it is false, continue at ``inst.target`` (set ``tx.ip``).
+def pop_jump_if(tx, inst, jump_when: bool) -> None:
+    """Pop a value; if its truth is ``jump_when``, continue at ``inst.target`` (set ``tx.ip``).
 
     The value's ``truth(tx)`` is known at trace time for constants, lists, modules...
     (so the branch folds away); a tensor's is not, and raises Unsupported by itself.
     """
-    raise NotImplementedError("Exercise 2.2: pop a value and jump to inst.target when value.truth(tx) is False")
+    raise NotImplementedError("Exercise 2.2: pop a value and jump to inst.target when value.truth(tx) == jump_when")
+
+
+def POP_JUMP_IF_FALSE(tx, inst) -> None:
+    pop_jump_if(tx, inst, False)
 
 
 def POP_JUMP_IF_TRUE(tx, inst) -> None:
-    """Pop a value; if it is true, continue at ``inst.target``."""
-    raise NotImplementedError("Exercise 2.2: pop a value and jump to inst.target when value.truth(tx) is True")
+    pop_jump_if(tx, inst, True)
 
 
 def CALL(tx, inst) -> None:

@@ -221,9 +221,9 @@ print("matches eager:", torch.allclose(out, g(x, 3, 0.5)), "| frames:", cnt.fram
 print(cnt.graphs[0].code)
 
 # %% [markdown]
-# A jump on a *tensor's value* cannot be decided at trace time. tinydynamo stops with a precise
-# reason (and the user's source line); without `nopython=True` the frame simply runs eagerly.
-# (Chapter 4 splits the function there instead — a *graph break*.)
+# A jump on a *tensor's value* cannot be decided at trace time. With `nopython=True`
+# (`fullgraph=True`) tinydynamo stops with a precise reason, the user's source line and a hint;
+# without it, tinydynamo splits the function there — a *graph break*, the subject of chapter 4.
 
 # %%
 def h(x):

@@ -359,3 +359,50 @@ def test_closure_cells_load_closure_on_every_version():
     names = [i.opname for i in insts]
     assert names.count("LOAD_CLOSURE") == 2 and "MAKE_CELL" in names
     assert [i.argval for i in insts if i.opname == "SET_FUNCTION_ATTRIBUTE"] == ["closure"]
+
+
+def g_outer(t):
+    return t * 10
+
+
+def g_inner(t):
+    return t + 1
+
+
+def f_resume(x, y):
+    z = x * 2
+    w = g_outer(g_inner(z))  # break at the inner call: the outer call's slots are on the stack
+    if w > y:
+        return w - y, "gt"
+    return w + y, "le"
+
+
+def test_resume_code_continues_after_a_call_on_every_version():
+    pytest.importorskip("bytecode")
+    from tinydynamo.resume import make_resume_code, next_offset
+
+    insts = get_instructions(f_resume)
+    inner_call = [i for i in insts if i.opname == "CALL"][0]  # g_inner(z) runs before g_outer(...)
+    # the stack just before the inner CALL: [outer slots] + [inner slots] + [z]; after it: [outer slots, result]
+    outer_slots = bc.with_null("g_outer", NULL)
+    is_null = [v is NULL for v in outer_slots] + [False]
+    code = make_resume_code(f_resume.__code__, next_offset(f_resume.__code__, inner_call.offset), is_null,
+                            ["x", "y", "z"])
+    resume = types.FunctionType(code, f_resume.__globals__)
+    stack_args = [g_outer] + [g_inner(6)]  # the non-NULL outer slot (the callable), then the call's result
+    for y in (0, 100):
+        assert resume(*stack_args, 3, y, 6) == f_resume(3, y)
+    assert code.co_name == f"__resume_at_{next_offset(f_resume.__code__, inner_call.offset)}"
+
+
+def test_resume_at_a_jump_target():
+    pytest.importorskip("bytecode")
+    from tinydynamo.resume import make_resume_code
+
+    insts = get_instructions(f_resume)
+    jump = next(i for i in insts if i.opname in ("POP_JUMP_IF_FALSE", "POP_JUMP_IF_TRUE"))
+    taken = insts[jump.target]
+    code = make_resume_code(f_resume.__code__, taken.offset, [], ["x", "y", "z", "w"])
+    resume = types.FunctionType(code, f_resume.__globals__)
+    expected_tag = "le" if jump.opname == "POP_JUMP_IF_FALSE" else "gt"
+    assert resume(3, 5, 6, 70)[1] == expected_tag

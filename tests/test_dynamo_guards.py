@@ -194,3 +194,19 @@ def test_guard_kinds_cover_the_issue_list():
             "NN_MODULE", "DICT_KEYS"} <= set(GUARD_KINDS)
     g = Guard("ID_MATCH", LocalSource("f"), len)
     assert g.readable().startswith("L['f'] is <len")
+
+
+def test_aliased_inputs_share_a_placeholder_and_are_guarded():
+    from torch import nn
+
+    m = nn.MultiheadAttention(16, 2, batch_first=True).eval()
+    tinydynamo.reset()
+    cnt = CompileCounter()
+    cm = tinydynamo.compile(m, backend=cnt, fullgraph=True)
+    x, k = torch.randn(2, 5, 16), torch.randn(2, 5, 16)
+    torch.testing.assert_close(cm(x, x, x), m(x, x, x))  # self-attention: query is key is value
+    torch.testing.assert_close(cm(x, k, k), m(x, k, k))  # different objects: `query is not key`
+    assert cnt.frame_count == 2
+    assert "aliasing changed: L['key'] is L['query']" in tinydynamo.cache_info(cm).last_reason
+    torch.testing.assert_close(cm(k, x, x), m(k, x, x))
+    assert cnt.frame_count == 2

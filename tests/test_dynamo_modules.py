@@ -149,3 +149,15 @@ def test_parameters_gradients_match(requires_grad):
         torch.testing.assert_close(a, p.grad)
     if requires_grad:
         torch.testing.assert_close(gx, x.grad)
+
+
+def test_torch_transformer_encoder_layer_one_graph():
+    """torch's own layer: hook checks over ModuleDicts/OrderedDicts, fast-path conditions, an op that
+    returns (tensor, None), aliased q/k/v inputs -- all captured in one graph."""
+    torch.manual_seed(0)
+    m = nn.TransformerEncoderLayer(16, 2, 32, batch_first=True).eval()
+    cm, cnt = compile_counted(m)
+    for _ in range(2):
+        x = torch.randn(2, 5, 16)
+        torch.testing.assert_close(cm(x), m(x))
+    assert cnt.frame_count == 1

@@ -23,12 +23,23 @@ def calls_item(x):
     return x * x.sum().item()
 
 
+def in_try(x):
+    try:
+        return x * x.sum().item()
+    except ValueError:
+        return x
+
+
+def in_with(x):
+    with torch.no_grad():
+        return x + 1
+
+
 @pytest.mark.parametrize("fn,reason", [
-    (data_dependent, "data-dependent branch"),
-    (calls_print, "print()"),
-    (calls_item, "Tensor.item()"),
+    (in_try, "Tensor.item()"),
+    (in_with, "`with` blocks"),
 ])
-def test_fallback_runs_eagerly_and_records_reason(fn, reason, capsys):
+def test_unresumable_frames_run_eagerly_and_record_reason(fn, reason):
     tinydynamo.reset()
     cnt = CompileCounter()
     g = tinydynamo.optimize(cnt)(fn)
@@ -37,7 +48,8 @@ def test_fallback_runs_eagerly_and_records_reason(fn, reason, capsys):
         torch.testing.assert_close(g(x), fn(x))
     assert cnt.frame_count == 0
     assert any(reason in r for r in tinydynamo.counters["unsupported"]), dict(tinydynamo.counters["unsupported"])
-    assert tinydynamo.cache_info(g).run_eagerly is not None
+    out = tinydynamo.explain(fn)(torch.randn(4))
+    assert any(reason in why for _, why in out.eager_frames) and "Frames run eagerly" in str(out)
 
 
 def test_nopython_raises_with_reason_and_user_line():

@@ -25,6 +25,9 @@ _LAZY = {
     "logs": "tinydynamo.logs:",
     "set_logs": "tinydynamo.logs:set_logs",
     "testing": "tinydynamo.testing:",
+    "explain": "tinydynamo.explanation:explain",
+    "show": "tinydynamo.instructor_view:show",
+    "ExplainOutput": "tinydynamo.explanation:ExplainOutput",
 }
 
 __getattr__, __dir__ = lazy_attributes(globals(), _LAZY)

@@ -15,7 +15,6 @@ import contextlib
 import dataclasses
 import functools
 import inspect
-import logging
 import types
 import warnings
 from typing import Any, Callable, Iterator
@@ -57,7 +56,20 @@ def lookup_entry(entries: list[CompiledFrame], L: dict, G: dict, backend) -> Com
     return None
 
 
-_lookup = {"fn": lookup_entry}
+def _fast_lookup(entries: list[CompiledFrame], L: dict, G: dict, backend) -> CompiledFrame | None:
+    """lookup_entry without the CheckFunction wrapper call (the generated check catches errors itself)."""
+    for entry in entries:
+        if entry.backend is backend:
+            try:  # free unless it raises (3.11+); the course's generated checks have no try of their own
+                ok = entry.check_fn.check(L, G)
+            except Exception:
+                ok = False
+            if ok:
+                return entry
+    return None
+
+
+_lookup = {"fn": _fast_lookup}
 
 
 @contextlib.contextmanager
@@ -130,13 +142,21 @@ class OptimizedFunction:
         cache = _caches.get(self._code) or get_cache(self._code)
         entry = cache.lookup(L, G, self._backend)
         if entry is not None:
-            return entry.run(L, G)
+            _current_backend.append(self._backend)
+            try:
+                return entry.run(L, G)
+            finally:
+                _current_backend.pop()
         if cache.run_eagerly is not None:
             return self._orig_fn(*args, **kwargs)
         entry = self._compile(cache, L, G)
         if entry is None:
             return self._orig_fn(*args, **kwargs)
-        return entry.run(L, G)
+        _current_backend.append(self._backend)
+        try:
+            return entry.run(L, G)
+        finally:
+            _current_backend.pop()
 
     def __get__(self, obj, objtype=None):  # decorating a method: bind like a function would
         if obj is None:
@@ -164,7 +184,7 @@ class OptimizedFunction:
                                 name, self._code.co_filename, self._code.co_firstlineno,
                                 "\n".join(f"    - entry {len(reasons) - 1 - i}: {r}" for i, r in enumerate(reasons)))
         try:
-            entry = compile_frame(self._fn, L, G, self._backend, name)
+            entry = compile_frame(self._fn, L, G, self._backend, name, allow_graph_breaks=not self._nopython)
         except Unsupported as e:
             counters["frames"]["unsupported"] += 1
             counters["unsupported"][e.reason] += 1
@@ -172,6 +192,8 @@ class OptimizedFunction:
                 raise
             cache.run_eagerly = e.reason
             breaks_log.info("running %s eagerly: %s", name, e)
+            for listener in _listeners:
+                listener("eager", (name, e.reason))
             return None
         except Exception as e:
             counters["frames"]["failed"] += 1
@@ -186,12 +208,47 @@ class OptimizedFunction:
         return entry
 
 
-def compile_frame(fn: types.FunctionType, L: dict, G: dict, backend, name: str) -> CompiledFrame:
+_resume_wrappers: dict = {}
+
+
+def wrap_for_resume(fn: Any, backend: Any) -> Any:
+    """What a transformed frame calls: resume functions and user functions get compiled (their own
+    graphs, guards, cache); modules go through their compiled forward; anything else as is.
+
+    ``backend=None`` (a native call at a graph break) keeps the caller's backend if known.
+    """
+    if backend is None:
+        backend = config.default_backend if _current_backend[-1] is None else _current_backend[-1]
+    if isinstance(fn, (OptimizedFunction, OptimizedModule)) or getattr(fn, "_tinydynamo_disabled", False):
+        return fn
+    from tinydynamo.variables.functions import is_library_function
+
+    target = fn
+    if is_library_function(getattr(fn, "__func__", fn)):
+        return fn
+    if isinstance(fn, types.MethodType) and isinstance(fn.__func__, types.FunctionType):
+        key = (fn.__func__, id(fn.__self__), id(backend))
+    elif isinstance(fn, types.FunctionType) and not fn.__module__.startswith("torch"):
+        key = (fn, None, id(backend))
+    else:
+        return fn
+    wrapper = _resume_wrappers.get(key)
+    if wrapper is None or (isinstance(fn, types.MethodType) and wrapper._self is not fn.__self__):
+        wrapper = OptimizedFunction(target, backend)
+        _resume_wrappers[key] = wrapper
+    return wrapper
+
+
+_current_backend: list = [None]
+
+
+def compile_frame(fn: types.FunctionType, L: dict, G: dict, backend, name: str,
+                  allow_graph_breaks: bool = False) -> CompiledFrame:
     """Trace ``fn``'s bytecode with the arguments in ``L`` and compile the graph: one cache entry."""
     from tinydynamo.symbolic_convert import InstructionTranslator
 
     code = fn.__code__
-    with artifacts.collecting(name):
+    with artifacts.collecting(name) as arts:
         try:
             artifacts.record("source", name, inspect.getsource(fn))
         except (OSError, TypeError):
@@ -200,10 +257,27 @@ def compile_frame(fn: types.FunctionType, L: dict, G: dict, backend, name: str) 
         artifacts.record("bytecode", name, listing)
         bytecode_log.info("BYTECODE %s %s:%d\n%s", name, code.co_filename, code.co_firstlineno, listing)
         output = OutputGraph(G, name.replace(".", "_").replace("<", "").replace(">", ""))
-        tx = InstructionTranslator(code, G, L, output)
+        tx = InstructionTranslator(code, G, L, output, allow_graph_breaks)
         with torch._C.DisableTorchFunctionSubclass():
             return_value = tx.run()
-        return output.compile(return_value, backend)
+        brk = tx.graph_break
+        if brk is not None:
+            counters["graph_breaks"][brk.reason] += 1
+            breaks_log.info("Graph break in user code (outermost frame first):\n%s\nReason: %s",
+                            "\n".join(reversed(brk.error.user_stack)) or name, brk.reason)
+            for listener in _listeners:
+                listener("break", brk)
+        entry = output.compile(return_value, backend, brk, code)
+        for listener in _listeners:
+            listener("entry", entry)
+    from tinydynamo.instructor_view import dump_debug_dir
+
+    dump_debug_dir(arts)
+    return entry
+
+
+#: callbacks(event, data) told about every graph break and compiled entry (explain() uses this)
+_listeners: list = []
 
 
 def optimize(backend: Any = None, nopython: bool = False) -> Callable[[Callable], Callable]:
@@ -302,5 +376,3 @@ def cache_info(fn: Callable) -> FrameCache:
         return get_cache(fn._code)
     return get_cache(_user_function(fn)[0].__code__)
 
-
-_ = logging

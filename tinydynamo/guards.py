@@ -201,12 +201,38 @@ register_guard_kind(
     lambda g: f"type({g.name}) is {g.expected[0].__name__} and len({g.name}) == {g.expected[1]}",
 )
 
+def _dict_keys_code(g: Guard, ref: str, scope: SourceScope) -> list[str]:
+    dict_type, keys = g.expected
+    t = "dict" if dict_type is dict else scope.constant(dict_type, "t")
+    return [f"type({ref}) is {t}", f"list({ref}) == {list(keys)!r}"]
+
+
+def _dict_keys_failure(g: Guard, v: Any) -> str | None:
+    dict_type, keys = g.expected
+    if type(v) is not dict_type:
+        return f"{g.name} type mismatch: expected {_tname(dict_type)}, actual {_tname(type(v))}"
+    if list(v) != list(keys):
+        return f"{g.name} keys changed: expected {list(keys)}, actual {list(v)}"
+    return None
+
+
+register_guard_kind("DICT_KEYS", _dict_keys_code, _dict_keys_failure,
+                    lambda g: f"list({g.name}.keys()) == {list(g.expected[1])!r}")
+
+# ---- ALIAS_MATCH: two sources are (or are not) the same object --------------------------------
+
+
+def _alias_code(g: Guard, ref: str, scope: SourceScope) -> list[str]:
+    other, same = g.expected
+    return [f"({ref} is {other.name()}) is {same!r}"]
+
+
 register_guard_kind(
-    "DICT_KEYS",
-    lambda g, ref, scope: [f"type({ref}) is dict", f"list({ref}) == {list(g.expected)!r}"],
-    lambda g, v: (f"{g.name} type mismatch: expected dict, actual {_tname(type(v))}" if type(v) is not dict else
-                  None if list(v) == list(g.expected) else f"{g.name} keys changed: expected {list(g.expected)}, actual {list(v)}"),
-    lambda g: f"list({g.name}.keys()) == {list(g.expected)!r}",
+    "ALIAS_MATCH",
+    _alias_code,
+    lambda g, v: f"aliasing changed: {g.name} {'is' if g.expected[1] else 'is not'} {g.expected[0].name()} "
+                 "no longer holds",
+    lambda g: f"{g.name} {'is' if g.expected[1] else 'is not'} {g.expected[0].name()}",
 )
 
 # ---- GRAD_MODE (global state) -------------------------------------------------------------------
@@ -226,9 +252,10 @@ def generate_check_code(guards: list[Guard], scope: SourceScope) -> str:
 
     Each source is read once into a local (``___v0 = L['x']``); a nested source reuses its
     parent's local (``L['self'].fc1`` -> ``___v1``, then ``___v1.weight``). Each guard becomes
-    ``if not (<its conditions joined by and>): return False``.
+    ``if not (<its conditions joined by and>): return False``. A source that no longer exists
+    (a shorter list, a missing key or attribute) raises inside: that is a miss too.
     """
-    lines = ["def ___check_guards(L, G):"]
+    body: list[str] = []
     refs: dict[str, str] = {}
 
     def ref_of(source: Source) -> str:
@@ -243,16 +270,19 @@ def generate_check_code(guards: list[Guard], scope: SourceScope) -> str:
             expr = key
         ref = f"___v{len(refs)}"
         refs[key] = ref
-        lines.append(f"    {ref} = {expr}")
+        body.append(f"{ref} = {expr}")
         return ref
 
     for g in guards:
         ref = ref_of(g.source) if g.source is not None else "None"
         conds = GUARD_KINDS[g.kind].code(g, ref, scope)
-        lines.append(f"    # {g.kind}: {g.readable()}")
-        lines.append(f"    if not ({' and '.join(conds)}):")
-        lines.append("        return False")
-    lines.append("    return True")
+        body.append(f"# {g.kind}: {g.readable()}")
+        body.append(f"if not ({' and '.join(conds)}):")
+        body.append("    return False")
+    body.append("return True")
+    lines = ["def ___check_guards(L, G):", "    try:"]
+    lines += [f"        {line}" for line in body]
+    lines += ["    except Exception:", "        return False"]
     return "\n".join(lines) + "\n"
 
 
@@ -287,7 +317,7 @@ class CheckFunction:
     def __call__(self, L: dict, G: dict) -> bool:
         try:
             return self.check(L, G)
-        except Exception:  # a source that no longer exists (shorter list, missing key) is a miss
+        except Exception:  # a check generated without its own try (the course's exercise 3.3)
             return False
 
     def failure_reason(self, L: dict, G: dict) -> str | None:
@@ -300,7 +330,11 @@ class CheckFunction:
                     value = self.scope.evaluate(g.source, L, G)
                 except Exception as e:
                     return f"{g.name} could not be read: {type(e).__name__}: {e}"
-            reason = GUARD_KINDS[g.kind].failure(g, value)
+            if g.kind == "ALIAS_MATCH":  # needs two values: ask its own condition
+                other = self.scope.evaluate(g.expected[0], L, G)
+                reason = None if (value is other) == g.expected[1] else GUARD_KINDS[g.kind].failure(g, value)
+            else:
+                reason = GUARD_KINDS[g.kind].failure(g, value)
             if reason:
                 return reason
         return None

@@ -13,7 +13,9 @@ small Python function that a cache hit runs:
 from __future__ import annotations
 
 import dataclasses
+import dis
 import math
+import types
 import operator
 import re
 from typing import Any, Callable
@@ -42,6 +44,7 @@ class CompiledFrame:
     code: str  # source of the generated ``___compiled_frame``
     backend: Any
     op_count: int
+    break_reason: str | None = None  # set when the frame was split by a graph break
 
 
 class ReturnCodegen:
@@ -50,6 +53,18 @@ class ReturnCodegen:
     def __init__(self, output: "OutputGraph"):
         self.output = output
         self.nodes: list[torch.fx.Node] = []
+        self.prelude: list[str] = []  # temporaries built once, before the body uses them
+        self._shared: dict[int, str] = {}
+
+    def shared(self, var, build: Callable[[], str]) -> str:
+        """A mutable container built once and referred to by name, so that every place holding it
+        (a local, a stack slot, a bound method) still shares ONE object after a graph break."""
+        if id(var) not in self._shared:
+            expr = build()
+            name = f"___t{len(self._shared)}"
+            self._shared[id(var)] = name
+            self.prelude.append(f"{name} = {expr}")
+        return self._shared[id(var)]
 
     def graph_output(self, var: TensorVariable) -> str:
         if var.node not in self.nodes:
@@ -101,6 +116,11 @@ class OutputGraph:
         key = source.name()
         if key in self._inputs:
             return self._inputs[key]
+        for other in self._inputs.values():  # the same tensor reached by two sources: one placeholder
+            if self.example_inputs[self.input_sources.index(other.source)] is value:
+                self.add_guard("ALIAS_MATCH", source, (other.source, True))
+                self._inputs[key] = other
+                return other
         placeholders = [n for n in self.graph.nodes if n.op == "placeholder"]
         anchor = placeholders[-1].next if placeholders else next(iter(self.graph.nodes), None)
         if anchor is not None and anchor.op != "root":
@@ -161,16 +181,27 @@ class OutputGraph:
             self.graph.erase_node(node)
 
     # ---- compile -----------------------------------------------------------------------------------
-    def compile(self, return_value: VariableTracker, backend: Callable) -> CompiledFrame:
+    def compile(self, return_value: VariableTracker | None, backend: Callable, graph_break=None,
+                code=None) -> CompiledFrame:
+        """Compile the graph and generate the function a cache hit runs.
+
+        Normally it returns the rebuilt return value. After a graph break (``graph_break`` from
+        the translator) it runs the unsupported instruction natively and calls resume
+        function(s) with the rebuilt stack and locals (see tinydynamo.resume).
+        """
         codegen = ReturnCodegen(self)
-        expr = return_value.reconstruct(codegen)
+        if graph_break is None:
+            body = [f"return {return_value.reconstruct(codegen)}"]
+        else:
+            body = self._break_body(graph_break, codegen, backend, code)
         self.graph.output(tuple(codegen.nodes))
         self._dead_code_elimination()
         self.graph.lint()
         gm = torch.fx.GraphModule(self.root, self.graph, class_name=f"GraphModule_{self.frame_name}")
         n_ops = self.op_count()
         artifacts.record("graph", self.frame_name, gm.print_readable(print_output=False))
-        logs.get_logger("graph_code").info("TRACED GRAPH %s\n%s", self.frame_name, gm.print_readable(print_output=False))
+        if logs.enabled("graph_code"):
+            logs.get_logger("graph_code").info("TRACED GRAPH %s\n%s", self.frame_name, gm.print_readable(print_output=False))
         check_fn = self.guard_builder.build()
         artifacts.record("guards", self.frame_name, check_fn.code)
         logs.get_logger("guards").info("GUARDS %s\n%s", self.frame_name,
@@ -182,12 +213,94 @@ class OutputGraph:
         else:  # nothing to compile: TorchDynamo skips the backend for op-free graphs too
             compiled_fn = gm.forward
         inputs = ", ".join(s.name() for s in self.input_sources)
-        code = (
-            "def ___compiled_frame(L, G):\n"
-            + (f"    ___o = ___compiled_fn({inputs})\n" if codegen.nodes or n_ops else "")
-            + f"    return {expr}\n"
-        )
+        lines = ["def ___compiled_frame(L, G):"]
+        if codegen.nodes or n_ops:
+            lines.append(f"    ___o = ___compiled_fn({inputs})")
+        lines += [f"    {line}" for line in codegen.prelude + body]
+        text = "\n".join(lines) + "\n"
         namespace = {**self.scope.names, "___compiled_fn": compiled_fn}
-        exec(compile(code, f"<tinydynamo {self.frame_name}>", "exec"), namespace)
-        artifacts.record("transformed_code", self.frame_name, code)
-        return CompiledFrame(check_fn, namespace["___compiled_frame"], gm, code, backend, n_ops)
+        exec(compile(text, f"<tinydynamo {self.frame_name}>", "exec"), namespace)
+        artifacts.record("transformed_code", self.frame_name, text)
+        return CompiledFrame(check_fn, namespace["___compiled_frame"], gm, text, backend, n_ops,
+                             graph_break.reason if graph_break is not None else None)
+
+    def _break_body(self, brk, codegen: "ReturnCodegen", backend, code) -> list[str]:
+        """Lines that run the breaking instruction natively, then call the resume function(s)."""
+        from tinydynamo import bytecode as bc
+        from tinydynamo.eval_frame import wrap_for_resume
+        from tinydynamo.resume import live_locals, make_resume_code, next_offset
+        from tinydynamo.variables.base import NULL
+        from tinydynamo.variables.dicts import DictVariable
+        from tinydynamo.variables.lists import ListIteratorVariable
+
+        inst = brk.inst
+        stack = list(brk.stack)
+        all_locals = [n for n in brk.symbolic_locals if not n.startswith("___stack")]  # dead after a prologue
+        lines: list[str] = []
+
+        def slot(v) -> str:
+            return "null" if v is NULL else "iter" if isinstance(v, ListIteratorVariable) else "value"
+
+        def rebuild(v) -> str:  # an iterator travels as the list of its remaining items
+            if isinstance(v, ListIteratorVariable):
+                return f"[{', '.join(i.reconstruct(codegen) for i in v.items[v.index:])}]"
+            return v.reconstruct(codegen)
+
+        def resume_call(offset: int, below: list, pushed: list[str]) -> str:
+            kinds = [slot(v) for v in below] + ["value"] * len(pushed)
+            exprs = [rebuild(v) for v in below if v is not NULL] + pushed
+            local_names = live_locals(code, offset, all_locals)
+            local_exprs = [brk.symbolic_locals[n].reconstruct(codegen) for n in local_names]
+            resume_code = make_resume_code(code, offset, kinds, local_names)
+            fn = types.FunctionType(resume_code, self.scope.f_globals, resume_code.co_name)
+            name = self.scope.constant(wrap_for_resume(fn, backend), "resume")
+            return f"return {name}({', '.join(exprs + local_exprs)})"
+
+        if inst.opname in ("CALL", "CALL_FUNCTION_EX"):
+            if inst.opname == "CALL":
+                n = inst.argval
+                args = stack[len(stack) - n:]
+                slot0, slot1 = stack[len(stack) - n - 2], stack[len(stack) - n - 1]
+                below = stack[:len(stack) - n - 2]
+                fn, lead = bc.resolve_call_slots(slot0, slot1, lambda v: v is NULL)
+                nkw = len(inst.kw_names)
+                pos = [v.reconstruct(codegen) for v in lead + args[:n - nkw]]
+                kws = [f"{k}={v.reconstruct(codegen)}" for k, v in zip(inst.kw_names, args[n - nkw:])]
+                call_args = ", ".join(pos + kws)
+            else:
+                has_kw = inst.argval
+                kwargs_var = stack[-1] if has_kw else None
+                args_var = stack[-1 - has_kw]
+                slot0, slot1 = stack[-3 - has_kw], stack[-2 - has_kw]
+                below = stack[:len(stack) - 3 - has_kw]
+                fn, lead = bc.resolve_call_slots(slot0, slot1, lambda v: v is NULL)
+                parts = [v.reconstruct(codegen) for v in lead] + [f"*{args_var.reconstruct(codegen)}"]
+                if isinstance(kwargs_var, DictVariable) or kwargs_var is not None:
+                    parts.append(f"**{kwargs_var.reconstruct(codegen)}")
+                call_args = ", ".join(parts)
+            wrap = self.scope.constant(wrap_for_resume, "wrap")
+            lines.append(f"___r = {wrap}({fn.reconstruct(codegen)}, None)({call_args})")
+            lines.append(resume_call(next_offset(code, inst.offset), below, ["___r"]))
+        elif inst.opname == "STORE_ATTR":  # a side effect on an object from outside: do it for real
+            obj, value, below = stack[-1], stack[-2], stack[:-2]
+            lines.append(f"setattr({obj.reconstruct(codegen)}, {inst.argval!r}, {value.reconstruct(codegen)})")
+            lines.append(resume_call(next_offset(code, inst.offset), below, []))
+        elif inst.opname == "STORE_SUBSCR":
+            key, obj, value, below = stack[-1], stack[-2], stack[-3], stack[:-3]
+            lines.append(f"{obj.reconstruct(codegen)}[{key.reconstruct(codegen)}] = {value.reconstruct(codegen)}")
+            lines.append(resume_call(next_offset(code, inst.offset), below, []))
+        elif inst.opname == "STORE_GLOBAL":
+            value, below = stack[-1], stack[:-1]
+            lines.append(f"G[{inst.argval!r}] = {value.reconstruct(codegen)}")
+            lines.append(resume_call(next_offset(code, inst.offset), below, []))
+        else:  # POP_JUMP_IF_TRUE / POP_JUMP_IF_FALSE on a value only known at run time
+            cond, below = stack[-1], stack[:-1]
+            raw = next(i for i in dis.get_instructions(code) if i.offset == inst.offset)
+            jump_target = raw.argval
+            fall_through = next_offset(code, inst.offset)
+            when_true = jump_target if inst.opname == "POP_JUMP_IF_TRUE" else fall_through
+            when_false = fall_through if inst.opname == "POP_JUMP_IF_TRUE" else jump_target
+            lines.append(f"if {cond.reconstruct(codegen)}:")
+            lines.append(f"    {resume_call(when_true, below, [])}")
+            lines.append(resume_call(when_false, below, []))
+        return lines

@@ -112,10 +112,13 @@ class InstructionTranslatorBase:
         if self.output.instruction_count > config.max_instructions:
             unimplemented(f"more than config.max_instructions={config.max_instructions} instructions "
                           "(a very long or endless loop?)")
+        self.dispatch(inst)
+
+    def dispatch(self, inst: Instruction) -> None:
         handler = OPCODE_HANDLERS.get(inst.opname)
-        if handler is None:
-            unimplemented(f"opcode {inst.opname} is not supported")
         try:
+            if handler is None:
+                unimplemented(f"opcode {inst.opname} is not supported")
             handler(self, inst)
         except Unsupported as e:
             e.user_stack.append(self.frame_summary(inst))
@@ -563,11 +566,39 @@ for _name, _reason in _UNSUPPORTED_OPS.items():
     OPCODE_HANDLERS.setdefault(_name, lambda tx, inst, _r=_reason: unimplemented(_r))
 
 
-class InstructionTranslator(InstructionTranslatorBase):
-    """The translator of a top-level frame: its arguments come from real values (with sources)."""
+#: instructions a graph break can split a frame at (run natively, then resume after them)
+BREAKABLE = ("CALL", "CALL_FUNCTION_EX", "POP_JUMP_IF_FALSE", "POP_JUMP_IF_TRUE",
+             "STORE_ATTR", "STORE_SUBSCR", "STORE_GLOBAL")
 
-    def __init__(self, code: types.CodeType, f_globals: dict, f_locals: dict[str, Any], output: OutputGraph):
+
+class GraphBreak:
+    """Where and why tracing stopped: the instruction, the reason, the stack and locals before it."""
+
+    def __init__(self, inst: Instruction, error: Unsupported, stack, symbolic_locals):
+        self.inst = inst
+        self.error = error
+        self.stack = stack
+        self.symbolic_locals = symbolic_locals
+
+    @property
+    def reason(self) -> str:
+        return self.error.reason
+
+
+class InstructionTranslator(InstructionTranslatorBase):
+    """The translator of a top-level frame: its arguments come from real values (with sources).
+
+    With ``allow_graph_breaks``, an Unsupported raised by a CALL or a conditional jump (outside any
+    try/with block) ends tracing there instead of failing: ``graph_break`` records the instruction
+    and the stack/locals just before it, and the OutputGraph compiles the graph so far plus a
+    call of a resume function (see tinydynamo.resume).
+    """
+
+    def __init__(self, code: types.CodeType, f_globals: dict, f_locals: dict[str, Any], output: OutputGraph,
+                 allow_graph_breaks: bool = False):
         super().__init__(code, f_globals, {}, output, {}, depth=0)
+        self.allow_graph_breaks = allow_graph_breaks
+        self.graph_break: GraphBreak | None = None
         for name in code.co_varnames[:_n_args(code)]:
             if name in f_locals:
                 self.symbolic_locals[name] = VariableBuilder(self, LocalSource(name)).wrap(f_locals[name])
@@ -575,6 +606,25 @@ class InstructionTranslator(InstructionTranslatorBase):
             cell = CellVariable(VariableBuilder(self, LocalSource(name)).wrap(f_locals[name]))
             cell.external = True
             self.cells[name] = cell
+
+    def run(self) -> VariableTracker | None:
+        while self.return_value is None and self.graph_break is None:
+            self.step()
+        return self.return_value
+
+    def dispatch(self, inst: Instruction) -> None:
+        if not self.allow_graph_breaks or inst.opname not in BREAKABLE:
+            return super().dispatch(inst)
+        from tinydynamo.resume import in_exception_region
+
+        stack, local_vars = list(self.stack), dict(self.symbolic_locals)
+        try:
+            super().dispatch(inst)
+        except Unsupported as e:
+            if in_exception_region(self.code, inst.offset) or self.code.co_cellvars or self.code.co_freevars:
+                raise
+            self.stack, self.symbolic_locals = stack, local_vars
+            self.graph_break = GraphBreak(inst, e, stack, local_vars)
 
 
 class InliningInstructionTranslator(InstructionTranslatorBase):

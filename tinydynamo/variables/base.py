@@ -68,6 +68,8 @@ class VariableTracker:
             return codegen.source_expr(self.source)
         if self.is_python_constant():
             return codegen.constant(self.as_python_constant())
+        if hasattr(self, "fn") and not hasattr(self, "code"):  # builtins, torch functions
+            return codegen.constant(self.fn, "fn")
         unimplemented(f"returning {self} from a compiled frame")
 
     def __repr__(self) -> str:

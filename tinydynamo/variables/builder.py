@@ -8,6 +8,7 @@ Values with no source (results of folding, defaults) need no guard.
 """
 from __future__ import annotations
 
+import collections
 import enum
 import math
 import operator
@@ -23,7 +24,13 @@ from tinydynamo.variables.base import VariableTracker
 from tinydynamo.variables.builtin import BuiltinVariable, is_foldable
 from tinydynamo.variables.constant import ConstantVariable
 from tinydynamo.variables.dicts import DictVariable
-from tinydynamo.variables.functions import DisabledFunctionVariable, UserFunctionVariable, UserMethodVariable
+from tinydynamo.variables.functions import (
+    DisabledFunctionVariable,
+    SkippedFunctionVariable,
+    UserFunctionVariable,
+    UserMethodVariable,
+    is_library_function,
+)
 from tinydynamo.variables.lists import ListVariable, SizeVariable, TupleVariable
 from tinydynamo.variables.misc import PythonModuleVariable
 from tinydynamo.variables.nn_module import NNModuleVariable
@@ -68,10 +75,10 @@ class VariableBuilder:
             if type(value) is list:
                 return ListVariable(items, src)
             return TupleVariable(items, src, tuple_cls=None if type(value) is tuple else type(value))
-        if type(value) is dict:
+        if type(value) in (dict, collections.OrderedDict):
             if not all(isinstance(k, (str, int)) for k in value):
                 unimplemented("dict with non-str/int keys as an input")
-            self.guard("DICT_KEYS", tuple(value))
+            self.guard("DICT_KEYS", (type(value), tuple(value)))
             return DictVariable({k: VariableBuilder(self.tx, GetItemSource(src, k) if src else None).wrap(v)
                                  for k, v in value.items()}, src)
         if isinstance(value, types.ModuleType):
@@ -94,6 +101,8 @@ class VariableBuilder:
             return TorchVariable(value, src)
         if isinstance(value, types.FunctionType):
             self.guard("ID_MATCH", value)
+            if is_library_function(value):
+                return SkippedFunctionVariable(value, src)
             return UserFunctionVariable(value, src)
         if isinstance(value, types.MethodType):
             self_src = None  # a bound method: wrap its object, inline its function
@@ -116,8 +125,8 @@ class VariableBuilder:
 
 
 def _is_builtin(value: Any) -> bool:
-    if isinstance(value, (types.BuiltinFunctionType, types.BuiltinMethodType)) or value in (
-            range, enumerate, zip, reversed, slice, int, float, bool, str, tuple, list, dict, type, set):
+    if isinstance(value, (types.BuiltinFunctionType, types.BuiltinMethodType)) or any(value is t for t in (
+            range, enumerate, zip, reversed, slice, int, float, bool, str, tuple, list, dict, type, set)):
         try:
             hash(value)
         except TypeError:
@@ -144,6 +153,8 @@ def wrap_constant_result(value: Any) -> VariableTracker:
         from tinydynamo.variables.lists import ListIteratorVariable
 
         return ListIteratorVariable([wrap_constant_result(v) for v in value])
+    if isinstance(value, torch.Tensor):
+        unimplemented("a tensor produced outside the graph at trace time")
     return VariableBuilder(None, None).wrap(value)
 
 
@@ -152,13 +163,18 @@ def wrap_fx_result(output, node, example: Any) -> VariableTracker:
     if isinstance(example, torch.Tensor):
         node.meta["example_value"] = example
         return TensorVariable(node, example)
-    if isinstance(example, (tuple, list)) and example and all(isinstance(e, torch.Tensor) for e in example):
+    if isinstance(example, (tuple, list)) and any(isinstance(e, torch.Tensor) for e in example):
         node.meta["example_value"] = example
         items = []
-        for i, e in enumerate(example):
-            item = output.graph.call_function(operator.getitem, (node, i))
-            item.meta["example_value"] = e
-            items.append(TensorVariable(item, e))
+        for i, e in enumerate(example):  # tensors get a getitem node; other items (None, ints) are constants
+            if isinstance(e, torch.Tensor):
+                item = output.graph.call_function(operator.getitem, (node, i))
+                item.meta["example_value"] = e
+                items.append(TensorVariable(item, e))
+            elif isinstance(e, CONSTANT_TYPES) or type(e) in (tuple, list, torch.Size):
+                items.append(wrap_constant_result(e))
+            else:
+                unimplemented(f"op {node.target} returned a {type(e).__name__} inside a tuple")
         if type(example) is list:
             return ListVariable(items)
         return TupleVariable(items, tuple_cls=None if type(example) is tuple else type(example))

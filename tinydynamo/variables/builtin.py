@@ -5,7 +5,6 @@ become graph nodes (``operator.add`` etc.); everything else is Unsupported with 
 """
 from __future__ import annotations
 
-import builtins
 import math
 import operator
 from typing import Any, Callable
@@ -102,6 +101,15 @@ class BuiltinVariable(VariableTracker):
             return a.as_python_constant() is b.as_python_constant()
         if a is b:
             return True
+        from tinydynamo.variables.tensor import TensorVariable
+
+        if isinstance(a, TensorVariable) and isinstance(b, TensorVariable):
+            if a.node is b.node:
+                return True
+            if a.source is not None and b.source is not None:  # two distinct inputs: guard it stays so
+                tx.output.add_guard("ALIAS_MATCH", a.source, (b.source, False))
+                return False
+            unimplemented("`is` between tensors computed in the graph (views and in-place results alias)")
         for x, y in ((a, b), (b, a)):  # a real object is never None / a constant
             if isinstance(x, ConstantVariable) and not y.is_python_constant():
                 return False
@@ -172,8 +180,10 @@ class BuiltinVariable(VariableTracker):
             start = args[1].as_python_constant() if len(args) > 1 else kwargs.get("start", ConstantVariable(0)).as_python_constant()
             return ListIteratorVariable([TupleVariable([ConstantVariable(i + start), v])
                                          for i, v in enumerate(args[0].unpack_var_sequence(tx))])
-        if fn is zip and not kwargs:
+        if fn is zip and set(kwargs) <= {"strict"}:
             seqs = [a.unpack_var_sequence(tx) for a in args]
+            if kwargs and kwargs["strict"].as_python_constant() and len({len(q) for q in seqs}) > 1:
+                unimplemented("zip(strict=True) of sequences of different lengths raises")
             return ListIteratorVariable([TupleVariable(list(t)) for t in zip(*seqs)])
         if fn is reversed and len(args) == 1:
             return ListIteratorVariable(list(reversed(args[0].unpack_var_sequence(tx))))
@@ -248,5 +258,3 @@ def _identity_known(v: VariableTracker) -> bool:
 def _identity(v: VariableTracker) -> Any:
     return getattr(v, "module", None) or getattr(v, "value", None)
 
-
-_ = builtins

@@ -82,8 +82,10 @@ class DictVariable(VariableTracker):
         unimplemented(f"dict.{name}")
 
     def reconstruct(self, codegen) -> str:
-        inner = ", ".join(f"{codegen.constant(k)}: {v.reconstruct(codegen)}" for k, v in self.items.items())
-        return "{" + inner + "}"
+        if self.source is not None:
+            return codegen.source_expr(self.source)
+        return codegen.shared(self, lambda: "{" + ", ".join(
+            f"{codegen.constant(k)}: {v.reconstruct(codegen)}" for k, v in self.items.items()) + "}")
 
     def __repr__(self) -> str:
         return f"DictVariable({list(self.items)})"

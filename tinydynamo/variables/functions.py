@@ -172,6 +172,10 @@ class UserMethodVariable(UserFunctionVariable):
     def call_function(self, tx, args, kwargs):
         return tx.inline_user_function(self, [self.obj, *args], kwargs)
 
+    def reconstruct(self, codegen) -> str:
+        return f"{codegen.constant(types.MethodType, 'MethodType')}({codegen.constant(self.fn, 'fn')}, " \
+               f"{self.obj.reconstruct(codegen)})"
+
     def __repr__(self) -> str:
         return f"UserMethodVariable({self.fn.__qualname__})"
 
@@ -215,6 +219,41 @@ class NestedUserFunctionVariable(BaseUserFunctionVariable):
 
     def __repr__(self) -> str:
         return f"NestedUserFunctionVariable({self.qualname})"
+
+
+def _library_dirs() -> tuple[str, ...]:
+    import sysconfig
+
+    paths = sysconfig.get_paths()
+    return tuple({paths["stdlib"], paths["purelib"], paths["platlib"]})
+
+
+LIBRARY_DIRS = _library_dirs()
+
+
+def is_library_function(fn) -> bool:
+    """A function of the standard library or an installed package (not torch): not traced, like
+    TorchDynamo's skip files. Calling one from traced code is a graph break."""
+    code = getattr(fn, "__code__", None)
+    module = getattr(fn, "__module__", "") or ""
+    if code is None or module.startswith("torch") or module.startswith(("tinydynamo", "tininductor")):
+        return False
+    return code.co_filename.startswith(LIBRARY_DIRS)
+
+
+class SkippedFunctionVariable(VariableTracker):
+    """A library function tinydynamo does not trace into (numpy, the standard library...)."""
+
+    def __init__(self, fn, source=None):
+        super().__init__(source)
+        self.fn = fn
+
+    def as_python_constant(self):
+        return self.fn
+
+    def call_function(self, tx, args, kwargs):
+        unimplemented(f"call to {getattr(self.fn, '__module__', '?')}.{getattr(self.fn, '__qualname__', self.fn)}, "
+                      "a library function tinydynamo does not trace")
 
 
 class DisabledFunctionVariable(VariableTracker):

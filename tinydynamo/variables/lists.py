@@ -68,10 +68,12 @@ class BaseListVariable(VariableTracker):
         unimplemented(f"{self.container.__name__}.{name}")
 
     def reconstruct(self, codegen) -> str:
-        inner = ", ".join(v.reconstruct(codegen) for v in self.items)
+        if self.source is not None:  # an input (never mutated in the trace: that is Unsupported)
+            return codegen.source_expr(self.source)
         if self.container is tuple:
+            inner = ", ".join(v.reconstruct(codegen) for v in self.items)
             return f"({inner},)" if len(self.items) == 1 else f"({inner})"
-        return f"[{inner}]"
+        return codegen.shared(self, lambda: f"[{', '.join(v.reconstruct(codegen) for v in self.items)}]")
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.items!r})"
@@ -182,6 +184,9 @@ class ListIteratorVariable(VariableTracker):
         rest = self.items[self.index:]
         self.index = len(self.items)
         return rest
+
+    def reconstruct(self, codegen) -> str:
+        return f"iter([{', '.join(v.reconstruct(codegen) for v in self.items[self.index:])}])"
 
     def __repr__(self) -> str:
         return f"ListIteratorVariable({self.index}/{len(self.items)})"

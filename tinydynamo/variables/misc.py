@@ -23,6 +23,9 @@ class GetAttrVariable(VariableTracker):
     def call_function(self, tx, args, kwargs):
         return self.obj.call_method(tx, self.name, args, kwargs)
 
+    def reconstruct(self, codegen) -> str:
+        return f"getattr({self.obj.reconstruct(codegen)}, {self.name!r})"
+
     def __repr__(self) -> str:
         return f"GetAttrVariable({self.obj!r}.{self.name})"
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import types
 
-import torch
 from torch import nn
 
 from tinydynamo.exc import unimplemented
@@ -161,5 +160,3 @@ class NNModuleVariable(VariableTracker):
     def __repr__(self) -> str:
         return f"NNModuleVariable({type(self.module).__name__}, {self.source})"
 
-
-_ = torch

@@ -27,7 +27,7 @@ DATA_DEPENDENT_METHODS = {
     "__index__": "using a tensor as an index integer reads its value",
 }
 #: attributes computed from metadata only (answered at trace time)
-METADATA_ATTRS = ("dtype", "device", "ndim", "is_cuda", "requires_grad", "layout", "is_sparse",
+METADATA_ATTRS = ("dtype", "device", "ndim", "is_cuda", "is_cpu", "requires_grad", "layout", "is_sparse", "is_nested", "is_mps",
                   "is_quantized", "is_meta", "is_floating_point", "is_complex")
 #: methods computed from metadata only
 METADATA_METHODS = ("dim", "ndimension", "numel", "nelement", "element_size", "is_contiguous",
@@ -109,6 +109,8 @@ class TensorVariable(VariableTracker):
         ]
 
     def reconstruct(self, codegen) -> str:
+        if self.source is not None:  # an input: fetch it again rather than returning it from the graph
+            return codegen.source_expr(self.source)
         return codegen.graph_output(self)
 
     def __repr__(self) -> str:

@@ -21,9 +21,10 @@ class UserDefinedObjectVariable(VariableTracker):
         return type(self.value)
 
     def truth(self, tx) -> bool:
-        if type(self.value).__bool__ is object.__bool__ if hasattr(type(self.value), "__bool__") else True:
-            return True
-        unimplemented(f"truth value of a {type(self.value).__name__}")
+        cls = type(self.value)
+        if not hasattr(cls, "__bool__") and not hasattr(cls, "__len__"):
+            return True  # plain objects are always true
+        unimplemented(f"truth value of a {cls.__name__} (it defines __bool__ or __len__)")
 
     def var_getattr(self, tx, name: str) -> VariableTracker:
         from tinydynamo.variables.builder import VariableBuilder

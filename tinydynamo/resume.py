@@ -1,0 +1,129 @@
+"""Resume functions: the rest of a frame after a graph break, as a new code object.
+
+When tracing stops at an unsupported instruction (a call of ``print``, ``.item()``, a jump on a
+tensor's value), tinydynamo compiles the graph so far, runs that one instruction natively, then
+calls a *resume function*: a copy of the original function's bytecode with a prologue that
+
+1. takes the values that were on the value stack, and the live locals, as arguments;
+2. pushes the stack values back (``PUSH_NULL`` for CPython's NULL call slots);
+3. jumps to the instruction after the break.
+
+The resume function is an ordinary Python function, so tinydynamo compiles it in turn (its
+own graphs, guards and cache). Code objects are assembled with the ``bytecode`` package
+(pure Python, CPython 3.8-3.14), never by hand. Breaks inside ``try``/``with`` blocks (covered
+by an exception-table entry) are not resumable: the frame runs eagerly instead.
+"""
+from __future__ import annotations
+
+import dis
+import inspect
+import types
+
+from bytecode import Bytecode, Instr, Label
+
+from tinydynamo.exc import unimplemented
+
+_PREFIX_OPS = {"RESUME", "COPY_FREE_VARS", "MAKE_CELL", "NOP"}
+
+
+def in_exception_region(code: types.CodeType, offset: int) -> bool:
+    """Is ``offset`` inside a try/with block (an exception-table entry)?"""
+    for entry in getattr(dis.Bytecode(code), "exception_entries", ()):
+        if entry.start <= offset < entry.end:
+            return True
+    return False
+
+
+def next_offset(code: types.CodeType, offset: int) -> int:
+    """Offset of the original instruction that follows the one at ``offset``."""
+    for ins in dis.get_instructions(code):
+        if ins.offset > offset and ins.opname not in ("CACHE",):
+            return ins.offset
+    raise ValueError(f"no instruction after offset {offset}")
+
+
+NULL_SLOT, VALUE_SLOT, ITER_SLOT = "null", "value", "iter"
+
+_READS = {"LOAD_FAST", "LOAD_FAST_CHECK", "LOAD_FAST_AND_CLEAR", "DELETE_FAST", "LOAD_CLOSURE", "LOAD_DEREF"}
+
+
+def live_locals(code: types.CodeType, offset: int, names: list[str]) -> list[str]:
+    """The locals among ``names`` that code from ``offset`` on may still read.
+
+    Conservative and simple: a name read by any instruction at or after ``offset``; and if a
+    backward jump from there lands before ``offset`` (we are inside a loop), every name. Passing
+    fewer locals means fewer guards on the resume function, so fewer needless recompiles.
+    """
+    read: set[str] = set()
+    jumps = set(dis.hasjrel) | set(dis.hasjabs)
+    for ins in dis.get_instructions(code):
+        if ins.offset < offset:
+            continue
+        if ins.opcode in jumps and isinstance(ins.argval, int) and ins.argval < offset:
+            return list(names)
+        if ins.opname in _READS:
+            read.add(ins.argval)
+        elif ins.opname == "LOAD_FAST_LOAD_FAST":
+            read.update(ins.argval)
+        elif ins.opname == "STORE_FAST_LOAD_FAST":
+            read.add(ins.argval[1])
+    return [n for n in names if n in read]
+
+
+def make_resume_code(code: types.CodeType, resume_offset: int, stack_slots: list,
+                     local_names: list[str]) -> types.CodeType:
+    """A code object running ``code`` from ``resume_offset``, given the stack and locals as arguments.
+
+    ``stack_slots`` says what each stack slot holds, bottom first: ``"value"`` (passed as an
+    argument), ``"null"`` (recreated with PUSH_NULL) or ``"iter"`` (a loop's iterator: passed as
+    the list of its remaining items and turned back into an iterator with GET_ITER, so the resume
+    function's own trace can unroll the rest of the loop). Arguments: ``___stack0 ...`` for the
+    non-NULL slots, then ``local_names``. (``True``/``False`` are accepted for null/value.)
+    """
+    stack_slots = [NULL_SLOT if s is True else VALUE_SLOT if s is False else s for s in stack_slots]
+    if code.co_freevars or code.co_cellvars:
+        unimplemented("graph break in a function with closures (cell variables) is not resumable yet")
+    raw = [i for i in dis.get_instructions(code) if i.opname not in ("CACHE", "EXTENDED_ARG")]
+    try:
+        k = next(n for n, i in enumerate(raw) if i.offset == resume_offset)
+    except StopIteration:
+        raise ValueError(f"no instruction at offset {resume_offset} in {code.co_name}") from None
+    bc = Bytecode.from_code(code)
+    instrs = [i for i in bc if isinstance(i, Instr)]
+    target_instr = instrs[k]
+    label = Label()
+    body = []
+    for item in bc:
+        if item is target_instr:
+            body.append(label)
+        body.append(item)
+    # keep CPython's required prefix (RESUME...) first, then the prologue
+    n_prefix = 0
+    while n_prefix < len(body) and isinstance(body[n_prefix], Instr) and body[n_prefix].name in _PREFIX_OPS:
+        n_prefix += 1
+    lineno = target_instr.lineno if isinstance(target_instr.lineno, int) else code.co_firstlineno
+    stack_args = [f"___stack{i}" for i, kind in enumerate(stack_slots) if kind != NULL_SLOT]
+    prologue: list = []
+    j = 0
+    for kind in stack_slots:
+        if kind == NULL_SLOT:
+            prologue.append(Instr("PUSH_NULL", lineno=lineno))
+        else:
+            prologue.append(Instr("LOAD_FAST", stack_args[j], lineno=lineno))
+            if kind == ITER_SLOT:
+                prologue.append(Instr("GET_ITER", lineno=lineno))
+            j += 1
+    prologue.append(Instr("JUMP_FORWARD", label, lineno=lineno))
+    new = Bytecode(body[:n_prefix] + prologue + body[n_prefix:])
+    new.argnames = stack_args + list(local_names)
+    new.argcount = len(new.argnames)
+    new.posonlyargcount = 0
+    new.kwonlyargcount = 0
+    new.flags = bc.flags & ~(inspect.CO_VARARGS | inspect.CO_VARKEYWORDS)
+    new.name = f"__resume_at_{resume_offset}"
+    if hasattr(new, "qualname"):
+        new.qualname = f"{getattr(code, 'co_qualname', code.co_name)}.__resume_at_{resume_offset}"
+    new.filename = bc.filename
+    new.first_lineno = bc.first_lineno
+    new.docstring = None
+    return new.to_code()
