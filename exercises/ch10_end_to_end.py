@@ -1,0 +1,53 @@
+# GENERATED from solutions/ch10_end_to_end.py by `python -m course.exercises`: edit the marked parts.
+"""Chapter 10: end to end — measuring the whole compiler honestly, and writing code it likes.
+
+Three pieces a performance engineer writes around any compiler: the ideal memory traffic of a
+graph (the yardstick for "percent of bandwidth"), a tensor-only rewrite that removes a graph
+break, and shape bucketing that bounds the number of recompiles.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+
+def ideal_bytes(gm: torch.fx.GraphModule, example_inputs) -> int:
+    """The fewest bytes any implementation of ``gm`` must move: read every input once, write every output once.
+
+    ``example_inputs`` are tensors (or other values, which cost nothing). An output that is an
+    input returned unchanged costs nothing extra; an output listed twice is written once.
+    """
+    raise NotImplementedError("Exercise 10.1: sum the bytes of the tensor inputs plus the distinct tensor outputs that are not inputs")
+
+
+def positive_branch(x: torch.Tensor) -> torch.Tensor:
+    """A break-free rewrite of the seeds' ``bad_fn`` (print and logging dropped)::
+
+        y = x.sin() + x.cos()
+        if y.sum().item() > 0:
+            return y * 2
+        return y - 2
+
+    Write it with tensor ops only, so ``tinydynamo.compile(..., fullgraph=True)`` captures it
+    in one graph and it returns exactly what ``bad_fn`` returns.
+    """
+    raise NotImplementedError("Exercise 10.2: compute both branches and choose with torch.where on the tensor condition")
+
+
+def bucket_length(n: int, buckets: list[int]) -> int:
+    """The smallest bucket that holds ``n``; past the largest bucket, the next multiple of it."""
+    raise NotImplementedError("Exercise 10.3: return the first bucket >= n, else round n up to a multiple of the largest bucket")
+
+
+def bucketed(fn, buckets: list[int], dim: int = 1):
+    """Wrap ``fn(x)``, row-wise along ``dim``, so it only ever sees lengths from ``buckets``.
+
+    Pads ``x`` with zeros along ``dim`` up to :func:`bucket_length`, calls ``fn`` and slices
+    the result back, so a compiled ``fn`` recompiles once per bucket instead of once per length.
+    """
+
+    def wrapper(x: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError("Exercise 10.3: pad x along dim to bucket_length, call fn, and narrow the result back to the original length")
+
+    return wrapper
