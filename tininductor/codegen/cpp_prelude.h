@@ -20,6 +20,18 @@ double log(double) noexcept __attribute__((simd("notinbranch")));
 double sin(double) noexcept __attribute__((simd("notinbranch")));
 double cos(double) noexcept __attribute__((simd("notinbranch")));
 double pow(double, double) noexcept __attribute__((simd("notinbranch")));
+#if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 35))
+// glibc 2.35 added tanh/erf/expm1/log1p to libmvec: gelu (either form) and sigmoid-like
+// chains then vectorise too, instead of one scalar call per element.
+float tanhf(float) noexcept __attribute__((simd("notinbranch")));
+float erff(float) noexcept __attribute__((simd("notinbranch")));
+float expm1f(float) noexcept __attribute__((simd("notinbranch")));
+float log1pf(float) noexcept __attribute__((simd("notinbranch")));
+double tanh(double) noexcept __attribute__((simd("notinbranch")));
+double erf(double) noexcept __attribute__((simd("notinbranch")));
+double expm1(double) noexcept __attribute__((simd("notinbranch")));
+double log1p(double) noexcept __attribute__((simd("notinbranch")));
+#endif
 }
 #endif
 
