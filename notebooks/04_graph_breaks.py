@@ -215,6 +215,29 @@ tinydynamo.compile(item_branch, backend="eager")(x)
 tinydynamo.set_logs(graph_breaks=False)
 
 # %% [markdown]
+# **What crosses a break gets guarded.** The resume function's arguments are ordinary inputs to
+# a new frame, so chapter 3's guards apply to them. In `print_between` the resume function
+# guards `L['___stack0'] == None` (the result of `print`, see the guards in section 1) — harmless.
+# In `item_branch` the stack value is the Python float from `.item()`, and a float argument is
+# specialised like any constant: every new value is a new resume compile.
+
+# %%
+from tinydynamo.testing import CompileCounter  # noqa: E402
+
+tinydynamo.reset()
+cnt = CompileCounter()
+gi = tinydynamo.optimize(cnt)(item_branch)
+for _ in range(4):
+    xi = torch.randn(4)
+    assert torch.allclose(gi(xi), item_branch(xi))
+print("4 calls of item_branch, frames compiled:", cnt.frame_count)
+tinydynamo.reset()
+
+# %% [markdown]
+# One compile for the first graph plus one resume compile per call (until chapter 3's
+# `recompile_limit` sends the frame to eager). Another reason to remove such breaks: below,
+# `torch.where` does it.
+#
 # ## Exercise 4.2 — what a resume function receives
 #
 # A resume function gets the stack values and the *live* locals: those the rest of the code may
