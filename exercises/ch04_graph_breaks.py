@@ -25,7 +25,8 @@ def branch_on(tx, inst: Instruction, jump_when: bool) -> None:
     Pop the condition from ``tx``'s stack. A *tensor* condition (a :class:`TensorVariable`, e.g.
     ``x.sum() > 0``) has no value at trace time: its value is computed by the graph, after every
     guard has run, so no guard can decide the branch. Raise ``unimplemented(reason, hint=...)``
-    with a reason starting ``"data-dependent branch"`` and a hint naming ``torch.where``; the
+    with a reason that starts ``"data-dependent branch"`` and says why no *guard* can decide it
+    (use the word "guard"), and a hint naming ``torch.where``; the
     translator turns that into a graph break. Any other condition: ``cond.truth(tx)`` gives
     its Python truth value; jump (``tx.jump_if(inst, True)``) when it equals ``jump_when``.
     """

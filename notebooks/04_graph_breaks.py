@@ -187,7 +187,7 @@ def flag_branch(x, flag):
 with use_handlers(**ch.BRANCH_HANDLERS):
     for fn, args in [(branchy, (x,)), (flag_branch, (x, True))]:
         out = tinydynamo.explain(fn)(*args)
-        reasons = [br.reason.split(" (")[0] for br in out.break_reasons]
+        reasons = [br.reason for br in out.break_reasons]
         print(f"{fn.__name__}: graphs={out.graph_count} breaks={out.graph_break_count} {reasons}")
 
 # %% [markdown]
