@@ -148,6 +148,12 @@ for title, value in shown.frames[1].get("bytecode"):
     print(value)
 
 # %% [markdown]
+# The prologue is two instructions: `LOAD_FAST ___stack0` puts back what the `CALL` left on the
+# stack (`print`'s result, `___r` in the transformed code), and `JUMP_FORWARD` lands on the
+# `POP_TOP` right after the original call. The old code before the jump is still there but never
+# runs. `a` arrives as an ordinary argument — the only local the rest of the function reads.
+
+# %% [markdown]
 # ## 3. A tensor branch resumes on both sides
 #
 # At `if x.sum() > 0:` the graph computes the condition and returns it as an output; the
