@@ -3,7 +3,7 @@
 Each example is a small program over 1-3 inputs with broadcasting, non-contiguous inputs and
 0/1-sized dims, built from random unary/binary ops and ending, maybe, in a reduction over a
 random dim; it is compiled with compile_fx (cpu_backend="cpp") and compared with eager.
-CI runs a handful of cases (each one is a g++ build); TINY_FUZZ_EXAMPLES=2000 runs a long one.
+CI runs 60 cases (each one is a g++ build); TINY_FUZZ_EXAMPLES=2000 runs a long one.
 """
 import os
 
@@ -16,7 +16,7 @@ from tininductor.testing import check
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 
-EXAMPLES = int(os.environ.get("TINY_FUZZ_EXAMPLES", "8"))
+EXAMPLES = int(os.environ.get("TINY_FUZZ_EXAMPLES", "60"))
 
 UNARY = {
     "neg": torch.neg, "abs": torch.abs, "exp": lambda x: torch.exp(x.clamp(-20, 20)), "sin": torch.sin,

@@ -19,7 +19,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 from tininductor import config
 from tininductor.testing import DEVICE, compile_graph, patch_config
 
-EXAMPLES = int(os.environ.get("TINY_FUZZ_EXAMPLES", "12"))
+EXAMPLES = int(os.environ.get("TINY_FUZZ_EXAMPLES", "200"))
 SEED = os.environ.get("TINY_FUZZ_SEED")  # set it to run a different (random) slice of programs
 
 UNARY = {

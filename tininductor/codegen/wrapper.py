@@ -84,7 +84,7 @@ class WrapperCodeGen:
                 self._kernel(node, calls)
             else:
                 self._extern(node, calls)
-            dead = [name for name, last in last_use.items() if last == i]
+            dead = sorted(name for name, last in last_use.items() if last == i)  # stable source: nbval, code cache
             if dead:
                 calls.writeline(f"del {', '.join(dead)}")
         outs = [value_repr(o) if isinstance(o, ir.IRNode) else repr(o) for o in self.graph.graph_outputs]
