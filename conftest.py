@@ -9,6 +9,21 @@ from __future__ import annotations
 import os
 
 
+def _cuda_available() -> bool:
+    try:
+        import torch
+    except ImportError:  # the bytecode tests run on Pythons without torch
+        return False
+    return torch.cuda.is_available()
+
+
+# Without CUDA, Triton kernels can only run in Triton's interpreter, and TRITON_INTERPRET is read
+# when `triton.language` is first imported (its own @triton.jit helpers are decorated then). Any
+# test may import triton first (torch.compile does), so switch it on before any test runs.
+if "TRITON_INTERPRET" not in os.environ and not _cuda_available():
+    os.environ["TRITON_INTERPRET"] = "1"
+
+
 def pytest_addoption(parser):
     parser.addoption(
         "--course-mode",

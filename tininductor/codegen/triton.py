@@ -17,9 +17,15 @@ already stored at the same index reuses the stored value (that is what makes fus
 from __future__ import annotations
 
 import math
+import os
 
 import sympy
 import torch
+
+# Without CUDA the generated kernels can only run in Triton's interpreter, which must be on before
+# triton is first imported (triton.language's own @jit helpers are decorated at import).
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
 
 from .. import config
 from ..indexing import pexpr
