@@ -245,10 +245,7 @@ except tinydynamo.Unsupported as e:
 # `F.linear`), and the parameters become graph inputs named by where they came from.
 
 # %%
-import sys  # noqa: E402
-
-sys.path.insert(0, "..")
-from tests.models import GPT, TinyBlock  # noqa: E402
+from course.models import GPT, TinyBlock  # noqa: E402
 
 block = TinyBlock(hidden=32, expansion=4)
 tinydynamo.reset()

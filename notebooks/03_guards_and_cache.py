@@ -171,10 +171,7 @@ print(results, "| frames:", cnt.frame_count, "| entries:", len(tinydynamo.cache_
 # parameters — does not.
 
 # %%
-import sys  # noqa: E402
-
-sys.path.insert(0, "..")
-from tests.models import TinyBlock  # noqa: E402
+from course.models import TinyBlock  # noqa: E402
 
 block = TinyBlock(16, 2)
 tinydynamo.reset()

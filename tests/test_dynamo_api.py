@@ -114,7 +114,7 @@ def test_logs_kinds_and_env(monkeypatch, caplog):
 @pytest.mark.parametrize("backend", ["aot_eager", "tininductor"])
 def test_tininductor_backends_behind_tinydynamo(backend):
     """The whole stack: capture with tinydynamo, compile with the tininductor layer, train a step."""
-    from tests.models import TinyBlock
+    from course.models import TinyBlock
 
     try:
         tinydynamo.lookup_backend(backend)
