@@ -64,11 +64,16 @@ def compile_fx(gm: torch.fx.GraphModule, example_inputs):
         _expose_compiled(fn, [g for g in compiled_graphs if g.seq > start])
         return fn
     except Exception as e:
-        if not config.fallback_to_eager:
-            raise
-        warnings.warn(f"tininductor failed to compile the graph ({type(e).__name__}: {e}); running it eagerly")
-        log.debug("compile failure", exc_info=True)
-        return gm
+        return _eager_fallback(gm, e)
+
+
+def _eager_fallback(gm: torch.fx.GraphModule, error: Exception) -> torch.fx.GraphModule:
+    """Run ``gm`` eagerly after a compiler error, with a warning (or re-raise when fallback is off)."""
+    if not config.fallback_to_eager:
+        raise error
+    warnings.warn(f"tininductor failed to compile the graph ({type(error).__name__}: {error}); running it eagerly")
+    log.debug("compile failure", exc_info=error)
+    return gm
 
 
 #: the graphs compile_fx_inner compiled most recently, oldest first (forward, then backward)
@@ -122,11 +127,7 @@ def compile_fx_inner(gm: torch.fx.GraphModule, example_inputs, **_ignored):
             finally:
                 config.indirect_indexing = True
     except Exception as e:
-        if not config.fallback_to_eager:
-            raise
-        warnings.warn(f"tininductor failed to compile the graph ({type(e).__name__}: {e}); running it eagerly")
-        log.debug("compile failure", exc_info=True)
-        return gm
+        return _eager_fallback(gm, e)
 
 
 def _compile_fx_inner(gm: torch.fx.GraphModule, example_inputs):

@@ -114,6 +114,30 @@ class FusedGroup:
     def read_writes(self, node) -> ReadWrites:
         return read_writes(node, self.kind(node), self.numel, self.rnumel)
 
+    def loop_phases(self) -> list[tuple[str, list[ir.ComputedBuffer]]]:
+        """The steps of a reduction kernel's body, shared by every backend.
+
+        ``("loop", nodes)`` runs over the reduction dim; ``("outer", [node])`` is an x-only node
+        computed once per row. A node starts a new loop when it reads a reduction finished in the
+        current one (softmax: max, then sum of exp(x - max), then the normalised store).
+        """
+        phases: list[tuple[str, list[ir.ComputedBuffer]]] = []
+        current: list[ir.ComputedBuffer] | None = None
+        reduced_here: set[str] = set()
+        for node in self.nodes:
+            if self.kind(node) == "xonly":
+                phases.append(("outer", [node]))
+                current = None
+                continue
+            reads = {name for name, _ in self.read_writes(node).reads}
+            if current is None or reads & reduced_here:
+                current, reduced_here = [], set()
+                phases.append(("loop", current))
+            current.append(node)
+            if node.is_reduction():
+                reduced_here.add(node.get_name())
+        return phases
+
     def __str__(self):
         shape = f"numel={self.numel}, rnumel={self.rnumel}" if self.is_reduction else f"numel={self.numel}"
         body = "\n".join(f"    {self.kind(n):9s} {n.get_name()}  (from {', '.join(n.origins)})" for n in self.nodes)

@@ -731,21 +731,7 @@ class CppScheduling:
         """[("loop" | "outer", nodes)]: the steps of the outer loop body."""
         if not group.is_reduction:
             return [("outer", list(group.nodes))]
-        phases: list[tuple[str, list]] = []
-        current, reduced_here = None, set()
-        for node in group.nodes:
-            if group.kind(node) == "xonly":
-                phases.append(("outer", [node]))
-                current = None
-                continue
-            reads = {name for name, _ in group.read_writes(node).reads}
-            if current is None or reads & reduced_here:
-                current, reduced_here = [], set()
-                phases.append(("loop", current))
-            current.append(node)
-            if node.is_reduction():
-                reduced_here.add(node.get_name())
-        return phases
+        return group.loop_phases()
 
     #: nest a pointwise kernel's loops only when the innermost one is long enough to vectorise
     MIN_NESTED_INNER = 16

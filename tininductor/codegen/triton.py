@@ -238,27 +238,10 @@ class TritonKernel:
     # ------------------------------------------------------------- phases
 
     def phases(self):
-        """Split the nodes into loops (reductions and full nodes) and outer steps (x-only nodes).
-
-        A node starts a new loop when it reads a reduction finished in the current loop.
-        """
-        group = self.group
+        """Loops and outer steps of the kernel body (a persistent reduction is one loop)."""
         if not self.is_reduction or self.persistent:
-            return [("loop", list(group.nodes))]
-        phases, current, reduced_here = [], None, set()
-        for node in group.nodes:
-            reads = {n for n, _ in group.read_writes(node).reads}
-            if group.kind(node) == "xonly":
-                phases.append(("outer", [node]))
-                current = None
-                continue
-            if current is None or reads & reduced_here:
-                current, reduced_here = [], set()
-                phases.append(("loop", current))
-            current.append(node)
-            if node.is_reduction():
-                reduced_here.add(node.get_name())
-        return phases
+            return [("loop", list(self.group.nodes))]
+        return self.group.loop_phases()
 
     def _decide_storage(self, phases) -> set[int]:
         """Buffers read in a later loop than the one that wrote them go through memory.
