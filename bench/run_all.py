@@ -21,14 +21,20 @@ import torch
 
 HERE = Path(__file__).resolve().parent
 
-# name -> (full arguments, --quick arguments)
+# name -> (script, arguments, --quick arguments: appended, so they override)
 BENCHMARKS = {
-    "pointwise_chain": ([], ["--max-log2", "16", "--iters", "10"]),
-    "call_overhead": ([], ["--calls", "2000"]),
-    "cold_compile": (["--repeats", "2"], ["--repeats", "1", "--cases", "chain"]),
-    "block": ([], ["--iters", "5", "--batch", "2", "--seq", "16", "--hidden", "64"]),
-    "softmax_layernorm": ([], ["--elements-log2", "16", "--max-log2", "10", "--iters", "5"]),
-    "guard_overhead": ([], []),
+    "pointwise_chain": ("pointwise_chain", [], ["--max-log2", "16", "--iters", "10"]),
+    "call_overhead": ("call_overhead", [], ["--calls", "2000"]),
+    "cold_compile": ("cold_compile", ["--repeats", "2"], ["--repeats", "1", "--cases", "chain"]),
+    "block": ("block", [], ["--iters", "5", "--batch", "2", "--seq", "16", "--hidden", "64"]),
+    "softmax_layernorm": ("softmax_layernorm", [], ["--elements-log2", "16", "--max-log2", "10", "--iters", "5"]),
+    "guard_overhead": ("guard_overhead", [], []),
+}
+# CUDA graphs (mode="reduce-overhead" for both compilers): GPU only
+CUDA_BENCHMARKS = {
+    "call_overhead reduce-overhead": ("call_overhead", ["--mode", "reduce-overhead"], ["--calls", "2000"]),
+    "block reduce-overhead": ("block", ["--mode", "reduce-overhead", "--phases", "inference"],
+                              ["--iters", "5", "--batch", "2", "--seq", "16", "--hidden", "64"]),
 }
 
 
@@ -39,8 +45,9 @@ def main(argv=None) -> int:
     parser.add_argument("--only", default="", help="comma list of benchmarks to run")
     parser.add_argument("--timeout", type=int, default=900, help="seconds per benchmark")
     args = parser.parse_args(argv)
-    names = [n for n in BENCHMARKS if not args.only or n in args.only.split(",")]
     device = "cuda" if torch.cuda.is_available() else "cpu"
+    table = {**BENCHMARKS, **(CUDA_BENCHMARKS if device == "cuda" else {})}
+    names = [n for n in table if not args.only or n in args.only.split(",")]
     combined = {
         "device": torch.cuda.get_device_name() if device == "cuda" else platform.processor() or platform.machine(),
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
@@ -50,12 +57,9 @@ def main(argv=None) -> int:
     }
     with tempfile.TemporaryDirectory() as tmp:
         for name in names:
-            script = HERE / f"{name}.py"
-            if not script.exists():
-                continue
-            full, quick = BENCHMARKS[name]
-            out = Path(tmp) / f"{name}.json"
-            cmd = [sys.executable, str(script), *(quick if args.quick else full), "--json", str(out)]
+            script, full, quick = table[name]
+            out = Path(tmp) / f"{name.replace(' ', '_')}.json"
+            cmd = [sys.executable, str(HERE / f"{script}.py"), *full, *(quick if args.quick else []), "--json", str(out)]
             print(f"== {name}: {' '.join(cmd[1:])}", flush=True)
             try:
                 run = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)

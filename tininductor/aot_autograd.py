@@ -107,15 +107,16 @@ def _lift_parameters(gm: torch.nn.Module):
 
 
 def compile_aot(gm: torch.nn.Module, example_inputs, fw_compiler: Callable, bw_compiler: Callable,
-                partition_fn: Callable = default_partition) -> Callable:
+                partition_fn: Callable = default_partition, inference_compiler: Callable | None = None) -> Callable:
     """The body of the backend :func:`aot_autograd` returns (see the module docstring)."""
     fn, state_names = _lift_parameters(gm)
 
+    # each parameter/buffer as (owning submodule, attribute): read per call, so an assigned
+    # replacement is seen, without walking the module tree every call
+    owners = [(gm.get_submodule(name.rpartition(".")[0]), name.rpartition(".")[2]) for name in state_names]
+
     def current_state():
-        if not state_names:
-            return []
-        params, buffers = dict(gm.named_parameters()), dict(gm.named_buffers())
-        return [params[n] if n in params else buffers[n] for n in state_names]
+        return [getattr(owner, attr) for owner, attr in owners]
 
     state = current_state()
     all_inputs = [*state, *example_inputs]
@@ -126,7 +127,7 @@ def compile_aot(gm: torch.nn.Module, example_inputs, fw_compiler: Callable, bw_c
 
     if not (torch.is_grad_enabled() and any(requires_grad)):
         artifacts.record("forward_graph", "inference graph (no input requires grad)", _readable(prim_gm))
-        compiled = fw_compiler(prim_gm, _fake_vals(prim_gm))
+        compiled = (inference_compiler or fw_compiler)(prim_gm, _fake_vals(prim_gm))
 
         def run_inference(*args):
             inputs = [*current_state(), *args]
@@ -164,7 +165,8 @@ def compile_aot(gm: torch.nn.Module, example_inputs, fw_compiler: Callable, bw_c
     return run_training
 
 
-def _specialize_per_shape(gm, example_inputs, fw_compiler, bw_compiler, partition_fn) -> Callable:
+def _specialize_per_shape(gm, example_inputs, fw_compiler, bw_compiler, partition_fn,
+                          inference_compiler=None) -> Callable:
     """For graphs with dynamic sizes (SymInt inputs): compile one specialised version per shape.
 
     Our traces are static (sizes are baked into views and reductions), so a graph that
@@ -181,7 +183,7 @@ def _specialize_per_shape(gm, example_inputs, fw_compiler, bw_compiler, partitio
     def run(*args):
         k = key(args)
         if k not in cache:
-            cache[k] = compile_aot(gm, list(args), fw_compiler, bw_compiler, partition_fn)
+            cache[k] = compile_aot(gm, list(args), fw_compiler, bw_compiler, partition_fn, inference_compiler)
         return cache[k](*args)
 
     run.cache = cache
@@ -189,14 +191,18 @@ def _specialize_per_shape(gm, example_inputs, fw_compiler, bw_compiler, partitio
 
 
 def aot_autograd(fw_compiler: Callable, bw_compiler: Callable | None = None,
-                 partition_fn: Callable = default_partition) -> Callable:
-    """A backend that traces forward and backward ahead of time and compiles both (see module doc)."""
+                 partition_fn: Callable = default_partition, inference_compiler: Callable | None = None) -> Callable:
+    """A backend that traces forward and backward ahead of time and compiles both (see module doc).
+
+    ``inference_compiler`` compiles graphs that need no backward (default: ``fw_compiler``).
+    """
     bw_compiler = bw_compiler or fw_compiler
 
     def backend(gm: torch.nn.Module, example_inputs) -> Callable:
         if any(isinstance(x, torch.SymInt) for x in example_inputs):  # dynamic sizes
-            return _specialize_per_shape(gm, example_inputs, fw_compiler, bw_compiler, partition_fn)
-        return compile_aot(gm, example_inputs, fw_compiler, bw_compiler, partition_fn)
+            return _specialize_per_shape(gm, example_inputs, fw_compiler, bw_compiler, partition_fn,
+                                         inference_compiler)
+        return compile_aot(gm, example_inputs, fw_compiler, bw_compiler, partition_fn, inference_compiler)
 
     backend.__name__ = f"aot_autograd({getattr(fw_compiler, '__name__', 'fw_compiler')})"
     return backend

@@ -13,6 +13,7 @@ Use it as ``torch.compile(f, backend=tininductor.compile_fx)``.
 from __future__ import annotations
 
 import collections
+import functools
 import logging
 import os
 import sys
@@ -60,11 +61,44 @@ def compile_fx(gm: torch.fx.GraphModule, example_inputs):
             return compile_fx_inner(decompose(gm, example_inputs), example_inputs)
     try:
         start = _compile_count[0]
-        fn = aot_autograd(fw_compiler=compile_fx_inner, bw_compiler=compile_fx_inner)(gm, example_inputs)
+        inference = functools.partial(compile_fx_inner, cudagraphs=config.triton.cudagraphs)
+        fn = aot_autograd(fw_compiler=compile_fx_inner, bw_compiler=compile_fx_inner,
+                          inference_compiler=inference)(gm, example_inputs)
         _expose_compiled(fn, [g for g in compiled_graphs if g.seq > start])
         return fn
     except Exception as e:
         return _eager_fallback(gm, e)
+
+
+_configured: dict = {}
+
+
+def compile_fx_with_options(mode: str | None = None, options: dict | None = None):
+    """The backend under ``mode=`` / ``options=`` (``tinydynamo.compile(f, mode="reduce-overhead")``).
+
+    Modes are named sets of options (``config.MODES``); options are config names, dotted for
+    sub-configs (``{"triton.cudagraphs": True}``). One backend object per setting, so compiled
+    frames cached for one mode are never reused for another.
+    """
+    if mode is not None and mode not in config.MODES:
+        raise ValueError(f"unknown mode {mode!r}: use one of {sorted(config.MODES)} (max-autotune is not "
+                         "implemented: block sizes come from heuristics)")
+    changes = {**config.MODES.get(mode or "default", {}), **(options or {})}
+    key = tuple(sorted(changes.items()))
+    if key not in _configured:
+        with config.patch(changes):  # unknown option names fail here, at compile(), not at the first call
+            pass
+
+        def configured_compile_fx(gm, example_inputs):
+            with config.patch(changes):
+                return compile_fx(gm, example_inputs)
+
+        configured_compile_fx.__name__ = f"compile_fx({mode or 'default'}, {dict(key)})"
+        _configured[key] = configured_compile_fx
+    return _configured[key]
+
+
+compile_fx.with_options = compile_fx_with_options
 
 
 def _eager_fallback(gm: torch.fx.GraphModule, error: Exception) -> torch.fx.GraphModule:
@@ -108,29 +142,32 @@ def _ensure_example_values(gm: torch.fx.GraphModule, example_inputs) -> None:
     FakeTensorProp(gm, mode).propagate(*[mode.from_tensor(t) if isinstance(t, torch.Tensor) else t for t in example_inputs])
 
 
-def compile_fx_inner(gm: torch.fx.GraphModule, example_inputs, **_ignored):
+def compile_fx_inner(gm: torch.fx.GraphModule, example_inputs, cudagraphs: bool = False, **_ignored):
     """Compile a prim-set graph: lower, schedule, generate, load. Returns ``f(*args) -> outputs``.
+
+    ``cudagraphs=True`` (inference graphs under mode="reduce-overhead") replays the graph's
+    kernels as one CUDA graph (runtime/cudagraphs.py).
 
     On an internal error it warns and returns ``gm`` itself (the graph run by torch), unless
     ``config.fallback_to_eager`` is False.
     """
     try:
         try:
-            return _compile_fx_inner(gm, example_inputs)
+            return _compile_fx_inner(gm, example_inputs, cudagraphs)
         except (AttributeError, NotImplementedError) as e:
             if "indirect_indexing" not in str(e) or not config.indirect_indexing:
                 raise
             log.info("kernel backend lacks ops.indirect_indexing; indexing ops run in torch: %s", e)
             config.indirect_indexing = False
             try:
-                return _compile_fx_inner(gm, example_inputs)
+                return _compile_fx_inner(gm, example_inputs, cudagraphs)
             finally:
                 config.indirect_indexing = True
     except Exception as e:
         return _eager_fallback(gm, e)
 
 
-def _compile_fx_inner(gm: torch.fx.GraphModule, example_inputs):
+def _compile_fx_inner(gm: torch.fx.GraphModule, example_inputs, cudagraphs: bool = False):
     from .codecache import PyCodeCache
     from .codegen.wrapper import WrapperCodeGen
     from .graph import GraphLowering
@@ -158,9 +195,19 @@ def _compile_fx_inner(gm: torch.fx.GraphModule, example_inputs):
     spec = graph.output_spec
     call = module.call
 
-    def compiled(*args):
-        return tree_unflatten(list(call(list(args) + constants)), spec)
+    if _is_flat_sequence(spec):
+        container = spec.type  # the usual case: a flat tuple/list of outputs, no pytree walk per call
 
+        def compiled(*args):
+            return container(call([*args, *constants]))
+    else:
+        def compiled(*args):
+            return tree_unflatten(list(call([*args, *constants])), spec)
+
+    if cudagraphs:
+        from .runtime.cudagraphs import cudagraphify
+
+        compiled = cudagraphify(compiled, set(graph.device_types))
     compiled.source = source
     _compile_count[0] += 1
     compiled.seq = _compile_count[0]
@@ -169,6 +216,14 @@ def _compile_fx_inner(gm: torch.fx.GraphModule, example_inputs):
     compiled.fallback_reasons = list(graph.fallback_reasons)
     compiled.module = module
     return compiled
+
+
+def _is_flat_sequence(spec) -> bool:
+    """True for the pytree spec of a plain tuple/list of leaves (the common output structure)."""
+    if spec.type not in (tuple, list):
+        return False
+    children = spec.children() if hasattr(spec, "children") else spec.children_specs  # torch < 2.12
+    return all(child.is_leaf() for child in children)
 
 
 def _use_interpreter_if_needed(graph) -> None:
@@ -217,6 +272,9 @@ class _CallableModule(types.ModuleType):
 
     def __call__(self, gm, example_inputs):
         return compile_fx(gm, example_inputs)
+
+    def with_options(self, mode=None, options=None):
+        return compile_fx_with_options(mode, options)
 
 
 sys.modules[__name__].__class__ = _CallableModule

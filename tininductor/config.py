@@ -1,5 +1,7 @@
 """tininductor knobs. Change them at runtime (``tininductor.config.cpu_backend = "triton"``)."""
+import contextlib
 import os
+import sys
 
 #: CPU kernels: "cpp" (C++/OpenMP, codegen/cpp.py), "triton" (the Triton interpreter,
 #: TRITON_INTERPRET=1; slow, for tests), or "auto" (cpp when available, else triton).
@@ -17,7 +19,11 @@ debug_dir: str = os.environ.get("TINY_DEBUG_DIR", "tiny_debug")
 
 
 class triton:
-    """Triton block-size choices."""
+    """Triton choices: block sizes, and CUDA graphs."""
+
+    #: record inference graphs on CUDA as CUDA graphs and replay them (mode="reduce-overhead";
+    #: runtime/cudagraphs.py): one replay instead of one launch per kernel
+    cudagraphs: bool = False
 
     #: reductions with rnumel up to this keep the whole row in registers (persistent)
     persistent_reduction_max: int = 4096
@@ -27,3 +33,31 @@ class triton:
     max_xblock: int = 1024
     #: cap on XBLOCK * RBLOCK for reductions
     max_reduction_block: int = 4096
+
+
+#: ``torch.compile``-style modes -> the config they set (``tinydynamo.compile(f, mode=...)``)
+MODES: dict[str, dict] = {
+    "default": {},
+    "reduce-overhead": {"triton.cudagraphs": True},
+}
+
+
+@contextlib.contextmanager
+def patch(changes: dict):
+    """Set ``{"name": value, "triton.name": value}`` for the duration of a ``with`` block."""
+    module = sys.modules[__name__]
+    saved = []
+    try:
+        for dotted, value in changes.items():
+            *path, name = dotted.split(".")
+            owner = module
+            for part in path:
+                owner = getattr(owner, part)
+            if not hasattr(owner, name):
+                raise ValueError(f"unknown tininductor option {dotted!r}")
+            saved.append((owner, name, getattr(owner, name)))
+            setattr(owner, name, value)
+        yield
+    finally:
+        for owner, name, value in reversed(saved):
+            setattr(owner, name, value)

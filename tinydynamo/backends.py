@@ -55,3 +55,15 @@ def lookup_backend(backend: str | Backend | None) -> Backend:
             raise ValueError(f"backend {backend!r} ({module_name}:{attr}) is not available: {e}") from e
         _BACKENDS[backend] = entry
     return entry
+
+
+def lookup_backend_with_options(backend: str | Backend | None, mode: str | None, options: dict | None) -> Backend:
+    """``compile(..., mode=, options=)``: the backend configured by them (tininductor's ``with_options``)."""
+    fn = lookup_backend(backend)
+    if mode in (None, "default") and not options:
+        return fn
+    configure = getattr(fn, "with_options", None)
+    if configure is None:
+        raise ValueError(f"mode={mode!r}/options={options!r} configure the tininductor backend; backend "
+                         f"{backend!r} takes none: drop them, or use backend='tininductor'")
+    return configure(mode, options)

@@ -23,7 +23,7 @@ import torch
 from torch import nn
 
 from tinydynamo import artifacts, bytecode, logs
-from tinydynamo.backends import lookup_backend
+from tinydynamo.backends import lookup_backend, lookup_backend_with_options
 from tinydynamo import config
 from tinydynamo.exc import Unsupported
 from tinydynamo.output_graph import CompiledFrame, OutputGraph
@@ -296,14 +296,15 @@ def compile(model: Callable | None = None, *, backend: Any = None, fullgraph: bo
             dynamic: bool | None = None, mode: str | None = None, options: dict | None = None):
     """``tinydynamo.compile(fn_or_module, backend=..., fullgraph=...)``: like ``torch.compile``.
 
-    Shapes are always static here (``dynamic=True`` is accepted and ignored, with a warning);
-    ``mode``/``options`` are accepted for compatibility.
+    Shapes are always static here (``dynamic=True`` is accepted and ignored, with a warning).
+    ``mode="reduce-overhead"`` (CUDA graphs) and ``options={"triton.cudagraphs": True, ...}``
+    configure the tininductor backend, as they configure inductor for torch.compile.
     """
     if dynamic:
         warnings.warn("tinydynamo specializes on shapes; dynamic=True is ignored", stacklevel=2)
     if model is None:
         return lambda m: compile(m, backend=backend, fullgraph=fullgraph, dynamic=dynamic, mode=mode, options=options)
-    return optimize(backend, nopython=fullgraph)(model)
+    return optimize(lookup_backend_with_options(backend, mode, options), nopython=fullgraph)(model)
 
 
 class OptimizedModule(nn.Module):

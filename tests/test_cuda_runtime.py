@@ -1,0 +1,105 @@
+"""The CUDA runtime paths: direct Triton launches and CUDA graphs (mode="reduce-overhead").
+
+These need a GPU (``pytest -m gpu``; the device machine runs them with TINY_TEST_DEVICE=cuda);
+everything is checked against eager, call after call, with changing inputs.
+"""
+from __future__ import annotations
+
+import sys
+import warnings
+
+import pytest
+import torch
+
+import tinydynamo
+import tininductor.compile_fx  # noqa: E402,F401  (the module, not the lazy backend attribute)
+
+compile_fx_module = sys.modules["tininductor.compile_fx"]
+
+pytestmark = pytest.mark.gpu
+
+
+def chain(x, y):
+    return torch.nn.functional.gelu(x * 1.5 + y).softmax(-1) + y.sum(-1, keepdim=True)
+
+
+def _launchers(compiled):
+    from tininductor.runtime.triton_launcher import TritonLauncher
+
+    module = compiled.module if hasattr(compiled, "module") else compiled.fn.module
+    return [v for v in vars(module).values() if isinstance(v, TritonLauncher)]
+
+
+def test_direct_launches_match_eager_and_skip_the_front_door():
+    tinydynamo.reset()
+    f = tinydynamo.compile(chain)
+    x, y = torch.randn(64, 33, device="cuda"), torch.randn(64, 33, device="cuda")
+    for _ in range(3):
+        torch.testing.assert_close(f(x, y), chain(x, y))
+        x, y = torch.randn_like(x), torch.randn_like(y)
+    launchers = _launchers(compile_fx_module.compiled_graphs[-1])
+    assert launchers and all(l.fast and l._launchers for l in launchers)
+    # an input 4 bytes past a 16-byte boundary needs (and gets) its own specialisation
+    storage = torch.randn(64 * 33 + 1, device="cuda")
+    shifted = storage[1:].view(64, 33)
+    torch.testing.assert_close(f(shifted, y), chain(shifted, y))
+    assert any(len(l._launchers) == 2 for l in launchers)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_reduce_overhead_replays_with_new_inputs(dtype):
+    tinydynamo.reset()
+    f = tinydynamo.compile(chain, mode="reduce-overhead")
+    tol = dict(rtol=2e-3, atol=2e-3) if dtype == torch.float16 else {}
+    for step in range(4):
+        x = torch.randn(128, 257, device="cuda", dtype=dtype)
+        y = torch.randn(128, 257, device="cuda", dtype=dtype)
+        torch.testing.assert_close(f(x, y), chain(x, y), **tol)
+    runner = compile_fx_module.compiled_graphs[-1]
+    assert type(runner).__name__ == "CUDAGraphRunner" and runner.graph is not None
+    assert runner.recordings == 1 and runner.disabled is None
+
+
+def test_reduce_overhead_module_parameters_in_place_and_replaced():
+    tinydynamo.reset()
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.LayerNorm(64), torch.nn.Linear(64, 128), torch.nn.GELU(),
+                                torch.nn.Linear(128, 64)).cuda()
+    compiled = tinydynamo.compile(model, mode="reduce-overhead")
+    x = torch.randn(32, 64, device="cuda")
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(x), model(x))
+        runner = compile_fx_module.compiled_graphs[-1]
+        model[1].weight.mul_(0.5)  # an optimizer step: same address, new values
+        torch.testing.assert_close(compiled(x), model(x))
+        assert runner.recordings == 1
+        model[3].weight = torch.nn.Parameter(torch.randn_like(model[3].weight))  # a new address
+        # (larger weights: mm + a fused bias add rounds differently from eager's addmm)
+        torch.testing.assert_close(compiled(x), model(x), rtol=1e-4, atol=1e-4)
+        assert compile_fx_module.compiled_graphs[-1].recordings + runner.recordings >= 2
+
+
+def test_reduce_overhead_outputs_are_overwritten_like_torch_compile():
+    tinydynamo.reset()
+    f = tinydynamo.compile(lambda x: x * 2, mode="reduce-overhead")
+    a, b = torch.ones(8, device="cuda"), torch.full((8,), 3.0, device="cuda")
+    first = f(a)
+    kept = first.clone()
+    second = f(b)
+    torch.testing.assert_close(kept, a * 2)
+    torch.testing.assert_close(second, b * 2)
+    assert first.data_ptr() == second.data_ptr(), "outputs live in the graph's static memory"
+
+
+def test_reduce_overhead_training_graphs_run_without_cuda_graphs():
+    tinydynamo.reset()
+    torch.manual_seed(0)
+    w = torch.randn(16, 16, device="cuda", requires_grad=True)
+    f = tinydynamo.compile(lambda x: (x @ w).tanh().sum(), mode="reduce-overhead")
+    x = torch.randn(4, 16, device="cuda")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        loss = f(x)
+    loss.backward()
+    expected_grad = torch.autograd.grad((x @ w).tanh().sum(), w)[0]
+    torch.testing.assert_close(w.grad, expected_grad)

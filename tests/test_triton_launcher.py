@@ -1,0 +1,113 @@
+"""TritonLauncher: direct launches must pass exactly what Triton's front door would.
+
+The fast path only exists with real compiled kernels (CUDA); here a stand-in JIT function and
+compiled kernel record what they are called with, so the bookkeeping is checked on any machine.
+The GPU run of the whole suite (TINY_TEST_DEVICE=cuda) checks the real thing against eager.
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+
+pytest.importorskip("triton")
+from tininductor.runtime import triton_launcher  # noqa: E402
+from tininductor.runtime.triton_launcher import TritonLauncher  # noqa: E402
+
+
+class FakeCompiled:
+    """Stands in for triton.compiler.CompiledKernel: records C-launcher calls."""
+
+    def __init__(self):
+        self.function, self.packed_metadata, self.calls = "fn-handle", "meta", []
+
+    @property
+    def run(self):
+        return lambda *a: self.calls.append(a)
+
+
+class FakeJIT:
+    """Stands in for a @triton.jit function: ``fn[grid](*args, **kw)`` compiles per alignment."""
+
+    def __init__(self):
+        self.front_door, self.compiled = [], {}
+
+    @staticmethod
+    def fn(in_ptr0, out_ptr0, xnumel, XBLOCK, RBLOCK):  # the signature the launcher inspects
+        pass
+
+    __name__ = "fake_kernel"
+
+    def __getitem__(self, grid):
+        def launch(*args, num_warps, **constants):
+            key = tuple(a.data_ptr() % 16 == 0 for a in args if isinstance(a, torch.Tensor))
+            self.front_door.append((grid, args, constants, num_warps))
+            return self.compiled.setdefault(key, FakeCompiled())
+        return launch
+
+
+@pytest.fixture
+def fast_launcher(monkeypatch):
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    monkeypatch.setattr(triton_launcher, "_stream_getters", lambda: (lambda: 0, lambda device: 1234))
+    jit = FakeJIT()
+    # constexprs given out of signature order: the launcher must order them by the signature
+    return jit, TritonLauncher(jit, grid=(7,), num_warps=4, RBLOCK=32, XBLOCK=8)
+
+
+def test_first_call_goes_through_triton_then_direct(fast_launcher):
+    jit, launcher = fast_launcher
+    assert launcher.fast
+    a, b = torch.randn(64), torch.empty(64)
+    launcher.run(a, b, 64)
+    assert len(jit.front_door) == 1 and jit.front_door[0][2] == {"RBLOCK": 32, "XBLOCK": 8}
+    launcher.run(a, b, 64)
+    launcher.run(b, a, 64)
+    assert len(jit.front_door) == 1, "later calls with the same alignment must skip Triton's front door"
+    (compiled,) = jit.compiled.values()
+    assert compiled.calls == [
+        (7, 1, 1, 1234, "fn-handle", "meta", None, None, None, a, b, 64, 8, 32),
+        (7, 1, 1, 1234, "fn-handle", "meta", None, None, None, b, a, 64, 8, 32),
+    ]
+
+
+def test_new_alignment_is_compiled_by_triton(fast_launcher):
+    jit, launcher = fast_launcher
+    storage = torch.randn(65)
+    aligned, shifted = storage[:64], storage[1:]  # shifted: 4 bytes past a 16-byte boundary
+    out = torch.empty(64)
+    launcher.run(aligned, out, 64)
+    launcher.run(shifted, out, 64)
+    assert len(jit.front_door) == 2 and len(jit.compiled) == 2, "an unaligned pointer needs its own kernel"
+    launcher.run(shifted, out, 64)
+    assert len(jit.front_door) == 2
+    assert [len(c.calls) for c in jit.compiled.values()] == [0, 1]
+
+
+def test_launch_hooks_keep_the_front_door(fast_launcher, monkeypatch):
+    jit, launcher = fast_launcher
+    a, b = torch.randn(8), torch.empty(8)
+    launcher.run(a, b, 8)
+
+    class Knobs:
+        launch_enter_hook, launch_exit_hook = (lambda meta: None), None
+
+    monkeypatch.setattr(triton_launcher, "_runtime_knobs", lambda: Knobs)
+    launcher._launchers.clear()
+    launcher.run(a, b, 8)  # rebuilds the direct launch with the patched knobs
+    launcher.run(a, b, 8)
+    assert len(jit.front_door) == 3, "a profiler's launch hook must see every launch"
+
+
+def test_interpreter_and_constexpr_order_disable_the_fast_path(monkeypatch):
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    assert not TritonLauncher(FakeJIT(), grid=(1,), num_warps=1, XBLOCK=8, RBLOCK=2).fast
+
+    monkeypatch.delenv("TRITON_INTERPRET")
+
+    class Mixed(FakeJIT):
+        @staticmethod
+        def fn(in_ptr0, XBLOCK, xnumel):  # a constexpr before a runtime argument
+            pass
+
+    assert not TritonLauncher(Mixed(), grid=(1,), num_warps=1, XBLOCK=8).fast
+    assert TritonLauncher(FakeJIT(), grid=(1,), num_warps=1, XBLOCK=8, RBLOCK=2).fast

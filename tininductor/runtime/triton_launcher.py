@@ -1,0 +1,140 @@
+"""TritonLauncher: launch one generated Triton kernel with as little host work as possible.
+
+``kernel[grid](*args, XBLOCK=64, num_warps=4)`` is Triton's front door. Every call binds the
+arguments to the signature, works out how each one specialises the kernel (dtype, 16-byte
+alignment of pointers, integers equal to 1), hashes that into a cache key, looks the compiled
+kernel up, and only then calls its C launcher. That is 10-20 us of Python per launch on a
+fast host: more than a small kernel runs on the GPU.
+
+A generated wrapper knows everything but the pointers ahead of time: shapes are static, so
+sizes, grid, block sizes and warps never change. The launcher therefore goes through the front
+door once per *alignment pattern* of the pointer arguments (the only thing that can still vary),
+keeps the compiled kernel Triton returns, and afterwards calls its C launcher directly::
+
+    compiled.run(grid_x, grid_y, grid_z, stream, compiled.function, compiled.packed_metadata,
+                 launch_metadata, enter_hook, exit_hook, *args, *constexprs)
+
+This is what TorchInductor's generated launchers do too. The slow path stays in charge whenever
+the fast one would not be exact: Triton's interpreter (CPU), Triton before 3.3 (another
+``run`` signature), and launch hooks set by a profiler.
+"""
+from __future__ import annotations
+
+import inspect
+import os
+
+import torch
+
+
+def _triton_version() -> tuple[int, int]:
+    import triton
+
+    major, minor = (int(p) for p in triton.__version__.split(".")[:2])
+    return major, minor
+
+
+def _runtime_knobs():
+    from triton import knobs
+
+    return knobs.runtime
+
+
+def _stream_getters():
+    """(current device, current stream of a device): what Triton's front door launches on."""
+    from triton.runtime import driver
+
+    return driver.active.get_current_device, driver.active.get_current_stream
+
+
+def _hook_set(hook) -> bool:
+    """A launch hook a profiler installed (Triton 3.6: a callable or None; 3.9: a HookChain)."""
+    return hook is not None and getattr(hook, "calls", True) != []
+
+
+class TritonLauncher:
+    """``launcher.run(*args)`` = ``fn[grid](*args, **constants, num_warps=num_warps)``, faster.
+
+    ``args`` are the kernel's runtime arguments in signature order (tensors, then sizes);
+    ``constants`` its ``tl.constexpr`` parameters, which the wrapper fixed at compile time.
+    """
+
+    def __init__(self, fn, grid: tuple[int, ...], num_warps: int, **constants):
+        self.fn = fn
+        self.grid = tuple(grid) + (1,) * (3 - len(grid))
+        self.num_warps = num_warps
+        self.constants = constants
+        self.fast = _fast_path_possible(fn, constants)
+        # alignment pattern of the pointer arguments -> a direct launch closure
+        self._launchers: dict[int, object] = {}
+        self._pointer_positions: tuple[int, ...] | None = None
+
+    def __repr__(self) -> str:
+        return f"TritonLauncher({self.fn.__name__}, grid={self.grid}, num_warps={self.num_warps}, {self.constants})"
+
+    def run(self, *args):
+        if not self.fast:
+            self._launch_through_triton(args)
+            return
+        key = 0
+        for i in self._pointer_positions or ():
+            key = (key << 1) | ((args[i].data_ptr() & 15) == 0)
+        launch = self._launchers.get(key)
+        if launch is None:  # first call with this alignment pattern: compile (or find) it in Triton
+            self._first_launch(key, args)
+        else:
+            launch(args)
+
+    def _launch_through_triton(self, args):
+        """Triton's front door: binds, specialises, compiles on a miss, launches; returns the compiled kernel."""
+        return self.fn[self.grid](*args, **self.constants, num_warps=self.num_warps)
+
+    def _first_launch(self, key: int, args):
+        compiled = self._launch_through_triton(args)
+        if self._pointer_positions is None:
+            self._pointer_positions = tuple(i for i, a in enumerate(args) if isinstance(a, torch.Tensor))
+            key = 0
+            for i in self._pointer_positions:
+                key = (key << 1) | ((args[i].data_ptr() & 15) == 0)
+        if compiled is not None and hasattr(compiled, "packed_metadata"):
+            self._launchers[key] = self._direct_launch(compiled)
+        else:  # not a compiled kernel (an unexpected Triton): stay on the front door
+            self.fast = False
+
+    def _direct_launch(self, compiled):
+        """A closure that calls the compiled kernel's C launcher with everything precomputed."""
+        c_launch = compiled.run  # property: loads the module on first use
+        function, metadata = compiled.function, compiled.packed_metadata
+        gx, gy, gz = self.grid
+        constexprs = tuple(self.constants[name] for name in self._constexpr_order)
+        get_device, get_stream = _stream_getters()
+        knobs = _runtime_knobs()
+
+        def launch(args):
+            if _hook_set(knobs.launch_enter_hook) or _hook_set(knobs.launch_exit_hook):
+                self._launch_through_triton(args)  # a profiler is listening: let Triton call it
+                return
+            c_launch(gx, gy, gz, get_stream(get_device()), function, metadata, None, None, None,
+                     *args, *constexprs)
+
+        return launch
+
+    @property
+    def _constexpr_order(self) -> list[str]:
+        names = list(inspect.signature(self.fn.fn).parameters)
+        return [n for n in names if n in self.constants]
+
+
+def _fast_path_possible(fn, constants: dict) -> bool:
+    """Direct launches need a real compiled kernel (no interpreter), Triton >= 3.3's ``run``
+    signature (all bound arguments, constexprs last), and constexprs after every runtime argument."""
+    if os.environ.get("TRITON_INTERPRET") == "1" or os.environ.get("TINY_TRITON_DIRECT_LAUNCH", "1") == "0":
+        return False
+    try:
+        if _triton_version() < (3, 3):
+            return False
+        _runtime_knobs()
+        names = list(inspect.signature(fn.fn).parameters)
+    except (ImportError, AttributeError, ValueError):
+        return False
+    first_constant = min((names.index(n) for n in constants if n in names), default=len(names))
+    return all(n in constants for n in names[first_constant:])
