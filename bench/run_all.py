@@ -33,7 +33,7 @@ BENCHMARKS = {
 # CUDA graphs (mode="reduce-overhead" for both compilers): GPU only
 CUDA_BENCHMARKS = {
     "call_overhead reduce-overhead": ("call_overhead", ["--mode", "reduce-overhead"], ["--calls", "2000"]),
-    "block reduce-overhead": ("block", ["--mode", "reduce-overhead", "--phases", "inference"],
+    "block reduce-overhead": ("block", ["--mode", "reduce-overhead"],
                               ["--iters", "5", "--batch", "2", "--seq", "16", "--hidden", "64"]),
 }
 

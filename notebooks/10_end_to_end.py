@@ -283,6 +283,46 @@ else:
     print("no stored GPU run in notebooks/data/gpu_results.json")
 
 # %% [markdown]
+# ### Launch overhead: two levers
+#
+# On a GPU a small graph is bounded by the host, not the device: a kernel on 4096 elements runs
+# in a few microseconds, while issuing it through Triton's `kernel[grid](...)` costs 10-20 us
+# of Python (binding, specialisation key, cache lookup). tininductor removes that in two steps:
+#
+# * **direct launches** (always on): each generated kernel is bound once to a `TritonLauncher`
+#   that calls the compiled kernel's C launcher with the precomputed grid (chapter 8);
+# * **CUDA graphs** (`tinydynamo.compile(f, mode="reduce-overhead")`): the whole sequence of
+#   launches of an inference graph is recorded once and replayed with one call
+#   (`tininductor/runtime/cudagraphs.py`). Inputs are copied into static buffers first, and the
+#   outputs live in the graph's memory: the next call overwrites them, as with
+#   `torch.compile(mode="reduce-overhead")`.
+#
+# The stored run measured both: the `call_overhead` and `block` tables above are the default
+# mode; the `reduce-overhead` ones run both compilers in that mode.
+
+# %%
+if stored.exists():
+    def gpu_row(name, **match):
+        return next(r for r in gpu["results"][name]["rows"] if all(r[k] == v for k, v in match.items()))
+
+    for name in ("block", "block reduce-overhead"):
+        r = gpu_row(name, phase="inference", dtype="float16")
+        print(f"{name:<22} fp16 inference: eager {r['eager ms']:.3f} ms, torch.compile {r['torch.compile ms']:.3f} ms, "
+              f"tiny {r['tiny ms']:.3f} ms ({r['tiny vs eager']:.2f}x eager)")
+    for name in ("call_overhead", "call_overhead reduce-overhead"):
+        r = gpu_row(name, function="x + 1")
+        print(f"{name:<30} x + 1: eager {r['eager us/call']:.1f} us, torch.compile {r['torch.compile us/call']:.1f} us, "
+              f"tiny {r['tiny us/call']:.1f} us")
+
+# %% [markdown]
+# CUDA graphs pay off when a graph launches many kernels and its inputs are small to copy. For
+# `x + 1` they do not: one kernel launch was already cheap, and the input copy costs about as
+# much as the launch it saves. Training needs one more rule: the activations a forward replay
+# saves live in graph memory and must survive until its backward, so a forward is not replayed
+# while an earlier replay's backward is pending (it runs without the graph, in fresh memory),
+# and gradients are handed to autograd as copies.
+
+# %% [markdown]
 # ## 6. What to take away
 #
 # * Compilers win by moving fewer bytes and launching fewer kernels; the yardstick is the

@@ -5,13 +5,14 @@ everything is checked against eager, call after call, with changing inputs.
 """
 from __future__ import annotations
 
+import copy
 import sys
-import warnings
 
 import pytest
 import torch
 
 import tinydynamo
+from tininductor.runtime import cudagraphs  # noqa: E402
 import tininductor.compile_fx  # noqa: E402,F401  (the module, not the lazy backend attribute)
 
 compile_fx_module = sys.modules["tininductor.compile_fx"]
@@ -91,15 +92,68 @@ def test_reduce_overhead_outputs_are_overwritten_like_torch_compile():
     assert first.data_ptr() == second.data_ptr(), "outputs live in the graph's static memory"
 
 
-def test_reduce_overhead_training_graphs_run_without_cuda_graphs():
+def _training_setup(seed=0):
     tinydynamo.reset()
-    torch.manual_seed(0)
-    w = torch.randn(16, 16, device="cuda", requires_grad=True)
-    f = tinydynamo.compile(lambda x: (x @ w).tanh().sum(), mode="reduce-overhead")
-    x = torch.randn(4, 16, device="cuda")
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        loss = f(x)
-    loss.backward()
-    expected_grad = torch.autograd.grad((x @ w).tanh().sum(), w)[0]
-    torch.testing.assert_close(w.grad, expected_grad)
+    _first_seq[0] = compile_fx_module._compile_count[0]
+    torch.manual_seed(seed)
+    model = torch.nn.Sequential(torch.nn.LayerNorm(64), torch.nn.Linear(64, 256), torch.nn.GELU(),
+                                torch.nn.Linear(256, 64)).cuda()
+    reference = copy.deepcopy(model)
+    return model, reference, tinydynamo.compile(model, mode="reduce-overhead")
+
+
+def _runners():
+    """The CUDA graph runners compiled by the current test (tinydynamo.reset() cleared the rest)."""
+    graphs = [g for g in compile_fx_module.compiled_graphs
+              if type(g).__name__ == "CUDAGraphRunner" and g.seq > _first_seq[0]]
+    return {g.kind: g for g in graphs}
+
+
+_first_seq = [0]
+
+
+def test_reduce_overhead_training_steps_match_eager():
+    model, reference, compiled = _training_setup()
+    opts = [torch.optim.SGD(m.parameters(), lr=0.1) for m in (model, reference)]
+    for step in range(5):
+        x = torch.randn(32, 64, device="cuda")
+        losses = []
+        for fn, opt in zip((compiled, reference), opts):
+            opt.zero_grad(set_to_none=True)
+            loss = fn(x).square().mean()
+            loss.backward()
+            losses.append(loss.item())
+        torch.testing.assert_close(losses[0], losses[1], rtol=1e-5, atol=1e-5)
+        for p, q in zip(model.parameters(), reference.parameters()):
+            torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-5)
+            assert p.grad.data_ptr() not in cudagraphs._static_output_ptrs, ".grad must not alias graph memory"
+        for opt in opts:
+            opt.step()
+    runners = _runners()
+    assert set(runners) == {"forward", "backward"}
+    assert runners["forward"].recordings == 1 and runners["forward"].replays == 5
+    assert runners["backward"].replays == 5 and runners["backward"].borrowed_ptrs, \
+        "the backward graph should read the saved activations in place"
+
+
+def test_reduce_overhead_two_forwards_before_backward():
+    model, reference, compiled = _training_setup(1)
+    xs = [torch.randn(16, 64, device="cuda") for _ in range(2)]
+    losses = [compiled(x).sum() for x in xs]  # the second forward must not overwrite the first's saved tensors
+    for loss in reversed(losses):
+        loss.backward()
+    for x in xs:
+        reference(x).sum().backward()
+    for p, q in zip(model.parameters(), reference.parameters()):
+        torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-4)
+    assert _runners()["forward"].replays == 1
+
+
+def test_reduce_overhead_second_backward_after_a_new_forward_raises():
+    model, reference, compiled = _training_setup(2)
+    x = torch.randn(16, 64, device="cuda")
+    loss = compiled(x).sum()
+    loss.backward(retain_graph=True)
+    compiled(torch.randn(16, 64, device="cuda")).sum().backward()  # replays: overwrites the saved tensors
+    with pytest.raises(RuntimeError, match="overwritten by a later replay"):
+        loss.backward()

@@ -70,6 +70,9 @@ class CompiledFunction(torch.autograd.Function):
         outs = runtime.compiled_fw(*primals)
         user_outs, saved = outs[: runtime.num_outputs], outs[runtime.num_outputs:]
         ctx.runtime = runtime
+        # a CUDA graph replay's saved activations live in graph memory until the next replay
+        # (runtime/cudagraphs.py); the token lets the backward check they are still there
+        ctx.replay_token = getattr(runtime.compiled_fw, "replay_token", None)
         # tensors go through save_for_backward (autograd checks they are not modified in place);
         # a saved size (an int input of a dynamic-shape graph) is kept as it is
         ctx.save_for_backward(*[v for v in saved if isinstance(v, torch.Tensor)])
@@ -83,6 +86,8 @@ class CompiledFunction(torch.autograd.Function):
     @once_differentiable
     def backward(ctx, *grad_outputs):
         runtime = ctx.runtime
+        if ctx.replay_token is not None:
+            ctx.replay_token.check_saved_tensors()
         # the backward graph was traced with contiguous tangents; autograd may hand us expanded ones
         tangents = [g.contiguous() for g, diff in zip(grad_outputs, runtime.diff_outputs) if diff]
         tensors = iter(ctx.saved_tensors)

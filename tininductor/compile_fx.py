@@ -61,9 +61,12 @@ def compile_fx(gm: torch.fx.GraphModule, example_inputs):
             return compile_fx_inner(decompose(gm, example_inputs), example_inputs)
     try:
         start = _compile_count[0]
-        inference = functools.partial(compile_fx_inner, cudagraphs=config.triton.cudagraphs)
-        fn = aot_autograd(fw_compiler=compile_fx_inner, bw_compiler=compile_fx_inner,
-                          inference_compiler=inference)(gm, example_inputs)
+        cudagraphs = config.triton.cudagraphs
+        fn = aot_autograd(
+            fw_compiler=functools.partial(compile_fx_inner, cudagraphs=cudagraphs),
+            bw_compiler=functools.partial(compile_fx_inner, cudagraphs=cudagraphs, is_backward=True),
+            inference_compiler=functools.partial(compile_fx_inner, cudagraphs=cudagraphs, is_inference=True),
+        )(gm, example_inputs)
         _expose_compiled(fn, [g for g in compiled_graphs if g.seq > start])
         return fn
     except Exception as e:
@@ -142,32 +145,39 @@ def _ensure_example_values(gm: torch.fx.GraphModule, example_inputs) -> None:
     FakeTensorProp(gm, mode).propagate(*[mode.from_tensor(t) if isinstance(t, torch.Tensor) else t for t in example_inputs])
 
 
-def compile_fx_inner(gm: torch.fx.GraphModule, example_inputs, cudagraphs: bool = False, **_ignored):
+def compile_fx_inner(gm: torch.fx.GraphModule, example_inputs, cudagraphs: bool = False,
+                     is_backward: bool = False, is_inference: bool = False, **_ignored):
     """Compile a prim-set graph: lower, schedule, generate, load. Returns ``f(*args) -> outputs``.
 
-    ``cudagraphs=True`` (inference graphs under mode="reduce-overhead") replays the graph's
-    kernels as one CUDA graph (runtime/cudagraphs.py).
+    ``cudagraphs=True`` (mode="reduce-overhead") replays the graph's kernels as one CUDA graph
+    (runtime/cudagraphs.py); ``is_backward`` / ``is_inference`` say which kind of graph it is
+    (a training forward otherwise), as AOT autograd's compilers are told in PyTorch.
 
     On an internal error it warns and returns ``gm`` itself (the graph run by torch), unless
     ``config.fallback_to_eager`` is False.
     """
     try:
         try:
-            return _compile_fx_inner(gm, example_inputs, cudagraphs)
+            return _compile_fx_inner(gm, example_inputs, cudagraphs and _graph_kind(is_backward, is_inference))
         except (AttributeError, NotImplementedError) as e:
             if "indirect_indexing" not in str(e) or not config.indirect_indexing:
                 raise
             log.info("kernel backend lacks ops.indirect_indexing; indexing ops run in torch: %s", e)
             config.indirect_indexing = False
             try:
-                return _compile_fx_inner(gm, example_inputs, cudagraphs)
+                return _compile_fx_inner(gm, example_inputs, cudagraphs and _graph_kind(is_backward, is_inference))
             finally:
                 config.indirect_indexing = True
     except Exception as e:
         return _eager_fallback(gm, e)
 
 
-def _compile_fx_inner(gm: torch.fx.GraphModule, example_inputs, cudagraphs: bool = False):
+def _graph_kind(is_backward: bool, is_inference: bool) -> str:
+    return "backward" if is_backward else "inference" if is_inference else "forward"
+
+
+def _compile_fx_inner(gm: torch.fx.GraphModule, example_inputs, cudagraphs: str | bool = False):
+    """``cudagraphs``: False, or the graph's kind for the CUDA graph runner ("inference", ...)."""
     from .codecache import PyCodeCache
     from .codegen.wrapper import WrapperCodeGen
     from .graph import GraphLowering
@@ -207,7 +217,7 @@ def _compile_fx_inner(gm: torch.fx.GraphModule, example_inputs, cudagraphs: bool
     if cudagraphs:
         from .runtime.cudagraphs import cudagraphify
 
-        compiled = cudagraphify(compiled, set(graph.device_types))
+        compiled = cudagraphify(compiled, set(graph.device_types), kind=cudagraphs)
     compiled.source = source
     _compile_count[0] += 1
     compiled.seq = _compile_count[0]

@@ -1,1 +1,1 @@
-"""What generated code calls at run time: kernel launchers and CUDA-graph trees (no codegen here)."""
+"""What generated code calls at run time: kernel launchers and CUDA graph runners (no codegen here)."""

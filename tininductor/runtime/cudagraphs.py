@@ -2,69 +2,132 @@
 
 ``mode="reduce-overhead"``. A compiled graph still pays host time per kernel: a launch is a few
 microseconds of Python and driver work, and a small model's kernels finish faster than the host
-can issue them. A CUDA graph records the whole sequence of launches (Triton kernels, cuBLAS
-calls, allocations from a private pool) once; one ``replay()`` then issues all of them at the
-cost of about one launch.
+can issue them (a training step of the course's block on an H100 is host-bound). A CUDA graph
+records the whole sequence of launches (Triton kernels, cuBLAS calls, allocations from a
+private pool) once; one ``replay()`` then issues all of them at the cost of about one launch.
 
 The price is that addresses are frozen at record time, so:
 
-* inputs are copied into static buffers before each replay (parameters are not: their
-  addresses are stable, and a parameter that moved triggers a new recording);
+* inputs are copied into static buffers before each replay, except those whose address is
+  stable: parameters (one that moved triggers a new recording), and tensors that are the static
+  outputs of another graph (a backward graph reads the activations its forward graph saved
+  right where that graph wrote them);
 * outputs live in the graph's memory and are *overwritten by the next call*, exactly as with
   ``torch.compile(mode="reduce-overhead")``: ``clone()`` an output you keep across calls.
 
-Only inference graphs are recorded (no input needs a gradient). Training graphs would also need
-the saved activations to survive until backward, which is what PyTorch's CUDA graph trees manage;
-we run them without CUDA graphs.
+Training adds one hazard, handled here rather than left to luck: the activations a forward
+replay saves must survive until its backward. So a forward graph is not replayed while an
+earlier replay's backward is still pending (that forward runs without CUDA graphs, in fresh
+memory), and a backward whose saved activations were overwritten anyway (a second backward with
+``retain_graph=True`` after a later forward) raises instead of computing garbage. Gradients are
+returned as copies, so ``.grad`` never aliases graph memory.
 """
 from __future__ import annotations
 
 import logging
 import warnings
+import weakref
 
 import torch
 
 log = logging.getLogger("tininductor.cudagraphs")
 
+#: data pointers of every recorded graph's static outputs (a hint: such inputs are used in place)
+_static_output_ptrs: set[int] = set()
+
+
+class ReplayToken:
+    """One forward replay; CompiledFunction keeps it until that replay's backward has run."""
+
+    __slots__ = ("runner", "generation", "backward_done", "__weakref__")
+
+    def __init__(self, runner: "CUDAGraphRunner"):
+        self.runner, self.generation, self.backward_done = runner, runner.generation, False
+
+    def check_saved_tensors(self) -> None:
+        """Raise if a later replay overwrote the activations this forward saved."""
+        if self.runner.generation != self.generation:
+            raise RuntimeError(
+                "the activations this backward needs were overwritten by a later replay of the same "
+                "CUDA graph (mode='reduce-overhead'): run backward before the next forward, or compile "
+                "with the default mode")
+        self.backward_done = True
+
 
 class CUDAGraphRunner:
-    """``runner(*args)``: copy inputs in, replay, return the static outputs (see module docstring)."""
+    """``runner(*args)``: copy inputs in, replay, return the static outputs (see module docstring).
 
-    def __init__(self, fn):
+    ``kind`` is "inference", "forward" (a training forward: outputs include saved activations)
+    or "backward" (returns gradients, copied).
+    """
+
+    def __init__(self, fn, kind: str = "inference"):
         self.fn = fn  # the compiled graph: fn(*inputs) -> tuple/list of outputs
+        self.kind = kind
         self.graph: torch.cuda.CUDAGraph | None = None
         self.static_inputs: list = []
         self.static_outputs = None
         self.copy_indices: list[int] = []  # inputs copied in on every call
-        self.static_ptrs: list[tuple[int, int]] = []  # (index, data_ptr) of inputs used in place
+        self.param_ptrs: list[tuple[int, int]] = []  # (index, data_ptr): parameters used in place
+        self.borrowed_ptrs: list[tuple[int, int]] = []  # (index, data_ptr): other graphs' outputs
         self.disabled: str | None = None  # why this graph runs without CUDA graphs
         self.recordings = 0
+        self.replays = 0
+        self.generation = 0  # bumped by every forward replay
+        self.replay_token: ReplayToken | None = None  # the latest call's token (forward graphs)
+        self._pending: weakref.ref | None = None
 
     def __call__(self, *args):
         if self.disabled is not None:
-            return self.fn(*args)
-        if self.graph is None or any(args[i].data_ptr() != ptr for i, ptr in self.static_ptrs):
-            return self._record(args)
+            return self._finish(self.fn(*args), replayed=False)
+        if self.kind == "forward" and self._backward_pending():
+            return self._finish(self.fn(*args), replayed=False)  # fresh memory: the pending one survives
+        if self.graph is None or any(args[i].data_ptr() != p for i, p in self.param_ptrs):
+            return self._finish(self._record(args), replayed=self.graph is not None)
+        if any(args[i].data_ptr() != p for i, p in self.borrowed_ptrs):
+            return self._finish(self.fn(*args), replayed=False)  # not where the graph reads them
         for i in self.copy_indices:
             self.static_inputs[i].copy_(args[i])
         self.graph.replay()
-        return self.static_outputs
+        self.replays += 1
+        return self._finish(self.static_outputs, replayed=True)
+
+    def _backward_pending(self) -> bool:
+        token = self._pending() if self._pending is not None else None
+        return token is not None and not token.backward_done
+
+    def _finish(self, outputs, replayed: bool):
+        if self.kind == "forward":
+            self.replay_token = None
+            if replayed:
+                self.generation += 1
+                self.replay_token = ReplayToken(self)
+                self._pending = weakref.ref(self.replay_token)
+                # fresh tensor objects over the static memory: autograd attaches a new grad_fn
+                # to each call's outputs, never to the ones an earlier call returned
+                return type(outputs)(o.detach() if isinstance(o, torch.Tensor) else o for o in outputs)
+        elif self.kind == "backward" and replayed:
+            return type(outputs)(o.clone() if isinstance(o, torch.Tensor) else o for o in outputs)
+        return outputs
 
     def _record(self, args):
         """Warm up on a side stream (Triton compiles there), then capture one run into a CUDA graph."""
         self.recordings += 1
-        static, self.copy_indices, self.static_ptrs = [], [], []
+        static, self.copy_indices, self.param_ptrs, self.borrowed_ptrs = [], [], [], []
         for i, a in enumerate(args):
-            if isinstance(a, torch.nn.Parameter) or not isinstance(a, torch.Tensor):
+            if not isinstance(a, torch.Tensor):
                 static.append(a)
-                if isinstance(a, torch.Tensor):
-                    self.static_ptrs.append((i, a.data_ptr()))
+            elif isinstance(a, torch.nn.Parameter):
+                static.append(a)
+                self.param_ptrs.append((i, a.data_ptr()))
+            elif a.data_ptr() in _static_output_ptrs:
+                static.append(a)
+                self.borrowed_ptrs.append((i, a.data_ptr()))
             else:
                 buffer = torch.empty_strided(a.size(), a.stride(), dtype=a.dtype, device=a.device)
                 buffer.copy_(a)
                 static.append(buffer)
                 self.copy_indices.append(i)
-        self.static_inputs = static
         try:
             side = torch.cuda.Stream()
             side.wait_stream(torch.cuda.current_stream())
@@ -78,17 +141,20 @@ class CUDAGraphRunner:
             self.disabled = f"{type(e).__name__}: {e}"
             warnings.warn(f"tininductor: CUDA graph capture failed ({self.disabled}); running without CUDA graphs")
             torch.cuda.synchronize()
+            self.graph = None
             return self.fn(*args)
-        self.graph, self.static_outputs = graph, outputs
-        log.info("recorded a CUDA graph (%d inputs copied per call, %d used in place)",
-                 len(self.copy_indices), len(self.static_ptrs))
+        self.graph, self.static_inputs, self.static_outputs = graph, static, outputs
+        _static_output_ptrs.update(o.data_ptr() for o in outputs if isinstance(o, torch.Tensor))
+        log.info("recorded a CUDA graph (%s; %d inputs copied per call, %d used in place)", self.kind,
+                 len(self.copy_indices), len(self.param_ptrs) + len(self.borrowed_ptrs))
         graph.replay()
+        self.replays += 1
         return outputs
 
 
-def cudagraphify(fn, device_types: set[str]):
-    """Wrap a compiled inference graph in a :class:`CUDAGraphRunner` when it runs on CUDA alone."""
+def cudagraphify(fn, device_types: set[str], kind: str = "inference"):
+    """Wrap a compiled graph in a :class:`CUDAGraphRunner` when it runs on CUDA alone."""
     if device_types != {"cuda"}:
         log.info("not using CUDA graphs: the graph runs on %s", sorted(device_types))
         return fn
-    return CUDAGraphRunner(fn)
+    return CUDAGraphRunner(fn, kind)
