@@ -258,8 +258,12 @@ def compile_frame(fn: types.FunctionType, L: dict, G: dict, backend, name: str,
         bytecode_log.info("BYTECODE %s %s:%d\n%s", name, code.co_filename, code.co_firstlineno, listing)
         output = OutputGraph(G, name.replace(".", "_").replace("<", "").replace(">", ""))
         tx = InstructionTranslator(code, G, L, output, allow_graph_breaks)
-        with torch._C.DisableTorchFunctionSubclass():
-            return_value = tx.run()
+        grad_mode = torch.is_grad_enabled()
+        try:
+            with torch._C.DisableTorchFunctionSubclass():
+                return_value = tx.run()
+        finally:  # tracing `with torch.no_grad():` flips the real mode; the backend must see the frame's
+            torch._C._set_grad_enabled(grad_mode)
         brk = tx.graph_break
         if brk is not None:
             counters["graph_breaks"][brk.reason] += 1

@@ -29,6 +29,7 @@ from tinydynamo.exc import Unsupported, unimplemented
 from tinydynamo.guards import CheckFunction, GuardBuilder, TensorMeta
 from tinydynamo.source import Source, SourceScope
 from tinydynamo.variables.base import VariableTracker
+from tinydynamo.variables.ctx_manager import WithExitFunctionVariable, is_grad_mode_node
 from tinydynamo.variables.tensor import TensorVariable
 
 CALL_OPS = ("call_function", "call_method", "call_module")
@@ -167,7 +168,7 @@ class OutputGraph:
         return wrap_fx_result(self, node, example)
 
     def op_count(self) -> int:
-        return sum(1 for n in self.graph.nodes if n.op in CALL_OPS)
+        return sum(1 for n in self.graph.nodes if n.op in CALL_OPS and not is_grad_mode_node(n))
 
     def _dead_code_elimination(self) -> None:
         """Drop ops whose results are unused, except in-place ops and setitem (they have effects)."""
@@ -176,6 +177,7 @@ class OutputGraph:
                 continue
             name = node.target if isinstance(node.target, str) else getattr(node.target, "__name__", "")
             if name.endswith("_") and not name.endswith("__") or node.target in (operator.setitem,) \
+                    or is_grad_mode_node(node) \
                     or "out" in node.kwargs or name.startswith("__i"):
                 continue
             self.graph.erase_node(node)
@@ -214,7 +216,12 @@ class OutputGraph:
             compiled_fn = gm.forward
         inputs = ", ".join(s.name() for s in self.input_sources)
         lines = ["def ___compiled_frame(L, G):"]
-        if codegen.nodes or n_ops:
+        grad_nodes = [n for n in self.graph.nodes if is_grad_mode_node(n)]
+        if grad_nodes:  # the grad mode after the graph, also when it raises (as eager's `with` exits)
+            lines += ["    try:", f"        ___o = ___compiled_fn({inputs})" if n_ops else "        pass",
+                      "    finally:", f"        {self.scope.constant(torch._C._set_grad_enabled, 'fn')}"
+                      f"({grad_nodes[-1].args[0]})"]
+        elif codegen.nodes or n_ops:
             lines.append(f"    ___o = ___compiled_fn({inputs})")
         lines += [f"    {line}" for line in codegen.prelude + body]
         text = "\n".join(lines) + "\n"
@@ -239,6 +246,8 @@ class OutputGraph:
         lines: list[str] = []
 
         def slot(v) -> str:
+            if isinstance(v, WithExitFunctionVariable):
+                return "ctx"
             return "null" if v is NULL else "iter" if isinstance(v, ListIteratorVariable) else "value"
 
         def rebuild(v) -> str:  # an iterator travels as the list of its remaining items
@@ -303,4 +312,11 @@ class OutputGraph:
             lines.append(f"if {cond.reconstruct(codegen)}:")
             lines.append(f"    {resume_call(when_true, below, [])}")
             lines.append(resume_call(when_false, below, []))
+        # inside grad-mode `with` blocks (the graph has left them): the instruction runs in them again
+        contexts = [v for v in stack if isinstance(v, WithExitFunctionVariable)]
+        if contexts and inst.opname not in ("POP_JUMP_IF_FALSE", "POP_JUMP_IF_TRUE"):
+            native, rest = lines[:-1], lines[-1:]
+            for ctx in reversed(contexts):
+                native = [f"with {ctx.reconstruct(codegen)}:"] + [f"    {line}" for line in native]
+            lines = native + rest
         return lines

@@ -35,6 +35,7 @@ from tinydynamo.variables.lists import ListVariable, SizeVariable, TupleVariable
 from tinydynamo.variables.misc import PythonModuleVariable
 from tinydynamo.variables.nn_module import NNModuleVariable
 from tinydynamo.variables.tensor import TensorVariable
+from tinydynamo.variables.ctx_manager import GRAD_MODE_CLASSES, GradModeClassVariable, GradModeVariable
 from tinydynamo.variables.torch import TorchVariable, is_torch_callable
 from tinydynamo.variables.user_defined import UserDefinedObjectVariable
 
@@ -96,6 +97,12 @@ class VariableBuilder:
         if _is_builtin(value):
             self.guard("ID_MATCH", value)
             return BuiltinVariable(value, src)
+        if any(value is cls for cls in GRAD_MODE_CLASSES):  # torch.no_grad, ... (classes)
+            self.guard("ID_MATCH", value)
+            return GradModeClassVariable(value, src)
+        if type(value) in (torch.no_grad, torch.enable_grad):  # a context manager passed to a resume function
+            self.guard("TYPE_MATCH", type(value))
+            return GradModeVariable(type(value) is torch.enable_grad, source=src)
         if is_torch_callable(value):
             self.guard("ID_MATCH", value)
             return TorchVariable(value, src)

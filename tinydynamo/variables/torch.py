@@ -14,9 +14,6 @@ from tinydynamo.variables.constant import ConstantVariable
 #: torch functions that are about global state or leave the graph, with the reason
 UNSUPPORTED_TORCH = {
     torch.manual_seed: "torch.manual_seed changes global RNG state",
-    torch.no_grad: "`with torch.no_grad()` inside a compiled frame (context managers are not captured yet)",
-    torch.enable_grad: "`with torch.enable_grad()` inside a compiled frame",
-    torch.set_grad_enabled: "torch.set_grad_enabled inside a compiled frame",
 }
 
 
