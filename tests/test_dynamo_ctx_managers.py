@@ -260,7 +260,13 @@ def in_other_with(x):
         return x.sin()
 
 
-@pytest.mark.parametrize("fn,reason", [(in_try_in_no_grad, "print"), (in_other_with, "`with` blocks")])
+def in_inference_mode(x):
+    with torch.inference_mode():
+        return x.sin()
+
+
+@pytest.mark.parametrize("fn,reason", [(in_try_in_no_grad, "print"), (in_other_with, "`with` blocks"),
+                                       (in_inference_mode, "`with` blocks")])
 def test_other_blocks_still_run_eagerly_with_a_reason(fn, reason, capsys):
     tinydynamo.reset()
     cnt = CompileCounter()
@@ -269,3 +275,38 @@ def test_other_blocks_still_run_eagerly_with_a_reason(fn, reason, capsys):
     assert cnt.frame_count == 0
     assert any(reason in r for r in tinydynamo.counters["unsupported"]), dict(tinydynamo.counters["unsupported"])
     assert torch.is_grad_enabled()
+
+
+def test_debug_dir_holds_the_decompiled_resume_function(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("TINY_COMPILE_DEBUG", "1")
+    monkeypatch.setenv("TINY_COMPILE_DEBUG_DIR", str(tmp_path))
+    tinydynamo.reset()
+    tinydynamo.optimize("eager")(print_in_no_grad)(*inputs()[0])
+    frame_dir, resume_dir = sorted(tmp_path.iterdir())  # the function, then its resume function
+    resume_name = resume_dir.name.split("__resume_at_")[1]
+    views = {p.name: p.read_text() for p in frame_dir.glob("transformed_code*.py")}
+    decompiled = [text for text in views.values() if "(decompiled)" in text.splitlines()[0]]
+    assert len(decompiled) == 1 and f"def __resume_at_{resume_name}(" in decompiled[0]
+    assert "with ___stack0" in decompiled[0]  # the resume function enters no_grad again
+    for text in views.values():
+        compile(text, "view.py", "exec")  # every view is valid Python
+    ns = {}
+    exec(compile(decompiled[0], "view.py", "exec"), {"torch": torch}, ns)  # and means what the bytecode does
+    resume = ns[f"__resume_at_{resume_name}"]
+    x, w = inputs()[0]
+    y = x * w
+    z = resume(torch.no_grad(), None, y, (y * 2).detach())
+    same_as_eager(z, print_in_no_grad(x, w))
+    source = (resume_dir / "source.py").read_text()
+    assert "(decompiled)" in source and f"def __resume_at_{resume_name}(" in source
+
+
+def test_decompile_falls_back_to_the_bytecode_listing(monkeypatch):
+    import sys
+
+    from tinydynamo.decompile import decompile
+
+    monkeypatch.setitem(sys.modules, "depyf", None)  # as if depyf were not installed
+    text = decompile(no_grad_block.__code__)
+    assert "depyf could not decompile no_grad_block" in text and "BEFORE_WITH" in text
+    compile(text, "view.py", "exec")

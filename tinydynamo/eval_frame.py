@@ -249,10 +249,15 @@ def compile_frame(fn: types.FunctionType, L: dict, G: dict, backend, name: str,
 
     code = fn.__code__
     with artifacts.collecting(name) as arts:
-        try:
-            artifacts.record("source", name, inspect.getsource(fn))
-        except (OSError, TypeError):
-            pass
+        if code.co_name.startswith("__resume_at_"):  # made by tinydynamo.resume: only bytecode exists
+            from tinydynamo.decompile import decompile
+
+            artifacts.record("source", f"{name} (decompiled)", decompile(code))
+        else:
+            try:
+                artifacts.record("source", name, inspect.getsource(fn))
+            except (OSError, TypeError):
+                pass
         listing = bytecode.format_instructions(bytecode.get_instructions(code))
         artifacts.record("bytecode", name, listing)
         bytecode_log.info("BYTECODE %s %s:%d\n%s", name, code.co_filename, code.co_firstlineno, listing)

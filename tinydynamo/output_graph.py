@@ -56,6 +56,7 @@ class ReturnCodegen:
         self.nodes: list[torch.fx.Node] = []
         self.prelude: list[str] = []  # temporaries built once, before the body uses them
         self._shared: dict[int, str] = {}
+        self.resume_codes: list[types.CodeType] = []  # resume functions the body calls (for the views)
 
     def shared(self, var, build: Callable[[], str]) -> str:
         """A mutable container built once and referred to by name, so that every place holding it
@@ -220,7 +221,7 @@ class OutputGraph:
         if grad_nodes:  # the grad mode after the graph, also when it raises (as eager's `with` exits)
             lines += ["    try:", f"        ___o = ___compiled_fn({inputs})" if n_ops else "        pass",
                       "    finally:", f"        {self.scope.constant(torch._C._set_grad_enabled, 'fn')}"
-                      f"({grad_nodes[-1].args[0]})"]
+                      f"({grad_nodes[-1].args[0]})  # torch._C._set_grad_enabled"]
         elif codegen.nodes or n_ops:
             lines.append(f"    ___o = ___compiled_fn({inputs})")
         lines += [f"    {line}" for line in codegen.prelude + body]
@@ -228,6 +229,11 @@ class OutputGraph:
         namespace = {**self.scope.names, "___compiled_fn": compiled_fn}
         exec(compile(text, f"<tinydynamo {self.frame_name}>", "exec"), namespace)
         artifacts.record("transformed_code", self.frame_name, text)
+        if codegen.resume_codes:
+            from tinydynamo.decompile import decompile
+
+            for resume_code in codegen.resume_codes:  # the rest of the frame, as readable Python
+                artifacts.record("transformed_code", f"{resume_code.co_name} (decompiled)", decompile(resume_code))
         return CompiledFrame(check_fn, namespace["___compiled_frame"], gm, text, backend, n_ops,
                              graph_break.reason if graph_break is not None else None)
 
@@ -261,6 +267,7 @@ class OutputGraph:
             local_names = live_locals(code, offset, all_locals)
             local_exprs = [brk.symbolic_locals[n].reconstruct(codegen) for n in local_names]
             resume_code = make_resume_code(code, offset, kinds, local_names)
+            codegen.resume_codes.append(resume_code)
             fn = types.FunctionType(resume_code, self.scope.f_globals, resume_code.co_name)
             name = self.scope.constant(wrap_for_resume(fn, backend), "resume")
             return f"return {name}({', '.join(exprs + local_exprs)})"
@@ -317,6 +324,6 @@ class OutputGraph:
         if contexts and inst.opname not in ("POP_JUMP_IF_FALSE", "POP_JUMP_IF_TRUE"):
             native, rest = lines[:-1], lines[-1:]
             for ctx in reversed(contexts):
-                native = [f"with {ctx.reconstruct(codegen)}:"] + [f"    {line}" for line in native]
+                native = [f"with {ctx.reconstruct(codegen)}:  # {ctx}"] + [f"    {line}" for line in native]
             lines = native + rest
         return lines

@@ -25,9 +25,9 @@ from tinydynamo.exc import unimplemented
 from tinydynamo.variables.base import VariableTracker
 from tinydynamo.variables.constant import ConstantVariable
 
-#: the grad-mode context manager classes traced in the graph; torch.inference_mode is not one
-#: of them (inference tensors behave differently, so it stays unsupported)
-GRAD_MODE_CLASSES = (torch.no_grad, torch.enable_grad, torch.set_grad_enabled)
+#: the grad-mode context manager classes; torch.inference_mode is recognised only to say that it
+#: is not captured (inference tensors behave differently from no_grad ones)
+GRAD_MODE_CLASSES = (torch.no_grad, torch.enable_grad, torch.set_grad_enabled, torch.inference_mode)
 
 
 def set_grad_enabled(tx, mode: bool) -> None:
@@ -66,6 +66,9 @@ class GradModeClassVariable(VariableTracker):
         return self.cls
 
     def call_function(self, tx, args, kwargs):
+        if self.cls is torch.inference_mode:
+            unimplemented("torch.inference_mode() inside a compiled frame is not captured yet (use torch.no_grad(), "
+                          "or call the compiled function under inference_mode)")
         if self.cls is torch.set_grad_enabled:
             if len(args) + len(kwargs) != 1 or not (args or kwargs)[0 if args else "mode"].is_python_constant():
                 unimplemented("torch.set_grad_enabled(mode) needs one constant bool argument (a tensor or a "
