@@ -324,6 +324,7 @@ class OutputGraph:
         if contexts and inst.opname not in ("POP_JUMP_IF_FALSE", "POP_JUMP_IF_TRUE"):
             native, rest = lines[:-1], lines[-1:]
             for ctx in reversed(contexts):
-                native = [f"with {ctx.reconstruct(codegen)}:  # {ctx}"] + [f"    {line}" for line in native]
+                native = [f"with {ctx.reconstruct(codegen)}:  # re-enter {ctx.ctx.describe()}"] + \
+                    [f"    {line}" for line in native]
             lines = native + rest
         return lines

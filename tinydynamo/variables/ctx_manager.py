@@ -122,6 +122,9 @@ class GradModeVariable(VariableTracker):
         """A fresh, not yet entered context manager with the same effect (for a resume function)."""
         return f"{codegen.constant(torch.enable_grad if self.target_mode else torch.no_grad, 'ctx')}()"
 
+    def describe(self) -> str:
+        return "torch.enable_grad()" if self.target_mode else "torch.no_grad()"
+
     def __repr__(self) -> str:
         return f"GradModeVariable({'enable_grad' if self.target_mode else 'no_grad'})"
 
