@@ -48,7 +48,13 @@ def empty_with(x, w):
     return x * w
 
 
-CAPTURED = [no_grad_block, enable_grad_inside_no_grad, set_grad_enabled_both_ways, return_inside_with, empty_with]
+def asks_grad_mode(x, w):
+    with torch.no_grad():
+        scale = 2.0 if torch.is_grad_enabled() else 3.0
+    return x * w * scale, torch.is_grad_enabled()
+
+
+CAPTURED = [asks_grad_mode, no_grad_block, enable_grad_inside_no_grad, set_grad_enabled_both_ways, return_inside_with, empty_with]
 
 
 def print_in_no_grad(x, w):
@@ -102,6 +108,9 @@ def inputs():
 def same_as_eager(got, want):
     torch.testing.assert_close(got, want)
     for g, e in zip(got if isinstance(got, tuple) else (got,), want if isinstance(want, tuple) else (want,)):
+        if not isinstance(e, torch.Tensor):
+            assert g == e
+            continue
         assert g.requires_grad == e.requires_grad and (g.grad_fn is None) == (e.grad_fn is None)
 
 
@@ -123,6 +132,8 @@ def test_outputs_and_requires_grad_equal_eager(fn, backend, capsys):
     for x, w in inputs():
         compiled(x, w)
     assert cnt.frame_count == frames  # cached calls: nothing recompiles
+    cache = tinydynamo.cache_info(fn)
+    assert cache.run_eagerly is None and len(cache.entries) == 4  # 2 dtypes x grad mode on/off at the call
     if fn in CAPTURED:
         assert not tinydynamo.counters["graph_breaks"] and not tinydynamo.counters["unsupported"]
 
@@ -310,3 +321,12 @@ def test_decompile_falls_back_to_the_bytecode_listing(monkeypatch):
     text = decompile(no_grad_block.__code__)
     assert "depyf could not decompile no_grad_block" in text and "BEFORE_WITH" in text
     compile(text, "view.py", "exec")
+
+
+def test_pytorch_aot_autograd_takes_these_graphs():
+    """The graphs follow TorchDynamo's conventions, so PyTorch's own AOT autograd runs them too."""
+    backend = torch._dynamo.lookup_backend("aot_eager")
+    for fn in (no_grad_block, enable_grad_inside_no_grad, print_in_no_grad):
+        tinydynamo.reset()
+        for x, w in inputs()[:2]:
+            same_as_eager(tinydynamo.optimize(backend)(fn)(x, w), fn(x, w))

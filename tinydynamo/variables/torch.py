@@ -47,9 +47,8 @@ class TorchVariable(VariableTracker):
         fn = self.fn
         if fn in UNSUPPORTED_TORCH:
             unimplemented(UNSUPPORTED_TORCH[fn])
-        if fn is torch.is_grad_enabled:
-            tx.output.add_guard("GRAD_MODE", None, torch.is_grad_enabled())
-            return ConstantVariable(torch.is_grad_enabled())
+        if fn is torch.is_grad_enabled:  # the frame's GRAD_MODE guard fixes the mode at entry; traced
+            return ConstantVariable(torch.is_grad_enabled())  # `with no_grad()` blocks set it from there
         if fn in (torch.is_tensor,) and len(args) == 1:
             return ConstantVariable(issubclass(args[0].python_type(), torch.Tensor))
         if fn in (torch.get_default_dtype, torch.is_floating_point, torch.is_complex, torch.numel) or \
