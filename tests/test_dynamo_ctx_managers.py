@@ -54,7 +54,24 @@ def asks_grad_mode(x, w):
     return x * w * scale, torch.is_grad_enabled()
 
 
-CAPTURED = [asks_grad_mode, no_grad_block, enable_grad_inside_no_grad, set_grad_enabled_both_ways, return_inside_with, empty_with]
+@torch.no_grad()
+def decorated_helper(t, w):
+    return t * w + 1
+
+
+@torch.enable_grad()
+def decorated_enable(t, w):
+    return t * w
+
+
+def calls_decorated(x, w):
+    y = decorated_helper(x, w)
+    with torch.no_grad():
+        z = decorated_enable(y, w)
+    return y, z, y + z * w
+
+
+CAPTURED = [calls_decorated, asks_grad_mode, no_grad_block, enable_grad_inside_no_grad, set_grad_enabled_both_ways, return_inside_with, empty_with]
 
 
 def print_in_no_grad(x, w):

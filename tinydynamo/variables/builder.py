@@ -35,7 +35,13 @@ from tinydynamo.variables.lists import ListVariable, SizeVariable, TupleVariable
 from tinydynamo.variables.misc import PythonModuleVariable
 from tinydynamo.variables.nn_module import NNModuleVariable
 from tinydynamo.variables.tensor import TensorVariable
-from tinydynamo.variables.ctx_manager import GRAD_MODE_CLASSES, GradModeClassVariable, GradModeVariable
+from tinydynamo.variables.ctx_manager import (
+    GRAD_MODE_CLASSES,
+    GradModeClassVariable,
+    GradModeDecoratedFunctionVariable,
+    GradModeVariable,
+    unwrap_grad_mode_decorator,
+)
 from tinydynamo.variables.torch import TorchVariable, is_torch_callable
 from tinydynamo.variables.user_defined import UserDefinedObjectVariable
 
@@ -108,6 +114,9 @@ class VariableBuilder:
             return TorchVariable(value, src)
         if isinstance(value, types.FunctionType):
             self.guard("ID_MATCH", value)
+            decorated = unwrap_grad_mode_decorator(value)  # @torch.no_grad() def f(...)
+            if decorated is not None:
+                return GradModeDecoratedFunctionVariable(*decorated, src)
             if is_library_function(value):
                 return SkippedFunctionVariable(value, src)
             return UserFunctionVariable(value, src)

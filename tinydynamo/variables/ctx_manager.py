@@ -16,8 +16,12 @@ the block calls. At a graph break inside such a block, the stack holds that exit
 the transformed code re-enters the context around the unsupported instruction and passes a
 fresh context manager to the resume function, whose prologue enters it (see tinydynamo.resume).
 Other context managers are not captured (the frame runs eagerly, with the reason).
+A function decorated with ``@torch.no_grad()`` / ``@torch.enable_grad()`` is inlined between an
+enter and an exit (:class:`GradModeDecoratedFunctionVariable`).
 """
 from __future__ import annotations
+
+import types
 
 import torch
 
@@ -144,3 +148,44 @@ class WithExitFunctionVariable(VariableTracker):
 
     def __repr__(self) -> str:
         return f"WithExitFunctionVariable({self.ctx})"
+
+
+def unwrap_grad_mode_decorator(fn) -> tuple[bool, types.FunctionType] | None:
+    """``(mode, the user's function)`` for a function decorated with ``@torch.no_grad()`` or
+    ``@torch.enable_grad()`` (torch wraps it in ``torch.utils._contextlib``'s ``decorate_context``), else None."""
+    code = getattr(fn, "__code__", None)
+    if code is None or code.co_name != "decorate_context" or not code.co_filename.endswith("_contextlib.py") \
+            or not fn.__closure__:
+        return None
+    try:
+        cells = {name: cell.cell_contents for name, cell in zip(code.co_freevars, fn.__closure__)}
+    except ValueError:  # an empty cell
+        return None
+    owner, inner = getattr(cells.get("ctx_factory"), "__self__", None), cells.get("func")
+    if type(owner) not in (torch.no_grad, torch.enable_grad) or not isinstance(inner, types.FunctionType):
+        return None
+    return type(owner) is torch.enable_grad, inner
+
+
+class GradModeDecoratedFunctionVariable(VariableTracker):
+    """``@torch.no_grad()``-decorated function: called = enter, inline the function, exit."""
+
+    def __init__(self, mode: bool, fn: types.FunctionType, source=None):
+        super().__init__(source)
+        self.mode = mode
+        self.fn = fn
+
+    def python_type(self):
+        return types.FunctionType
+
+    def call_function(self, tx, args, kwargs):
+        from tinydynamo.variables.functions import UserFunctionVariable
+
+        ctx = GradModeVariable(self.mode)
+        ctx.enter(tx)
+        result = tx.inline_user_function(UserFunctionVariable(self.fn), args, kwargs)
+        ctx.exit(tx)
+        return result
+
+    def __repr__(self) -> str:
+        return f"GradModeDecoratedFunctionVariable({'enable_grad' if self.mode else 'no_grad'}, {self.fn.__qualname__})"
