@@ -40,7 +40,13 @@ from tinydynamo.variables import (
     VariableTracker,
 )
 from tinydynamo.variables.builder import VariableBuilder
-from tinydynamo.variables.ctx_manager import GradModeVariable, WithExitFunctionVariable, is_grad_mode_node, set_grad_enabled
+from tinydynamo.variables.ctx_manager import (
+    GradModeVariable,
+    WithExitFunctionVariable,
+    is_grad_mode_node,
+    prune_grad_mode_nodes,
+    set_grad_enabled,
+)
 
 OPCODE_HANDLERS: dict[str, Callable[["InstructionTranslatorBase", Instruction], None]] = {}
 
@@ -623,8 +629,10 @@ class InstructionTranslator(InstructionTranslatorBase):
             self.cells[name] = cell
 
     def run(self) -> VariableTracker | None:
+        initial_grad_mode = torch.is_grad_enabled()
         while self.return_value is None and self.graph_break is None:
             self.step()
+        prune_grad_mode_nodes(self.output.graph, initial_grad_mode)
         return self.return_value
 
     def dispatch(self, inst: Instruction) -> None:

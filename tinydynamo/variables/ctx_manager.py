@@ -35,21 +35,29 @@ GRAD_MODE_CLASSES = (torch.no_grad, torch.enable_grad, torch.set_grad_enabled, t
 
 
 def set_grad_enabled(tx, mode: bool) -> None:
-    """Switch grad mode while tracing: one graph node, and the real mode for the rest of the trace.
-
-    A switch straight back (``with torch.no_grad(): pass``) removes the previous node instead.
-    """
+    """Switch grad mode while tracing: one graph node, and the real mode for the rest of the trace."""
     if torch.is_grad_enabled() == mode:
         return
-    graph = tx.output.graph
-    last = next(iter(reversed(graph.nodes)), None)
-    if last is not None and last.op == "call_function" and last.target is torch._C._set_grad_enabled \
-            and last.meta.get("mode_before") == mode:
-        graph.erase_node(last)
-    else:
-        node = graph.call_function(torch._C._set_grad_enabled, (mode,))
-        node.meta["mode_before"] = torch.is_grad_enabled()
+    tx.output.graph.call_function(torch._C._set_grad_enabled, (mode,))
     torch._C._set_grad_enabled(mode)
+
+
+def prune_grad_mode_nodes(graph, initial_mode: bool) -> None:
+    """Drop switches that change nothing: a switch straight back with no op between
+    (``with torch.no_grad(): pass``), or a switch to the mode already on."""
+    mode, pending = initial_mode, None  # pending: (the last switch, the mode before it) if no op since
+    for node in list(graph.nodes):
+        if is_grad_mode_node(node):
+            if node.args[0] == mode:
+                graph.erase_node(node)
+            elif pending is not None and node.args[0] == pending[1]:
+                graph.erase_node(node)
+                graph.erase_node(pending[0])
+                mode, pending = node.args[0], None
+            else:
+                pending, mode = (node, mode), node.args[0]
+        elif node.op in ("call_function", "call_method", "call_module"):
+            pending = None
 
 
 def is_grad_mode_node(node) -> bool:
