@@ -85,7 +85,8 @@ def break_in_inlined_in_no_grad(x, w):
     return y, z, z * w
 
 
-CAPTURED = [calls_decorated, asks_grad_mode, no_grad_block, enable_grad_inside_no_grad, set_grad_enabled_both_ways, return_inside_with, empty_with]
+CAPTURED = [calls_decorated, asks_grad_mode, no_grad_block, enable_grad_inside_no_grad, set_grad_enabled_both_ways,
+            return_inside_with, empty_with]
 
 
 def print_in_no_grad(x, w):

@@ -107,8 +107,8 @@ def make_resume_code(code: types.CodeType, resume_offset: int, stack_slots: list
     the list of its remaining items and turned back into an iterator with GET_ITER, so the resume
     function's own trace can unroll the rest of the loop) or ``"ctx"`` (the ``__exit__`` of a
     ``with`` block the break was in: passed as a fresh context manager and entered again with
-    BEFORE_WITH, so the original exception table still runs its exit if the rest raises). Arguments: ``___stack0 ...`` for the
-    non-NULL slots, then ``local_names``. (``True``/``False`` are accepted for null/value.)
+    BEFORE_WITH, so the original exception table still runs its exit if the rest raises).
+    Arguments: ``___stack0 ...`` for the non-NULL slots, then ``local_names``. (``True``/``False`` are accepted for null/value.)
     """
     stack_slots = [NULL_SLOT if s is True else VALUE_SLOT if s is False else s for s in stack_slots]
     if code.co_freevars or code.co_cellvars:
