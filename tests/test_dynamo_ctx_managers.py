@@ -1,7 +1,4 @@
 """Grad-mode `with` blocks: traced into the graph, graph breaks inside them resumed, the decompiled view."""
-import os
-import types
-
 import pytest
 import torch
 import torch._dynamo
@@ -253,7 +250,6 @@ def test_set_grad_enabled_call_leaves_the_mode_like_eager():
 
 def test_resume_function_reenters_the_context():
     tinydynamo.reset()
-    seen = []
     compiled = tinydynamo.optimize("eager")(print_in_no_grad)
     compiled(*inputs()[0])
     codes = [code for code in tinydynamo.eval_frame._caches if code.co_name.startswith("__resume_at_")]
@@ -261,7 +257,6 @@ def test_resume_function_reenters_the_context():
     assert "BEFORE_WITH" in {i.opname for i in tinydynamo.bytecode.get_instructions(codes[0])}
     entry = tinydynamo.cache_info(print_in_no_grad).entries[0]
     assert "with ___ctx" in entry.code  # print runs inside no_grad again, after the graph left it
-    seen.append(entry.code)
 
 
 def log_grad_mode():
