@@ -360,3 +360,14 @@ def test_pytorch_aot_autograd_takes_these_graphs():
         tinydynamo.reset()
         for x, w in inputs()[:2]:
             same_as_eager(tinydynamo.optimize(backend)(fn)(x, w), fn(x, w))
+
+
+@pytest.mark.parametrize("fn", [no_grad_block, enable_grad_inside_no_grad, print_in_no_grad, calls_decorated],
+                         ids=lambda f: f.__name__)
+def test_tininductor_backend(fn, capsys):
+    x, w = inputs()[0]
+    for requires_grad in (True, False):
+        w = w.detach().requires_grad_(requires_grad)
+        tinydynamo.reset()
+        same_as_eager(tinydynamo.optimize("tininductor")(fn)(x, w), fn(x, w))
+        assert torch.is_grad_enabled()
