@@ -335,3 +335,51 @@ tinydynamo.reset()
 # compile what you can, run the rest natively, resume in a new compiled frame. `explain()` tells
 # you where the breaks are; `torch.where` and moving side effects out remove them. Next
 # (chapter 5): what the backend does with the graphs — decompositions into a small prim set.
+
+# %% [markdown]
+# ## Appendix — a break inside `with torch.no_grad()`
+#
+# Grad-mode blocks are the one kind of `with` that tinydynamo captures, as TorchDynamo does:
+# entering `torch.no_grad()` adds a `torch._C._set_grad_enabled(False)` node to the graph, leaving
+# it adds `_set_grad_enabled(True)`. A break *inside* such a block needs one more idea
+# (TorchDynamo's `ReenterWith`): the graph leaves the block before the break, the transformed code
+# runs the unsupported instruction inside `with torch.no_grad():` again, and the resume function
+# starts by entering a fresh `no_grad()` — its prologue does `LOAD_FAST ___stack0; BEFORE_WITH` —
+# so the rest of the block, its `__exit__` and its exception handler work as in the original.
+
+# %%
+def no_grad_print(x, w):
+    y = x * w
+    with torch.no_grad():
+        z = y * 2
+        print("inside no_grad")
+        z = z + 1
+    return y + z, z
+
+
+wg = torch.randn(4, requires_grad=True)
+ours = tinydynamo.explain(no_grad_print)(x, wg)
+theirs = torch._dynamo.explain(no_grad_print)(x, wg)
+print("tinydynamo graphs/breaks:", ours.graph_count, ours.graph_break_count,
+      "| torch._dynamo:", theirs.graph_count, theirs.graph_break_count)
+for gm in ours.graphs:
+    print(gm.code.strip())
+
+# %% [markdown]
+# The transformed code, and the resume function decompiled back to Python (with the `depyf`
+# package; `tinydynamo.show` and `TINY_COMPILE_DEBUG=1` show the same views):
+
+# %%
+shown = tinydynamo.show(no_grad_print, x, wg, backend="eager")
+for title, text in shown.frames[0].get("transformed_code"):
+    print(f"--- {title}\n{text}")
+
+# %% [markdown]
+# Gradients see the block too: `z` does not require grad, `y + z` does, as in eager.
+
+# %%
+tinydynamo.reset()
+got, want = tinydynamo.compile(no_grad_print, backend="aot_eager")(x, wg), no_grad_print(x, wg)
+print("equal:", all(torch.allclose(g, e) for g, e in zip(got, want)),
+      "| requires_grad:", [t.requires_grad for t in got], "eager:", [t.requires_grad for t in want])
+tinydynamo.reset()

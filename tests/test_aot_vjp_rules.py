@@ -86,6 +86,7 @@ CASES = {
     "convert_element_type": (lambda a: prims.convert_element_type(aten.mul(a, a), torch.float32), [R(3, 4)],
                              prims.convert_element_type, lambda a: (a * a).to(torch.float32)),
     "clone_alias": (lambda a: aten.mul(aten.clone(a), aten.alias(a)), [R(3, 4)], aten.clone),
+    "detach": (lambda a: aten.mul(aten.detach(a), a), [R(3, 4)], aten.detach),  # a gradient only through `a`
     "view": (lambda a: aten.view(a, [4, 3]), [R(3, 4)], aten.view),
     "expand": (lambda a: aten.expand(a, [2, 3, 4]), [R(3, 1)], aten.expand),
     "permute": (lambda a: aten.permute(a, [2, 0, 1]), [R(2, 3, 4)], aten.permute),

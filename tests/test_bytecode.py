@@ -406,3 +406,66 @@ def test_resume_at_a_jump_target():
     resume = types.FunctionType(code, f_resume.__globals__)
     expected_tag = "le" if jump.opname == "POP_JUMP_IF_FALSE" else "gt"
     assert resume(3, 5, 6, 70)[1] == expected_tag
+
+
+class Recorder:
+    """A context manager that logs its enter and exit (and the exception type it saw)."""
+
+    def __init__(self, log):
+        self.log = log
+
+    def __enter__(self):
+        self.log.append("enter")
+
+    def __exit__(self, exc_type, exc, tb):
+        self.log.append(("exit", exc_type))
+        return False
+
+
+def f_with(ctx, x, log):
+    with ctx:
+        y = x * 2
+        log.append(y)  # a graph break here: the resume function must enter `ctx` again
+        if x < 0:
+            raise ValueError("negative")
+        z = y + 1
+    return z
+
+
+def f_try_with(ctx, x, log):
+    try:
+        with ctx:
+            log.append(x)
+    except ValueError:
+        pass
+    log.append(x)
+    return x
+
+
+def test_enclosing_blocks_tell_with_from_try():
+    from tinydynamo.resume import enclosing_blocks
+
+    calls = [i for i in get_instructions(f_try_with) if i.opname == "CALL"]
+    assert enclosing_blocks(f_try_with.__code__, calls[0].offset) == ["with", "try"]
+    assert enclosing_blocks(f_try_with.__code__, calls[-1].offset) == []
+    call = next(i for i in get_instructions(f_with) if i.opname == "CALL")
+    assert enclosing_blocks(f_with.__code__, call.offset) == ["with"]
+
+
+def test_resume_inside_a_with_block_reenters_it_on_every_version():
+    pytest.importorskip("bytecode")
+    from tinydynamo.resume import CTX_SLOT, VALUE_SLOT, make_resume_code, next_offset
+
+    call = next(i for i in get_instructions(f_with) if i.opname == "CALL")
+    # after the call the stack holds the with block's __exit__ and the call's result
+    code = make_resume_code(f_with.__code__, next_offset(f_with.__code__, call.offset), [CTX_SLOT, VALUE_SLOT],
+                            ["x", "log", "y"])
+    assert "BEFORE_WITH" in {i.opname for i in get_instructions(code)}
+    resume = types.FunctionType(code, f_with.__globals__)
+    log = []
+    assert resume(Recorder(log), None, 3, log, 6) == f_with(Recorder([]), 3, []) == 7
+    assert log == ["enter", ("exit", None)]
+    log = []
+    with pytest.raises(ValueError, match="negative"):  # the original exception table still runs __exit__
+        resume(Recorder(log), None, -3, log, -6)
+    assert log == ["enter", ("exit", ValueError)]

@@ -19,6 +19,7 @@ callable taking the graph's inputs as positional tensors and returning its outpu
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from typing import Callable
 
@@ -96,6 +97,33 @@ class CompiledFunction(torch.autograd.Function):
         return (None, *[next(grads) if has_grad else None for has_grad in runtime.grad_mask])
 
 
+def stop_gradients_in_no_grad_regions(gm: torch.nn.Module) -> torch.nn.Module:
+    """Replace TorchDynamo-style ``torch._C._set_grad_enabled(b)`` nodes by ``detach`` of every
+    tensor computed while grad is off, so AD and the partitioner see where gradients stop.
+
+    ``with torch.no_grad(): z = y * 2`` arrives as ``_set_grad_enabled(False); mul; _set_grad_enabled(True)``.
+    Our AD works on the decomposed graph, where those nodes would be lost (they change global
+    state, they compute nothing); ``z = detach(y * 2)`` says the same thing in data flow. The
+    mode the graph ends in is the caller's business (tinydynamo sets it after the call).
+    """
+    if not isinstance(gm, fx.GraphModule) or not any(
+            n.op == "call_function" and n.target is torch._C._set_grad_enabled for n in gm.graph.nodes):
+        return gm
+    graph = fx.Graph()
+    env: dict[fx.Node, fx.Node] = {}
+    grad_on = torch.is_grad_enabled()
+    for node in gm.graph.nodes:
+        if node.op == "call_function" and node.target is torch._C._set_grad_enabled:
+            grad_on = bool(node.args[0])
+            continue
+        new = graph.node_copy(node, lambda n: env[n])
+        if not grad_on and node.op in ("call_function", "call_method", "call_module") and \
+                isinstance(node.meta.get("example_value"), torch.Tensor):
+            new = graph.call_function(torch.ops.aten.detach.default, (new,))
+        env[node] = new
+    return fx.GraphModule(gm, graph)
+
+
 def _lift_parameters(gm: torch.nn.Module):
     """``(fn, names)``: ``fn(*params_and_buffers, *args)`` calls ``gm`` with those tensors swapped in."""
     if not isinstance(gm, torch.nn.Module):
@@ -114,6 +142,10 @@ def _lift_parameters(gm: torch.nn.Module):
 def compile_aot(gm: torch.nn.Module, example_inputs, fw_compiler: Callable, bw_compiler: Callable,
                 partition_fn: Callable = default_partition, inference_compiler: Callable | None = None) -> Callable:
     """The body of the backend :func:`aot_autograd` returns (see the module docstring)."""
+    # `with torch.enable_grad():` inside the graph makes it a training graph even when called under no_grad
+    grad_inside = isinstance(gm, fx.GraphModule) and any(
+        n.op == "call_function" and n.target is torch._C._set_grad_enabled and n.args[0] for n in gm.graph.nodes)
+    gm = stop_gradients_in_no_grad_regions(gm)
     fn, state_names = _lift_parameters(gm)
 
     # each parameter/buffer as (owning submodule, attribute): read per call, so an assigned
@@ -130,7 +162,7 @@ def compile_aot(gm: torch.nn.Module, example_inputs, fw_compiler: Callable, bw_c
     aot = AOTOutput(prim_gm)
     requires_grad = [isinstance(x, torch.Tensor) and x.requires_grad for x in all_inputs]
 
-    if not (torch.is_grad_enabled() and any(requires_grad)):
+    if not ((torch.is_grad_enabled() or grad_inside) and any(requires_grad)):
         artifacts.record("forward_graph", "inference graph (no input requires grad)", _readable(prim_gm))
         compiled = (inference_compiler or fw_compiler)(prim_gm, _fake_vals(prim_gm))
 
@@ -163,7 +195,8 @@ def compile_aot(gm: torch.nn.Module, example_inputs, fw_compiler: Callable, bw_c
 
     def run_training(*args):
         primals = [*current_state(), *args]
-        outs = CompiledFunction.apply(runtime, *primals)
+        with torch.enable_grad() if grad_inside else contextlib.nullcontext():
+            outs = CompiledFunction.apply(runtime, *primals)
         return pytree.tree_unflatten(list(outs), joint.out_spec)
 
     run_training.aot = aot

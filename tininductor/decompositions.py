@@ -134,8 +134,8 @@ def unbind(x, dim=0):
     return [aten.select(x, dim, i) for i in range(x.shape[dim])]
 
 
-@register_decomposition(aten.detach, aten.lift_fresh)
-def detach(x):
+@register_decomposition(aten.lift_fresh)
+def lift_fresh(x):
     return aten.alias(x)
 
 

@@ -55,6 +55,8 @@ def requires_grad_nodes(graph: fx.Graph, requires_grad: list[bool]) -> set[fx.No
     for node in graph.nodes:
         if node.op != "call_function":
             continue
+        if node.target is torch.ops.aten.detach.default:  # gradients stop here
+            continue
         if any(arg in result for arg in node.all_input_nodes) and _is_float_tensor(node.meta.get("val")):
             result.add(node)
     return result

@@ -13,7 +13,7 @@ Overloads the course models produce (forward and backward graphs of the TinyBloc
 GPT, after AOT autograd), i.e. what a lowering sees in practice::
 
     add.Tensor sub.Tensor mul.Tensor div.Tensor neg exp log erf tanh rsqrt
-    eq.Tensor ne.Scalar logical_not where.self prims.convert_element_type clone alias
+    eq.Tensor ne.Scalar logical_not where.self prims.convert_element_type clone alias detach
     view expand permute unsqueeze squeeze.dims slice.Tensor
     sum.default sum.dim_IntList mean.dim var.correction amax
     full scalar_tensor arange.start arange.start_step
@@ -40,7 +40,7 @@ POINTWISE_BINARY = [
 ]
 POINTWISE_OTHER = [aten.where, prims.convert_element_type, aten.clone]
 VIEWS = [aten.view, aten.expand, aten.permute, aten.unsqueeze, aten.squeeze, aten.slice,
-         aten.select, aten.alias]
+         aten.select, aten.alias, aten.detach]  # detach: an alias that stops gradients
 REDUCTIONS = [aten.sum, aten.amax, aten.amin, aten.mean, aten.var]
 CREATION = [aten.full, aten.scalar_tensor, aten.arange, aten.empty]
 INDEXING = [aten.index, aten.index_put, aten.gather, aten.scatter_add]

@@ -279,6 +279,11 @@ def identity_vjp(grad, out, x, **kwargs):
     return (grad,)
 
 
+@register_vjp(aten.detach)
+def detach_vjp(grad, out, x):
+    return (None,)  # no gradient flows through detach (``torch.no_grad()`` regions become detach)
+
+
 # ----------------------------------------------------------------------------- views
 @register_vjp(aten.view)
 def view_vjp(grad, out, x, shape):

@@ -249,17 +249,26 @@ def compile_frame(fn: types.FunctionType, L: dict, G: dict, backend, name: str,
 
     code = fn.__code__
     with artifacts.collecting(name) as arts:
-        try:
-            artifacts.record("source", name, inspect.getsource(fn))
-        except (OSError, TypeError):
-            pass
+        if code.co_name.startswith("__resume_at_"):  # made by tinydynamo.resume: only bytecode exists
+            from tinydynamo.decompile import decompile
+
+            artifacts.record("source", f"{name} (decompiled)", decompile(code))
+        else:
+            try:
+                artifacts.record("source", name, inspect.getsource(fn))
+            except (OSError, TypeError):
+                pass
         listing = bytecode.format_instructions(bytecode.get_instructions(code))
         artifacts.record("bytecode", name, listing)
         bytecode_log.info("BYTECODE %s %s:%d\n%s", name, code.co_filename, code.co_firstlineno, listing)
         output = OutputGraph(G, name.replace(".", "_").replace("<", "").replace(">", ""))
         tx = InstructionTranslator(code, G, L, output, allow_graph_breaks)
-        with torch._C.DisableTorchFunctionSubclass():
-            return_value = tx.run()
+        grad_mode = torch.is_grad_enabled()
+        try:
+            with torch._C.DisableTorchFunctionSubclass():
+                return_value = tx.run()
+        finally:  # tracing `with torch.no_grad():` flips the real mode; the backend must see the frame's
+            torch._C._set_grad_enabled(grad_mode)
         brk = tx.graph_break
         if brk is not None:
             counters["graph_breaks"][brk.reason] += 1

@@ -29,6 +29,7 @@ from tinydynamo.exc import Unsupported, unimplemented
 from tinydynamo.guards import CheckFunction, GuardBuilder, TensorMeta
 from tinydynamo.source import Source, SourceScope
 from tinydynamo.variables.base import VariableTracker
+from tinydynamo.variables.ctx_manager import WithExitFunctionVariable, is_grad_mode_node
 from tinydynamo.variables.tensor import TensorVariable
 
 CALL_OPS = ("call_function", "call_method", "call_module")
@@ -55,6 +56,7 @@ class ReturnCodegen:
         self.nodes: list[torch.fx.Node] = []
         self.prelude: list[str] = []  # temporaries built once, before the body uses them
         self._shared: dict[int, str] = {}
+        self.resume_codes: list[types.CodeType] = []  # resume functions the body calls (for the views)
 
     def shared(self, var, build: Callable[[], str]) -> str:
         """A mutable container built once and referred to by name, so that every place holding it
@@ -167,7 +169,7 @@ class OutputGraph:
         return wrap_fx_result(self, node, example)
 
     def op_count(self) -> int:
-        return sum(1 for n in self.graph.nodes if n.op in CALL_OPS)
+        return sum(1 for n in self.graph.nodes if n.op in CALL_OPS and not is_grad_mode_node(n))
 
     def _dead_code_elimination(self) -> None:
         """Drop ops whose results are unused, except in-place ops and setitem (they have effects)."""
@@ -176,6 +178,7 @@ class OutputGraph:
                 continue
             name = node.target if isinstance(node.target, str) else getattr(node.target, "__name__", "")
             if name.endswith("_") and not name.endswith("__") or node.target in (operator.setitem,) \
+                    or is_grad_mode_node(node) \
                     or "out" in node.kwargs or name.startswith("__i"):
                 continue
             self.graph.erase_node(node)
@@ -214,13 +217,23 @@ class OutputGraph:
             compiled_fn = gm.forward
         inputs = ", ".join(s.name() for s in self.input_sources)
         lines = ["def ___compiled_frame(L, G):"]
-        if codegen.nodes or n_ops:
+        grad_nodes = [n for n in self.graph.nodes if is_grad_mode_node(n)]
+        if grad_nodes:  # the grad mode after the graph, also when it raises (as eager's `with` exits)
+            lines += ["    try:", f"        ___o = ___compiled_fn({inputs})" if n_ops else "        pass",
+                      "    finally:", f"        {self.scope.constant(torch._C._set_grad_enabled, 'fn')}"
+                      f"({grad_nodes[-1].args[0]})  # torch._C._set_grad_enabled"]
+        elif codegen.nodes or n_ops:
             lines.append(f"    ___o = ___compiled_fn({inputs})")
         lines += [f"    {line}" for line in codegen.prelude + body]
         text = "\n".join(lines) + "\n"
         namespace = {**self.scope.names, "___compiled_fn": compiled_fn}
         exec(compile(text, f"<tinydynamo {self.frame_name}>", "exec"), namespace)
         artifacts.record("transformed_code", self.frame_name, text)
+        if codegen.resume_codes:
+            from tinydynamo.decompile import decompile
+
+            for resume_code in codegen.resume_codes:  # the rest of the frame, as readable Python
+                artifacts.record("transformed_code", f"{resume_code.co_name} (decompiled)", decompile(resume_code))
         return CompiledFrame(check_fn, namespace["___compiled_frame"], gm, text, backend, n_ops,
                              graph_break.reason if graph_break is not None else None)
 
@@ -239,6 +252,8 @@ class OutputGraph:
         lines: list[str] = []
 
         def slot(v) -> str:
+            if isinstance(v, WithExitFunctionVariable):
+                return "ctx"
             return "null" if v is NULL else "iter" if isinstance(v, ListIteratorVariable) else "value"
 
         def rebuild(v) -> str:  # an iterator travels as the list of its remaining items
@@ -252,6 +267,7 @@ class OutputGraph:
             local_names = live_locals(code, offset, all_locals)
             local_exprs = [brk.symbolic_locals[n].reconstruct(codegen) for n in local_names]
             resume_code = make_resume_code(code, offset, kinds, local_names)
+            codegen.resume_codes.append(resume_code)
             fn = types.FunctionType(resume_code, self.scope.f_globals, resume_code.co_name)
             name = self.scope.constant(wrap_for_resume(fn, backend), "resume")
             return f"return {name}({', '.join(exprs + local_exprs)})"
@@ -303,4 +319,12 @@ class OutputGraph:
             lines.append(f"if {cond.reconstruct(codegen)}:")
             lines.append(f"    {resume_call(when_true, below, [])}")
             lines.append(resume_call(when_false, below, []))
+        # inside grad-mode `with` blocks (the graph has left them): the instruction runs in them again
+        contexts = [v for v in stack if isinstance(v, WithExitFunctionVariable)]
+        if contexts and inst.opname not in ("POP_JUMP_IF_FALSE", "POP_JUMP_IF_TRUE"):
+            native, rest = lines[:-1], lines[-1:]
+            for ctx in reversed(contexts):
+                native = [f"with {ctx.reconstruct(codegen)}:  # re-enter {ctx.ctx.describe()}"] + \
+                    [f"    {line}" for line in native]
+            lines = native + rest
         return lines

@@ -10,8 +10,10 @@ calls a *resume function*: a copy of the original function's bytecode with a pro
 
 The resume function is an ordinary Python function, so tinydynamo compiles it in turn (its
 own graphs, guards and cache). Code objects are assembled with the ``bytecode`` package
-(pure Python, CPython 3.8-3.14), never by hand. Breaks inside ``try``/``with`` blocks (covered
-by an exception-table entry) are not resumable: the frame runs eagerly instead.
+(pure Python, CPython 3.8-3.14), never by hand. A break inside grad-mode ``with`` blocks
+resumes: the prologue enters the context again (``with torch.no_grad():``), like TorchDynamo's
+``ReenterWith``. Breaks inside ``try`` blocks or other ``with`` blocks are not resumable: the
+frame runs eagerly instead.
 """
 from __future__ import annotations
 
@@ -34,6 +36,32 @@ def in_exception_region(code: types.CodeType, offset: int) -> bool:
     return False
 
 
+def enclosing_blocks(code: types.CodeType, offset: int) -> list[str]:
+    """The try/with blocks around ``offset``, innermost first: ``"with"`` or ``"try"`` each.
+
+    CPython 3.11+ keeps blocks only in the exception table, flattened: an offset has one
+    handler. A ``with`` block's handler is ``PUSH_EXC_INFO; WITH_EXCEPT_START``; any other
+    ``PUSH_EXC_INFO`` handler belongs to a try statement; handlers without it are cleanups.
+    The handler's own code is covered by the entry of the next enclosing block, so following
+    handler -> entry -> handler walks outwards.
+    """
+    entries = list(getattr(dis.Bytecode(code), "exception_entries", ()))
+    insts = [i for i in dis.get_instructions(code) if i.opname != "CACHE"]
+    after = {a.offset: b for a, b in zip(insts, insts[1:])}
+    kinds: list[str] = []
+    seen: set[int] = set()
+    pos = offset
+    while True:
+        entry = next((e for e in entries if e.start <= pos < e.end), None)
+        if entry is None or entry.target in seen:
+            return kinds
+        seen.add(entry.target)
+        handler = next(i for i in insts if i.offset == entry.target)
+        if handler.opname == "PUSH_EXC_INFO":
+            kinds.append("with" if after[handler.offset].opname == "WITH_EXCEPT_START" else "try")
+        pos = entry.target
+
+
 def next_offset(code: types.CodeType, offset: int) -> int:
     """Offset of the original instruction that follows the one at ``offset``."""
     for ins in dis.get_instructions(code):
@@ -42,7 +70,7 @@ def next_offset(code: types.CodeType, offset: int) -> int:
     raise ValueError(f"no instruction after offset {offset}")
 
 
-NULL_SLOT, VALUE_SLOT, ITER_SLOT = "null", "value", "iter"
+NULL_SLOT, VALUE_SLOT, ITER_SLOT, CTX_SLOT = "null", "value", "iter", "ctx"
 
 _READS = {"LOAD_FAST", "LOAD_FAST_CHECK", "LOAD_FAST_AND_CLEAR", "DELETE_FAST", "LOAD_CLOSURE", "LOAD_DEREF"}
 
@@ -77,8 +105,10 @@ def make_resume_code(code: types.CodeType, resume_offset: int, stack_slots: list
     ``stack_slots`` says what each stack slot holds, bottom first: ``"value"`` (passed as an
     argument), ``"null"`` (recreated with PUSH_NULL) or ``"iter"`` (a loop's iterator: passed as
     the list of its remaining items and turned back into an iterator with GET_ITER, so the resume
-    function's own trace can unroll the rest of the loop). Arguments: ``___stack0 ...`` for the
-    non-NULL slots, then ``local_names``. (``True``/``False`` are accepted for null/value.)
+    function's own trace can unroll the rest of the loop) or ``"ctx"`` (the ``__exit__`` of a
+    ``with`` block the break was in: passed as a fresh context manager and entered again with
+    BEFORE_WITH, so the original exception table still runs its exit if the rest raises).
+    Arguments: ``___stack0 ...`` for the non-NULL slots, then ``local_names``. (``True``/``False`` are accepted for null/value.)
     """
     stack_slots = [NULL_SLOT if s is True else VALUE_SLOT if s is False else s for s in stack_slots]
     if code.co_freevars or code.co_cellvars:
@@ -112,6 +142,9 @@ def make_resume_code(code: types.CodeType, resume_offset: int, stack_slots: list
             prologue.append(Instr("LOAD_FAST", stack_args[j], lineno=lineno))
             if kind == ITER_SLOT:
                 prologue.append(Instr("GET_ITER", lineno=lineno))
+            elif kind == CTX_SLOT:  # `with ___stackN:` -- leaves its __exit__ where the original's was
+                prologue.append(Instr("BEFORE_WITH", lineno=lineno))
+                prologue.append(Instr("POP_TOP", lineno=lineno))
             j += 1
     prologue.append(Instr("JUMP_FORWARD", label, lineno=lineno))
     new = Bytecode(body[:n_prefix] + prologue + body[n_prefix:])

@@ -18,6 +18,8 @@ import linecache
 import types
 from typing import Any, Callable, Iterator
 
+import torch
+
 from tinydynamo import bytecode as bc
 from tinydynamo.bytecode import Instruction
 from tinydynamo import config
@@ -38,6 +40,13 @@ from tinydynamo.variables import (
     VariableTracker,
 )
 from tinydynamo.variables.builder import VariableBuilder
+from tinydynamo.variables.ctx_manager import (
+    GradModeVariable,
+    WithExitFunctionVariable,
+    is_grad_mode_node,
+    prune_grad_mode_nodes,
+    set_grad_enabled,
+)
 
 OPCODE_HANDLERS: dict[str, Callable[["InstructionTranslatorBase", Instruction], None]] = {}
 
@@ -82,6 +91,7 @@ class InstructionTranslatorBase:
         self.current_inst: Instruction | None = None
         self.return_value: VariableTracker | None = None
         self.generator_items: list[VariableTracker] | None = None  # set when inlining a generator
+        self.grad_contexts: list[GradModeVariable] = []  # grad-mode `with` blocks entered, outermost first
 
     # ---- stack ---------------------------------------------------------------------------------
     def push(self, v: VariableTracker) -> None:
@@ -553,9 +563,20 @@ def YIELD_VALUE(tx: T, inst):
     tx.push(ConstantVariable(None))  # the value sent back in: always None for a plain iteration
 
 
+@_handler
+def BEFORE_WITH(tx: T, inst):
+    """``with ctx:`` pushes ``ctx.__exit__`` (called at the end of the block) and ``ctx.__enter__()``."""
+    ctx = tx.pop()
+    if not isinstance(ctx, GradModeVariable):
+        unimplemented(f"`with` blocks are not captured yet, except grad-mode ones (torch.no_grad(), "
+                      f"torch.enable_grad(), torch.set_grad_enabled(b)); got {ctx}")
+    tx.push(WithExitFunctionVariable(ctx))
+    tx.push(ctx.enter(tx))
+
+
 _UNSUPPORTED_OPS = {
     "RAISE_VARARGS": "raise statement", "RERAISE": "re-raise", "LOAD_ASSERTION_ERROR": "assert statement failing path",
-    "BEFORE_WITH": "`with` blocks are not captured yet", "PUSH_EXC_INFO": "try/except blocks",
+    "PUSH_EXC_INFO": "try/except blocks",
     "SETUP_ANNOTATIONS": "annotations", "IMPORT_NAME": "import inside a compiled function",
     "YIELD_VALUE": "generators", "RETURN_GENERATOR": "generators", "GET_AWAITABLE": "async code",
     "FORMAT_VALUE": "f-strings are not supported yet", "FORMAT_SIMPLE": "f-strings are not supported yet",
@@ -608,23 +629,41 @@ class InstructionTranslator(InstructionTranslatorBase):
             self.cells[name] = cell
 
     def run(self) -> VariableTracker | None:
+        initial_grad_mode = torch.is_grad_enabled()
         while self.return_value is None and self.graph_break is None:
             self.step()
+        prune_grad_mode_nodes(self.output.graph, initial_grad_mode)
         return self.return_value
 
     def dispatch(self, inst: Instruction) -> None:
         if not self.allow_graph_breaks or inst.opname not in BREAKABLE:
             return super().dispatch(inst)
-        from tinydynamo.resume import in_exception_region
+        from tinydynamo.resume import enclosing_blocks
 
         stack, local_vars = list(self.stack), dict(self.symbolic_locals)
+        contexts, grad_mode = list(self.grad_contexts), torch.is_grad_enabled()
+        last_node = next(iter(reversed(self.output.graph.nodes)), None)
         try:
             super().dispatch(inst)
         except Unsupported as e:
-            if in_exception_region(self.code, inst.offset) or self.code.co_cellvars or self.code.co_freevars:
-                raise
+            blocks = enclosing_blocks(self.code, inst.offset)
+            if blocks != ["with"] * len(contexts) or self.code.co_cellvars or self.code.co_freevars:
+                raise  # inside try (or a `with` we did not trace): not resumable, the frame runs eagerly
             self.stack, self.symbolic_locals = stack, local_vars
+            self._undo_grad_mode_changes(last_node, contexts, grad_mode)
+            if contexts:  # the graph leaves the `with` blocks; the transformed code re-enters them
+                set_grad_enabled(self, contexts[0].initial_mode)
             self.graph_break = GraphBreak(inst, e, stack, local_vars)
+
+    def _undo_grad_mode_changes(self, last_node, contexts, grad_mode: bool) -> None:
+        """Forget grad-mode switches made by the instruction that broke (e.g. in a function it inlined)."""
+        nodes = list(self.output.graph.nodes)
+        start = nodes.index(last_node) + 1 if last_node is not None else 0
+        for node in reversed(nodes[start:]):
+            if is_grad_mode_node(node) and not node.users:
+                self.output.graph.erase_node(node)
+        self.grad_contexts = contexts
+        torch._C._set_grad_enabled(grad_mode)
 
 
 class InliningInstructionTranslator(InstructionTranslatorBase):

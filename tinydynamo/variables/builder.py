@@ -35,6 +35,13 @@ from tinydynamo.variables.lists import ListVariable, SizeVariable, TupleVariable
 from tinydynamo.variables.misc import PythonModuleVariable
 from tinydynamo.variables.nn_module import NNModuleVariable
 from tinydynamo.variables.tensor import TensorVariable
+from tinydynamo.variables.ctx_manager import (
+    GRAD_MODE_CLASSES,
+    GradModeClassVariable,
+    GradModeDecoratedFunctionVariable,
+    GradModeVariable,
+    unwrap_grad_mode_decorator,
+)
 from tinydynamo.variables.torch import TorchVariable, is_torch_callable
 from tinydynamo.variables.user_defined import UserDefinedObjectVariable
 
@@ -96,11 +103,20 @@ class VariableBuilder:
         if _is_builtin(value):
             self.guard("ID_MATCH", value)
             return BuiltinVariable(value, src)
+        if any(value is cls for cls in GRAD_MODE_CLASSES):  # torch.no_grad, ... (classes)
+            self.guard("ID_MATCH", value)
+            return GradModeClassVariable(value, src)
+        if type(value) in (torch.no_grad, torch.enable_grad):  # a context manager passed to a resume function
+            self.guard("TYPE_MATCH", type(value))
+            return GradModeVariable(type(value) is torch.enable_grad, source=src)
         if is_torch_callable(value):
             self.guard("ID_MATCH", value)
             return TorchVariable(value, src)
         if isinstance(value, types.FunctionType):
             self.guard("ID_MATCH", value)
+            decorated = unwrap_grad_mode_decorator(value)  # @torch.no_grad() def f(...)
+            if decorated is not None:
+                return GradModeDecoratedFunctionVariable(*decorated, src)
             if is_library_function(value):
                 return SkippedFunctionVariable(value, src)
             return UserFunctionVariable(value, src)

@@ -14,9 +14,6 @@ from tinydynamo.variables.constant import ConstantVariable
 #: torch functions that are about global state or leave the graph, with the reason
 UNSUPPORTED_TORCH = {
     torch.manual_seed: "torch.manual_seed changes global RNG state",
-    torch.no_grad: "`with torch.no_grad()` inside a compiled frame (context managers are not captured yet)",
-    torch.enable_grad: "`with torch.enable_grad()` inside a compiled frame",
-    torch.set_grad_enabled: "torch.set_grad_enabled inside a compiled frame",
 }
 
 
@@ -50,9 +47,8 @@ class TorchVariable(VariableTracker):
         fn = self.fn
         if fn in UNSUPPORTED_TORCH:
             unimplemented(UNSUPPORTED_TORCH[fn])
-        if fn is torch.is_grad_enabled:
-            tx.output.add_guard("GRAD_MODE", None, torch.is_grad_enabled())
-            return ConstantVariable(torch.is_grad_enabled())
+        if fn is torch.is_grad_enabled:  # the frame's GRAD_MODE guard fixes the mode at entry; traced
+            return ConstantVariable(torch.is_grad_enabled())  # `with no_grad()` blocks set it from there
         if fn in (torch.is_tensor,) and len(args) == 1:
             return ConstantVariable(issubclass(args[0].python_type(), torch.Tensor))
         if fn in (torch.get_default_dtype, torch.is_floating_point, torch.is_complex, torch.numel) or \
