@@ -250,9 +250,9 @@ def compile_frame(fn: types.FunctionType, L: dict, G: dict, backend, name: str,
     code = fn.__code__
     with artifacts.collecting(name) as arts:
         if code.co_name.startswith("__resume_at_"):  # made by tinydynamo.resume: only bytecode exists
-            from tinydynamo.decompile import decompile
+            from tinydynamo.decompile import DecompiledCode
 
-            artifacts.record("source", f"{name} (decompiled)", decompile(code))
+            artifacts.record("source", f"{name} (decompiled)", DecompiledCode(code))
         else:
             try:
                 artifacts.record("source", name, inspect.getsource(fn))

@@ -230,10 +230,10 @@ class OutputGraph:
         exec(compile(text, f"<tinydynamo {self.frame_name}>", "exec"), namespace)
         artifacts.record("transformed_code", self.frame_name, text)
         if codegen.resume_codes:
-            from tinydynamo.decompile import decompile
+            from tinydynamo.decompile import DecompiledCode
 
-            for resume_code in codegen.resume_codes:  # the rest of the frame, as readable Python
-                artifacts.record("transformed_code", f"{resume_code.co_name} (decompiled)", decompile(resume_code))
+            for resume_code in codegen.resume_codes:  # the rest of the frame, as readable Python (lazily)
+                artifacts.record("transformed_code", f"{resume_code.co_name} (decompiled)", DecompiledCode(resume_code))
         return CompiledFrame(check_fn, namespace["___compiled_frame"], gm, text, backend, n_ops,
                              graph_break.reason if graph_break is not None else None)
 
