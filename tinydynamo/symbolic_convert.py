@@ -130,6 +130,9 @@ class InstructionTranslatorBase:
 
     # ---- helpers -------------------------------------------------------------------------------------
     def load_global(self, name: str) -> VariableTracker:
+        stored = self.output.side_effects.load_global(self.f_globals, name)
+        if stored is not None:  # assigned earlier in this frame (replayed after the graph)
+            return stored
         if name in self.f_globals:
             root = self.output.scope.globals_root(self.f_globals)
             return VariableBuilder(self, GlobalSource(name, root)).wrap(self.f_globals[name])
@@ -251,13 +254,13 @@ def LOAD_ATTR(tx: T, inst):
 
 @_handler
 def STORE_ATTR(tx: T, inst):
-    obj = tx.pop()
-    unimplemented(f"setting attribute {inst.argval!r} on {obj} (a side effect outside the graph)")
+    obj, value = tx.pop(), tx.pop()
+    obj.var_setattr(tx, inst.argval, value)  # a side effect: replayed after the graph (tinydynamo.side_effects)
 
 
 @_handler
 def STORE_GLOBAL(tx: T, inst):
-    unimplemented(f"assigning global {inst.argval!r} (a side effect outside the graph)")
+    tx.output.side_effects.store_global(tx.f_globals, inst.argval, tx.pop())
 
 
 @_handler
@@ -350,6 +353,14 @@ def STORE_SUBSCR(tx: T, inst):
         obj.call_method(tx, "__setitem__", [key, value], {})
 
 
+@_handler
+def DELETE_SUBSCR(tx: T, inst):
+    key, obj = tx.pop(), tx.pop()
+    if isinstance(obj, TensorVariable):
+        unimplemented("del on a tensor element")
+    obj.call_method(tx, "__delitem__", [key], {})
+
+
 # ---- building containers --------------------------------------------------------------------------------
 @_handler
 def BUILD_TUPLE(tx: T, inst): tx.push(TupleVariable(tx.popn(inst.argval)))
@@ -434,7 +445,11 @@ def UNPACK_EX(tx: T, inst):
 @_handler
 def GET_ITER(tx: T, inst):
     v = tx.pop()
-    tx.push(v if isinstance(v, ListIteratorVariable) else ListIteratorVariable(v.unpack_var_sequence(tx)))
+    if isinstance(v, ListIteratorVariable):
+        tx.push(v)
+    else:  # remember a list/dict iterated over: changing it inside the loop is not unrolled
+        origin = v if isinstance(v, (ListVariable, DictVariable)) else None
+        tx.push(ListIteratorVariable(v.unpack_var_sequence(tx), origin))
 
 
 @_handler
@@ -559,7 +574,7 @@ _UNSUPPORTED_OPS = {
     "SETUP_ANNOTATIONS": "annotations", "IMPORT_NAME": "import inside a compiled function",
     "YIELD_VALUE": "generators", "RETURN_GENERATOR": "generators", "GET_AWAITABLE": "async code",
     "FORMAT_VALUE": "f-strings are not supported yet", "FORMAT_SIMPLE": "f-strings are not supported yet",
-    "BUILD_SET": "set displays", "DELETE_SUBSCR": "del x[i] (a side effect)", "DELETE_ATTR": "del obj.attr",
+    "BUILD_SET": "set displays", "DELETE_ATTR": "del obj.attr",
     "LOAD_SUPER_ATTR": "super()", "CALL_INTRINSIC_1": "intrinsic", "STORE_SLICE": "slice assignment",
 }
 for _name, _reason in _UNSUPPORTED_OPS.items():
@@ -618,11 +633,13 @@ class InstructionTranslator(InstructionTranslatorBase):
         from tinydynamo.resume import in_exception_region
 
         stack, local_vars = list(self.stack), dict(self.symbolic_locals)
+        self.output.side_effects.checkpoint()
         try:
             super().dispatch(inst)
         except Unsupported as e:
             if in_exception_region(self.code, inst.offset) or self.code.co_cellvars or self.code.co_freevars:
                 raise
+            self.output.side_effects.restore()  # the instruction runs natively instead: undo its effects
             self.stack, self.symbolic_locals = stack, local_vars
             self.graph_break = GraphBreak(inst, e, stack, local_vars)
 

@@ -74,6 +74,9 @@ class BuiltinVariable(VariableTracker):
                 if not (a.is_python_constant() or b.is_python_constant()):
                     unimplemented(f"{fn.__name__} of a tensor and a sequence of tensors")
             return tx.output.create_node("call_function", fn, [a, b], {})
+        if fn is operator.iadd and isinstance(a, ListVariable) and isinstance(b, BaseListVariable):
+            a.call_method(tx, "extend", [b], {})  # ``xs += ys`` changes xs in place (a side effect if xs is from outside)
+            return a
         if a.is_python_constant() and b.is_python_constant():
             try:
                 return wrap_constant_result(fn(a.as_python_constant(), b.as_python_constant()))
