@@ -400,3 +400,30 @@ def test_unreplayable_mutations_break_cleanly():
     with pytest.raises(Exception, match="mutated while a loop iterates"):
         tinydynamo.optimize("eager", nopython=True)(mutate_while_iterating)(torch.randn(3), State())
     run_both(mutate_while_iterating)  # falls back to eager for that frame: same result
+
+
+def del_items(x, s):
+    s.d["b"] = x + 1
+    if "q" in s.d:
+        del s.d["q"]
+    del s.d["b"]  # recorded: the dict ends as it started
+    s.xs.append(x)
+    del s.xs[0]
+    return x * 2
+
+
+def test_delete_subscr_recorded_and_breakable():
+    run_both(del_items)
+    assert tinydynamo.explain(del_items)(torch.ones(3), State()).graph_break_count == 0
+
+    class Weird(dict):
+        pass
+
+    def f(x, d):
+        y = x + 1
+        del d["k"]  # a dict subclass: not tracked, the del runs natively at a graph break
+        return y * 2
+
+    d = Weird(k=1)
+    out = tinydynamo.explain(f)(torch.ones(2), d)
+    assert out.graph_break_count == 1 and "k" not in d

@@ -306,6 +306,10 @@ class OutputGraph:
             key, obj, value, below = stack[-1], stack[-2], stack[-3], stack[:-3]
             lines.append(f"{obj.reconstruct(codegen)}[{key.reconstruct(codegen)}] = {value.reconstruct(codegen)}")
             lines.append(resume_call(next_offset(code, inst.offset), below, []))
+        elif inst.opname == "DELETE_SUBSCR":
+            key, obj, below = stack[-1], stack[-2], stack[:-2]
+            lines.append(f"del {obj.reconstruct(codegen)}[{key.reconstruct(codegen)}]")
+            lines.append(resume_call(next_offset(code, inst.offset), below, []))
         elif inst.opname == "STORE_GLOBAL":
             value, below = stack[-1], stack[:-1]
             lines.append(f"G[{inst.argval!r}] = {value.reconstruct(codegen)}")

@@ -583,7 +583,7 @@ for _name, _reason in _UNSUPPORTED_OPS.items():
 
 #: instructions a graph break can split a frame at (run natively, then resume after them)
 BREAKABLE = ("CALL", "CALL_FUNCTION_EX", "POP_JUMP_IF_FALSE", "POP_JUMP_IF_TRUE",
-             "STORE_ATTR", "STORE_SUBSCR", "STORE_GLOBAL")
+             "STORE_ATTR", "STORE_SUBSCR", "STORE_GLOBAL", "DELETE_SUBSCR")
 
 
 class GraphBreak:
