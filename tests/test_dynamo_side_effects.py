@@ -369,6 +369,29 @@ def test_aliased_arguments_guarded():
     assert cnt.frame_count == 2
 
 
+def test_distinct_then_aliased_recompiles():
+    """Traced with two distinct lists/objects, then called with one object twice: the not-aliased
+    guards fail and it recompiles (replaying the first trace would return a stale length/attribute)."""
+    tinydynamo.reset()
+    cnt = CompileCounter()
+    compiled = tinydynamo.optimize(cnt)(aliased)
+    assert compiled(torch.zeros(1), [], []).item() == 0
+    shared = []
+    assert compiled(torch.zeros(1), shared, shared).item() == 1 == len(shared)
+    assert cnt.frame_count == 2
+
+    def attr_alias(x, a, b):
+        a.count = a.count + 1
+        return x + b.count
+
+    tinydynamo.reset()
+    compiled = tinydynamo.optimize("eager")(attr_alias)
+    torch.testing.assert_close(compiled(torch.zeros(1), State(), State()), torch.zeros(1))
+    s = State()
+    torch.testing.assert_close(compiled(torch.zeros(1), s, s), torch.ones(1))
+    assert s.count == 1
+
+
 # ---- what cannot be replayed stays a clean break, never silently wrong ---------------------------------------
 class Loud:
     def __init__(self):
@@ -392,7 +415,22 @@ def mutate_while_iterating(x, s):
     return x + len(s.xs)
 
 
+def setattr_builtin(x, s):
+    setattr(s, "cache", x + 1)
+    return x * s.cache
+
+
+def enumerate_while_mutating(x, s):
+    for i, v in enumerate(s.xs):
+        if i < 2:
+            s.xs.append(v * 2)
+    return x + len(s.xs)
+
+
 def test_unreplayable_mutations_break_cleanly():
+    run_both(setattr_builtin)
+    assert tinydynamo.explain(setattr_builtin)(torch.randn(3), State()).graph_break_count == 0
+    run_both(enumerate_while_mutating)
     out = tinydynamo.explain(custom_setattr)(torch.randn(3), Loud())
     assert out.graph_break_count == 1 and "__setattr__" in out.break_reasons[0].reason
     run_both(custom_setattr, make_state=Loud)

@@ -39,9 +39,11 @@ class SideEffects:
         self.output = output
         self.id_to_variable: dict[int, VariableTracker] = {}  # real list/dict -> its one tracker
         self._keepalive: list[Any] = []  # the real objects behind those ids (ids stay unique)
+        self.seen_objects: dict[int, tuple[Any, Any]] = {}  # id -> (user object, its first source)
+        self._real: dict[int, Any] = {}  # id(tracker) -> the real list/dict
         # pending effects, in order of each target's first change:
         #   ("items", id(var)) -> var              a list/dict from outside whose contents changed
-        #   ("attr", id(obj), name) -> (obj_var, name, value)
+        #   ("attr", id(obj), name) -> (obj_var, name, value, obj)
         #   ("global", id(f_globals), name) -> (root, name, value)
         self.pending: dict[tuple, Any] = {}
         self._journal: list[tuple[VariableTracker, Any, int]] = []  # (var, old items, old version)
@@ -60,9 +62,34 @@ class SideEffects:
             var = build()
             self.id_to_variable[id(value)] = var
             self._keepalive.append(value)
+            self._real[id(var)] = value
         elif var.source is not None and source is not None and var.source.name() != source.name():
             self.output.add_guard("ALIAS_MATCH", source, (var.source, True))
         return var
+
+    def track_object_seen(self, value: Any, source) -> None:
+        """A plain Python object reached through ``source`` (see :meth:`install_alias_guards`)."""
+        if id(value) not in self.seen_objects:
+            self.seen_objects[id(value)] = (value, source)
+
+    def install_alias_guards(self) -> None:
+        """The trace assumed that distinct objects stay distinct: a list appended to through ``a`` did
+        not change ``b``. Guard that (``a is not b``) for every mutated object against the other
+        objects of its type the frame read; an aliased call then recompiles instead of replaying a
+        wrong trace. (Objects met as the same object already share one tracker + ALIAS_MATCH.)"""
+        seen = [(value, var.source) for value, var in zip(self._keepalive, self.id_to_variable.values())]
+        seen += list(self.seen_objects.values())
+        targets = [(self._real.get(id(entry)), entry.source) for key, entry in self.pending.items() if key[0] == "items"]
+        targets += [(entry[3], entry[0].source) for key, entry in self.pending.items() if key[0] == "attr"]
+        done = set()
+        for value, source in targets:
+            for other, other_source in seen:
+                if other is value or type(other) is not type(value) or other_source is None:
+                    continue
+                pair = frozenset((source.name(), other_source.name()))
+                if pair not in done:
+                    done.add(pair)
+                    self.output.add_guard("ALIAS_MATCH", source, (other_source, False))
 
     # ---- recording -----------------------------------------------------------------------------------
     def mutation(self, var: VariableTracker) -> None:
@@ -80,7 +107,7 @@ class SideEffects:
         """``obj.name = value`` on a real object from outside the frame (reached via ``obj_var``)."""
         if obj_var.source is None:
             unimplemented(f"setting attribute {name!r} on {obj_var}, which has no source to replay it on")
-        self.pending[("attr", id(obj), name)] = (obj_var, name, value)
+        self.pending[("attr", id(obj), name)] = (obj_var, name, value, obj)
 
     def load_attr(self, obj_var: VariableTracker, obj: Any, name: str) -> VariableTracker | None:
         """The value stored earlier in this frame by ``obj.name = ...``, if any."""
@@ -126,6 +153,7 @@ class SideEffects:
         """Python lines that replay the pending effects after the graph ran (final states, in order)."""
         from tinydynamo.variables.dicts import DictVariable
 
+        self.install_alias_guards()
         lines = []
         for key, entry in self.pending.items():
             if key[0] == "items":
@@ -138,7 +166,7 @@ class SideEffects:
                 else:
                     lines.append(f"{target}[:] = [{', '.join(v.reconstruct(codegen) for v in entry.items)}]")
             elif key[0] == "attr":
-                obj_var, name, value = entry
+                obj_var, name, value, _ = entry
                 lines.append(f"setattr({obj_var.reconstruct(codegen)}, {name!r}, {value.reconstruct(codegen)})")
             else:
                 root, name, value = entry

@@ -131,6 +131,8 @@ class VariableBuilder:
         if isinstance(value, (set, types.GeneratorType)):
             unimplemented(f"{type(value).__name__} values are not supported")
         self.guard("TYPE_MATCH", type(value))
+        if src is not None and self.tx is not None:  # remembered for the not-aliased guards of attribute stores
+            self.tx.output.side_effects.track_object_seen(value, src)
         return UserDefinedObjectVariable(value, src)
 
 
