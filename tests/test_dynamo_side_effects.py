@@ -124,8 +124,7 @@ def test_mutation_replayed_equal_eager(fn):
     assert tinydynamo.explain(fn)(torch.randn(3), State()).graph_break_count == 0  # no break any more
 
 
-@pytest.mark.parametrize("fn", [list_append, dict_mutations, attr_store, order_append_pop_setitem],
-                         ids=lambda f: f.__name__)
+@pytest.mark.parametrize("fn", MUTATIONS, ids=lambda f: f.__name__)
 def test_counts_equal_torchdynamo(fn):
     ours = counts_equal_torch(fn)
     assert ours.graph_count == 1 and ours.graph_break_count == 0
@@ -153,6 +152,7 @@ def test_sources_read_before_any_replayed_store():
     _, compiled = run_both(rebind_then_mutate_old, calls=2)
     code = tinydynamo.cache_info(compiled).entries[0].code
     assert "___s0 = L['s'].xs" in code  # read once, before setattr(..., 'xs', ...) rebinds it
+    counts_equal_torch(rebind_then_mutate_old)
 
 
 # ---- cached calls: the transformed code alone, effects neither repeated nor lost --------------------------
@@ -173,6 +173,7 @@ def test_cached_calls_run_only_the_transformed_code():
     torch.testing.assert_close(state.d["a"], 4 * x)  # applied exactly once per call
     torch.testing.assert_close(state.xs[0], torch.full((3,), 16.0))
     assert cnt.frame_count == 1
+    counts_equal_torch(store_tensor_in_dict)
 
 
 def test_growing_list_recompiles_on_its_length_guard():
@@ -429,7 +430,7 @@ def enumerate_while_mutating(x, s):
 
 def test_unreplayable_mutations_break_cleanly():
     run_both(setattr_builtin)
-    assert tinydynamo.explain(setattr_builtin)(torch.randn(3), State()).graph_break_count == 0
+    assert counts_equal_torch(setattr_builtin).graph_break_count == 0
     run_both(enumerate_while_mutating)
     out = tinydynamo.explain(custom_setattr)(torch.randn(3), Loud())
     assert out.graph_break_count == 1 and "__setattr__" in out.break_reasons[0].reason
@@ -452,6 +453,7 @@ def del_items(x, s):
 
 def test_delete_subscr_recorded_and_breakable():
     run_both(del_items)
+    counts_equal_torch(del_items)
     assert tinydynamo.explain(del_items)(torch.ones(3), State()).graph_break_count == 0
 
     class Weird(dict):
@@ -465,3 +467,39 @@ def test_delete_subscr_recorded_and_breakable():
     d = Weird(k=1)
     out = tinydynamo.explain(f)(torch.ones(2), d)
     assert out.graph_break_count == 1 and "k" not in d
+
+
+OTHER_MODULE = '''
+COUNTER = 0
+BOX = []
+
+def bump(x):
+    global COUNTER
+    COUNTER = COUNTER + 1
+    BOX.append(x * COUNTER)
+    return x + COUNTER
+'''
+
+
+def test_globals_of_another_module_and_an_op_free_frame():
+    import types
+
+    mod = types.ModuleType("side_effects_other_module")
+    exec(OTHER_MODULE, mod.__dict__)
+
+    def g(x):
+        return mod.bump(x) * 2  # inlined: its global stores go to the other module's globals
+
+    tinydynamo.reset()
+    compiled = tinydynamo.optimize("eager", nopython=True)(g)
+    outs = [compiled(torch.ones(1)) for _ in range(2)]
+    torch.testing.assert_close(outs, [torch.full((1,), 4.0), torch.full((1,), 6.0)])
+    assert mod.COUNTER == 2 and len(mod.BOX) == 2
+    torch.testing.assert_close(mod.BOX, [torch.ones(1), torch.full((1,), 2.0)])
+
+    def no_ops(x, xs):
+        xs.append(1)
+
+    xs = []
+    tinydynamo.optimize("eager", nopython=True)(no_ops)(torch.ones(1), xs)
+    assert xs == [1]
