@@ -503,3 +503,30 @@ def test_globals_of_another_module_and_an_op_free_frame():
     xs = []
     tinydynamo.optimize("eager", nopython=True)(no_ops)(torch.ones(1), xs)
     assert xs == [1]
+
+
+def _make_counter_closure():
+    acc = []
+
+    def inner(x):
+        acc.append(x * 2)
+        return x + len(acc)
+
+    return inner, acc
+
+
+INNER, INNER_ACC = _make_counter_closure()
+
+
+def calls_closure(x):
+    return INNER(x) * 2  # inlined: acc is reached as G['INNER'].__closure__[0].cell_contents
+
+
+def test_list_in_a_closure_cell_of_an_inlined_function():
+    tinydynamo.reset()
+    INNER_ACC.clear()
+    compiled = tinydynamo.optimize("eager", nopython=True)(calls_closure)
+    outs = [compiled(torch.ones(1)) for _ in range(2)]
+    torch.testing.assert_close(outs, [torch.full((1,), 4.0), torch.full((1,), 6.0)])
+    torch.testing.assert_close(INNER_ACC, [torch.full((1,), 2.0)] * 2)
+    assert "__closure__[0].cell_contents" in tinydynamo.cache_info(compiled).entries[0].code
