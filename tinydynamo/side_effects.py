@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tinydynamo.exc import unimplemented
+from tinydynamo.exc import Unsupported, unimplemented
 from tinydynamo.variables.base import VariableTracker
 
 
@@ -98,8 +98,8 @@ class SideEffects:
         if id(var) not in self._journaled:
             self._journaled.add(id(var))
             old = dict(var.items) if isinstance(var.items, dict) else list(var.items)
-            self._journal.append((var, old, getattr(var, "version", 0)))
-        var.version = getattr(var, "version", 0) + 1
+            self._journal.append((var, old, var.version))
+        var.version += 1
         if var.source is not None:
             self.pending.setdefault(("items", id(var)), var)
 
@@ -107,6 +107,7 @@ class SideEffects:
         """``obj.name = value`` on a real object from outside the frame (reached via ``obj_var``)."""
         if obj_var.source is None:
             unimplemented(f"setting attribute {name!r} on {obj_var}, which has no source to replay it on")
+        self._check_replayable(value, f"setting attribute {name!r}")
         self.pending[("attr", id(obj), name)] = (obj_var, name, value, obj)
 
     def load_attr(self, obj_var: VariableTracker, obj: Any, name: str) -> VariableTracker | None:
@@ -121,12 +122,22 @@ class SideEffects:
 
     def store_global(self, f_globals: dict, name: str, value: VariableTracker) -> None:
         """``global name; name = value`` in the frame (or an inlined function of another module)."""
+        self._check_replayable(value, f"assigning global {name!r}")
         root = self.output.scope.globals_root(f_globals)  # "G", or "___G1" for another module
         self.pending[("global", id(f_globals), name)] = (root, name, value)
 
     def load_global(self, f_globals: dict, name: str) -> VariableTracker | None:
         entry = self.pending.get(("global", id(f_globals), name))
         return None if entry is None else entry[2]
+
+    def _check_replayable(self, value: VariableTracker, what: str) -> None:
+        """Fail at the store (a clean graph break there) if ``value`` could not be rebuilt after the graph."""
+        from tinydynamo.output_graph import ReturnCodegen
+
+        try:
+            value.reconstruct(ReturnCodegen(self.output))  # a scratch codegen: only asks "could you?"
+        except Unsupported as e:
+            unimplemented(f"{what}: the value cannot be rebuilt after the graph ({e.reason})")
 
     def is_empty(self) -> bool:
         return not self.pending

@@ -7,6 +7,8 @@ from tinydynamo.variables.constant import ConstantVariable
 
 
 class DictVariable(VariableTracker):
+    version = 0  # bumped by every in-place change (SideEffects.mutation): a loop over it notices
+
     def __init__(self, items: dict, source=None):
         super().__init__(source)
         self.items = dict(items)  # constant key -> VariableTracker

@@ -10,6 +10,7 @@ from tinydynamo.variables.constant import ConstantVariable
 
 class BaseListVariable(VariableTracker):
     container: type = list
+    version = 0  # bumped by every in-place change (SideEffects.mutation): a loop over it notices
 
     def __init__(self, items: list[VariableTracker], source=None):
         super().__init__(source)
