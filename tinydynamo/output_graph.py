@@ -54,11 +54,11 @@ class ReturnCodegen:
 
     def __init__(self, output: "OutputGraph"):
         self.output = output
+        self.hoist_sources = False  # read sources into temporaries first (when side effects are replayed)
+        self._hoisted: dict[str, str] = {}
         self.nodes: list[torch.fx.Node] = []
         self.prelude: list[str] = []  # temporaries built once, before the body uses them
         self._shared: dict[int, str] = {}
-        self.hoist_sources = False  # read sources into temporaries first (when side effects are replayed)
-        self._hoisted: dict[str, str] = {}
 
     def shared(self, var, build: Callable[[], str]) -> str:
         """A mutable container built once and referred to by name, so that every place holding it

@@ -624,7 +624,11 @@ class InstructionTranslator(InstructionTranslatorBase):
 
     def run(self) -> VariableTracker | None:
         while self.return_value is None and self.graph_break is None:
+            if self.allow_graph_breaks and self.instructions[self.ip].opname in BREAKABLE:
+                self.output.side_effects.checkpoint()  # an undo log for the instruction that may break
             self.step()
+        if self.graph_break is not None:  # it runs natively instead: undo the side effects it recorded
+            self.output.side_effects.restore()
         return self.return_value
 
     def dispatch(self, inst: Instruction) -> None:
@@ -633,13 +637,11 @@ class InstructionTranslator(InstructionTranslatorBase):
         from tinydynamo.resume import in_exception_region
 
         stack, local_vars = list(self.stack), dict(self.symbolic_locals)
-        self.output.side_effects.checkpoint()
         try:
             super().dispatch(inst)
         except Unsupported as e:
             if in_exception_region(self.code, inst.offset) or self.code.co_cellvars or self.code.co_freevars:
                 raise
-            self.output.side_effects.restore()  # the instruction runs natively instead: undo its effects
             self.stack, self.symbolic_locals = stack, local_vars
             self.graph_break = GraphBreak(inst, e, stack, local_vars)
 
