@@ -28,7 +28,8 @@
 #    (and to compare with `torch._dynamo.explain`);
 # 2. what the transformed code of a broken frame does, and what a resume function looks like;
 # 3. why `if x.sum() > 0:` is a graph break and *not* a guard;
-# 4. `fullgraph=True`, `TINY_LOGS=graph_breaks`, and removing breaks with `torch.where`.
+# 4. `fullgraph=True`, `TINY_LOGS=graph_breaks`, and removing breaks with `torch.where`;
+# 5. how mutations of lists, dicts, attributes and globals are replayed after the graph.
 #
 # Exercises: 4.1 the branch handler that decides when a jump breaks the graph, 4.2 the locals a
 # resume function needs, 4.3 a break-free rewrite, 4.4 break sites from an `explain()` result.
@@ -311,6 +312,62 @@ print("graphs:", out.graph_count, "breaks:", out.graph_break_count)
 print([(name, line - first) for name, line in ch.break_sites(out)], "(lines relative to `def looped`)")
 
 # %% [markdown]
+# ## 5. Side effects are replayed after the graph
+#
+# Appending to a global list, filling a dict, `self.count += 1`, `global STEP; STEP = 3`: these
+# change Python objects that outlive the frame, and the graph cannot hold them. They are *not*
+# graph breaks, though. The translator records them in the OutputGraph's `SideEffects` tracker
+# (TorchDynamo's name): the list's VariableTracker gets the new items, so later reads in the frame
+# see them, and the transformed code, after calling the graph, writes the final state back into
+# the real objects, in the order they were first changed. A `print` that breaks the graph sees
+# the effects recorded before it, because they are replayed before the `print` runs.
+
+# %%
+history = []
+
+
+def log_and_scale(x, stats):
+    y = x.relu()
+    history.append(y.sum())  # a global list
+    stats["calls"] += 1  # a dict argument
+    print("stats:", stats, "history:", len(history))  # a break: it must see both changes
+    return y * 2
+
+
+tinydynamo.reset()
+stats, ref_stats = {"calls": 0}, {"calls": 0}
+compiled = tinydynamo.compile(log_and_scale, backend="eager")
+ours = compiled(x, stats)
+ours_history = list(history)
+history.clear()
+ref = log_and_scale(x, ref_stats)
+print("equal eager:", torch.equal(ours, ref), stats == ref_stats,
+      all(torch.equal(a, b) for a, b in zip(ours_history, history)))
+print(tinydynamo.cache_info(compiled).entries[0].code)
+
+# %% [markdown]
+# The first lines after the graph call are the replay: `G['history']` is read into `___s0` (every
+# source is read before any store, so a store cannot change what a later line refers to), its
+# contents are rebuilt in place with the graph's output, and the dict's new value is written
+# back. Only then does `print` run natively. Counts agree with TorchDynamo: one break, at the print.
+
+# %%
+history.clear()
+torch._dynamo.reset()
+theirs = torch._dynamo.explain(log_and_scale)(x, {"calls": 0})
+history.clear()
+ours = tinydynamo.explain(log_and_scale)(x, {"calls": 0})
+print(f"tinydynamo {ours.graph_count} graphs / {ours.graph_break_count} breaks | "
+      f"torch {theirs.graph_count} graphs / {theirs.graph_break_count} breaks")
+history.clear()
+torch._dynamo.reset()
+
+# %% [markdown]
+# What cannot be replayed faithfully — an object with its own `__setattr__`, a list changed while a
+# loop iterates over it, assigning a parameter or submodule — stays a graph break (or an eager
+# frame) with a reason, never a silently wrong result.
+
+# %% [markdown]
 # ## From the package
 #
 # Everything above is `tinydynamo`'s own machinery: the translator stops at a `CALL`, a jump or a
@@ -333,7 +390,8 @@ tinydynamo.reset()
 # %% [markdown]
 # **What you built.** A graph break keeps the compiler useful on code it cannot fully capture:
 # compile what you can, run the rest natively, resume in a new compiled frame. `explain()` tells
-# you where the breaks are; `torch.where` and moving side effects out remove them. Next
+# you where the breaks are; `torch.where` removes them; side effects on lists, dicts, attributes
+# and globals no longer cause them (they are replayed after the graph). Next
 # (chapter 5): what the backend does with the graphs — decompositions into a small prim set.
 
 # %% [markdown]

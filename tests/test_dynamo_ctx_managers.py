@@ -4,6 +4,7 @@ import torch
 import torch._dynamo
 
 import tinydynamo
+from tinydynamo import artifacts
 from tinydynamo.testing import CompileCounter
 
 LOG = []
@@ -371,3 +372,32 @@ def test_tininductor_backend(fn, capsys):
         tinydynamo.reset()
         same_as_eager(tinydynamo.optimize("tininductor")(fn)(x, w), fn(x, w))
         assert torch.is_grad_enabled()
+
+
+def test_decompiled_view_never_hangs(monkeypatch):
+    """depyf 0.20 loops forever on a resume function entered inside a for loop: compiling must not
+    wait for the view, and reading it gives up after the time limit (the dis listing instead)."""
+    from tinydynamo import decompile as decompile_mod
+
+    monkeypatch.setattr(decompile_mod, "TIME_LIMIT", 0.5)
+
+    def loop_with_break(x):
+        xs = []
+        for i in range(3):
+            xs.append(x * i)
+            if x.sum() > 100:
+                xs.pop()
+        return xs
+
+    x = torch.randn(4)
+    before = list(artifacts.history)
+    got = tinydynamo.optimize("eager")(loop_with_break)(x)
+    for a, b in zip(got, loop_with_break(x)):
+        torch.testing.assert_close(a, b)
+    frames = [f for f in artifacts.history if not any(f is b for b in before)]
+    views = [value for f in frames for kind in ("transformed_code", "source")
+             for title, value in f.get(kind) if "(decompiled)" in title]
+    assert views, "the resume functions' decompiled views should be recorded"
+    for view in views:
+        text = str(view)  # returns: decompiled source, or the commented dis listing with the reason
+        compile(text, "<view>", "exec")

@@ -124,4 +124,4 @@ def test_side_effects_on_inputs_are_unsupported_not_lost():
     xs = []
     g = tinydynamo.optimize("eager")(f)
     g(torch.ones(1), xs)
-    assert len(xs) == 1  # ran eagerly: the append happened exactly once
+    assert len(xs) == 1  # replayed after the graph: the append happened exactly once

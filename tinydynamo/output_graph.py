@@ -4,7 +4,8 @@ The translator asks it to lift tensors into placeholders (each with a source, so
 frame knows where to fetch it on every call), to add op nodes (running each op on fake tensors
 to learn the result's shape/dtype/device without computing anything), and to install guards.
 At RETURN_VALUE, :meth:`OutputGraph.compile` hands the graph to the backend and generates the
-small Python function that a cache hit runs:
+small Python function that a cache hit runs (after the graph call, it replays the side effects
+recorded by :class:`~tinydynamo.side_effects.SideEffects`):
 
     def ___compiled_frame(L, G):
         ___o = ___compiled_fn(L['x'], L['self'].fc1.weight, ...)
@@ -26,6 +27,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 
 from tinydynamo import artifacts, logs
 from tinydynamo.exc import Unsupported, unimplemented
+from tinydynamo.side_effects import SideEffects
 from tinydynamo.guards import CheckFunction, GuardBuilder, TensorMeta
 from tinydynamo.source import Source, SourceScope
 from tinydynamo.variables.base import VariableTracker
@@ -53,6 +55,8 @@ class ReturnCodegen:
 
     def __init__(self, output: "OutputGraph"):
         self.output = output
+        self.hoist_sources = False  # read sources into temporaries first (when side effects are replayed)
+        self._hoisted: dict[str, str] = {}
         self.nodes: list[torch.fx.Node] = []
         self.prelude: list[str] = []  # temporaries built once, before the body uses them
         self._shared: dict[int, str] = {}
@@ -80,7 +84,17 @@ class ReturnCodegen:
         return self.output.scope.constant(value, hint)
 
     def source_expr(self, source: Source) -> str:
-        return source.name()
+        """``source``'s expression; with side effects to replay, read once into a temporary before any
+        replayed store could rebind it (``self.items = []`` must not change what ``L['self'].items`` was)."""
+        from tinydynamo.source import LocalSource
+
+        if not self.hoist_sources or isinstance(source, LocalSource):
+            return source.name()
+        key = source.name()
+        if key not in self._hoisted:
+            self._hoisted[key] = f"___s{len(self._hoisted)}"
+            self.prelude.append(f"{self._hoisted[key]} = {key}")
+        return self._hoisted[key]
 
 
 def _node_name(source: Source) -> str:
@@ -100,6 +114,7 @@ class OutputGraph:
         self.example_inputs: list[torch.Tensor] = []
         self._inputs: dict[str, TensorVariable] = {}
         self.instruction_count = 0
+        self.side_effects = SideEffects(self)
         self.add_guard("GRAD_MODE", None, torch.is_grad_enabled())
 
     # ---- guards and inputs -----------------------------------------------------------------------
@@ -193,6 +208,8 @@ class OutputGraph:
         function(s) with the rebuilt stack and locals (see tinydynamo.resume).
         """
         codegen = ReturnCodegen(self)
+        codegen.hoist_sources = not self.side_effects.is_empty()
+        replay = self.side_effects.codegen_update_mutated(codegen)  # before the instruction/return
         if graph_break is None:
             body = [f"return {return_value.reconstruct(codegen)}"]
         else:
@@ -224,7 +241,7 @@ class OutputGraph:
                       f"({grad_nodes[-1].args[0]})  # torch._C._set_grad_enabled"]
         elif codegen.nodes or n_ops:
             lines.append(f"    ___o = ___compiled_fn({inputs})")
-        lines += [f"    {line}" for line in codegen.prelude + body]
+        lines += [f"    {line}" for line in codegen.prelude + replay + body]
         text = "\n".join(lines) + "\n"
         namespace = {**self.scope.names, "___compiled_fn": compiled_fn}
         exec(compile(text, f"<tinydynamo {self.frame_name}>", "exec"), namespace)
@@ -304,6 +321,10 @@ class OutputGraph:
         elif inst.opname == "STORE_SUBSCR":
             key, obj, value, below = stack[-1], stack[-2], stack[-3], stack[:-3]
             lines.append(f"{obj.reconstruct(codegen)}[{key.reconstruct(codegen)}] = {value.reconstruct(codegen)}")
+            lines.append(resume_call(next_offset(code, inst.offset), below, []))
+        elif inst.opname == "DELETE_SUBSCR":
+            key, obj, below = stack[-1], stack[-2], stack[:-2]
+            lines.append(f"del {obj.reconstruct(codegen)}[{key.reconstruct(codegen)}]")
             lines.append(resume_call(next_offset(code, inst.offset), below, []))
         elif inst.opname == "STORE_GLOBAL":
             value, below = stack[-1], stack[:-1]

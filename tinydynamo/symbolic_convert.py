@@ -140,6 +140,9 @@ class InstructionTranslatorBase:
 
     # ---- helpers -------------------------------------------------------------------------------------
     def load_global(self, name: str) -> VariableTracker:
+        stored = self.output.side_effects.load_global(self.f_globals, name)
+        if stored is not None:  # assigned earlier in this frame (replayed after the graph)
+            return stored
         if name in self.f_globals:
             root = self.output.scope.globals_root(self.f_globals)
             return VariableBuilder(self, GlobalSource(name, root)).wrap(self.f_globals[name])
@@ -261,13 +264,13 @@ def LOAD_ATTR(tx: T, inst):
 
 @_handler
 def STORE_ATTR(tx: T, inst):
-    obj = tx.pop()
-    unimplemented(f"setting attribute {inst.argval!r} on {obj} (a side effect outside the graph)")
+    obj, value = tx.pop(), tx.pop()
+    obj.var_setattr(tx, inst.argval, value)  # a side effect: replayed after the graph (tinydynamo.side_effects)
 
 
 @_handler
 def STORE_GLOBAL(tx: T, inst):
-    unimplemented(f"assigning global {inst.argval!r} (a side effect outside the graph)")
+    tx.output.side_effects.store_global(tx.f_globals, inst.argval, tx.pop())
 
 
 @_handler
@@ -360,6 +363,14 @@ def STORE_SUBSCR(tx: T, inst):
         obj.call_method(tx, "__setitem__", [key, value], {})
 
 
+@_handler
+def DELETE_SUBSCR(tx: T, inst):
+    key, obj = tx.pop(), tx.pop()
+    if isinstance(obj, TensorVariable):
+        unimplemented("del on a tensor element")
+    obj.call_method(tx, "__delitem__", [key], {})
+
+
 # ---- building containers --------------------------------------------------------------------------------
 @_handler
 def BUILD_TUPLE(tx: T, inst): tx.push(TupleVariable(tx.popn(inst.argval)))
@@ -444,7 +455,11 @@ def UNPACK_EX(tx: T, inst):
 @_handler
 def GET_ITER(tx: T, inst):
     v = tx.pop()
-    tx.push(v if isinstance(v, ListIteratorVariable) else ListIteratorVariable(v.unpack_var_sequence(tx)))
+    if isinstance(v, ListIteratorVariable):
+        tx.push(v)
+    else:  # remember a list/dict iterated over: changing it inside the loop is not unrolled
+        origin = v if isinstance(v, (ListVariable, DictVariable)) else None
+        tx.push(ListIteratorVariable(v.unpack_var_sequence(tx), origin))
 
 
 @_handler
@@ -580,7 +595,7 @@ _UNSUPPORTED_OPS = {
     "SETUP_ANNOTATIONS": "annotations", "IMPORT_NAME": "import inside a compiled function",
     "YIELD_VALUE": "generators", "RETURN_GENERATOR": "generators", "GET_AWAITABLE": "async code",
     "FORMAT_VALUE": "f-strings are not supported yet", "FORMAT_SIMPLE": "f-strings are not supported yet",
-    "BUILD_SET": "set displays", "DELETE_SUBSCR": "del x[i] (a side effect)", "DELETE_ATTR": "del obj.attr",
+    "BUILD_SET": "set displays", "DELETE_ATTR": "del obj.attr",
     "LOAD_SUPER_ATTR": "super()", "CALL_INTRINSIC_1": "intrinsic", "STORE_SLICE": "slice assignment",
 }
 for _name, _reason in _UNSUPPORTED_OPS.items():
@@ -589,7 +604,7 @@ for _name, _reason in _UNSUPPORTED_OPS.items():
 
 #: instructions a graph break can split a frame at (run natively, then resume after them)
 BREAKABLE = ("CALL", "CALL_FUNCTION_EX", "POP_JUMP_IF_FALSE", "POP_JUMP_IF_TRUE",
-             "STORE_ATTR", "STORE_SUBSCR", "STORE_GLOBAL")
+             "STORE_ATTR", "STORE_SUBSCR", "STORE_GLOBAL", "DELETE_SUBSCR")
 
 
 class GraphBreak:
@@ -631,7 +646,11 @@ class InstructionTranslator(InstructionTranslatorBase):
     def run(self) -> VariableTracker | None:
         initial_grad_mode = torch.is_grad_enabled()
         while self.return_value is None and self.graph_break is None:
+            if self.allow_graph_breaks and self.instructions[self.ip].opname in BREAKABLE:
+                self.output.side_effects.checkpoint()  # an undo log for the instruction that may break
             self.step()
+        if self.graph_break is not None:  # it runs natively instead: undo the side effects it recorded
+            self.output.side_effects.restore()
         prune_grad_mode_nodes(self.output.graph, initial_grad_mode)
         return self.return_value
 

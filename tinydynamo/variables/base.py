@@ -40,6 +40,10 @@ class VariableTracker:
     def var_getattr(self, tx: "Tx", name: str) -> "VariableTracker":
         unimplemented(f"attribute {name!r} of {self}")
 
+    def var_setattr(self, tx: "Tx", name: str, value: "VariableTracker") -> None:
+        """``self.name = value`` (STORE_ATTR): recorded as a side effect where it can be replayed."""
+        unimplemented(f"setting attribute {name!r} on {self} (a side effect outside the graph)")
+
     def call_function(self, tx: "Tx", args: list["VariableTracker"], kwargs: dict[str, "VariableTracker"]) -> "VariableTracker":
         unimplemented(f"call of {self}")
 

@@ -73,6 +73,16 @@ class VariableBuilder:
         if isinstance(value, CONSTANT_TYPES) and type(value) not in (tuple, list):
             self.guard("CONSTANT_MATCH", value)
             return ConstantVariable(value, src)
+        if type(value) in (list, dict, collections.OrderedDict) and src is not None and self.tx is not None:
+            # a mutable container from outside: one tracker per real object, so mutations made in the
+            # frame are seen by every later read (and replayed after the graph: tinydynamo.side_effects)
+            return self.tx.output.side_effects.track_object_existing(value, src, lambda: self._wrap_container(value))
+        return self._wrap_container(value)
+
+    def _wrap_container(self, value: Any) -> VariableTracker:
+        from tinydynamo import eval_frame
+
+        src = self.source
         if type(value) in (tuple, list) or (isinstance(value, tuple) and hasattr(type(value), "_fields")):
             if type(value) in (tuple, list):
                 self.guard("SEQUENCE_LENGTH", (type(value), len(value)))
@@ -137,6 +147,8 @@ class VariableBuilder:
         if isinstance(value, (set, types.GeneratorType)):
             unimplemented(f"{type(value).__name__} values are not supported")
         self.guard("TYPE_MATCH", type(value))
+        if src is not None and self.tx is not None:  # remembered for the not-aliased guards of attribute stores
+            self.tx.output.side_effects.track_object_seen(value, src)
         return UserDefinedObjectVariable(value, src)
 
 

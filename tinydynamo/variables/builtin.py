@@ -36,7 +36,6 @@ UNSUPPORTED_BUILTINS = {
     input: "input() reads from the user",
     open: "open() touches the file system",
     id: "id() of a traced value is not known at trace time",
-    setattr: "setattr() on an object outside the graph",
     delattr: "delattr() on an object outside the graph",
     vars: "vars()", locals: "locals()", globals: "globals()", exec: "exec()", eval: "eval()",
 }
@@ -74,6 +73,9 @@ class BuiltinVariable(VariableTracker):
                 if not (a.is_python_constant() or b.is_python_constant()):
                     unimplemented(f"{fn.__name__} of a tensor and a sequence of tensors")
             return tx.output.create_node("call_function", fn, [a, b], {})
+        if fn is operator.iadd and isinstance(a, ListVariable) and isinstance(b, BaseListVariable):
+            a.call_method(tx, "extend", [b], {})  # ``xs += ys`` changes xs in place (a side effect if xs is from outside)
+            return a
         if a.is_python_constant() and b.is_python_constant():
             try:
                 return wrap_constant_result(fn(a.as_python_constant(), b.as_python_constant()))
@@ -135,6 +137,9 @@ class BuiltinVariable(VariableTracker):
         fn = self.fn
         if fn in UNSUPPORTED_BUILTINS:
             unimplemented(UNSUPPORTED_BUILTINS[fn])
+        if fn is setattr and len(args) == 3 and not kwargs and args[1].is_python_constant():
+            args[0].var_setattr(tx, args[1].as_python_constant(), args[2])  # a side effect, like STORE_ATTR
+            return ConstantVariable(None)
         if fn in TENSOR_OPERATORS and not kwargs:
             if len(args) == 2:
                 return self.binop(tx, fn, *args)
@@ -179,16 +184,16 @@ class BuiltinVariable(VariableTracker):
         if fn is enumerate:
             start = args[1].as_python_constant() if len(args) > 1 else kwargs.get("start", ConstantVariable(0)).as_python_constant()
             return ListIteratorVariable([TupleVariable([ConstantVariable(i + start), v])
-                                         for i, v in enumerate(args[0].unpack_var_sequence(tx))])
+                                         for i, v in enumerate(args[0].unpack_var_sequence(tx))], _origin(args[0]))
         if fn is zip and set(kwargs) <= {"strict"}:
             seqs = [a.unpack_var_sequence(tx) for a in args]
             if kwargs and kwargs["strict"].as_python_constant() and len({len(q) for q in seqs}) > 1:
                 unimplemented("zip(strict=True) of sequences of different lengths raises")
             return ListIteratorVariable([TupleVariable(list(t)) for t in zip(*seqs)])
         if fn is reversed and len(args) == 1:
-            return ListIteratorVariable(list(reversed(args[0].unpack_var_sequence(tx))))
+            return ListIteratorVariable(list(reversed(args[0].unpack_var_sequence(tx))), _origin(args[0]))
         if fn is iter and len(args) == 1:
-            return ListIteratorVariable(args[0].unpack_var_sequence(tx))
+            return ListIteratorVariable(args[0].unpack_var_sequence(tx), _origin(args[0]))
         if fn is next and len(args) == 1 and isinstance(args[0], ListIteratorVariable):
             item = args[0].next_item()
             if item is None:
@@ -258,3 +263,11 @@ def _identity_known(v: VariableTracker) -> bool:
 def _identity(v: VariableTracker) -> Any:
     return getattr(v, "module", None) or getattr(v, "value", None)
 
+
+
+def _origin(v):
+    """The list/dict an iterator walks (changing it inside the unrolled loop is then Unsupported)."""
+    from tinydynamo.variables.dicts import DictVariable
+    from tinydynamo.variables.lists import ListVariable
+
+    return v if isinstance(v, (ListVariable, DictVariable)) else None

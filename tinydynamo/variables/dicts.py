@@ -7,6 +7,8 @@ from tinydynamo.variables.constant import ConstantVariable
 
 
 class DictVariable(VariableTracker):
+    version = 0  # bumped by every in-place change (SideEffects.mutation): a loop over it notices
+
     def __init__(self, items: dict, source=None):
         super().__init__(source)
         self.items = dict(items)  # constant key -> VariableTracker
@@ -61,10 +63,19 @@ class DictVariable(VariableTracker):
             return ListVariable(list(self.items.values()))
         if name == "items":
             return ListVariable([TupleVariable([ConstantVariable(k), v]) for k, v in self.items.items()])
-        if name in ("__setitem__", "update", "pop", "setdefault", "clear"):
-            if self.source is not None:
-                unimplemented(f"dict.{name} on a dict that came from outside the compiled frame "
-                              f"({self.source.name()}): the mutation would be lost")
+        if name in ("__setitem__", "update", "pop", "setdefault", "clear", "__delitem__"):
+            if name in ("pop", "__delitem__") and self._key(args[0]) not in self.items and len(args) < 2:
+                unimplemented(f"dict.{name} of a missing key {self._key(args[0])!r} (a KeyError)")
+            if name == "update" and args and not isinstance(args[0], DictVariable):
+                unimplemented(f"dict.update with {args[0]}")
+            if name == "setdefault" and self._key(args[0]) in self.items:
+                return self.items[self._key(args[0])]
+            # journal the old contents (rollback at a graph break); a dict from outside the frame
+            # (self.source) gets its new contents replayed after the graph (tinydynamo.side_effects)
+            tx.output.side_effects.mutation(self)
+            if name == "__delitem__":
+                del self.items[self._key(args[0])]
+                return ConstantVariable(None)
             if name == "__setitem__":
                 self.items[self._key(args[0])] = args[1]
             elif name == "update":

@@ -10,6 +10,7 @@ from tinydynamo.variables.constant import ConstantVariable
 
 class BaseListVariable(VariableTracker):
     container: type = list
+    version = 0  # bumped by every in-place change (SideEffects.mutation): a loop over it notices
 
     def __init__(self, items: list[VariableTracker], source=None):
         super().__init__(source)
@@ -68,7 +69,7 @@ class BaseListVariable(VariableTracker):
         unimplemented(f"{self.container.__name__}.{name}")
 
     def reconstruct(self, codegen) -> str:
-        if self.source is not None:  # an input (never mutated in the trace: that is Unsupported)
+        if self.source is not None:  # from outside: the same object (new contents replayed by SideEffects)
             return codegen.source_expr(self.source)
         if self.container is tuple:
             inner = ", ".join(v.reconstruct(codegen) for v in self.items)
@@ -107,10 +108,16 @@ class ListVariable(BaseListVariable):
     container = list
 
     def call_method(self, tx, name, args, kwargs):
-        mutating = ("append", "extend", "pop", "insert", "clear", "reverse", "__setitem__", "remove")
-        if name in mutating and self.source is not None:
-            unimplemented(f"list.{name} on a list that came from outside the compiled frame "
-                          f"({self.source.name()}): the mutation would be lost")
+        mutating = ("append", "extend", "pop", "insert", "clear", "reverse", "__setitem__", "__delitem__", "remove")
+        if name in mutating:
+            if name in ("pop", "insert", "__setitem__", "__delitem__", "remove") and not all(
+                    a.is_python_constant() for a in args[:1]):
+                unimplemented(f"list.{name} with a non-constant index or value {args[:1]}")
+            if name == "extend":  # evaluate the argument before journaling (lst.extend(lst) reads the old items)
+                args = [ListVariable(args[0].unpack_var_sequence(tx))]
+            # journal the old contents (rollback at a graph break); a list from outside the frame
+            # (self.source) gets its new contents replayed after the graph (tinydynamo.side_effects)
+            tx.output.side_effects.mutation(self)
         if name == "append":
             self.items.append(args[0])
             return ConstantVariable(None)
@@ -135,6 +142,16 @@ class ListVariable(BaseListVariable):
             else:
                 self.items[key] = args[1]
             return ConstantVariable(None)
+        if name == "__delitem__":
+            del self.items[args[0].as_python_constant()]
+            return ConstantVariable(None)
+        if name == "remove":
+            value = args[0].as_python_constant()
+            for i, v in enumerate(self.items):
+                if v.is_python_constant() and v.as_python_constant() == value:
+                    del self.items[i]
+                    return ConstantVariable(None)
+            unimplemented(f"list.remove({value!r}): no equal constant item")
         return super().call_method(tx, name, args, kwargs)
 
 
@@ -169,12 +186,16 @@ class SizeVariable(TupleVariable):
 class ListIteratorVariable(VariableTracker):
     """An iterator over already-unpacked items: FOR_ITER takes them one by one (loops unroll)."""
 
-    def __init__(self, items: list[VariableTracker]):
+    def __init__(self, items: list[VariableTracker], origin: VariableTracker | None = None):
         super().__init__(None)
         self.items = list(items)
         self.index = 0
+        self.origin = origin  # the list iterated over, to notice it changing under the loop
+        self.origin_version = getattr(origin, "version", 0)
 
     def next_item(self) -> VariableTracker | None:
+        if self.origin is not None and getattr(self.origin, "version", 0) != self.origin_version:
+            unimplemented("a list mutated while a loop iterates over it (the unrolled loop would miss the change)")
         if self.index >= len(self.items):
             return None
         self.index += 1

@@ -60,6 +60,9 @@ class NNModuleVariable(VariableTracker):
 
         m = self.module
         d = m.__dict__
+        stored = tx.output.side_effects.load_attr(self, m, name)
+        if stored is not None:  # written earlier in this frame (``self.count += 1``)
+            return stored
         if name in SPECIAL_METHODS:
             return GetAttrVariable(self, name)  # answered by call_method, not by inlining nn.Module's code
         for table in ("_parameters", "_buffers", "_modules"):
@@ -78,6 +81,20 @@ class NNModuleVariable(VariableTracker):
         if isinstance(cls_attr, (staticmethod, classmethod)):
             unimplemented(f"static/class method {type(m).__name__}.{name}")
         return self._wrap_child(tx, name, getattr(m, name))
+
+    def var_setattr(self, tx, name: str, value: VariableTracker) -> None:
+        """``self.count = ...`` / ``self.cache = t``: a plain attribute (or buffer), replayed after the
+        graph with ``setattr``. Parameters and submodules change the module's structure: a graph break."""
+        from tinydynamo.variables.tensor import TensorVariable
+        from tinydynamo.variables.user_defined import check_plain_setattr
+
+        m = self.module
+        if name in m._parameters or name in m._modules or isinstance(value, NNModuleVariable):
+            unimplemented(f"assigning parameter/submodule {name!r} of {type(m).__name__} (changes the module)")
+        if name in m._buffers and not isinstance(value, TensorVariable):
+            unimplemented(f"assigning a non-tensor to buffer {name!r} of {type(m).__name__}")
+        check_plain_setattr(m, name, nn.Module.__setattr__)
+        tx.output.side_effects.store_attr(self, m, name, value)
 
     def call_function(self, tx, args, kwargs):
         from tinydynamo.variables.functions import UserMethodVariable

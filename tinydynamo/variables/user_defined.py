@@ -1,7 +1,7 @@
 """UserDefinedObjectVariable: an instance of a user class (a config object, a dataclass...).
 
-Attribute reads are wrapped with guarded sources; methods are inlined. Writes are Unsupported
-(they would be side effects outside the graph).
+Attribute reads are wrapped with guarded sources; methods are inlined. Writes to plain Python
+objects are side effects, recorded by the OutputGraph's SideEffects and replayed after the graph.
 """
 from __future__ import annotations
 
@@ -30,6 +30,9 @@ class UserDefinedObjectVariable(VariableTracker):
         from tinydynamo.variables.builder import VariableBuilder
         from tinydynamo.variables.functions import UserFunctionVariable, UserMethodVariable
 
+        stored = tx.output.side_effects.load_attr(self, self.value, name)
+        if stored is not None:  # written earlier in this frame
+            return stored
         cls_attr = getattr(type(self.value), name, None)
         if isinstance(cls_attr, property):
             return UserFunctionVariable(cls_attr.fget).call_function(tx, [self], {})
@@ -41,8 +44,24 @@ class UserDefinedObjectVariable(VariableTracker):
             unimplemented(f"{type(self.value).__name__} has no attribute {name!r}")
         return VariableBuilder(tx, AttrSource(self.source, name) if self.source else None).wrap(value)
 
+    def var_setattr(self, tx, name: str, value: VariableTracker) -> None:
+        check_plain_setattr(self.value, name, object.__setattr__)
+        tx.output.side_effects.store_attr(self, self.value, name, value)
+
     def call_method(self, tx, name, args, kwargs):
         return self.var_getattr(tx, name).call_function(tx, args, kwargs)
 
     def __repr__(self) -> str:
         return f"UserDefinedObjectVariable({type(self.value).__name__})"
+
+
+def check_plain_setattr(obj, name: str, expected_setattr) -> None:
+    """Only a plain ``__dict__`` store can be replayed faithfully: no custom ``__setattr__``, no
+    property/descriptor for ``name``, an object with a ``__dict__`` (not an unknown C type)."""
+    cls = type(obj)
+    if getattr(cls, "__setattr__", None) is not expected_setattr:
+        unimplemented(f"setting {name!r} on a {cls.__name__}, which defines its own __setattr__")
+    if not hasattr(obj, "__dict__"):
+        unimplemented(f"setting {name!r} on a {cls.__name__} (no __dict__: a C type or __slots__)")
+    if hasattr(getattr(cls, name, None), "__set__"):
+        unimplemented(f"setting {name!r} on a {cls.__name__}: it is a property/descriptor of the class")
