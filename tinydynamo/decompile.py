@@ -50,7 +50,7 @@ def decompile(code: types.CodeType) -> str:
 
         source = _run_with_time_limit(lambda: depyf.decompile(code), TIME_LIMIT)
         compile(source, f"<decompiled {code.co_name}>", "exec")  # never hand out text that does not parse
-        return source
+        return "# decompiled by depyf: a reading aid (the bytecode is what runs)\n" + source
     except Exception as e:  # ImportError, the time limit, or depyf's own failure on this code object
         listing = dis.Bytecode(code).dis()
         note = f"depyf could not decompile {code.co_name} ({type(e).__name__}: {e}); its bytecode instead:"
