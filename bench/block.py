@@ -2,7 +2,8 @@
 
 Sizes default to 32x128x768 on a GPU and 8x64x256 on a CPU; dtypes float32 and float16 on a
 GPU, float32 on a CPU. The training step is forward + sum loss + backward (gradients checked
-against eager before timing).
+against eager before timing). The backends are timed in turns (see ``bench_interleaved``), so
+clock and host drift hits them alike.
 
     python bench/block.py --batch 32 --seq 128 --hidden 768
 """
@@ -49,14 +50,16 @@ def main(argv=None) -> None:
             model.eval()
             with torch.no_grad():
                 expected = model(x)
+                fns = {}
                 for name, make in harness.compilers(names, args.mode).items():
-                    fn = make(model)
-                    harness.check_close(name, fn(x), expected, rtol=tol, atol=tol)
-                    row[f"{name} ms"] = harness.bench(fn, (x,), device, args.warmup, args.iters) * 1e3
+                    fns[name] = make(model)
+                    harness.check_close(name, fns[name](x), expected, rtol=tol, atol=tol)
+                timings = harness.bench_interleaved(fns, (x,), device, args.warmup, args.iters)
         else:
             reference = copy.deepcopy(model)
             reference(x).sum().backward()
             expected = [p.grad for p in reference.parameters()]
+            fns = {}
             for name, make in harness.compilers(names, args.mode).items():
                 trained = copy.deepcopy(model)
                 fn = make(trained)
@@ -68,7 +71,10 @@ def main(argv=None) -> None:
 
                 step(x)
                 harness.check_close(name, [p.grad for p in trained.parameters()], expected, rtol=tol * 10, atol=tol * 10)
-                row[f"{name} ms"] = harness.bench(step, (x,), device, args.warmup, args.iters) * 1e3
+                fns[name] = step
+            timings = harness.bench_interleaved(fns, (x,), device, args.warmup, args.iters)
+        for name, seconds in timings.items():
+            row[f"{name} ms"] = seconds * 1e3
         for other in ("eager", "torch.compile"):
             if "tiny" in names and other in names:
                 row[f"tiny vs {other}"] = row[f"{other} ms"] / row["tiny ms"]

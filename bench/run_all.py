@@ -35,6 +35,7 @@ CUDA_BENCHMARKS = {
     "call_overhead reduce-overhead": ("call_overhead", ["--mode", "reduce-overhead"], ["--calls", "2000"]),
     "block reduce-overhead": ("block", ["--mode", "reduce-overhead"],
                               ["--iters", "5", "--batch", "2", "--seq", "16", "--hidden", "64"]),
+    "profile_step": ("profile_step", [], ["--iters", "5", "--batch", "2", "--seq", "16", "--hidden", "64"]),
 }
 
 

@@ -2,7 +2,7 @@
 
 Every script under ``bench/`` uses it the same way: build the compiled callables with
 :func:`compilers`, check each one's output against eager *before* timing it, time them with
-:func:`bench` (first call excluded, device synchronised), print a table of ratios with
+:func:`bench` or :func:`bench_interleaved` (first call excluded, device synchronised), print a table of ratios with
 :func:`print_table`, and save the rows as JSON under ``bench/results/``.
 """
 from __future__ import annotations
@@ -88,6 +88,35 @@ def bench(fn: Callable, args: tuple, device: str, warmup: int, iters: int, repea
         synchronize(device)
         samples.append((time.perf_counter() - start) / iters)
     return statistics.median(samples)
+
+
+def bench_interleaved(fns: dict[str, Callable], args: tuple, device: str, warmup: int, iters: int,
+                      repeats: int = 15, min_sample_s: float = 0.02) -> dict[str, float]:
+    """Median seconds per call for several callables, timed in turns: round r times every one of them.
+
+    Short workloads (a block at fp16 takes ~0.1 ms) drift with clocks and host noise; timing the
+    backends back to back within each round exposes them to the same drift, and ``iters`` grows
+    until one sample lasts at least ``min_sample_s``.
+    """
+    for fn in fns.values():
+        for _ in range(warmup):
+            fn(*args)
+    synchronize(device)
+    counts = {}
+    for name, fn in fns.items():
+        start = time.perf_counter()
+        fn(*args)
+        synchronize(device)
+        counts[name] = max(iters, int(min_sample_s / max(time.perf_counter() - start, 1e-7)))
+    samples: dict[str, list[float]] = {name: [] for name in fns}
+    for _ in range(repeats):
+        for name, fn in fns.items():
+            start = time.perf_counter()
+            for _ in range(counts[name]):
+                fn(*args)
+            synchronize(device)
+            samples[name].append((time.perf_counter() - start) / counts[name])
+    return {name: statistics.median(times) for name, times in samples.items()}
 
 
 def copy_bandwidth(device: str, nbytes: int = 1 << 28) -> float:
