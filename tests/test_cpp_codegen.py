@@ -101,6 +101,15 @@ def test_reductions_over_dims():
         check(f, rand(*shape), atol=1e-4, rtol=1e-4)
 
 
+def test_rounding_as_eager_no_fused_multiply_add():
+    """Eager rounds ``x*x`` before subtracting; an FMA would not, so ``x*x - mean(x*x)`` over one
+    element would be a rounding error instead of 0, and the variance ``0/0 = nan`` would be inf."""
+    def f(x):
+        sq = x * x
+        return sq.var(-1), sq - sq.sum(-1, keepdim=True)
+    check(f, rand(64, 1) * 3, atol=0, rtol=0)
+
+
 def test_reductions_empty_and_noncontiguous():
     check(lambda x: (x.sum(-1), x.sum(0)), rand(0, 3))
     check(lambda x: (x.sum(-1), x.amax(-1)), rand(9, 17).t())

@@ -9,6 +9,9 @@ Flags are probed once per process, and only when something actually has to be co
   ``-fopenmp-simd`` keeps the ``#pragma omp simd`` hints and the loops run on one thread;
 * ``-fno-math-errno -fno-trapping-math`` so ``sqrt``/``exp`` calls can vectorise. We do *not*
   use ``-ffast-math``: it breaks NaN/inf semantics that eager PyTorch keeps;
+* ``-ffp-contract=off``: g++ otherwise fuses ``a * b - c`` into one FMA, which rounds once
+  where eager rounds twice (``x*x - mean(x*x)`` over one element came out 1e-8, not 0, and a
+  variance that eager reports as ``0/0 = nan`` became ``inf``);
 * ``-DTINY_LIBMVEC`` + ``-lmvec`` where glibc's vector math library links and loads: the
   prelude then declares SIMD versions of exp/log/sin/cos/pow, so loops calling them vectorise.
 
@@ -27,7 +30,8 @@ import shutil
 import subprocess
 import tempfile
 
-BASE_FLAGS = ["-O3", "-shared", "-fPIC", "-std=c++17", "-fno-math-errno", "-fno-trapping-math"]
+BASE_FLAGS = ["-O3", "-shared", "-fPIC", "-std=c++17", "-fno-math-errno", "-fno-trapping-math",
+              "-ffp-contract=off"]
 
 _OPENMP_PROBE = r"""
 extern "C" int tiny_probe(int n) {
