@@ -12,6 +12,7 @@ longer match its ``.py`` (someone edited one side only).
 from __future__ import annotations
 
 import argparse
+import hashlib
 import os
 import sys
 import time
@@ -57,10 +58,35 @@ def build(path: Path, timeout: int = 900) -> float:
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = value
-    for cell in notebook.cells:  # execution counts and timing metadata only add diff noise
+    seen: dict[str, int] = {}
+    for cell in notebook.cells:  # execution counts, timing metadata and random ids only add diff noise
         cell.metadata.pop("execution", None)
+        cell.id = _stable_id(cell.source, seen)
+        if cell.cell_type == "code":
+            cell.outputs = _merge_streams(cell.outputs)
     nbformat.write(notebook, path.with_suffix(".ipynb"))
     return time.perf_counter() - start
+
+
+def _merge_streams(outputs: list) -> list:
+    """Join neighbouring stdout (or stderr) chunks: how the kernel happened to flush its output
+    should not show up as a diff."""
+    merged = []
+    for out in outputs:
+        if merged and out.output_type == "stream" and merged[-1].output_type == "stream" \
+                and merged[-1].name == out.name:
+            merged[-1].text += out.text
+        else:
+            merged.append(out)
+    return merged
+
+
+def _stable_id(source: str, seen: dict[str, int]) -> str:
+    """A cell id from the cell's source (and how often that source came before): a rebuild gives
+    unchanged cells the ids they had, so the ``.ipynb`` diff shows only what changed."""
+    digest = hashlib.sha1(source.encode()).hexdigest()[:10]
+    seen[digest] = seen.get(digest, 0) + 1
+    return digest if seen[digest] == 1 else f"{digest}-{seen[digest]}"
 
 
 def out_of_sync(paths: list[Path] | None = None) -> list[str]:
