@@ -1,4 +1,6 @@
 """Graph breaks: split the frame, run the unsupported instruction natively, resume in a new code object."""
+import zlib
+
 import numpy as np
 import pytest
 import torch
@@ -133,6 +135,31 @@ def test_fullgraph_raises_at_first_break_with_hint():
     with pytest.raises(tinydynamo.Unsupported, match="data-dependent branch") as info:
         tinydynamo.compile(data_dependent, backend="eager", fullgraph=True)(torch.ones(2), torch.ones(2))
     assert "torch.where" in str(info.value) and "if z.sum() > 0:" in str(info.value)
+
+
+def c_function_call(x):
+    y = x.cos()
+    return y + zlib.crc32(b"abc")
+
+
+def numpy_call(x):
+    y = x * 2
+    return y + torch.from_numpy(np.asarray(y))
+
+
+@pytest.mark.parametrize("fn,reason,hint", [
+    (c_function_call, "call to zlib.crc32, a C function", "outside the compiled function"),
+    (numpy_call, "call to numpy.asarray: numpy runs outside the graph", "torch equivalent"),
+])
+def test_opaque_calls_are_named_with_a_hint(fn, reason, hint):
+    tinydynamo.reset()
+    x = torch.randn(3)
+    assert reason in tinydynamo.explain(fn)(x).break_reasons[0].reason
+    torch.testing.assert_close(tinydynamo.compile(fn, backend="eager")(x), fn(x))
+    tinydynamo.reset()
+    with pytest.raises(tinydynamo.Unsupported, match=reason) as info:
+        tinydynamo.compile(fn, backend="eager", fullgraph=True)(x)
+    assert hint in str(info.value)
 
 
 def test_cached_call_does_not_enter_the_interpreter(monkeypatch):

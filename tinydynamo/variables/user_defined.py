@@ -48,6 +48,9 @@ class UserDefinedObjectVariable(VariableTracker):
         check_plain_setattr(self.value, name, object.__setattr__)
         tx.output.side_effects.store_attr(self, self.value, name, value)
 
+    def call_function(self, tx, args, kwargs):
+        unimplemented(*describe_opaque_call(self.value))
+
     def call_method(self, tx, name, args, kwargs):
         return self.var_getattr(tx, name).call_function(tx, args, kwargs)
 
@@ -65,3 +68,20 @@ def check_plain_setattr(obj, name: str, expected_setattr) -> None:
         unimplemented(f"setting {name!r} on a {cls.__name__} (no __dict__: a C type or __slots__)")
     if hasattr(getattr(cls, name, None), "__set__"):
         unimplemented(f"setting {name!r} on a {cls.__name__}: it is a property/descriptor of the class")
+
+
+def describe_opaque_call(value) -> tuple[str, str]:
+    """(reason, hint) for a call tinydynamo cannot look inside: name the function and its module,
+    since ``call of <object>`` tells a learner nothing about which line to change."""
+    name = getattr(value, "__qualname__", None) or getattr(value, "__name__", None) or type(value).__name__
+    module = getattr(value, "__module__", None) or getattr(type(getattr(value, "__self__", None)), "__module__", "")
+    where = f"{module}.{name}" if module and module != "builtins" else name
+    if module.split(".")[0] == "numpy" or type(getattr(value, "__self__", None)).__module__.startswith("numpy"):
+        return (f"call to {where}: numpy runs outside the graph",
+                "use the torch equivalent on tensors (torch.as_tensor, Tensor.sum, torch.where, ...)")
+    if isinstance(value, (types.BuiltinFunctionType, types.BuiltinMethodType)):
+        return (f"call to {where}, a C function tinydynamo cannot trace into",
+                "call it outside the compiled function, or pass its result in as an argument")
+    return (f"call of a {type(value).__name__} object ({where})",
+            "tinydynamo traces Python functions, torch functions and nn.Modules; wrap others with "
+            "tinydynamo.disable to run them outside the graph on purpose")
