@@ -45,7 +45,9 @@ def build(path: Path, timeout: int = 900) -> float:
     notebook = jupytext.read(path)
     notebook.metadata["jupytext"] = {"formats": FORMATS}
     notebook.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
-    env = {"TINY_COURSE_MODE": "solutions", "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    env = {"TINY_COURSE_MODE": "solutions", "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+           # the same outputs on every build: set order, and matplotlib's SVG date and ids
+           "PYTHONHASHSEED": "0", "SOURCE_DATE_EPOCH": "0", "MPLCONFIGDIR": str(NOTEBOOKS / "data" / "mplconfig")}
     saved = {key: os.environ.get(key) for key in env}
     os.environ.update(env)  # the kernel inherits this process's environment
     start = time.perf_counter()
