@@ -269,6 +269,12 @@ print("default saves:", ", ".join(rows[0][1].saved))
 # multiplies and adds): all pointwise, all cheap. `bench/partitioners.py` prints the
 # same table for larger sizes, next to PyTorch's own partitioners.
 #
+# Run eagerly (`aot_eager_min_cut` below), recomputing costs time: every recomputed op is one
+# more kernel. Behind a code generator it is nearly free, because the recomputed ops fuse into
+# kernels the backward runs anyway, while every saved byte is written once and read once more.
+# So `tininductor.compile_fx` uses the min-cut, as TorchInductor does
+# (`tininductor.config.partitioner = "default"` switches back).
+#
 # ## 7. The runtime: a `torch.autograd.Function`
 #
 # `tininductor.aot_autograd.aot_autograd(fw_compiler, bw_compiler, partition_fn)` puts it all
@@ -347,7 +353,7 @@ for kind in ("joint_graph", "forward_graph", "backward_graph"):
 #
 # - **Prim set**: 59 ATen ops (`tininductor.prims.PRIM_SET`); everything else decomposes
 #   (chapter 5) or is a logged fallback.
-# - **VJP rules**: 59 in `tininductor.vjp_rules.VJP_RULES`: one per prim (`convolution` has
+# - **VJP rules**: 60 in `tininductor.vjp_rules.VJP_RULES`: one per prim (`convolution` has
 #   none yet and says so) plus `cat`, a fallback op common enough that training must get
 #   through it; each is tested against eager autograd in float64 with broadcasting.
 # - **Models**: the LayerNorm-MLP block and the GPT train through `aot_eager` with the same

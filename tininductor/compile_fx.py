@@ -63,6 +63,7 @@ def compile_fx(gm: torch.fx.GraphModule, example_inputs):
         start = _compile_count[0]
         cudagraphs = config.triton.cudagraphs
         fn = aot_autograd(
+            partition_fn=_partitioner(),
             fw_compiler=functools.partial(compile_fx_inner, cudagraphs=cudagraphs),
             bw_compiler=functools.partial(compile_fx_inner, cudagraphs=cudagraphs, is_backward=True),
             inference_compiler=functools.partial(compile_fx_inner, cudagraphs=cudagraphs, is_inference=True),
@@ -71,6 +72,15 @@ def compile_fx(gm: torch.fx.GraphModule, example_inputs):
         return fn
     except Exception as e:
         return _eager_fallback(gm, e)
+
+
+def _partitioner():
+    from .partitioners import default_partition, min_cut_partition
+
+    choices = {"min_cut": min_cut_partition, "default": default_partition}
+    if config.partitioner not in choices:
+        raise ValueError(f"unknown tininductor partitioner {config.partitioner!r}: use one of {sorted(choices)}")
+    return choices[config.partitioner]
 
 
 _configured: dict = {}

@@ -14,6 +14,11 @@ fallback_to_eager: bool = os.environ.get("TINY_INDUCTOR_RAISE", "0") != "1"
 #: turns it off for a graph whose kernel backend lacks that op (the ops run in torch instead).
 indirect_indexing: bool = True
 
+#: Which partitioner splits training graphs: "min_cut" (save the fewest bytes, recompute cheap
+#: pointwise ops in the backward, where they fuse into kernels the backward runs anyway; what
+#: TorchInductor does) or "default" (save every forward value the backward reads, as eager does).
+partitioner: str = os.environ.get("TINY_PARTITIONER", "min_cut")
+
 #: Directory the debug dump writes wrapper modules to (TINY_LOGS=output_code also prints them).
 debug_dir: str = os.environ.get("TINY_DEBUG_DIR", "tiny_debug")
 
@@ -27,8 +32,14 @@ class triton:
 
     #: reductions with rnumel up to this keep the whole row in registers (persistent)
     persistent_reduction_max: int = 4096
+    #: column-wise ("outer") reductions longer than this loop over a tile of XBLOCK columns
+    #: (16-64 of them, read side by side) instead of keeping a few whole columns in registers
+    outer_persistent_max: int = 256
     #: RBLOCK of looped reductions
     looped_rblock: int = 2048
+    #: programs an outer reduction's grid should have (about the SM count of a big GPU): its
+    #: XBLOCK shrinks from 64 towards 16 until the grid is this large
+    min_programs: int = 128
     #: XBLOCK cap of pointwise kernels
     max_xblock: int = 1024
     #: cap on XBLOCK * RBLOCK for reductions
