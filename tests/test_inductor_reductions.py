@@ -18,11 +18,13 @@ def rand(*size, dtype=torch.float32):
     return torch.randn(size, device=DEVICE).to(dtype)
 
 
-@pytest.fixture(params=["persistent", "looped"])
+@pytest.fixture(params=["persistent", "looped", "looped_outer"])
 def mode(request):
-    # looped: force rows through RBLOCK=8 chunks so small tests exercise the loop code
-    limit = 1024 if request.param == "persistent" else 4
-    with patch_config(config.triton, persistent_reduction_max=limit, looped_rblock=8):
+    # looped: force rows through RBLOCK=8 chunks so small tests exercise the loop code;
+    # looped_outer: only column-wise reductions loop, over tiles of several columns
+    limit = 4 if request.param == "looped" else 1024
+    outer = 2 if request.param == "looped_outer" else 256
+    with patch_config(config.triton, persistent_reduction_max=limit, looped_rblock=8, outer_persistent_max=outer):
         yield request.param
 
 
@@ -75,6 +77,20 @@ def test_layer_norm_one_kernel(mode):
 def test_sum_with_neighbours_one_kernel(mode):
     check(lambda x: ((x * 2).sin().sum(-1) + 1).exp(), rand(6, 20), kernels=1, atol=1e-5, rtol=1e-4)
     check(lambda x: x - x.mean(-1, keepdim=True), rand(6, 20), kernels=1, atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("shape", [(512, 96), (300, 7), (4, 130, 50)])
+def test_column_reductions_read_many_columns_per_program(shape):
+    """A sum over rows (a bias gradient) loops over tiles of >= 16 neighbouring columns, so
+    each row's loads are contiguous; one column per program would read a cache line per element."""
+    x = rand(*shape)
+    dims = tuple(range(x.dim() - 1))
+    compiled = check(lambda x: (x.sum(dims), (x * x).mean(dims), x.amax(dims)), x, atol=1e-4, rtol=1e-4, kernels=1)
+    assert "for roffset" in compiled.source and "triton_red_" in compiled.source
+    xblock = int(compiled.source.split("XBLOCK=")[1].split(",")[0])
+    assert xblock >= min(16, shape[-1])
+    compiled = check(lambda x: x.sum(-1), x, atol=1e-4, rtol=1e-4)  # a row sum stays one row per program
+    assert "XBLOCK=16" not in compiled.source
 
 
 def test_softmax_fp16():

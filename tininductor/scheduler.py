@@ -111,6 +111,28 @@ class FusedGroup:
     def names(self) -> set[str]:
         return {n.get_name() for n in self.nodes}
 
+    def reduction_hint(self) -> str:
+        """``"outer"`` when the kept elements sit next to each other in memory and the reduced ones
+        are strided (a column sum, like a bias gradient), else ``"inner"`` (a row sum).
+
+        A kernel must read whole cache lines: for an outer reduction that means walking many
+        columns side by side, not one column per program. (TorchInductor: ``ReductionHint``.)
+        Decided by the loads' strides at the origin: d index / d rindex and d index / d xindex.
+        """
+        inner = outer = 0
+        for node in self.nodes:
+            if self.kind(node) not in ("reduction", "full"):
+                continue
+            for _, index in self.read_writes(node).reads:
+                if index.free_symbols - {XINDEX, RINDEX}:
+                    continue  # an indirect (gathered) load: no fixed stride
+                base = index.subs({XINDEX: 0, RINDEX: 0})
+                r_stride = index.subs({XINDEX: 0, RINDEX: 1}) - base
+                x_stride = index.subs({XINDEX: 1, RINDEX: 0}) - base
+                inner += r_stride == 1
+                outer += x_stride == 1 and r_stride != 1
+        return "outer" if outer > inner else "inner"
+
     def read_writes(self, node) -> ReadWrites:
         return read_writes(node, self.kind(node), self.numel, self.rnumel)
 

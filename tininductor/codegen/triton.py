@@ -108,7 +108,7 @@ class TritonKernel:
         self.group = group
         self.name = name
         self.is_reduction = group.is_reduction
-        self.persistent = self.is_reduction and group.rnumel <= config.triton.persistent_reduction_max
+        self.persistent = is_persistent(group)
         self.cse = CSE("tmp")
         self.in_args: dict[str, str] = {}  # buffer -> pointer argument
         self.out_args: dict[str, str] = {}
@@ -360,10 +360,28 @@ class TritonKernel:
             rblock = next_power_of_2(max(rnumel, 1))
             xblock = min(next_power_of_2(max(numel, 1)), max(1, config.triton.max_reduction_block // rblock))
             return xblock, rblock, max(1, min(8, (xblock * rblock) // 256))
-        # Looped: rows are long, so give each program one row and enough warps to keep many
-        # bytes in flight; the grid then has one program per row, which fills the GPU.
+        if self.group.reduction_hint() == "outer":
+            # Columns: a tile of XBLOCK neighbouring columns, so each row's loads are contiguous;
+            # narrower tiles where that is what it takes to give every SM a program.
+            xblock = 64
+            while xblock > 16 and -(-numel // xblock) < config.triton.min_programs:
+                xblock //= 2
+            xblock = min(xblock, next_power_of_2(max(numel, 1)))
+            rblock = min(next_power_of_2(rnumel), config.triton.looped_rblock,
+                         max(1, config.triton.max_reduction_block // xblock))
+            return xblock, rblock, max(1, min(8, (xblock * rblock) // 256))
+        # Rows: long, so give each program one row and enough warps to keep many bytes in
+        # flight; the grid then has one program per row, which fills the GPU.
         rblock = min(next_power_of_2(rnumel), config.triton.looped_rblock)
         return 1, rblock, max(1, min(8, rblock // 256))
+
+
+def is_persistent(group: FusedGroup) -> bool:
+    """Keep whole reduced rows in registers (one pass, no loop)? Yes for short rows; no for long
+    ones, and no for long columns (only a few would fit in registers side by side)."""
+    if not group.is_reduction or group.rnumel > config.triton.persistent_reduction_max:
+        return False
+    return not (group.rnumel > config.triton.outer_persistent_max and group.reduction_hint() == "outer")
 
 
 class TritonScheduling:
@@ -375,7 +393,7 @@ class TritonScheduling:
         if not group.is_reduction:
             prefix = "poi"
         else:
-            prefix = "per" if group.rnumel <= config.triton.persistent_reduction_max else "red"
+            prefix = "per" if is_persistent(group) else "red"
         ops_ = []
         for node in group.nodes:
             for op in V.graph.origin_ops(node.origins):
