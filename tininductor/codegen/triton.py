@@ -7,7 +7,10 @@ Three kernel shapes:
 * persistent reduction (``triton_per_*``): ``XBLOCK`` rows per program, the whole row
   (``RBLOCK >= rnumel``) in registers, reductions are ``tl.sum(..., 1)``;
 * looped reduction (``triton_red_*``): rows too long for registers are walked in
-  ``RBLOCK`` chunks, accumulating into ``[XBLOCK, RBLOCK]`` accumulators.
+  ``RBLOCK`` chunks, accumulating into ``[XBLOCK, RBLOCK]`` accumulators. A row sum gets one
+  row per program (``XBLOCK = 1``); a long column sum (a bias gradient: the reduced elements
+  are strided, the kept ones contiguous) gets a tile of 16-64 neighbouring columns, so that
+  every row of the tile is one contiguous load.
 
 The body is produced by running each node's ``inner_fn`` with ``TritonKernel`` installed as
 the ``ops`` handler; ``TritonOverrides`` holds the op -> Triton format strings. Each op
