@@ -133,3 +133,24 @@ def test_tininductor_backends_behind_tinydynamo(backend):
     m(x).sum().backward()
     for g, p in zip(grads, m.parameters()):
         torch.testing.assert_close(g, p.grad, atol=1e-4, rtol=1e-4)
+
+
+def test_compile_times_account_for_compile_steps_only():
+    from tinydynamo.utils import compile_times, reset_compile_times
+
+    tinydynamo.reset()
+    reset_compile_times()
+    fn = tinydynamo.compile(lambda x: (x.sin() + 1).sum(-1), backend="tininductor")
+    x = torch.randn(4, 8)
+    torch.testing.assert_close(fn(x), (x.sin() + 1).sum(-1))
+    first = compile_times(repr="dict")
+    for phase in ("compile_frame", "trace", "backend_compile", "decompose", "lowering", "scheduling", "codegen"):
+        assert first[phase][0] == 1 and first[phase][1] > 0, phase
+    assert first["trace"][1] < first["compile_frame"][1]  # phases nest: "of which"
+    fn(x)  # a cached call: nothing is timed
+    assert compile_times(repr="dict") == first
+    table = compile_times()
+    assert table.splitlines()[0].split() == ["phase", "calls", "total", "s", "mean", "s"]
+    assert any(line.startswith("backend_compile") for line in table.splitlines())
+    with pytest.raises(ValueError, match="'str' or 'dict'"):
+        compile_times(repr="csv")

@@ -29,6 +29,7 @@ import torch.utils._pytree as pytree
 from torch.autograd.function import once_differentiable
 
 from tinydynamo import artifacts
+from tinydynamo.utils import dynamo_timed
 from tininductor.decompositions import decompose, fake_inputs
 from tininductor.joint_graph import JointGraph, create_joint
 from tininductor.partitioners import Partition, default_partition, min_cut_partition
@@ -158,7 +159,8 @@ def compile_aot(gm: torch.nn.Module, example_inputs, fw_compiler: Callable, bw_c
     state = current_state()
     all_inputs = [*state, *example_inputs]
     fakes, mode = fake_inputs(all_inputs)
-    prim_gm = decompose(fn, fakes)  # finds and reuses the fake mode of ``fakes``
+    with dynamo_timed("decompose"):
+        prim_gm = decompose(fn, fakes)  # finds and reuses the fake mode of ``fakes``
     aot = AOTOutput(prim_gm)
     requires_grad = [isinstance(x, torch.Tensor) and x.requires_grad for x in all_inputs]
 
@@ -179,10 +181,12 @@ def compile_aot(gm: torch.nn.Module, example_inputs, fw_compiler: Callable, bw_c
         run_inference.aot = aot
         return run_inference
 
-    joint = create_joint(prim_gm, fakes, requires_grad, mode)
+    with dynamo_timed("joint_graph"):
+        joint = create_joint(prim_gm, fakes, requires_grad, mode)
     artifacts.record("joint_graph", "joint graph (primals, tangents) -> (outputs, grads)",
                      _readable(joint.gm))
-    part = partition_fn(joint)
+    with dynamo_timed("partition"):
+        part = partition_fn(joint)
     artifacts.record("forward_graph", f"forward graph ({partition_fn.__name__}: {part})",
                      _readable(part.fw_gm))
     artifacts.record("backward_graph", "backward graph (saved, tangents) -> grads",

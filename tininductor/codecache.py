@@ -39,6 +39,7 @@ from pathlib import Path
 from filelock import FileLock
 
 from tininductor import cpp_builder
+from tinydynamo.utils import timed
 
 
 class CacheDirError(PermissionError):
@@ -256,6 +257,7 @@ class CppCodeCache:
         return d
 
     @classmethod
+    @timed("cpp_build")
     def _build(cls, source: str, p: dict[str, Path], extra_flags: tuple[str, ...], headers: dict[str, str]) -> None:
         write_atomic(p["cpp"], source.encode())
         flags = extra_flags

@@ -23,6 +23,8 @@ import warnings
 import torch
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
+from tinydynamo.utils import dynamo_timed
+
 from . import config
 from .virtualized import V
 
@@ -197,20 +199,24 @@ def _compile_fx_inner(gm: torch.fx.GraphModule, example_inputs, cudagraphs: str 
     _ensure_example_values(gm, example_inputs)
     graph = GraphLowering(gm, example_inputs)
     with V.set_graph_handler(graph):
-        graph.run(*example_inputs)
+        with dynamo_timed("lowering"):
+            graph.run(*example_inputs)
         _use_interpreter_if_needed(graph)
         artifacts = _artifacts()
         artifacts.record("ir", "tininductor IR (realized buffers)", graph.ir_str())
         output_names = {o.get_name() for o in graph.graph_outputs if hasattr(o, "get_name")}
-        scheduler = Scheduler(graph.buffers, output_names)
+        with dynamo_timed("scheduling"):
+            scheduler = Scheduler(graph.buffers, output_names)
         artifacts.record("ir", "fusion decisions (one FusedGroup per generated kernel)", str(scheduler))
-        wrapper = WrapperCodeGen(graph, scheduler)
-        source = wrapper.generate()
+        with dynamo_timed("codegen"):
+            wrapper = WrapperCodeGen(graph, scheduler)
+            source = wrapper.generate()
     for k in wrapper.kernels:
         artifacts.record("kernels", k.name, k.source)
     artifacts.record("output_code", "wrapper", source)
     _log_output_code(source)
-    module = PyCodeCache.load(source)
+    with dynamo_timed("load_module"):  # C++ kernels are built here; Triton's compile at the first launch
+        module = PyCodeCache.load(source)
     constants = list(graph.constants.values())
     spec = graph.output_spec
     call = module.call

@@ -27,6 +27,7 @@ from tinydynamo.backends import lookup_backend, lookup_backend_with_options
 from tinydynamo import config
 from tinydynamo.exc import Unsupported
 from tinydynamo.output_graph import CompiledFrame, OutputGraph
+from tinydynamo.utils import dynamo_timed
 
 #: counters["frames"]["ok"/"unsupported"/...], counters["unsupported"][reason], counters["recompiles"][name]
 counters: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
@@ -248,7 +249,7 @@ def compile_frame(fn: types.FunctionType, L: dict, G: dict, backend, name: str,
     from tinydynamo.symbolic_convert import InstructionTranslator
 
     code = fn.__code__
-    with artifacts.collecting(name) as arts:
+    with artifacts.collecting(name) as arts, dynamo_timed("compile_frame"):
         if code.co_name.startswith("__resume_at_"):  # made by tinydynamo.resume: only bytecode exists
             from tinydynamo.decompile import DecompiledCode
 
@@ -265,7 +266,7 @@ def compile_frame(fn: types.FunctionType, L: dict, G: dict, backend, name: str,
         tx = InstructionTranslator(code, G, L, output, allow_graph_breaks)
         grad_mode = torch.is_grad_enabled()
         try:
-            with torch._C.DisableTorchFunctionSubclass():
+            with torch._C.DisableTorchFunctionSubclass(), dynamo_timed("trace"):
                 return_value = tx.run()
         finally:  # tracing `with torch.no_grad():` flips the real mode; the backend must see the frame's
             torch._C._set_grad_enabled(grad_mode)

@@ -30,6 +30,7 @@ from tinydynamo.exc import Unsupported, unimplemented
 from tinydynamo.side_effects import SideEffects
 from tinydynamo.guards import CheckFunction, GuardBuilder, TensorMeta
 from tinydynamo.source import Source, SourceScope
+from tinydynamo.utils import dynamo_timed
 from tinydynamo.variables.base import VariableTracker
 from tinydynamo.variables.ctx_manager import WithExitFunctionVariable, is_grad_mode_node
 from tinydynamo.variables.tensor import TensorVariable
@@ -107,7 +108,8 @@ class OutputGraph:
         self.frame_name = frame_name
         self.graph = torch.fx.Graph()
         self.root = torch.nn.Module()
-        self.fake_mode = FakeTensorMode()
+        with dynamo_timed("fake_tensor_mode"):  # the first one imports torch._dynamo (its config)
+            self.fake_mode = FakeTensorMode()
         self.scope = SourceScope(f_globals)
         self.guard_builder = GuardBuilder(self.scope)
         self.input_sources: list[Source] = []
@@ -227,7 +229,8 @@ class OutputGraph:
         logs.get_logger("guards").info("GUARDS %s\n%s", self.frame_name,
                                        "\n".join(str(g) for g in check_fn.guards))
         if n_ops:
-            compiled_fn = backend(gm, list(self.example_inputs))
+            with dynamo_timed("backend_compile"):
+                compiled_fn = backend(gm, list(self.example_inputs))
             if not callable(compiled_fn):
                 raise TypeError(f"backend {backend!r} returned {type(compiled_fn).__name__}, not a callable")
         else:  # nothing to compile: TorchDynamo skips the backend for op-free graphs too

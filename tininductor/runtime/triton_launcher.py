@@ -25,6 +25,8 @@ import os
 
 import torch
 
+from tinydynamo.utils import dynamo_timed
+
 
 def _triton_version() -> tuple[int, int]:
     import triton
@@ -89,7 +91,8 @@ class TritonLauncher:
         return self.fn[self.grid](*args, **self.constants, num_warps=self.num_warps)
 
     def _first_launch(self, key: int, args):
-        compiled = self._launch_through_triton(args)
+        with dynamo_timed("triton_first_launch"):  # Triton's JIT compile (and its launcher's build)
+            compiled = self._launch_through_triton(args)
         if self._pointer_positions is None:
             self._pointer_positions = tuple(i for i, a in enumerate(args) if isinstance(a, torch.Tensor))
             key = 0

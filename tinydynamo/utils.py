@@ -1,0 +1,59 @@
+"""Compile-time accounting: where the seconds of a first call go (``torch._dynamo.utils`` names).
+
+``with dynamo_timed("phase"):`` around a compile step adds its wall time to that phase; only
+compile steps are timed, never a cached call. ``compile_times()`` prints the table that
+``torch._dynamo.utils.compile_times()`` prints for TorchDynamo and Inductor: calls and seconds
+per phase. Phases nest (``trace`` runs inside ``compile_frame``), so the rows do not add up to
+a total: read each as "of which".
+
+    tinydynamo.compile(f)(x)
+    print(tinydynamo.utils.compile_times())
+"""
+from __future__ import annotations
+
+import collections
+import contextlib
+import functools
+import time
+
+#: phase -> wall seconds of each call, in order
+_times: dict[str, list[float]] = collections.defaultdict(list)
+
+
+@contextlib.contextmanager
+def dynamo_timed(phase: str):
+    """Add the wall time of the ``with`` block to ``phase`` (also when it raises)."""
+    start = time.perf_counter()
+    try:
+        yield
+    finally:
+        _times[phase].append(time.perf_counter() - start)
+
+
+def timed(phase: str):
+    """Decorator form of :func:`dynamo_timed`."""
+    def decorator(fn):
+        @functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            with dynamo_timed(phase):
+                return fn(*args, **kwargs)
+        return wrapper
+    return decorator
+
+
+def compile_times(repr: str = "str") -> str | dict[str, tuple[int, float]]:
+    """``repr="str"``: a table of phase, calls, total and mean seconds; ``repr="dict"``:
+    ``{phase: (calls, total seconds)}``."""
+    table = {phase: (len(t), sum(t)) for phase, t in _times.items()}
+    if repr == "dict":
+        return table
+    if repr != "str":
+        raise ValueError(f"compile_times(repr={repr!r}): use 'str' or 'dict'")
+    lines = [f"{'phase':24} {'calls':>6} {'total s':>9} {'mean s':>9}"]
+    for phase, (calls, total) in table.items():
+        lines.append(f"{phase:24} {calls:6d} {total:9.4f} {total / calls:9.4f}")
+    return "\n".join(lines)
+
+
+def reset_compile_times() -> None:
+    _times.clear()
