@@ -54,21 +54,26 @@ with torch.no_grad():
         torch.cuda.synchronize()
     seconds = time.perf_counter() - start
     torch.testing.assert_close(out, fn(*args), rtol=1e-3, atol=1e-3)
-print(json.dumps({"seconds": seconds}))
+phases = {}
+if backend == "tiny":  # where the seconds went (tinydynamo.utils.compile_times; phases nest)
+    from tinydynamo.utils import compile_times
+    phases = {phase: total for phase, (calls, total) in compile_times(repr="dict").items()}
+print(json.dumps({"seconds": seconds, "phases": phases}))
 """
 
 
-def measure(backend: str, case: str, device: str, pycache: str) -> float:
+def measure(backend: str, case: str, device: str, pycache: str) -> dict:
     with tempfile.TemporaryDirectory() as cache:
         env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=os.path.join(cache, "inductor"),
                    TRITON_CACHE_DIR=os.path.join(cache, "triton"), TINY_CACHE_DIR=os.path.join(cache, "tiny"),
                    PYTHONPATH=os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")]))
         env.setdefault("PYTHONPYCACHEPREFIX", pycache)
+        env.pop("PYTHONDONTWRITEBYTECODE", None)  # else the prefix stays empty and every run byte-compiles torch
         result = subprocess.run([sys.executable, "-c", CHILD, backend, case, device], env=env,
                                 capture_output=True, text=True, timeout=900)
     if result.returncode != 0:
         raise SystemExit(f"{backend} on {case} failed:\n{result.stderr[-3000:]}")
-    return json.loads(result.stdout.strip().splitlines()[-1])["seconds"]
+    return json.loads(result.stdout.strip().splitlines()[-1])
 
 
 def main(argv=None) -> None:
@@ -85,14 +90,25 @@ def main(argv=None) -> None:
         for i, (case, name) in enumerate(jobs):
             harness.progress(i, len(jobs), f"{case} {name}")
             measure(name, case, args.device, pycache)  # untimed: fills the bytecode cache only
-            times = [measure(name, case, args.device, pycache) for _ in range(args.repeats)]
-            rows.append({"case": case, "backend": name, "median s": statistics.median(times), "min s": min(times)})
+            runs = sorted((measure(name, case, args.device, pycache) for _ in range(args.repeats)),
+                          key=lambda r: r["seconds"])
+            times = [r["seconds"] for r in runs]
+            row = {"case": case, "backend": name, "median s": statistics.median(times), "min s": min(times)}
+            if runs[len(runs) // 2]["phases"]:
+                row["phases"] = runs[len(runs) // 2]["phases"]  # of the median run
+            rows.append(row)
     by = {(r["case"], r["backend"]): r["median s"] for r in rows}
     for row in rows:
         if row["backend"] == "tiny" and (row["case"], "torch.compile") in by:
             row["tiny / torch.compile"] = row["median s"] / by[(row["case"], "torch.compile")]
     harness.print_table(rows, ["case", "backend", "median s", "min s", "tiny / torch.compile"],
                         title=f"cold compile (first call in a fresh process) on {harness.describe_device(args.device)}")
+    for row in rows:
+        if "phases" in row:
+            phases = [{"phase": k, "seconds": v, "share": v / row["median s"]}
+                      for k, v in sorted(row["phases"].items(), key=lambda kv: -kv[1])]
+            harness.print_table(phases, ["phase", "seconds", "share"],
+                                title=f"where tiny's cold compile of the {row['case']} goes (phases nest)")
     harness.save("cold_compile", args.device, rows, path=args.json)
 
 
