@@ -43,12 +43,12 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=HERE / "results" / "all.json")
     parser.add_argument("--quick", action="store_true", help="small sizes, for a smoke test")
-    parser.add_argument("--only", default="", help="comma list of benchmarks to run")
+    parser.add_argument("--only", default="", help="comma list of benchmarks to run, in that order")
     parser.add_argument("--timeout", type=int, default=900, help="seconds per benchmark")
     args = parser.parse_args(argv)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     table = {**BENCHMARKS, **(CUDA_BENCHMARKS if device == "cuda" else {})}
-    names = [n for n in table if not args.only or n in args.only.split(",")]
+    names = [n for n in args.only.split(",") if n in table] if args.only else list(table)  # --only: in its order
     combined = {
         "device": torch.cuda.get_device_name() if device == "cuda" else platform.processor() or platform.machine(),
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
