@@ -192,6 +192,28 @@ for name in ("torch.compile", "tiny"):
     print(f"{name:<14} first call {first:.2f} s, then {steady * 1e6:.0f} us vs eager {eager_s * 1e6:.0f} us: pays off after {calls}")
 
 # %% [markdown]
+# Where does the first call's time go? `tinydynamo.utils.compile_times()` (the counterpart of
+# `torch._dynamo.utils.compile_times()`) adds up the wall time of each compile phase; phases
+# nest (`trace` runs inside `compile_frame`), so read each row as "of which". Here a fresh
+# function is compiled in this (already warm) process:
+
+# %% tags=["nbval-ignore-output"]
+from tinydynamo.utils import compile_times, reset_compile_times
+
+reset_compile_times()
+benchmark.reset_compilers()
+benchmark.compilers(["tiny"])["tiny"](lambda x, r: torch.nn.functional.gelu(x * 2.5) - r)(*args[::3])
+print(compile_times())
+
+# %% [markdown]
+# In a fresh process (`python bench/cold_compile.py`, which prints the same table) two phases
+# dominate on this 2-core CPU: `fake_tensor_mode`, about 2 s, is the first
+# `FakeTensorMode()`, which imports all of TorchDynamo for its configuration (torch.compile
+# pays that import too), and `cpp_build`, about 1 s per g++ run. Tracing, lowering,
+# scheduling and code generation together take tens of milliseconds. On a GPU the g++ runs
+# are replaced by Triton's compile of each kernel (`triton_first_launch`), which also builds
+# Triton's C launcher and driver module with gcc the first time in an empty cache.
+#
 # ### 4b. Graph breaks
 #
 # The seeds' `bad_fn` prints and branches on `.item()`: a data-dependent jump that no guard
@@ -313,6 +335,21 @@ if stored.exists():
         r = gpu_row(name, function="x + 1")
         print(f"{name:<30} x + 1: eager {r['eager us/call']:.1f} us, torch.compile {r['torch.compile us/call']:.1f} us, "
               f"tiny {r['tiny us/call']:.1f} us")
+
+# %% [markdown]
+# ### Host-bound steps
+#
+# `profile_step` in the stored run splits one fp16 training step of the block into wall time and
+# the time the GPU spends in kernels. Kernels account for only about a quarter of the wall time,
+# for every backend: at this size the step is bound by the host (Python, autograd, launches),
+# so a compiler that fuses kernels barely moves the wall time; what helps is issuing fewer
+# launches with less Python around them, which is what CUDA graphs do.
+
+# %%
+if stored.exists() and "rows" in gpu["results"].get("profile_step", {}):
+    for r in gpu["results"]["profile_step"]["rows"]:
+        print(f"{r['backend']:<14} wall {r['wall ms']:.2f} ms, kernels {r['kernel ms']:.3f} ms "
+              f"({r['kernels/step']:.0f} per step): GPU busy {r['device busy %']:.0f}% of the step")
 
 # %% [markdown]
 # CUDA graphs pay off when a graph launches many kernels and its inputs are small to copy. For
