@@ -20,6 +20,7 @@ read/write sets come from running each body with a recording ``ops`` handler.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Iterable
 
 import sympy
@@ -111,6 +112,7 @@ class FusedGroup:
     def names(self) -> set[str]:
         return {n.get_name() for n in self.nodes}
 
+    @functools.cached_property
     def reduction_hint(self) -> str:
         """``"outer"`` when the kept elements sit next to each other in memory and the reduced ones
         are strided (a column sum, like a bias gradient), else ``"inner"`` (a row sum).

@@ -363,7 +363,7 @@ class TritonKernel:
             rblock = next_power_of_2(max(rnumel, 1))
             xblock = min(next_power_of_2(max(numel, 1)), max(1, config.triton.max_reduction_block // rblock))
             return xblock, rblock, max(1, min(8, (xblock * rblock) // 256))
-        if self.group.reduction_hint() == "outer":
+        if self.group.reduction_hint == "outer":
             # Columns: a tile of XBLOCK neighbouring columns, so each row's loads are contiguous;
             # narrower tiles where that is what it takes to give every SM a program.
             xblock = 64
@@ -384,7 +384,7 @@ def is_persistent(group: FusedGroup) -> bool:
     ones, and no for long columns (only a few would fit in registers side by side)."""
     if not group.is_reduction or group.rnumel > config.triton.persistent_reduction_max:
         return False
-    return not (group.rnumel > config.triton.outer_persistent_max and group.reduction_hint() == "outer")
+    return not (group.rnumel > config.triton.outer_persistent_max and group.reduction_hint == "outer")
 
 
 class TritonScheduling:
