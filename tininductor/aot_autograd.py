@@ -168,10 +168,11 @@ def compile_aot(gm: torch.nn.Module, example_inputs, fw_compiler: Callable, bw_c
         artifacts.record("forward_graph", "inference graph (no input requires grad)", _readable(prim_gm))
         compiled = (inference_compiler or fw_compiler)(prim_gm, _fake_vals(prim_gm))
 
-        def run_inference(*args):
-            inputs = [*current_state(), *args]
-            if torch.is_grad_enabled() and any(isinstance(a, torch.Tensor) and a.requires_grad
-                                               for a in inputs):
+        tensors = [i for i, x in enumerate(all_inputs) if isinstance(x, torch.Tensor)]
+
+        def run_inference(*args):  # on every cached call: keep it lean
+            inputs = [*current_state(), *args] if owners else args
+            if torch.is_grad_enabled() and _any_requires_grad(inputs, tensors):
                 raise RuntimeError(
                     "this function was compiled for inference (no input required grad, or grad "
                     "mode was off), but was called with inputs that require grad: its outputs "
@@ -205,6 +206,13 @@ def compile_aot(gm: torch.nn.Module, example_inputs, fw_compiler: Callable, bw_c
 
     run_training.aot = aot
     return run_training
+
+
+def _any_requires_grad(inputs, positions) -> bool:
+    for i in positions:
+        if inputs[i].requires_grad:
+            return True
+    return False
 
 
 def _specialize_per_shape(gm, example_inputs, fw_compiler, bw_compiler, partition_fn,

@@ -216,8 +216,18 @@ class GraphLowering(torch.fx.Interpreter):
         return "\n".join(lines)
 
 
+#: library kernels called through their public torch function: the same ATen kernel and schema,
+#: without the OpOverload object's Python ``__call__`` (a few microseconds a call on a slow host)
+PUBLIC_NAMES = {"aten::mm": "torch.mm", "aten::bmm": "torch.bmm", "aten::addmm": "torch.addmm",
+                "aten::baddbmm": "torch.baddbmm", "aten::convolution": "torch.convolution"}
+
+
 def _kernel_name(target) -> str:
-    """A Python expression naming the torch callable, for the wrapper (``torch.ops.aten.mm.default``)."""
+    """A Python expression naming the torch callable, for the wrapper (``torch.mm``,
+    ``torch.ops.aten.cumsum.default``)."""
+    if isinstance(target, torch._ops.OpOverload) and target._overloadname == "default" \
+            and target._schema.name in PUBLIC_NAMES:
+        return PUBLIC_NAMES[target._schema.name]
     if isinstance(target, torch._ops.OpOverload):
         ns = target.namespace
         return f"torch.ops.{ns}.{target._opname}.{target._overloadname}"

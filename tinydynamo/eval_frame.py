@@ -141,19 +141,16 @@ class OptimizedFunction:
         L = self._bind(args, kwargs)
         G = self._globals
         cache = _caches.get(self._code) or get_cache(self._code)
-        entry = cache.lookup(L, G, self._backend)
-        if entry is not None:
-            _current_backend.append(self._backend)
-            try:
-                return entry.run(L, G)
-            finally:
-                _current_backend.pop()
-        if cache.run_eagerly is not None:
-            return self._orig_fn(*args, **kwargs)
-        entry = self._compile(cache, L, G)
+        entry = _lookup["fn"](cache.entries, L, G, self._backend)  # cache.lookup, one call less
         if entry is None:
-            return self._orig_fn(*args, **kwargs)
-        _current_backend.append(self._backend)
+            if cache.run_eagerly is not None:
+                return self._orig_fn(*args, **kwargs)
+            entry = self._compile(cache, L, G)
+            if entry is None:
+                return self._orig_fn(*args, **kwargs)
+        if entry.break_reason is None:  # one graph and no native calls: nothing asks for the backend
+            return entry.run(L, G)
+        _current_backend.append(self._backend)  # for the functions called natively at the break
         try:
             return entry.run(L, G)
         finally:

@@ -42,10 +42,17 @@ def _runtime_knobs():
 
 
 def _stream_getters():
-    """(current device, current stream of a device): what Triton's front door launches on."""
+    """(current device, current stream of a device): what Triton's front door launches on.
+
+    Triton asks ``torch.cuda.current_device()`` (Python: a lazy-init check, then C); the C
+    function under it answers the same in a tenth of the time.
+    """
     from triton.runtime import driver
 
-    return driver.active.get_current_device, driver.active.get_current_stream
+    get_device, get_stream = driver.active.get_current_device, driver.active.get_current_stream
+    if get_device is torch.cuda.current_device and hasattr(torch._C, "_cuda_getDevice"):
+        get_device = torch._C._cuda_getDevice  # CUDA is initialised: a kernel was just compiled
+    return get_device, get_stream
 
 
 def _hook_set(hook) -> bool:
@@ -113,7 +120,8 @@ class TritonLauncher:
         knobs = _runtime_knobs()
 
         def launch(args):
-            if _hook_set(knobs.launch_enter_hook) or _hook_set(knobs.launch_exit_hook):
+            enter, exit_ = knobs.launch_enter_hook, knobs.launch_exit_hook
+            if (enter is not None or exit_ is not None) and (_hook_set(enter) or _hook_set(exit_)):
                 self._launch_through_triton(args)  # a profiler is listening: let Triton call it
                 return
             c_launch(gx, gy, gz, get_stream(get_device()), function, metadata, None, None, None,
