@@ -6,6 +6,7 @@
 # chapter 10), run_all.txt.
 #
 #   bash bench/device_run.sh [OUT] [SECONDS_FOR_BENCHMARKS]
+#   BENCHES="block,call_overhead" bash bench/device_run.sh   # another order or subset of benchmarks
 #
 # Packages the GPU image lacks (bytecode, depyf and its needs) travel as wheels in .whl/.
 set -u
@@ -27,8 +28,8 @@ timeout 120 python3 -m pytest -q -p no:cacheprovider $xdist tests/test_inductor_
 timeout 60 python3 bench/gpu_e2e.py 2>&1 | tail -30 | tee "$out/e2e.txt"
 
 start=$(date +%s)
-for name in "block" "profile_step" "pointwise_chain" "call_overhead" "cold_compile" "block reduce-overhead" \
-            "softmax_layernorm" "call_overhead reduce-overhead" "guard_overhead"; do
+IFS=, read -r -a names <<<"${BENCHES:-block,profile_step,pointwise_chain,call_overhead,cold_compile,block reduce-overhead,softmax_layernorm,call_overhead reduce-overhead,guard_overhead}"
+for name in "${names[@]}"; do
     left=$((budget - ($(date +%s) - start)))
     [ "$left" -gt 20 ] || { echo "== $name: skipped (time budget spent)"; continue; }
     timeout "$left" python3 bench/run_all.py --only "$name" --timeout "$left" --out "$out/part_${name// /_}.json"

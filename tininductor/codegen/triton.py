@@ -311,6 +311,7 @@ class TritonKernel:
             params += ["rnumel" if self.persistent else "rnumel: tl.constexpr"]
         params += ["XBLOCK: tl.constexpr"] + (["RBLOCK: tl.constexpr"] if self.is_reduction else [])
         origins = [o for n in group.nodes for o in n.origins]
+        xblock, rblock, warps = self.block_sizes()
         code = IndentedBuffer()
         code.writeline("@triton.jit")
         code.writeline(f"def {self.name}({', '.join(params)}):")
@@ -323,16 +324,24 @@ class TritonKernel:
                 code.writeline("xindex = xoffset + tl.arange(0, XBLOCK)[:, None]")
             else:
                 code.writeline("xindex = xoffset + tl.arange(0, XBLOCK)")
-            code.writeline("xmask = xindex < xnumel")
+            # where the blocks tile the range exactly no lane is out of range: an all-true mask
+            # (folded away by Triton, so loads and stores need no compare), as TorchInductor does
+            shape = "[XBLOCK, 1]" if self.is_reduction else "[XBLOCK]"
+            if group.numel % xblock == 0:
+                code.writeline(f"xmask = tl.full({shape}, True, tl.int1)")
+            else:
+                code.writeline("xmask = xindex < xnumel")
             if self.persistent:
                 code.writeline("rindex = tl.arange(0, RBLOCK)[None, :]")
-                code.writeline("rmask = rindex < rnumel")
+                if group.rnumel == rblock:
+                    code.writeline("rmask = tl.full([1, RBLOCK], True, tl.int1)")
+                else:
+                    code.writeline("rmask = rindex < rnumel")
                 code.writelines(self.r_defs)
             elif self.is_reduction:
                 code.writeline("rbase = tl.arange(0, RBLOCK)[None, :]")
             code.splice(self.x_defs)
             code.splice(body)
-        xblock, rblock, warps = self.block_sizes()
         numel, rnumel = group.numel, group.rnumel
         grid = max(1, -(-numel // xblock))
         size_args = [str(numel)] + ([str(rnumel)] if self.persistent else [])
