@@ -256,7 +256,7 @@ def _node_label(graph, buf) -> str:
         if len(ops_) > 4:
             ops_ = ops_[:3] + ["..."]
     else:
-        kind, ops_ = "extern", [str(getattr(buf, "kernel", "extern")).split(".")[-2 if "." in str(getattr(buf, "kernel", "")) else -1]]
+        kind, ops_ = "extern", [getattr(buf, "op_name", "extern")]
     return f"{buf.get_name()} [{kind}]: {'+'.join(ops_)}"
 
 

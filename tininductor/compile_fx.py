@@ -96,8 +96,7 @@ def compile_fx_with_options(mode: str | None = None, options: dict | None = None
     frames cached for one mode are never reused for another.
     """
     if mode is not None and mode not in config.MODES:
-        raise ValueError(f"unknown mode {mode!r}: use one of {sorted(config.MODES)} (max-autotune is not "
-                         "implemented: block sizes come from heuristics)")
+        raise ValueError(f"unknown mode {mode!r}: use one of {sorted(config.MODES)}")
     changes = {**config.MODES.get(mode or "default", {}), **(options or {})}
     key = tuple(sorted(changes.items()))
     if key not in _configured:

@@ -30,6 +30,10 @@ class triton:
     #: runtime/cudagraphs.py): one replay instead of one launch per kernel
     cudagraphs: bool = False
 
+    #: time a few block-size/warp candidates per kernel at its first launch on a GPU and keep the
+    #: fastest (mode="max-autotune"; runtime/autotune.py); the choice is kept in the code cache
+    max_autotune: bool = False
+
     #: reductions with rnumel up to this keep the whole row in registers (persistent)
     persistent_reduction_max: int = 4096
     #: column-wise ("outer") reductions longer than this loop over a tile of XBLOCK columns
@@ -50,6 +54,8 @@ class triton:
 MODES: dict[str, dict] = {
     "default": {},
     "reduce-overhead": {"triton.cudagraphs": True},
+    "max-autotune": {"triton.max_autotune": True, "triton.cudagraphs": True},
+    "max-autotune-no-cudagraphs": {"triton.max_autotune": True},
 }
 
 

@@ -237,6 +237,11 @@ class ExternKernel(Buffer):
         self.reason = reason
         self.fn = fn  # the torch callable (OpOverload), so the wrapper can import it by name
 
+    @property
+    def op_name(self) -> str:
+        """The op's short name (``mm``, ``cumsum``), for listings of what runs where."""
+        return getattr(self.fn, "_opname", None) or getattr(self.fn, "__name__", None) or self.kernel
+
     def input_names(self) -> list[str]:
         names = []
         for a in itertools.chain(self.args, self.kwargs.values()):

@@ -354,7 +354,10 @@ class TritonKernel:
         # a TritonLauncher skips Triton's per-call argument binding (runtime/triton_launcher.py)
         code.writeline("")
         code.writeline("")
-        code.writeline(f"{name} = TritonLauncher({name}, grid=({grid},), num_warps={warps}, {consts})")
+        tune = ""
+        if config.triton.max_autotune:
+            tune = f", numel={numel},\n    autotune={self.autotune_configs(xblock, rblock, warps)}"
+        code.writeline(f"{name} = TritonLauncher({name}, grid=({grid},), num_warps={warps}, {consts}{tune})")
 
         def launch(arg_refs):
             if numel == 0:
@@ -386,6 +389,41 @@ class TritonKernel:
         # flight; the grid then has one program per row, which fills the GPU.
         rblock = min(next_power_of_2(rnumel), config.triton.looped_rblock)
         return 1, rblock, max(1, min(8, rblock // 256))
+
+
+    def autotune_configs(self, xblock: int, rblock: int, warps: int) -> list[dict]:
+        """Candidate launch configs for mode="max-autotune", the heuristic's first.
+
+        Pointwise and persistent kernels vary the rows per program (XBLOCK) and the warps;
+        looped reductions vary the chunk (RBLOCK) and the warps. Where the heuristic's blocks
+        tile the range exactly (so the kernel has no xmask), every candidate must too.
+        """
+        numel, rnumel = self.group.numel, self.group.rnumel
+        exact = numel % xblock == 0
+        first = {"XBLOCK": xblock, **({"RBLOCK": rblock} if self.is_reduction else {}), "num_warps": warps}
+        found = [first]
+
+        def add(x: int, r: int, w: int) -> None:
+            if x > next_power_of_2(numel) or (exact and numel % x) or x * r > 4 * config.triton.max_reduction_block:
+                return
+            candidate = {"XBLOCK": x, **({"RBLOCK": r} if self.is_reduction else {}), "num_warps": w}
+            if candidate not in found:
+                found.append(candidate)
+
+        if not self.is_reduction:
+            for x, w in ((256, 2), (512, 4), (1024, 4), (1024, 8), (2048, 8), (4096, 8)):
+                add(x, 1, w)
+        elif self.persistent:
+            for x in (1, 2, 4, 8, 16, 32):
+                for w in (4, 8):
+                    if 32 <= x * rblock // w and len(found) < 8:
+                        add(x, rblock, w)
+        else:
+            for r in (512, 1024, 2048, 4096):
+                if r <= next_power_of_2(rnumel):
+                    for w in (4, 8):
+                        add(xblock, r, w)
+        return found
 
 
 def is_persistent(group: FusedGroup) -> bool:

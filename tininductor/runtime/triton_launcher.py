@@ -67,15 +67,26 @@ class TritonLauncher:
     ``constants`` its ``tl.constexpr`` parameters, which the wrapper fixed at compile time.
     """
 
-    def __init__(self, fn, grid: tuple[int, ...], num_warps: int, **constants):
+    def __init__(self, fn, grid: tuple[int, ...], num_warps: int, autotune: list[dict] | None = None,
+                 numel: int | None = None, **constants):
         self.fn = fn
         self.grid = tuple(grid) + (1,) * (3 - len(grid))
         self.num_warps = num_warps
         self.constants = constants
         self.fast = _fast_path_possible(fn, constants)
+        # mode="max-autotune": candidate configs ({"XBLOCK": .., "num_warps": ..}), the first being
+        # the heuristic's; timed at the first launch on a GPU (runtime/autotune.py)
+        self.autotune = autotune if autotune and len(autotune) > 1 else None
+        self.numel = numel
         # alignment pattern of the pointer arguments -> a direct launch closure
         self._launchers: dict[int, object] = {}
         self._pointer_positions: tuple[int, ...] | None = None
+
+    def with_config(self, config: dict) -> "TritonLauncher":
+        """This kernel launched with another config: its grid follows XBLOCK (one program per block)."""
+        constants = {**self.constants, **{k: v for k, v in config.items() if k != "num_warps"}}
+        grid = (max(1, -(-self.numel // constants["XBLOCK"])),)
+        return TritonLauncher(self.fn, grid, config["num_warps"], numel=self.numel, **constants)
 
     def __repr__(self) -> str:
         return f"TritonLauncher({self.fn.__name__}, grid={self.grid}, num_warps={self.num_warps}, {self.constants})"
@@ -98,6 +109,13 @@ class TritonLauncher:
         return self.fn[self.grid](*args, **self.constants, num_warps=self.num_warps)
 
     def _first_launch(self, key: int, args):
+        if self.autotune is not None and self.fast:  # timings mean something only on a GPU
+            from .autotune import autotune
+
+            with dynamo_timed("autotune"):
+                best = self.with_config(autotune(self, args))
+            self.grid, self.num_warps, self.constants = best.grid, best.num_warps, best.constants
+            self.autotune = None
         with dynamo_timed("triton_first_launch"):  # Triton's JIT compile (and its launcher's build)
             compiled = self._launch_through_triton(args)
         if self._pointer_positions is None:
