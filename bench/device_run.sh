@@ -24,7 +24,7 @@ xdist=$(python3 -c "import xdist" 2>/dev/null && echo "-n 8")
 timeout 120 python3 -m pytest -q -p no:cacheprovider $xdist tests/test_inductor_reductions.py \
     tests/test_inductor_training.py tests/test_aot_tininductor.py tests/test_triton_launcher.py \
     tests/test_cuda_runtime.py tests/test_inductor_pointwise.py tests/test_dynamo_graph_breaks.py \
-    tests/test_dynamo_api.py 2>&1 | tail -25 | tee -a "$out/tests.txt"
+    tests/test_dynamo_api.py tests/test_autotune.py 2>&1 | tail -25 | tee -a "$out/tests.txt"
 timeout 60 python3 bench/gpu_e2e.py 2>&1 | tail -30 | tee "$out/e2e.txt"
 
 start=$(date +%s)
