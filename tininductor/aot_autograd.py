@@ -19,7 +19,6 @@ callable taking the graph's inputs as positional tensors and returning its outpu
 """
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 from typing import Callable
 
@@ -198,14 +197,28 @@ def compile_aot(gm: torch.nn.Module, example_inputs, fw_compiler: Callable, bw_c
         compiled_bw=bw_compiler(part.bw_gm, _fake_vals(part.bw_gm)),
         num_outputs=joint.num_outputs, diff_outputs=joint.diff_outputs, grad_mask=joint.grad_mask)
 
-    def run_training(*args):
-        primals = [*current_state(), *args]
-        with torch.enable_grad() if grad_inside else contextlib.nullcontext():
+    flat = is_flat_sequence(joint.out_spec)
+
+    def run_training(*args):  # on every cached call: keep it lean
+        primals = [*current_state(), *args] if owners else args
+        if grad_inside:
+            with torch.enable_grad():
+                outs = CompiledFunction.apply(runtime, *primals)
+        else:
             outs = CompiledFunction.apply(runtime, *primals)
-        return pytree.tree_unflatten(list(outs), joint.out_spec)
+        return joint.out_spec.type(outs) if flat else pytree.tree_unflatten(list(outs), joint.out_spec)
 
     run_training.aot = aot
     return run_training
+
+
+def is_flat_sequence(spec) -> bool:
+    """True for the pytree spec of a plain tuple/list of leaves (the usual output structure),
+    which a cached call then rebuilds without walking the tree."""
+    if spec.type not in (tuple, list):
+        return False
+    children = spec.children() if hasattr(spec, "children") else spec.children_specs  # torch < 2.12
+    return all(child.is_leaf() for child in children)
 
 
 def _any_requires_grad(inputs, positions) -> bool:

@@ -220,7 +220,9 @@ def _compile_fx_inner(gm: torch.fx.GraphModule, example_inputs, cudagraphs: str 
     spec = graph.output_spec
     call = module.call
 
-    if _is_flat_sequence(spec):
+    from .aot_autograd import is_flat_sequence
+
+    if is_flat_sequence(spec):
         container = spec.type  # the usual case: a flat tuple/list of outputs, no pytree walk per call
 
         def compiled(*args):
@@ -241,14 +243,6 @@ def _compile_fx_inner(gm: torch.fx.GraphModule, example_inputs, cudagraphs: str 
     compiled.fallback_reasons = list(graph.fallback_reasons)
     compiled.module = module
     return compiled
-
-
-def _is_flat_sequence(spec) -> bool:
-    """True for the pytree spec of a plain tuple/list of leaves (the common output structure)."""
-    if spec.type not in (tuple, list):
-        return False
-    children = spec.children() if hasattr(spec, "children") else spec.children_specs  # torch < 2.12
-    return all(child.is_leaf() for child in children)
 
 
 def _use_interpreter_if_needed(graph) -> None:
