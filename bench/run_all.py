@@ -30,12 +30,15 @@ BENCHMARKS = {
     "softmax_layernorm": ("softmax_layernorm", [], ["--elements-log2", "16", "--max-log2", "10", "--iters", "5"]),
     "guard_overhead": ("guard_overhead", [], []),
 }
-# CUDA graphs (mode="reduce-overhead" for both compilers): GPU only
+# CUDA graphs and autotuning (modes for both compilers): GPU only
 CUDA_BENCHMARKS = {
     "call_overhead reduce-overhead": ("call_overhead", ["--mode", "reduce-overhead"], ["--calls", "2000"]),
     "block reduce-overhead": ("block", ["--mode", "reduce-overhead"],
                               ["--iters", "5", "--batch", "2", "--seq", "16", "--hidden", "64"]),
     "profile_step": ("profile_step", [], ["--iters", "5", "--batch", "2", "--seq", "16", "--hidden", "64"]),
+    # both compilers time block-size candidates per kernel (large sizes: where it can matter)
+    "pointwise_chain max-autotune": ("pointwise_chain", ["--mode", "max-autotune-no-cudagraphs", "--min-log2", "22"],
+                                     ["--min-log2", "14", "--max-log2", "16", "--iters", "10"]),
 }
 
 
