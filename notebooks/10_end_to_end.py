@@ -207,7 +207,7 @@ print(compile_times())
 
 # %% [markdown]
 # In a fresh process (`python bench/cold_compile.py`, which prints the same table) two phases
-# dominate on this 2-core CPU: `fake_tensor_mode`, about 2 s, is the first
+# dominate on this 2-core CPU: `fake_tensor_mode`, 1.3-2 s, is the first
 # `FakeTensorMode()`, which imports all of TorchDynamo for its configuration (torch.compile
 # pays that import too), and `cpp_build`, about 1 s per g++ run. Tracing, lowering,
 # scheduling and code generation together take tens of milliseconds. On a GPU the g++ runs
@@ -283,6 +283,50 @@ for name, make in benchmark.compilers(["eager", "torch.compile", "tiny"]).items(
     print(f"{name:<14} {benchmark.bench(fn, small, DEVICE, 100, 2000) * 1e6:6.1f} us per call")
 
 # %% [markdown]
+# Where do tiny's microseconds go? A cached call passes through every layer of the course, and
+# each one can be timed on its own. The whole call binds the arguments and looks up the cache
+# (chapter 3), the guard check runs, and the compiled frame then fetches the graph inputs and
+# calls the backend. The AOT runtime checks grad mode (chapter 6), and finally the wrapper's
+# `call()` allocates the output and runs the kernel (chapters 8 and 9):
+
+# %% tags=["nbval-ignore-output"]
+import timeit
+
+from tininductor.compile_fx import compiled_graphs
+
+
+def add_one(x):
+    return x + 1
+
+
+x8 = torch.randn(8, device=DEVICE)
+tinydynamo.reset()
+compiled_add = tinydynamo.compile(add_one)
+compiled_add(x8)
+entry = tinydynamo.cache_info(compiled_add).entries[0]
+wrapper = compiled_graphs[-1].module
+L, G = {"x": x8}, add_one.__globals__
+layers = {
+    "eager x + 1": lambda: x8 + 1,
+    "tiny, the whole cached call": lambda: compiled_add(x8),
+    "  the guard check alone": lambda: entry.check_fn.check(L, G),
+    "  the compiled frame (fetch inputs, run)": lambda: entry.run(L, G),
+    "    the wrapper's call() alone": lambda: wrapper.call([x8]),
+}
+for name, fn in layers.items():
+    seconds = min(timeit.repeat(fn, number=5000, repeat=5)) / 5000
+    print(f"{name:<42} {seconds * 1e6:6.2f} us")
+
+# %% [markdown]
+# Each line of that wrapper is on the hot path of every call, so tininductor generates the
+# cheapest exact form of each, the same forms TorchInductor generates. Outputs are allocated
+# by torch's C++ `empty_strided_cpu` / `empty_strided_cuda`, and views are made by
+# `reinterpret_tensor`; neither parses Python arguments. Library kernels are called as
+# `torch.mm`, not through the `torch.ops.aten.mm.default` overload object: the ATen kernel is
+# the same, with less Python in front of it. On the GPU machine these forms took the cached
+# `x + 1` from 23.5 us to 11-15 us per call, and the fp16 block's inference from 0.88x eager
+# to 1.11x.
+#
 # ## 5. On a GPU
 #
 # The same benchmark scripts (`bench/run_all.py`) ran on the device machine. Their stored
@@ -305,14 +349,17 @@ else:
     print("no stored GPU run in notebooks/data/gpu_results.json")
 
 # %% [markdown]
-# ### Launch overhead: two levers
+# ### Launch overhead: three levers
 #
-# On a GPU a small graph is bounded by the host, not the device: a kernel on 4096 elements runs
-# in a few microseconds, while issuing it through Triton's `kernel[grid](...)` costs 10-20 us
-# of Python (binding, specialisation key, cache lookup). tininductor removes that in two steps:
+# On a GPU a small graph is bounded by the host, not the device. A kernel on 4096 elements
+# runs in a few microseconds, but issuing it through Triton's `kernel[grid](...)` costs 10-20 us
+# of Python (binding, specialisation key, cache lookup). tininductor removes that in three
+# steps:
 #
 # * **direct launches** (always on): each generated kernel is bound once to a `TritonLauncher`
 #   that calls the compiled kernel's C launcher with the precomputed grid (chapter 8);
+# * **a lean wrapper** (always on): C++ allocators and views, `torch.mm` for library kernels
+#   (section 4d above);
 # * **CUDA graphs** (`tinydynamo.compile(f, mode="reduce-overhead")`): the whole sequence of
 #   launches of an inference graph is recorded once and replayed with one call
 #   (`tininductor/runtime/cudagraphs.py`). Inputs are copied into static buffers first, and the
@@ -340,7 +387,7 @@ if stored.exists():
 # ### Host-bound steps
 #
 # `profile_step` in the stored run splits one fp16 training step of the block into wall time and
-# the time the GPU spends in kernels. Kernels account for only about a quarter of the wall time,
+# the time the GPU spends in kernels. Kernels account for well under half of the wall time,
 # for every backend: at this size the step is bound by the host (Python, autograd, launches),
 # so a compiler that fuses kernels barely moves the wall time; what helps is issuing fewer
 # launches with less Python around them, which is what CUDA graphs do.
@@ -358,6 +405,31 @@ if stored.exists() and "rows" in gpu["results"].get("profile_step", {}):
 # saves live in graph memory and must survive until its backward, so a forward is not replayed
 # while an earlier replay's backward is pending (it runs without the graph, in fresh memory),
 # and gradients are handed to autograd as copies.
+
+# %% [markdown]
+# ### max-autotune: measure instead of guessing
+#
+# Block sizes and warp counts come from heuristics (chapter 8's `block_sizes`) that look only
+# at the sizes. `tinydynamo.compile(f, mode="max-autotune")` gives each kernel's launcher a few
+# candidate configs instead. At the first launch each one is compiled and timed on the real
+# arguments (`triton.testing.do_bench`), and the fastest is kept, also in the code cache for
+# the next process (`tininductor/runtime/autotune.py`). The candidates are checked against
+# eager like everything else (`tests/test_autotune.py`). The stored run has the chain in that
+# mode for both compilers (`max-autotune-no-cudagraphs`, large sizes):
+
+# %%
+if stored.exists() and "rows" in gpu["results"].get("pointwise_chain max-autotune", {}):
+    for mode, name in (("default", "pointwise_chain"), ("max-autotune", "pointwise_chain max-autotune")):
+        for r in gpu["results"][name]["rows"]:
+            if r["n"] == "2^26":
+                print(f"{mode:<13} {r['dtype']:<8} n = 2^26: torch.compile {r['torch.compile GB/s']:.0f} GB/s, "
+                      f"tiny {r['tiny GB/s']:.0f} GB/s ({r['tiny vs torch.compile']:.3f}x torch.compile)")
+
+# %% [markdown]
+# At this size both compilers are at the memory roofline, so the autotuner has little left to
+# find: the default and the tuned kernels agree to about 1%, the size of run-to-run noise.
+# Autotuning pays where the heuristic is wrong for the machine, and its price is compile time.
+# Every candidate is a separate Triton compile.
 
 # %% [markdown]
 # ## 6. What to take away
