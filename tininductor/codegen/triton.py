@@ -390,7 +390,6 @@ class TritonKernel:
         rblock = min(next_power_of_2(rnumel), config.triton.looped_rblock)
         return 1, rblock, max(1, min(8, rblock // 256))
 
-
     def autotune_configs(self, xblock: int, rblock: int, warps: int) -> list[dict]:
         """Candidate launch configs for mode="max-autotune", the heuristic's first.
 
