@@ -47,9 +47,8 @@ def test_every_candidate_matches_eager(case):
     module = compiled.compiled_graphs[0].module
     for name in compiled.kernels:
         launcher = getattr(module, name)
-        assert launcher.autotune is not None or DEVICE == "cuda", f"{name} has no candidates"
-        candidates = launcher.autotune or []
-        assert len(candidates) >= 2
+        candidates = launcher.autotune  # not launched yet, so not tuned yet
+        assert candidates and len(candidates) >= 2, f"{name} has no candidates"
         xblock = launcher.constants["XBLOCK"]
         assert candidates[0]["XBLOCK"] == xblock and candidates[0]["num_warps"] == launcher.num_warps
         if re.search(rf"def {name}\(.*?xmask = tl.full", compiled.source, re.S):  # no mask: exact tiling
@@ -70,9 +69,7 @@ def timer_from(times: list[float]):
 def test_fastest_is_chosen_then_reused_from_the_cache():
     x = torch.randn(4096, device=DEVICE)
     compiled = tuned(lambda x: (x * 2).cos(), x)
-    launcher = getattr(compiled.compiled_graphs[0].module, compiled.kernels[0])
-    if launcher.autotune is None:  # on a GPU the first call already tuned it
-        pytest.skip("tuned at the first launch")
+    launcher = getattr(compiled.compiled_graphs[0].module, compiled.kernels[0])  # not launched yet
     n = len(launcher.autotune)
     out = torch.empty_like(x)
     times = [5.0] * n
@@ -98,8 +95,6 @@ def test_a_bad_cache_entry_is_tuned_again(damage):
     x = torch.randn(2048, device=DEVICE)
     compiled = tuned(lambda x: x.abs() + 1, x)
     launcher = getattr(compiled.compiled_graphs[0].module, compiled.kernels[0])
-    if launcher.autotune is None:
-        pytest.skip("tuned at the first launch")
     args = (x, torch.empty_like(x), x.numel())
     n = len(launcher.autotune)
     autotune.autotune(launcher, args, timer=timer_from([1.0] + [2.0] * (n - 1)), device="test")

@@ -1,0 +1,47 @@
+"""The wrapper's header: torch's C++ allocators and views, or the same in Python where torch lacks them."""
+import builtins
+
+import torch
+
+from tininductor.codegen.wrapper import HEADER, allocation
+from tininductor.ir import Layout
+
+
+def header_namespace(monkeypatch, with_fast_paths: bool) -> dict:
+    if not with_fast_paths:
+        real_import = builtins.__import__
+
+        def import_without_guards(name, *args, **kwargs):
+            if name == "torch._C._dynamo.guards":
+                raise ImportError(name)
+            return real_import(name, *args, **kwargs)
+
+        monkeypatch.setattr(builtins, "__import__", import_without_guards)
+    namespace: dict = {}
+    try:
+        exec(HEADER, namespace)
+    finally:
+        monkeypatch.undo()
+    return namespace
+
+
+def test_python_fallbacks_do_what_the_fast_paths_do(monkeypatch):
+    fast, slow = header_namespace(monkeypatch, True), header_namespace(monkeypatch, False)
+    assert fast["reinterpret_tensor"] is torch._C._dynamo.guards._reinterpret_tensor
+    assert slow["reinterpret_tensor"] is not fast["reinterpret_tensor"]
+    base = torch.arange(100.0)[10:]  # a view with a storage offset: offsets are relative to it
+    views = [ns["reinterpret_tensor"](base, (3, 4), (1, 3), 5) for ns in (fast, slow)]
+    assert views[0].storage_offset() == views[1].storage_offset() == 15
+    torch.testing.assert_close(views[0], views[1])
+    buffers = [ns["empty_strided_cpu"]((2, 3), (1, 2), torch.float16) for ns in (fast, slow)]
+    for b in buffers:
+        assert (b.shape, b.stride(), b.dtype, b.device.type) == ((2, 3), (1, 2), torch.float16, "cpu")
+
+
+def test_allocation_source_names_the_device_kind():
+    cpu = Layout(torch.device("cpu"), torch.float32, [4, 8], [8, 1], 0)
+    assert allocation(cpu) == "empty_strided_cpu((4, 8), (8, 1), torch.float32)"
+    cuda = Layout(torch.device("cuda", 0), torch.bfloat16, [4], [1], 0)
+    assert allocation(cuda) == "empty_strided_cuda((4,), (1,), torch.bfloat16)"
+    meta = Layout(torch.device("meta"), torch.float32, [2], [1], 0)
+    assert allocation(meta) == "torch.empty_strided((2,), (1,), device='meta', dtype=torch.float32)"
