@@ -281,6 +281,11 @@ print("TinyBlock via tininductor's Triton path matches eager")
 # (`tininductor/runtime/triton_launcher.py`), whose `run()` goes through the front door once
 # per alignment pattern and afterwards calls the compiled kernel's C launcher directly.
 # In the interpreter (this machine, if it has no GPU) `run()` simply uses the front door.
+#
+# Two smaller differences have the same motive, since every line of `call()` runs on every
+# call. Buffers are allocated with torch's C++ `empty_strided_cpu` / `empty_strided_cuda` and
+# views are made with `reinterpret_tensor`, so no Python arguments are parsed. Library kernels
+# are called as `torch.mm`, not through the `torch.ops.aten.mm.default` overload object.
 
 # %%
 src = compiled_block.source
