@@ -349,6 +349,32 @@ else:
     print("no stored GPU run in notebooks/data/gpu_results.json")
 
 # %% [markdown]
+# The pointwise sweep of that run, plotted like the CPU one in section 2. At 2^26 elements
+# both compilers move about 3 TB/s, the copy bandwidth of the H100's memory; eager moves a
+# third of that, because every op of the chain writes its result to memory and the next op
+# reads it back. Below about 2^22 elements all three are bound by per-call costs on the host,
+# and tiny's lean cached path (section 4d) puts it ahead of both. (One point is an outlier of
+# that run: torch.compile's fp16 chain at 2^24 elements.)
+
+# %% tags=["nbval-ignore-output"]
+if stored.exists() and "rows" in gpu["results"].get("pointwise_chain", {}):
+    chain_rows = gpu["results"]["pointwise_chain"]["rows"]
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(9, 3.5), dpi=80)
+    colours = {"eager": "tab:blue", "torch.compile": "tab:orange", "tiny": "tab:green"}
+    for dtype, style in (("float32", "-"), ("float16", "--")):
+        rows_ = [r for r in chain_rows if r["dtype"] == dtype]
+        ns = [2 ** int(r["n"].split("^")[1]) for r in rows_]
+        for name, colour in colours.items():
+            kw = dict(color=colour, linestyle=style, marker="o", markersize=3, label=f"{name} {dtype}")
+            ax1.plot(ns, [r["eager us"] / r[f"{name} us"] for r in rows_], **kw)
+            ax2.plot(ns, [r[f"{name} %bw"] for r in rows_], **kw)
+    ax1.set(xscale="log", xlabel="elements", ylabel="speedup over eager", title=f"chain on {gpu['device']}")
+    ax2.set(xscale="log", yscale="log", xlabel="elements", ylabel="% of copy bandwidth", title="bandwidth used")
+    ax2.legend(fontsize=7)
+    plt.tight_layout()
+    plt.show()
+
+# %% [markdown]
 # ### Launch overhead: three levers
 #
 # On a GPU a small graph is bounded by the host, not the device. A kernel on 4096 elements
