@@ -161,3 +161,55 @@ def test_torch_transformer_encoder_layer_one_graph():
         x = torch.randn(2, 5, 16)
         torch.testing.assert_close(cm(x), m(x))
     assert cnt.frame_count == 1
+
+
+class Scaled(nn.Module):
+    """A parameter, a buffer, a submodule, and a property that reads a parameter."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+        self.register_buffer("shift", torch.ones(4))
+        self.raw_scale = nn.Parameter(torch.full((4,), 2.0))
+
+    @property
+    def scale(self):
+        return self.raw_scale * 1.0
+
+    def forward(self, x):
+        return self.fc(x) * self.scale + self.shift
+
+
+def test_module_members_are_read_from_their_dicts_and_shown_dotted():
+    torch.manual_seed(0)
+    m = Scaled()
+    cm = tinydynamo.compile(m, backend="eager")
+    x = torch.randn(3, 4)
+    torch.testing.assert_close(cm(x), m(x))
+    entry = tinydynamo.cache_info(cm).entries[0]
+    # the frame and the guards skip nn.Module.__getattr__: they index the module's own tables
+    assert "L['self']._modules['fc']._parameters['weight']" in entry.code
+    assert "._buffers['shift']" in entry.check_fn.code and "._parameters['raw_scale']" in entry.code
+    # what people read stays the attribute path
+    readable = "\n".join(g.readable() for g in entry.check_fn.guards)
+    assert "L['self'].fc.weight" in readable and "_parameters" not in readable
+
+
+def test_replaced_members_are_seen_by_the_cached_frame():
+    torch.manual_seed(0)
+    m = Scaled()
+    tinydynamo.reset()
+    cnt = CompileCounter()
+    cm = tinydynamo.compile(m, backend=cnt)
+    x = torch.randn(3, 4)
+    cm(x)
+    m.fc.weight = nn.Parameter(torch.randn(4, 4))  # same shape: the cached entry runs, with the new one
+    torch.testing.assert_close(cm(x), m(x))
+    assert cnt.frame_count == 1
+    m.fc = nn.Linear(4, 4)  # another module object: a miss, then a recompile
+    torch.testing.assert_close(cm(x), m(x))
+    assert cnt.frame_count == 2
+    del m.shift  # the buffer becomes a plain attribute: the dict read misses, the new frame reads it
+    m.shift = torch.zeros(4)
+    torch.testing.assert_close(cm(x), m(x))
+    assert cnt.frame_count == 3

@@ -224,7 +224,7 @@ register_guard_kind("DICT_KEYS", _dict_keys_code, _dict_keys_failure,
 
 def _alias_code(g: Guard, ref: str, scope: SourceScope) -> list[str]:
     other, same = g.expected
-    return [f"({ref} is {other.name()}) is {same!r}"]
+    return [f"({ref} is {other.code()}) is {same!r}"]
 
 
 register_guard_kind(
@@ -265,9 +265,9 @@ def generate_check_code(guards: list[Guard], scope: SourceScope) -> str:
         base = getattr(source, "base", None)
         if base is not None:  # evaluate the parent once, reuse it: L['self'].fc1 -> ___v1.weight
             parent = ref_of(base)
-            expr = key.replace(base.name(), parent, 1)
+            expr = source.code().replace(base.code(), parent, 1)
         else:
-            expr = key
+            expr = source.code()
         ref = f"___v{len(refs)}"
         refs[key] = ref
         body.append(f"{ref} = {expr}")

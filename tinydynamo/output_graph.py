@@ -90,11 +90,11 @@ class ReturnCodegen:
         from tinydynamo.source import LocalSource
 
         if not self.hoist_sources or isinstance(source, LocalSource):
-            return source.name()
+            return source.code()
         key = source.name()
         if key not in self._hoisted:
             self._hoisted[key] = f"___s{len(self._hoisted)}"
-            self.prelude.append(f"{self._hoisted[key]} = {key}")
+            self.prelude.append(f"{self._hoisted[key]} = {source.code()}")
         return self._hoisted[key]
 
 
@@ -235,7 +235,7 @@ class OutputGraph:
                 raise TypeError(f"backend {backend!r} returned {type(compiled_fn).__name__}, not a callable")
         else:  # nothing to compile: TorchDynamo skips the backend for op-free graphs too
             compiled_fn = gm.forward
-        inputs = ", ".join(s.name() for s in self.input_sources)
+        inputs = ", ".join(s.code() for s in self.input_sources)
         lines = ["def ___compiled_frame(L, G):"]
         grad_nodes = [n for n in self.graph.nodes if is_grad_mode_node(n)]
         if grad_nodes:  # the grad mode after the graph, also when it raises (as eager's `with` exits)

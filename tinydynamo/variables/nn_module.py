@@ -13,7 +13,7 @@ import types
 from torch import nn
 
 from tinydynamo.exc import unimplemented
-from tinydynamo.source import AttrSource, GetItemSource
+from tinydynamo.source import GetItemSource, module_member_source
 from tinydynamo.variables.base import VariableTracker
 from tinydynamo.variables.constant import ConstantVariable
 
@@ -46,7 +46,7 @@ class NNModuleVariable(VariableTracker):
             return None
         if name.isdigit() and isinstance(self.module, (nn.Sequential, nn.ModuleList, nn.ParameterList)):
             return GetItemSource(self.source, int(name))  # L['self'].h[0] rather than getattr(..., '0')
-        return AttrSource(self.source, name)
+        return module_member_source(self.module, self.source, name)
 
     def _wrap_child(self, tx, name: str, value) -> VariableTracker:
         from tinydynamo.variables.builder import VariableBuilder
@@ -162,11 +162,12 @@ class NNModuleVariable(VariableTracker):
     def _wrap_dotted(self, tx, dotted: str, value) -> VariableTracker:
         from tinydynamo.variables.builder import VariableBuilder
 
-        source = self.source
+        source, owner = self.source, self.module
         if dotted == "":
             return self
         for part in dotted.split("."):
-            source = AttrSource(source, part) if source is not None else None
+            source = module_member_source(owner, source, part) if source is not None else None
+            owner = getattr(owner, part)
         return VariableBuilder(tx, source).wrap(value)
 
     def reconstruct(self, codegen) -> str:
