@@ -48,6 +48,7 @@ def main(argv=None) -> int:
     parser.add_argument("--quick", action="store_true", help="small sizes, for a smoke test")
     parser.add_argument("--only", default="", help="comma list of benchmarks to run, in that order")
     parser.add_argument("--timeout", type=int, default=900, help="seconds per benchmark")
+    parser.add_argument("--plots", type=Path, default=None, help="also draw one PNG per benchmark into this folder")
     args = parser.parse_args(argv)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     table = {**BENCHMARKS, **(CUDA_BENCHMARKS if device == "cuda" else {})}
@@ -78,6 +79,10 @@ def main(argv=None) -> int:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(combined, indent=1))
     print(f"all results: {args.out}")
+    if args.plots is not None:
+        from bench import plot_results
+
+        plot_results.main([str(args.out), "--out", str(args.plots)])
     return 0 if all("error" not in r for r in combined["results"].values()) else 1
 
 

@@ -170,3 +170,87 @@ def save(name: str, device: str, rows: list[dict], meta: dict | None = None, pat
     path.write_text(json.dumps(payload, indent=1))
     print(f"results: {path}")
     return path
+
+
+# ---- plots of stored results (chapter 10, bench/plot_results.py) ------------------------------------
+COLOURS = {"eager": "tab:blue", "torch.compile": "tab:orange", "tiny": "tab:green"}
+
+
+def _backends_in(rows: list[dict], suffix: str) -> list[str]:
+    return [b for b in BACKENDS if any(f"{b} {suffix}" in r for r in rows)]
+
+
+def plot_chain(rows: list[dict], title: str = "pointwise chain"):
+    """Pointwise sweep rows -> a figure: speedup over eager, and percent of copy bandwidth, vs size."""
+    import matplotlib.pyplot as plt
+
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(9, 3.5), dpi=80)
+    for dtype, style in zip(dict.fromkeys(r["dtype"] for r in rows), ("-", "--", ":")):
+        own = [r for r in rows if r["dtype"] == dtype]
+        sizes = [2 ** int(str(r["n"]).split("^")[1]) if "^" in str(r["n"]) else int(r["n"]) for r in own]
+        for name in _backends_in(own, "us"):
+            kw = dict(color=COLOURS[name], linestyle=style, marker="o", markersize=3, label=f"{name} {dtype}")
+            ax1.plot(sizes, [r["eager us"] / r[f"{name} us"] for r in own], **kw)
+            ax2.plot(sizes, [r[f"{name} %bw"] for r in own], **kw)
+    ax1.set(xscale="log", xlabel="elements", ylabel="speedup over eager", title=title)
+    ax2.set(xscale="log", yscale="log", xlabel="elements", ylabel="% of copy bandwidth", title="bandwidth used")
+    ax2.legend(fontsize=7)
+    fig.tight_layout()
+    return fig
+
+
+def plot_rows(rows: list[dict], title: str = "row-wise reductions"):
+    """Softmax / LayerNorm sweep rows -> a figure: GB/s against row length, one panel per op."""
+    import matplotlib.pyplot as plt
+
+    ops = list(dict.fromkeys(r["op"] for r in rows))
+    fig, axes = plt.subplots(1, len(ops), figsize=(4.5 * len(ops), 3.5), dpi=80, squeeze=False)
+    for ax, op in zip(axes[0], ops):
+        own = [r for r in rows if r["op"] == op]
+        cols = [int(r["shape"].split("x")[1]) for r in own]
+        for name in _backends_in(own, "GB/s"):
+            ax.plot(cols, [r[f"{name} GB/s"] for r in own], color=COLOURS[name], marker="o", markersize=3, label=name)
+        ax.set(xscale="log", xlabel="row length", ylabel="GB/s", title=f"{title}: {op}")
+    axes[0][0].legend(fontsize=7)
+    fig.tight_layout()
+    return fig
+
+
+def plot_bars(rows: list[dict], label_keys: list[str], suffix: str, title: str):
+    """Rows of per-backend times (``"<backend> <suffix>"`` columns) -> grouped bars, one group a row."""
+    import matplotlib.pyplot as plt
+
+    names = _backends_in(rows, suffix)
+    fig, ax = plt.subplots(figsize=(max(4.5, 1.6 * len(rows)), 3.5), dpi=80)
+    width = 0.8 / max(1, len(names))
+    for i, name in enumerate(names):
+        ax.bar([j + i * width for j in range(len(rows))], [r.get(f"{name} {suffix}", 0) or 0 for r in rows],
+               width, color=COLOURS[name], label=name)
+    ax.set_xticks([j + width * (len(names) - 1) / 2 for j in range(len(rows))])
+    ax.set_xticklabels(["\n".join(str(r[k]) for k in label_keys) for r in rows], fontsize=8)
+    ax.set(ylabel=suffix, title=title)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    return fig
+
+
+def plot_result(name: str, payload: dict):
+    """The figure for one saved benchmark result (as ``save`` wrote it), or None for a kind without one."""
+    kind, rows = payload.get("benchmark", name), payload.get("rows") or []
+    title = f"{name} on {payload.get('device', '?')}"
+    if not rows:
+        return None
+    if kind == "pointwise_chain":
+        return plot_chain(rows, title)
+    if kind == "softmax_layernorm":
+        return plot_rows(rows, payload.get("device", name))
+    if kind == "block":
+        return plot_bars(rows, ["phase", "dtype"], "ms", title)
+    if kind == "call_overhead":
+        return plot_bars(rows, ["function"], "us/call", title)
+    if kind == "cold_compile":
+        pivot = {}
+        for r in rows:
+            pivot.setdefault(r["case"], {"case": r["case"]})[f"{r['backend']} s"] = r["median s"]
+        return plot_bars(list(pivot.values()), ["case"], "s", title)
+    return None

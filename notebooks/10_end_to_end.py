@@ -362,19 +362,7 @@ else:
 # %% tags=["nbval-ignore-output"]
 if stored.exists() and "rows" in gpu["results"].get("pointwise_chain", {}):
     chain_rows = gpu["results"]["pointwise_chain"]["rows"]
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(9, 3.5), dpi=80)
-    colours = {"eager": "tab:blue", "torch.compile": "tab:orange", "tiny": "tab:green"}
-    for dtype, style in (("float32", "-"), ("float16", "--")):
-        rows_ = [r for r in chain_rows if r["dtype"] == dtype]
-        ns = [2 ** int(r["n"].split("^")[1]) for r in rows_]
-        for name, colour in colours.items():
-            kw = dict(color=colour, linestyle=style, marker="o", markersize=3, label=f"{name} {dtype}")
-            ax1.plot(ns, [r["eager us"] / r[f"{name} us"] for r in rows_], **kw)
-            ax2.plot(ns, [r[f"{name} %bw"] for r in rows_], **kw)
-    ax1.set(xscale="log", xlabel="elements", ylabel="speedup over eager", title=f"chain on {gpu['device']}")
-    ax2.set(xscale="log", yscale="log", xlabel="elements", ylabel="% of copy bandwidth", title="bandwidth used")
-    ax2.legend(fontsize=7)
-    plt.tight_layout()
+    benchmark.plot_chain(chain_rows, title=f"chain on {gpu['device']}")
     plt.show()
 
 # %% [markdown]
