@@ -133,3 +133,24 @@ def test_gpu_tunes_at_the_first_launch():
     assert autotune.stats["tuned"] == before + 1
     launcher = getattr(compiled.compiled_graphs[0].module, compiled.kernels[0])
     assert launcher.autotune is None  # tuned: the chosen config is now the launcher's own
+
+
+def test_a_candidate_that_cannot_run_is_skipped():
+    x = torch.randn(2048, device=DEVICE)
+    compiled = tuned(lambda x: x * x, x)
+    launcher = getattr(compiled.compiled_graphs[0].module, compiled.kernels[0])
+    n = len(launcher.autotune)
+    broken = launcher.autotune[1]
+    original = launcher.with_config
+
+    def with_config(config):
+        trial = original(config)
+        if config == broken:  # as if this config needed more registers than the GPU has
+            trial.run = lambda *args: (_ for _ in ()).throw(RuntimeError("out of resources"))
+        return trial
+
+    launcher.with_config = with_config
+    times = [2.0] * (n - 1)  # the broken candidate is never timed
+    times[-1] = 1.0
+    args = (x, torch.empty_like(x), x.numel())
+    assert autotune.autotune(launcher, args, timer=timer_from(times), device="test") == launcher.autotune[-1]

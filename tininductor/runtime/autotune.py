@@ -67,8 +67,15 @@ def autotune(launcher, args, timer: Callable[[Callable[[], None]], float] = _tim
     timings = []
     for config in candidates:
         trial = launcher.with_config(config)
-        trial.run(*args)  # compile (and check it launches) outside the timing
+        try:
+            trial.run(*args)  # compile (and check it launches) outside the timing
+        except Exception as e:  # e.g. out of registers or shared memory on this GPU: not a candidate
+            log.info("autotune %s: %s does not run here (%s: %s)", launcher.fn.__name__, config, type(e).__name__, e)
+            timings.append(float("inf"))
+            continue
         timings.append(timer(lambda: trial.run(*args)))
+    if all(t == float("inf") for t in timings[1:]):
+        return candidates[0]  # only the heuristic's config is left: nothing to choose or remember
     best = candidates[min(range(len(candidates)), key=timings.__getitem__)]
     stats["tuned"] += 1
     log.info("autotuned %s: %s (%s)", launcher.fn.__name__, best,
