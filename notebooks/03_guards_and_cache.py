@@ -187,6 +187,22 @@ print("after replacing fc1: matches:", torch.allclose(cb(xb), block(xb)), "| fra
 print("reason:", tinydynamo.cache_info(cb).last_reason)
 
 # %% [markdown]
+# A guard has two spellings of its source. `source.name()` is what people read and what
+# failure reasons print: `L['self'].fc1.weight`. `source.code()` is what the generated check
+# function evaluates, and for a module member it reads the module's own dicts:
+# `._modules['fc1']`, then `._parameters['weight']`. `nn.Module` stores members there, and
+# `block.fc1` reaches them through a Python `__getattr__`. That costs about half a microsecond
+# per read, on every call, for every parameter (`tinydynamo/source.py`, `ModuleMemberSource`).
+# Your `generate_check_code` from Exercise 3.3 uses `name()`, which is just as correct:
+
+# %%
+check_code = [line.strip() for line in tinydynamo.cache_info(cb).entries[0].check_fn.code.splitlines()]
+fc1 = next(line.split(" = ")[0] for line in check_code if line.endswith("_modules['fc1']"))  # its local
+print("\n".join(line for line in check_code
+                if line.startswith(f"{fc1} =") or line.startswith("___v") and f"= {fc1}." in line
+                or line.startswith("# TENSOR_MATCH: check_tensor(L['self'].fc1")))
+
+# %% [markdown]
 # ## 7. What a guard check costs
 #
 # `bench/guard_overhead.py` measures it properly (4 tensors, against `torch.compile` in the same
