@@ -243,7 +243,7 @@ def plot_result(name: str, payload: dict):
     if kind == "pointwise_chain":
         return plot_chain(rows, title)
     if kind == "softmax_layernorm":
-        return plot_rows(rows, payload.get("device", name))
+        return plot_rows(rows, title)
     if kind == "block":
         return plot_bars(rows, ["phase", "dtype"], "ms", title)
     if kind == "call_overhead":

@@ -45,9 +45,6 @@ class FrameCache:
     run_eagerly: str | None = None  # why this code object now always runs eagerly
     last_reason: str | None = None  # the latest recompile reason
 
-    def lookup(self, L: dict, G: dict, backend) -> CompiledFrame | None:
-        return _lookup["fn"](self.entries, L, G, backend)
-
 
 def lookup_entry(entries: list[CompiledFrame], L: dict, G: dict, backend) -> CompiledFrame | None:
     """The first (newest) entry for ``backend`` whose guards pass on ``L``/``G``, else None (a miss)."""
@@ -141,7 +138,7 @@ class OptimizedFunction:
         L = self._bind(args, kwargs)
         G = self._globals
         cache = _caches.get(self._code) or get_cache(self._code)
-        entry = _lookup["fn"](cache.entries, L, G, self._backend)  # cache.lookup, one call less
+        entry = _lookup["fn"](cache.entries, L, G, self._backend)  # newest entry whose guards pass
         if entry is None:
             if cache.run_eagerly is not None:
                 return self._orig_fn(*args, **kwargs)
