@@ -359,8 +359,20 @@ def native_dropout(x, p, train):
 # ----------------------------------------------------------------------------- indexing
 @register_decomposition(aten.embedding)
 def embedding(weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=False):
-    """Rows of ``weight`` picked by ``indices``: plain advanced indexing."""
-    return aten.index(weight, [indices])
+    """Rows of ``weight`` picked by ``indices``: plain advanced indexing.
+
+    ``padding_idx``: in eager the padding row gets no gradient. The values are the same rows,
+    but where an index is the padding index the row is read through ``detach``, which AD
+    treats as a gradient stop. ``scale_grad_by_freq`` / ``sparse`` change only the gradient:
+    the op stays (a fallback) and its VJP rule calls ``embedding_dense_backward``.
+    """
+    if scale_grad_by_freq or sparse:
+        return NotImplemented
+    rows = aten.index(weight, [indices])
+    if padding_idx is None or padding_idx < 0:
+        return rows
+    keep = aten.unsqueeze(aten.ne(indices, padding_idx), -1)
+    return aten.where(keep, rows, aten.detach(rows))
 
 
 # ----------------------------------------------------------------------------- the pass

@@ -22,7 +22,7 @@ import torch.utils._pytree as pytree
 from torch.fx.experimental.proxy_tensor import make_fx
 
 from tininductor.decompositions import DECOMPOSITIONS
-from tininductor.vjp_rules import get_vjp
+from tininductor.vjp_rules import NON_DIFFERENTIABLE_OUTPUTS, NOT_DIFFERENTIABLE, get_vjp
 
 
 @dataclasses.dataclass
@@ -45,8 +45,42 @@ def _is_float_tensor(val) -> bool:
     return isinstance(val, torch.Tensor) and (val.dtype.is_floating_point or val.dtype.is_complex)
 
 
+def _is_differentiable(val) -> bool:
+    """A float tensor, or (a multi-output op) a tuple/list holding at least one float tensor."""
+    if isinstance(val, (tuple, list)):
+        return any(_is_float_tensor(v) for v in val)
+    return _is_float_tensor(val)
+
+
+class MissingVJPRule(NotImplementedError):
+    """An op on a path from a trainable input to a differentiable output has no VJP rule.
+
+    Raised at compile time, so the frame falls back to eager (with a warning naming ``op``)
+    instead of running with a gradient silently missing.
+    """
+
+    def __init__(self, op, node_name: str, argument: int | str | None = None):
+        self.op = op
+        packet = getattr(op, "overloadpacket", op)
+        if argument is not None:  # the rule exists but cannot differentiate this argument
+            super().__init__(
+                f"the VJP rule of {op} (node {node_name}) returned no gradient for its argument "
+                f"{argument}, which requires grad: extend the rule to differentiate it")
+            return
+        super().__init__(
+            f"no VJP rule for {op} (node {node_name}), which is on a path from an input that "
+            f"requires grad to a differentiable output: register one with "
+            f"@tininductor.vjp_rules.register_vjp({packet}), or decompose the op into ops "
+            f"that have rules")
+
+
 def requires_grad_nodes(graph: fx.Graph, requires_grad: list[bool]) -> set[fx.Node]:
-    """Nodes whose value needs a gradient: float tensors that depend on a trainable primal."""
+    """Nodes whose value needs a gradient: float tensors that depend on a trainable primal.
+
+    A multi-output op (its value a tuple, read through ``getitem`` nodes) is in the set when
+    one of its float outputs is; each ``getitem`` is then in the set when *its* element is a
+    float tensor, so requires-grad is tracked per output element.
+    """
     result: set[fx.Node] = set()
     placeholders = [n for n in graph.nodes if n.op == "placeholder"]
     for node, flag in zip(placeholders, requires_grad):
@@ -57,13 +91,28 @@ def requires_grad_nodes(graph: fx.Graph, requires_grad: list[bool]) -> set[fx.No
             continue
         if node.target is torch.ops.aten.detach.default:  # gradients stop here
             continue
-        if any(arg in result for arg in node.all_input_nodes) and _is_float_tensor(node.meta.get("val")):
+        packet = getattr(node.target, "overloadpacket", node.target)
+        if packet in NOT_DIFFERENTIABLE:  # shape-only creation, random draws, rounding
+            continue
+        if node.target is operator.getitem and isinstance(node.args[0], fx.Node):
+            producer = getattr(node.args[0].target, "overloadpacket", None)
+            if node.args[1] in NON_DIFFERENTIABLE_OUTPUTS.get(producer, ()):  # saved stats, masks
+                continue
+        if any(arg in result for arg in node.all_input_nodes) and _is_differentiable(node.meta.get("val")):
             result.add(node)
     return result
 
 
 def _accumulate(grads: dict, node: fx.Node, grad: torch.Tensor) -> None:
     grads[node] = grad if node not in grads else torch.ops.aten.add(grads[node], grad)
+
+
+def _accumulate_element(grads: dict, producer: fx.Node, index: int, grad: torch.Tensor,
+                        num_outputs: int) -> None:
+    """``getitem(producer, index)`` got ``grad``: add it to entry ``index`` of the producer's
+    per-output gradient list (None where no gradient arrived)."""
+    per_output = grads.setdefault(producer, [None] * num_outputs)
+    per_output[index] = grad if per_output[index] is None else torch.ops.aten.add(per_output[index], grad)
 
 
 def backward_pass(graph: fx.Graph, env: dict[fx.Node, object], needs_grad: set[fx.Node],
@@ -74,24 +123,47 @@ def backward_pass(graph: fx.Graph, env: dict[fx.Node, object], needs_grad: set[f
     ``env`` maps each node to its forward value. Returns the gradient of every node reached
     (placeholders included); a node no gradient reaches is simply absent. ``rules`` replaces
     the VJP registry (vjp_rules.VJP_RULES).
+
+    Multi-output ops: a ``getitem`` node hands its gradient to its producer, at its index; the
+    producer's rule is then called with a list of gradients, one per output (``None`` for an
+    output no gradient reached). A node that a gradient reaches and that has no rule raises
+    :class:`MissingVJPRule`; so does a rule that returns no gradient for an input needing one.
     """
     grads = dict(output_grads)
     for node in reversed(graph.nodes):
         if node.op != "call_function" or node not in grads or node not in needs_grad:
             continue
         if node.target is operator.getitem:
-            raise NotImplementedError(f"no VJP for multi-output op feeding {node.name}")
+            producer, index = node.args
+            value = env[producer]
+            if isinstance(producer, fx.Node) and producer in needs_grad and isinstance(value, (tuple, list)):
+                _accumulate_element(grads, producer, index, grads[node], len(value))
+            continue
+        try:
+            rule = get_vjp(node.target, rules)
+        except NotImplementedError:
+            raise MissingVJPRule(node.target, node.name) from None
         args = fx.node.map_arg(node.args, lambda n: env[n])
         kwargs = fx.node.map_arg(node.kwargs, lambda n: env[n])
-        input_grads = get_vjp(node.target, rules)(grads[node], env[node], *args, **kwargs)
-        for arg, grad in zip(node.args, input_grads):
+        for name, arg in node.kwargs.items():  # rules return gradients for positional arguments only
+            if isinstance(arg, fx.Node) and arg in needs_grad:
+                raise MissingVJPRule(node.target, node.name, argument=name)
+        input_grads = rule(grads[node], env[node], *args, **kwargs)
+        for i, (arg, grad) in enumerate(zip(node.args, input_grads)):
             if isinstance(arg, (list, tuple)) and isinstance(grad, (list, tuple)):  # cat's tensor list
                 for a, g in zip(arg, grad):
-                    if isinstance(a, fx.Node) and a in needs_grad and g is not None:
+                    if isinstance(a, fx.Node) and a in needs_grad:
+                        _check_grad(node, i, g)
                         _accumulate(grads, a, g)
-            elif isinstance(arg, fx.Node) and arg in needs_grad and grad is not None:
+            elif isinstance(arg, fx.Node) and arg in needs_grad:
+                _check_grad(node, i, grad)
                 _accumulate(grads, arg, grad)
     return grads
+
+
+def _check_grad(node: fx.Node, index: int, grad) -> None:
+    if grad is None:
+        raise MissingVJPRule(node.target, node.name, argument=index)
 
 
 def create_joint(fw_gm: fx.GraphModule, fake_primals: list, requires_grad: list[bool],

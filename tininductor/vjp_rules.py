@@ -367,17 +367,6 @@ register_vjp(aten.amax)(_amax_amin_vjp)
 register_vjp(aten.amin)(_amax_amin_vjp)
 
 
-@register_vjp(aten.var)
-def var_vjp(grad, out, x, dim=None, *, correction=None, keepdim=False):
-    # d var / dx = 2 (x - mean) / (N - correction)
-    dims = _dims(dim, x.dim())
-    count = math.prod(x.shape[d] for d in dims) if x.dim() else 1
-    correction = 1 if correction is None else correction
-    centered = aten.sub(x, aten.mean(x, dims, keepdim=True))
-    scale = 2.0 / (count - correction) if count > correction else math.nan
-    return aten.mul(aten.mul(_unreduce(grad, x, dims, keepdim), centered), scale), None
-
-
 # ----------------------------------------------------------------------------- creation
 @register_vjp(aten.full, aten.scalar_tensor, aten.arange, aten.empty)
 def creation_vjp(grad, out, *args, **kwargs):
@@ -385,7 +374,7 @@ def creation_vjp(grad, out, *args, **kwargs):
 
 
 # ----------------------------------------------------------------------------- indexing
-@register_vjp(aten.index)
+@register_vjp(aten.index, aten._unsafe_index)
 def index_vjp(grad, out, x, indices):
     """Scatter-add the gradient back to the rows it was read from (repeats accumulate)."""
     return aten.index_put(_zeros_like_shape(x, grad), indices, grad, True), None
@@ -439,3 +428,454 @@ def cat_vjp(grad, out, tensors, dim=0):
         start += t.shape[dim]
     return grads, None
 
+
+
+# ----------------------------------------------------------------------------- non-differentiable
+#: Ops whose outputs never carry a gradient back to their inputs, as in eager: the ``*_like``
+#: creation ops read only a shape/dtype, random draws (``bernoulli``: dropout's mask) do not
+#: depend differentiably on their argument, rounding is piecewise constant. AD treats their
+#: outputs as constants (joint_graph.requires_grad_nodes).
+NOT_DIFFERENTIABLE: set = {
+    aten.empty_like, aten.zeros_like, aten.ones_like, aten.full_like, aten.rand_like,
+    aten.randn_like, aten.randint_like, aten.new_empty, aten.new_empty_strided, aten.new_zeros,
+    aten.new_ones, aten.new_full, aten.bernoulli, aten.empty_strided, aten.floor, aten.ceil,
+    aten.round, aten.trunc, aten.sign, aten.sgn, aten.argmax, aten.argmin,
+}
+
+#: Multi-output op -> indices of its outputs that are not differentiable (eager's
+#: ``output_differentiability``): the running-stat outputs of functional batch norm are updated
+#: buffers, not functions AD should differentiate.
+NON_DIFFERENTIABLE_OUTPUTS: dict = {
+    aten._native_batch_norm_legit_functional: {1, 2, 3, 4},
+    aten._native_batch_norm_legit: {1, 2},
+    aten._native_batch_norm_legit_no_training: {1, 2},
+    aten.native_batch_norm: {1, 2},
+    aten.native_group_norm: {1, 2},
+    aten.native_layer_norm: {1, 2},
+    aten._scaled_dot_product_flash_attention_for_cpu: {1},
+    aten._scaled_dot_product_flash_attention: set(range(1, 9)),
+    aten._scaled_dot_product_efficient_attention: {1, 2, 3},
+    aten._scaled_dot_product_cudnn_attention: set(range(1, 9)),
+    aten.native_dropout: {1},
+    aten.max_pool2d_with_indices: {1},
+    aten.max_pool3d_with_indices: {1},
+}
+
+
+def _first(grads, like):
+    """The gradient of output 0 of a multi-output op (zeros if only other outputs got one)."""
+    g = grads[0] if isinstance(grads, (list, tuple)) else grads
+    return g if g is not None else _zeros(like)
+
+
+# ----------------------------------------------------------------------------- multi-output
+# A multi-output op's rule gets ``grads``: one gradient per output, ``None`` for an output no
+# gradient reached. Where ATen has a backward op we call it: the rule stays short and is
+# exactly eager's formula; the lowering runs it as a fallback kernel.
+def _scatter_selected(grad_values, x, dim, indices, keepdim):
+    """Values picked along ``dim`` at ``indices`` (max/min/sort/topk/kthvalue/cummax...): their
+    gradient goes back to those positions; repeated indices accumulate (cummax)."""
+    if x.dim() == 0:
+        return grad_values
+    dim = dim % x.dim()
+    if not keepdim and indices.dim() < x.dim():
+        grad_values, indices = aten.unsqueeze(grad_values, dim), aten.unsqueeze(indices, dim)
+    return aten.scatter_add(_zeros_like_shape(x, grad_values), dim, indices, grad_values)
+
+
+def _max_min_rule(pick):
+    """``max``/``min``: ``.dim`` returns (values, indices); ``.default`` reduces everything
+    (ties share the gradient, as ``amax``). (``.other`` reaches graphs as maximum/minimum.)"""
+    def rule(grads, out, x, *args, **kwargs):
+        if isinstance(out, (tuple, list)):  # .dim
+            dim = kwargs.get("dim", args[0] if args else None)
+            keepdim = kwargs.get("keepdim", args[1] if len(args) > 1 else False)
+            return (_scatter_selected(_first(grads, out[0]), x, dim, out[1], keepdim),) + (None,) * len(args)
+        if args:  # .other reaches the graph as maximum/minimum; anything else has no rule here
+            raise NotImplementedError(f"{pick}: unexpected arguments of max/min: {args}")
+        return _amax_amin_vjp(grads, out, x)[:1]
+    return rule
+
+
+register_vjp(aten.max)(_max_min_rule(aten.gt))
+register_vjp(aten.min)(_max_min_rule(aten.lt))
+
+
+@register_vjp(aten.sort)
+def sort_vjp(grads, out, x, dim=-1, descending=False, stable=None):
+    """``sort`` and ``sort.stable`` (keyword-only ``stable, dim, descending``)."""
+    return _scatter_selected(_first(grads, out[0]), x, dim, out[1], True), None, None
+
+
+@register_vjp(aten.topk)
+def topk_vjp(grads, out, x, k, dim=-1, largest=True, sorted=True):
+    return _scatter_selected(_first(grads, out[0]), x, dim, out[1], True), None, None, None, None
+
+
+@register_vjp(aten.kthvalue)
+def kthvalue_vjp(grads, out, x, k, dim=-1, keepdim=False):
+    return _scatter_selected(_first(grads, out[0]), x, dim, out[1], keepdim), None, None, None
+
+
+@register_vjp(aten.mode)
+def mode_vjp(grads, out, x, dim=-1, keepdim=False):
+    return _scatter_selected(_first(grads, out[0]), x, dim, out[1], keepdim), None, None
+
+
+@register_vjp(aten.median, aten.nanmedian)
+def median_vjp(grads, out, x, *args, **kwargs):
+    if isinstance(out, (tuple, list)):  # median.dim
+        dim, keepdim = (list(args) + [False])[:2] if args else (kwargs["dim"], kwargs.get("keepdim", False))
+        return (_scatter_selected(_first(grads, out[0]), x, dim, out[1], keepdim),) + (None,) * len(args)
+    # full reduction: eager puts the whole gradient on one element equal to the median
+    raise NotImplementedError("median() without dim: no VJP rule (which element gets the gradient "
+                              "is implementation-defined)")
+
+
+@register_vjp(aten.cummax, aten.cummin)
+def cummax_vjp(grads, out, x, dim):
+    return _scatter_selected(_first(grads, out[0]), x, dim, out[1], True), None
+
+
+def _var_grad(grad, x, dims, keepdim, correction):
+    count = math.prod(x.shape[d] for d in dims) if x.dim() else 1
+    centered = aten.sub(x, aten.mean(x, dims, keepdim=True))
+    scale = 2.0 / (count - correction) if count > correction else math.nan
+    return aten.mul(aten.mul(_unreduce(grad, x, dims, keepdim), centered), scale)
+
+
+def _correction(args, kwargs, default=1):
+    """The correction of var/std's overloads: ``(dim, unbiased, keepdim)`` or ``correction=``."""
+    if "correction" in kwargs:
+        c = kwargs["correction"]
+        return default if c is None else c
+    if len(args) >= 2 and isinstance(args[1], bool):  # .dim overload: (dim, unbiased, keepdim)
+        return 1 if args[1] else 0
+    if len(args) == 1 and isinstance(args[0], bool):  # .default: (unbiased)
+        return 1 if args[0] else 0
+    return default
+
+
+def _dim_keepdim(args, kwargs):
+    dim = kwargs.get("dim", args[0] if args and not isinstance(args[0], bool) else None)
+    keepdim = kwargs.get("keepdim", args[2] if len(args) >= 3 else False)
+    return dim, keepdim
+
+
+@register_vjp(aten.var)
+def var_vjp(grad, out, x, *args, **kwargs):
+    """d var / dx = 2 (x - mean) / (N - correction), for every overload of ``var``."""
+    dim, keepdim = _dim_keepdim(args, kwargs)
+    return (_var_grad(grad, x, _dims(dim, x.dim()), keepdim, _correction(args, kwargs)),) + (None,) * len(args)
+
+
+@register_vjp(aten.std)
+def std_vjp(grad, out, x, *args, **kwargs):
+    """d std = d var / (2 std)."""
+    dim, keepdim = _dim_keepdim(args, kwargs)
+    dims = _dims(dim, x.dim())
+    g = aten.div(grad, aten.mul(out, 2))
+    return (_var_grad(g, x, dims, keepdim, _correction(args, kwargs)),) + (None,) * len(args)
+
+
+def _mean_grad(grad, x, dims, keepdim):
+    count = math.prod(x.shape[d] for d in dims) if x.dim() else 1
+    return aten.div(_unreduce(grad, x, dims, keepdim), count)
+
+
+@register_vjp(aten.var_mean)
+def var_mean_vjp(grads, out, x, *args, **kwargs):
+    """(var, mean): the sum of both outputs' contributions."""
+    dim, keepdim = _dim_keepdim(args, kwargs)
+    dims = _dims(dim, x.dim())
+    g_var, g_mean = grads
+    gx = None
+    if g_var is not None:
+        gx = _var_grad(g_var, x, dims, keepdim, _correction(args, kwargs))
+    if g_mean is not None:
+        gm = _mean_grad(g_mean, x, dims, keepdim)
+        gx = gm if gx is None else aten.add(gx, gm)
+    return (gx,) + (None,) * len(args)
+
+
+@register_vjp(aten.std_mean)
+def std_mean_vjp(grads, out, x, *args, **kwargs):
+    dim, keepdim = _dim_keepdim(args, kwargs)
+    dims = _dims(dim, x.dim())
+    g_std, g_mean = grads
+    gx = None
+    if g_std is not None:
+        gx = _var_grad(aten.div(g_std, aten.mul(out[0], 2)), x, dims, keepdim, _correction(args, kwargs))
+    if g_mean is not None:
+        gm = _mean_grad(g_mean, x, dims, keepdim)
+        gx = gm if gx is None else aten.add(gx, gm)
+    return (gx,) + (None,) * len(args)
+
+
+@register_vjp(aten.logsumexp)
+def logsumexp_vjp(grad, out, x, dim, keepdim=False):
+    dims = _dims(dim, x.dim())
+    return aten.mul(_unreduce(grad, x, dims, keepdim), aten.exp(aten.sub(x, _unreduce(out, x, dims, keepdim)))), None, None
+
+
+# ----------------------------------------------------------------------------- normalisation
+def _mask(*xs):
+    return [x is not None for x in xs]
+
+
+@register_vjp(aten.native_group_norm)
+def native_group_norm_vjp(grads, out, x, weight, bias, N, C, HxW, group, eps):
+    gx, gw, gb = aten.native_group_norm_backward(
+        _first(grads, out[0]), x, out[1], out[2], weight, N, C, HxW, group,
+        [True, weight is not None, bias is not None])
+    return gx, gw, gb, None, None, None, None, None
+
+
+def _batch_norm_grads(grads, out, x, weight, bias, running_mean, running_var, training, eps):
+    """``native_batch_norm_backward`` with the saved statistics (training) or the running ones."""
+    gx, gw, gb = aten.native_batch_norm_backward(
+        _first(grads, out[0]), x, weight, running_mean, running_var,
+        out[1] if training else None, out[2] if training else None, training, eps,
+        [True, weight is not None, bias is not None])
+    return gx, gw, gb
+
+
+@register_vjp(aten._native_batch_norm_legit, aten._native_batch_norm_legit_functional)
+def native_batch_norm_legit_vjp(grads, out, x, weight, bias, *args):
+    if len(args) == 3:  # .no_stats: (training, momentum, eps)
+        training, _, eps = args
+        return (*_batch_norm_grads(grads, out, x, weight, bias, None, None, training, eps),) + (None,) * 3
+    running_mean, running_var, training, _, eps = args
+    return (*_batch_norm_grads(grads, out, x, weight, bias, running_mean, running_var, training, eps),) + (None,) * 5
+
+
+@register_vjp(aten._native_batch_norm_legit_no_training)
+def native_batch_norm_legit_no_training_vjp(grads, out, x, weight, bias, running_mean, running_var, momentum, eps):
+    return (*_batch_norm_grads(grads, out, x, weight, bias, running_mean, running_var, False, eps),) + (None,) * 4
+
+
+# ----------------------------------------------------------------------------- attention
+# The fused attention kernels stay extern calls in the forward; their backward is ATen's
+# matching backward kernel (what TorchInductor does), fed the forward's saved outputs.
+@register_vjp(aten._scaled_dot_product_flash_attention_for_cpu)
+def sdpa_flash_cpu_vjp(grads, out, q, k, v, dropout_p=0.0, is_causal=False, *, attn_mask=None, scale=None):
+    gq, gk, gv = aten._scaled_dot_product_flash_attention_for_cpu_backward(
+        _first(grads, out[0]), q, k, v, out[0], out[1], dropout_p, is_causal,
+        attn_mask=attn_mask, scale=scale)
+    return gq, gk, gv, None, None
+
+
+@register_vjp(aten._scaled_dot_product_flash_attention)
+def sdpa_flash_vjp(grads, out, q, k, v, dropout_p=0.0, is_causal=False, return_debug_mask=False, *, scale=None):
+    output, lse, cum_q, cum_k, max_q, max_k, rng_state, unused, _ = out
+    gq, gk, gv = aten._scaled_dot_product_flash_attention_backward(
+        _first(grads, output), q, k, v, output, lse, cum_q, cum_k, max_q, max_k, dropout_p,
+        is_causal, rng_state, unused, scale=scale)
+    return gq, gk, gv, None, None, None
+
+
+@register_vjp(aten._scaled_dot_product_efficient_attention)
+def sdpa_efficient_vjp(grads, out, q, k, v, attn_bias, compute_log_sumexp, dropout_p=0.0,
+                       is_causal=False, *, scale=None):
+    output, lse, seed, offset = out
+    if not compute_log_sumexp:
+        raise NotImplementedError(
+            "_scaled_dot_product_efficient_attention traced with compute_log_sumexp=False has no "
+            "saved logsumexp for its backward")
+    bias_grad = attn_bias is not None and attn_bias.requires_grad
+    gq, gk, gv, gbias = aten._scaled_dot_product_efficient_attention_backward(
+        _first(grads, output), q, k, v, attn_bias, output, lse, seed, offset, dropout_p,
+        [True, True, True, bias_grad], is_causal, scale=scale)
+    return gq, gk, gv, (gbias if attn_bias is not None else None), None, None, None
+
+
+@register_vjp(aten._scaled_dot_product_cudnn_attention)
+def sdpa_cudnn_vjp(grads, out, q, k, v, attn_bias, compute_log_sumexp, dropout_p=0.0,
+                   is_causal=False, return_debug_mask=False, *, scale=None):
+    output, lse, cum_q, cum_k, max_q, max_k, seed, offset, _ = out
+    if not compute_log_sumexp:
+        raise NotImplementedError(
+            "_scaled_dot_product_cudnn_attention traced with compute_log_sumexp=False has no "
+            "saved logsumexp for its backward")
+    gq, gk, gv = aten._scaled_dot_product_cudnn_attention_backward(
+        _first(grads, output), q, k, v, output, lse, seed, offset, attn_bias, cum_q, cum_k,
+        max_q, max_k, dropout_p, is_causal, scale=scale)
+    return gq, gk, gv, None, None, None, None, None
+
+
+# ----------------------------------------------------------------------------- extern: conv, pool
+@register_vjp(aten.convolution)
+def convolution_vjp(grad, out, x, weight, bias, stride, padding, dilation, transposed,
+                    output_padding, groups):
+    gx, gw, gb = aten.convolution_backward(
+        grad, x, weight, None if bias is None else list(bias.shape), stride, padding, dilation,
+        transposed, output_padding, groups, [True, True, bias is not None])
+    return gx, gw, gb, None, None, None, None, None, None
+
+
+@register_vjp(aten.max_pool2d_with_indices, aten.max_pool3d_with_indices)
+def max_pool_with_indices_vjp(grads, out, x, kernel_size, stride=(), padding=0, dilation=1, ceil_mode=False):
+    backward = (aten.max_pool2d_with_indices_backward if x.dim() - 2 <= 2 and len(list(kernel_size)) <= 2
+                else aten.max_pool3d_with_indices_backward)
+    n = 2 if backward is aten.max_pool2d_with_indices_backward else 3
+    expand = (lambda v: [v] * n if isinstance(v, int) else list(v))
+    gx = backward(_first(grads, out[0]), x, expand(kernel_size), expand(stride) or expand(kernel_size),
+                  expand(padding), expand(dilation), ceil_mode, out[1])
+    return gx, None, None, None, None, None
+
+
+@register_vjp(aten.avg_pool2d)
+def avg_pool2d_vjp(grad, out, x, kernel_size, stride=(), padding=0, ceil_mode=False,
+                   count_include_pad=True, divisor_override=None):
+    return (aten.avg_pool2d_backward(grad, x, kernel_size, stride, padding, ceil_mode,
+                                     count_include_pad, divisor_override),) + (None,) * 6
+
+
+@register_vjp(aten._adaptive_avg_pool2d)
+def adaptive_avg_pool2d_vjp(grad, out, x, output_size):
+    return aten._adaptive_avg_pool2d_backward(grad, x), None
+
+
+# ----------------------------------------------------------------------------- activations
+def _backward_op_rule(backward, n_extra: int = 0):
+    """A rule ``backward(grad, x, *extra)`` for an elementwise op ``op(x, *extra)``."""
+    def rule(grad, out, x, *args):
+        return (backward(grad, x, *args[:n_extra]),) + (None,) * len(args)
+    rule.__name__ = f"{backward._opname}_rule" if hasattr(backward, "_opname") else "rule"
+    return rule
+
+
+register_vjp(aten.mish)(_backward_op_rule(aten.mish_backward))
+register_vjp(aten.hardswish)(_backward_op_rule(aten.hardswish_backward))
+register_vjp(aten.hardsigmoid)(_backward_op_rule(aten.hardsigmoid_backward))
+register_vjp(aten.softplus)(_backward_op_rule(aten.softplus_backward, 2))
+register_vjp(aten.hardtanh)(_backward_op_rule(aten.hardtanh_backward, 2))
+
+
+@register_vjp(aten.leaky_relu)
+def leaky_relu_vjp(grad, out, x, negative_slope=0.01):
+    return aten.leaky_relu_backward(grad, x, negative_slope, False), None
+
+
+@register_vjp(aten.elu)
+def elu_vjp(grad, out, x, alpha=1, scale=1, input_scale=1):
+    return aten.elu_backward(grad, alpha, scale, input_scale, False, x), None, None, None
+
+
+@register_vjp(aten.glu)
+def glu_vjp(grad, out, x, dim=-1):
+    return aten.glu_backward(grad, x, dim), None
+
+
+@register_vjp(aten.frac)
+def frac_vjp(grad, out, x):
+    return (grad,)
+
+
+@register_vjp(aten.native_dropout)
+def native_dropout_vjp(grads, out, x, p, train):
+    """Dropout's saved mask, scaled by 1/(1-p), as eager's ``native_dropout_backward``."""
+    if not train:
+        return _first(grads, out[0]), None, None
+    scale = 1.0 / (1.0 - p) if p < 1 else 0.0
+    return aten.native_dropout_backward(_first(grads, out[0]), out[1], scale), None, None
+
+
+# ----------------------------------------------------------------------------- scans
+@register_vjp(aten.cumsum)
+def cumsum_vjp(grad, out, x, dim, dtype=None):
+    """The gradient of a running sum is the reversed running sum of the gradient."""
+    if x.dim() == 0:
+        return grad, None, None
+    g = aten.flip(aten.cumsum(aten.flip(grad, [dim]), dim), [dim])
+    if g.dtype != x.dtype:
+        g = prims.convert_element_type(g, x.dtype)
+    return g, None, None
+
+
+@register_vjp(aten.cumprod)
+def cumprod_vjp(grad, out, x, dim, dtype=None):
+    g = aten.cumprod_backward(grad, x, dim, out)
+    if g.dtype != x.dtype:
+        g = prims.convert_element_type(g, x.dtype)
+    return g, None, None
+
+
+# ----------------------------------------------------------------------------- indexing, more
+@register_vjp(aten.embedding)
+def embedding_vjp(grad, out, weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=False):
+    """Rows accumulate their uses' gradients; the ``padding_idx`` row gets none (as eager)."""
+    if sparse:
+        raise NotImplementedError("embedding(sparse=True): sparse gradients are not supported")
+    return (aten.embedding_dense_backward(grad, indices, weight.shape[0], padding_idx, scale_grad_by_freq),
+            None, None, None, None)
+
+
+@register_vjp(aten.index_select)
+def index_select_vjp(grad, out, x, dim, index):
+    if x.dim() == 0:
+        return grad, None, None
+    return aten.index_add(_zeros_like_shape(x, grad), dim, index, grad), None, None
+
+
+@register_vjp(aten.index_add)
+def index_add_vjp(grad, out, x, dim, index, source, alpha=1):
+    gs = aten.index_select(grad, dim, index) if grad.dim() else grad
+    if alpha != 1:
+        gs = aten.mul(gs, alpha)
+    return grad, None, None, _reshape(gs, source.shape) if source.dim() != gs.dim() else gs
+
+
+@register_vjp(aten.scatter)
+def scatter_vjp(grad, out, x, dim, index, src, *, reduce=None):
+    if reduce is not None:
+        raise NotImplementedError(f"scatter(reduce={reduce!r}): no VJP rule")
+    gx = aten.scatter(grad, dim, index, 0)
+    gs = aten.gather(grad, dim, index) if is_tensor(src) else None
+    return gx, None, None, gs
+
+
+@register_vjp(aten.flip)
+def flip_vjp(grad, out, x, dims):
+    return aten.flip(grad, dims), None
+
+
+@register_vjp(aten.roll)
+def roll_vjp(grad, out, x, shifts, dims=()):
+    shifts = [shifts] if isinstance(shifts, int) else list(shifts)
+    return aten.roll(grad, [-s for s in shifts], dims), None, None
+
+
+# ----------------------------------------------------------------------------- pad, interpolate
+@register_vjp(aten.constant_pad_nd)
+def constant_pad_nd_vjp(grad, out, x, pad, value=0):
+    """Padding's gradient is the inverse crop (negative padding): eager's formula."""
+    return aten.constant_pad_nd(grad, [-p for p in pad]), None, None
+
+
+def _pad_backward_rule(backward):
+    def rule(grad, out, x, padding):
+        return backward(grad, x, padding), None
+    return rule
+
+
+for _n in (1, 2, 3):
+    for _kind in ("reflection", "replication"):
+        register_vjp(getattr(aten, f"{_kind}_pad{_n}d"))(
+            _pad_backward_rule(getattr(aten, f"{_kind}_pad{_n}d_backward")))
+
+
+def _upsample_rule(backward):
+    """``upsample_*(x, output_size, *rest)`` -> ``upsample_*_backward(grad, output_size, input_size, *rest)``."""
+    def rule(grad, out, x, output_size, *rest):
+        if output_size is None or (rest and isinstance(rest[-1], (list, tuple))):  # .vec overload
+            raise NotImplementedError("upsample .vec overload: decompose to the sized overload first")
+        return (backward(grad, list(out.shape[2:]), list(x.shape), *rest),) + (None,) * (1 + len(rest))
+    return rule
+
+
+# interpolate's other modes reach the graph decomposed by torch itself (``_unsafe_index`` and
+# arithmetic); the antialiased ones stay fused ops
+for _name in ("_upsample_bilinear2d_aa", "_upsample_bicubic2d_aa"):
+    if hasattr(aten, _name) and hasattr(aten, _name + "_backward"):
+        register_vjp(getattr(aten, _name))(_upsample_rule(getattr(aten, _name + "_backward")))
