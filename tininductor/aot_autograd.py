@@ -25,7 +25,6 @@ from typing import Callable
 import torch
 import torch.fx as fx
 import torch.utils._pytree as pytree
-from torch.autograd.function import once_differentiable
 
 from tinydynamo import artifacts
 from tinydynamo.utils import dynamo_timed
@@ -61,6 +60,10 @@ class _Runtime:
     num_outputs: int
     diff_outputs: list[bool]
     grad_mask: list[bool]
+    #: the prim forward run by torch: what ``backward(create_graph=True)`` differentiates eagerly
+    eager_forward: Callable | None = None
+    #: why the eager re-run would not reproduce the forward (random ops), if it would not
+    no_rerun_reason: str | None = None
 
 
 class CompiledFunction(torch.autograd.Function):
@@ -78,15 +81,17 @@ class CompiledFunction(torch.autograd.Function):
         # a saved size (an int input of a dynamic-shape graph) is kept as it is
         ctx.save_for_backward(*[v for v in saved if isinstance(v, torch.Tensor)])
         ctx.saved_ints = [None if isinstance(v, torch.Tensor) else v for v in saved]
+        ctx.primals = primals  # for a create_graph=True backward (double_backward); not copied
         ctx.mark_non_differentiable(*[
             o for o, diff in zip(user_outs, runtime.diff_outputs)
             if not diff and isinstance(o, torch.Tensor)])
         return tuple(user_outs)
 
     @staticmethod
-    @once_differentiable
     def backward(ctx, *grad_outputs):
         runtime = ctx.runtime
+        if torch.is_grad_enabled():  # backward(create_graph=True): the gradient must be differentiable
+            return (None, *double_backward(ctx, runtime, grad_outputs))
         if ctx.replay_token is not None:
             ctx.replay_token.check_saved_tensors()
         # the backward graph was traced with contiguous tangents; autograd may hand us expanded ones
@@ -95,6 +100,35 @@ class CompiledFunction(torch.autograd.Function):
         saved = [next(tensors) if v is None else v for v in ctx.saved_ints]
         grads = iter(runtime.compiled_bw(*saved, *tangents))
         return (None, *[next(grads) if has_grad else None for has_grad in runtime.grad_mask])
+
+
+def double_backward(ctx, runtime: _Runtime, grad_outputs) -> list:
+    """``backward(create_graph=True)`` through a compiled graph: differentiate it with eager autograd.
+
+    The compiled backward computes numbers, not a graph, so a gradient that is to be
+    differentiated again (gradient penalties, Hessian-vector products) comes from re-running
+    the prim forward with torch ops on the same inputs and calling ``torch.autograd.grad`` with
+    ``create_graph=True``. Slower (the forward runs twice) and said so with a warning; refused
+    when the graph draws random numbers (the re-run would draw different ones).
+    """
+    import warnings
+
+    if runtime.eager_forward is None or runtime.no_rerun_reason:
+        raise RuntimeError(
+            "backward(create_graph=True) through a compiled graph needs an eager re-run of its forward"
+            f", which is not possible here ({runtime.no_rerun_reason or 'no eager forward kept'}); "
+            "run this function eagerly (outside tinydynamo.compile) for higher-order gradients")
+    warnings.warn("tininductor: backward(create_graph=True) through a compiled graph: the gradient is "
+                  "computed by eager autograd on a re-run of the graph's forward (double backward is not "
+                  "compiled)", stacklevel=2)
+    primals = ctx.primals
+    wanted = [p for p, has_grad in zip(primals, runtime.grad_mask) if has_grad]
+    outs = pytree.tree_leaves(runtime.eager_forward(*primals))
+    pairs = [(o, g) for o, g, diff in zip(outs, grad_outputs, runtime.diff_outputs)
+             if diff and g is not None and o.requires_grad]
+    grads = iter(torch.autograd.grad([o for o, _ in pairs], wanted, [g for _, g in pairs],
+                                     create_graph=True, allow_unused=True) if pairs else [None] * len(wanted))
+    return [next(grads) if has_grad else None for has_grad in runtime.grad_mask]
 
 
 def stop_gradients_in_no_grad_regions(gm: torch.nn.Module) -> torch.nn.Module:
@@ -195,7 +229,8 @@ def compile_aot(gm: torch.nn.Module, example_inputs, fw_compiler: Callable, bw_c
     runtime = _Runtime(
         compiled_fw=fw_compiler(part.fw_gm, _fake_vals(part.fw_gm)),
         compiled_bw=bw_compiler(part.bw_gm, _fake_vals(part.bw_gm)),
-        num_outputs=joint.num_outputs, diff_outputs=joint.diff_outputs, grad_mask=joint.grad_mask)
+        num_outputs=joint.num_outputs, diff_outputs=joint.diff_outputs, grad_mask=joint.grad_mask,
+        eager_forward=prim_gm, no_rerun_reason=_random_ops(prim_gm))
 
     flat = is_flat_sequence(joint.out_spec)
 
@@ -210,6 +245,14 @@ def compile_aot(gm: torch.nn.Module, example_inputs, fw_compiler: Callable, bw_c
 
     run_training.aot = aot
     return run_training
+
+
+def _random_ops(gm: fx.GraphModule) -> str | None:
+    """The random ops of ``gm``, if any (a graph whose re-run would not reproduce its values)."""
+    found = sorted({str(n.target) for n in gm.graph.nodes if n.op == "call_function"
+                    and isinstance(n.target, torch._ops.OpOverload)
+                    and torch.Tag.nondeterministic_seeded in n.target.tags})
+    return f"it draws random numbers: {', '.join(found)}" if found else None
 
 
 def is_flat_sequence(spec) -> bool:
