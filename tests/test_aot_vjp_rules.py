@@ -46,6 +46,8 @@ def _make(spec):
     if kind == "perm":  # per-row distinct indices (scatter without duplicates)
         rows, high, k = arg
         return torch.stack([torch.randperm(high)[:k] for _ in range(rows)])
+    if kind == "bin":  # probabilities 0 or 1: bernoulli draws are then certain
+        return (torch.rand(*arg) > 0.5).to(torch.float64).requires_grad_()
     if kind == "ties":
         return torch.randint(-2, 3, arg).to(torch.float64).requires_grad_()
     return torch.rand(*arg) > 0.5
@@ -186,6 +188,12 @@ CASES = {
     "elu": (lambda x: torch.nn.functional.elu(x, 0.7), [R(3, 4)], aten.elu),
     "glu": (lambda x: torch.nn.functional.glu(x, 1), [R(3, 4)], aten.glu),
     "frac": (lambda x: torch.frac(x * 3), [R(3, 4)], aten.frac),
+    "floor": (lambda x: torch.floor(x * 3) + x, [R(3, 4)], aten.floor),
+    "ceil": (lambda x: torch.ceil(x * 3), [R(3, 4)], aten.ceil),
+    "round": (lambda x: torch.round(x * 3), [R(3, 4)], aten.round),
+    "trunc": (lambda x: torch.trunc(x * 3), [R(3, 4)], aten.trunc),
+    "sgn": (lambda x: torch.sgn(x) * x, [R(3, 4)], aten.sgn),
+    "bernoulli_0_1": (lambda x: torch.bernoulli(x) * 2, [("bin", (3, 4))], aten.bernoulli),
     "dropout_p1": (lambda x: aten.native_dropout(x, 1.0, True)[0] + x, [R(3, 4)], aten.native_dropout),
     # scans
     "cumsum": (lambda x: torch.cumsum(x, 1), [R(3, 5)], aten.cumsum),

@@ -179,9 +179,11 @@ def relu_vjp(grad, out, x):
                                                                   device=grad.device)),)
 
 
-@register_vjp(aten.sign)
-def sign_vjp(grad, out, x):
-    return (_zeros(grad),)
+@register_vjp(aten.sign, aten.sgn, aten.floor, aten.ceil, aten.round, aten.trunc, aten.bernoulli)
+def zero_gradient_vjp(grad, out, x, *args, **kwargs):
+    """Piecewise-constant ops (and random draws, ``bernoulli``): the output requires grad, as
+    in eager, and the gradient is zero."""
+    return (_zeros_like_shape(x, grad),) + (None,) * len(args)
 
 
 # ----------------------------------------------------------------------------- pointwise binary
@@ -431,16 +433,15 @@ def cat_vjp(grad, out, tensors, dim=0):
 
 
 # ----------------------------------------------------------------------------- non-differentiable
-#: Ops whose outputs never carry a gradient back to their inputs, as in eager: the ``*_like``
-#: creation ops read only a shape/dtype, random draws (``bernoulli``: dropout's mask) do not
-#: depend differentiably on their argument, rounding is piecewise constant. AD treats their
-#: outputs as constants (joint_graph.requires_grad_nodes).
+#: Ops whose outputs never require grad, as in eager: the ``*_like`` / ``new_*`` creation ops
+#: read only a shape, dtype and device. AD treats their outputs as constants
+#: (joint_graph.requires_grad_nodes).
 NOT_DIFFERENTIABLE: set = {
     aten.empty_like, aten.zeros_like, aten.ones_like, aten.full_like, aten.rand_like,
     aten.randn_like, aten.randint_like, aten.new_empty, aten.new_empty_strided, aten.new_zeros,
-    aten.new_ones, aten.new_full, aten.bernoulli, aten.empty_strided, aten.floor, aten.ceil,
-    aten.round, aten.trunc, aten.sign, aten.sgn, aten.argmax, aten.argmin,
+    aten.new_ones, aten.new_full, aten.empty_strided,
 }
+
 
 #: Multi-output op -> indices of its outputs that are not differentiable (eager's
 #: ``output_differentiability``): the running-stat outputs of functional batch norm are updated

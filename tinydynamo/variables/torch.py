@@ -25,7 +25,8 @@ def is_torch_callable(value) -> bool:
         return True
     module = getattr(value, "__module__", None) or ""
     if module == "torch" or module.startswith(("torch.", "torch._C")):
-        return callable(value)
+        # a lambda or nested function has no importable name for the graph: trace into it
+        return callable(value) and "<" not in (getattr(value, "__qualname__", "") or "")
     self_obj = getattr(value, "__self__", None)  # builtins bound to torch._C._VariableFunctions
     return callable(value) and type(self_obj).__name__ == "module" and getattr(self_obj, "__name__", "").startswith("torch")
 
