@@ -96,6 +96,8 @@ def pick_dtype(op):
 
 
 def _tolerances(dtype):
+    if dtype.is_floating_point and dtype.itemsize == 1:  # float8: bitwise
+        return dict(rtol=0, atol=0)
     if dtype == torch.float64 or dtype == torch.complex128:
         return dict(rtol=1e-6, atol=1e-6)
     if dtype in (torch.float16, torch.bfloat16):
@@ -123,7 +125,7 @@ def _call(op, sample_tree, tensors):
 def _traceable(op, sample):
     """``f(*tensors)`` calling the op on the sample, as plain generated source that tinydynamo
     traces (a pytree rebuild inside the traced function would be a graph break)."""
-    names: dict = {"__op": op.op}
+    names: dict = {"__op": op.op, "__name__": "opinfo_sample"}
     counter = iter(range(10 ** 6))
 
     def expr(x):

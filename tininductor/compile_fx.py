@@ -73,9 +73,9 @@ def compile_fx(gm: torch.fx.GraphModule, example_inputs):
         _expose_compiled(fn, [g for g in compiled_graphs if g.seq > start])
         return fn
     except Exception as e:
-        from .joint_graph import MissingVJPRule
+        from .joint_graph import AutogradCompileError
 
-        if isinstance(e, MissingVJPRule):  # the frame's caller decides: warn + eager, or raise
+        if isinstance(e, AutogradCompileError):  # the frame's caller decides: warn + eager, or raise
             raise                            # (tinydynamo: fullgraph=True / suppress_errors=False)
         return _eager_fallback(gm, e)
 

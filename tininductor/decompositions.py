@@ -286,7 +286,8 @@ def new_full(x, size, value, dtype=None, layout=None, device=None, pin_memory=No
 def native_layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5):
     """(x - mean) * rsqrt(var + eps) * weight + bias over the last len(normalized_shape) dims.
 
-    Returns ``(out, mean, rstd)`` like the ATen op; the statistics keep the reduced dims.
+    Returns ``(out, mean, rstd)`` like the ATen op; the statistics keep the reduced dims and,
+    as in eager, are not differentiable outputs (``detach``).
     """
     dims = list(range(x.dim() - len(normalized_shape), x.dim()))
     xf = _upcast(x)
@@ -298,7 +299,8 @@ def native_layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5):
         out = aten.mul(out, weight)
     if bias is not None:
         out = aten.add(out, bias)
-    return prims.convert_element_type(out, x.dtype) if out.dtype != x.dtype else out, mean, rstd
+    out = prims.convert_element_type(out, x.dtype) if out.dtype != x.dtype else out
+    return out, aten.detach(mean), aten.detach(rstd)
 
 
 @register_decomposition(aten._softmax)

@@ -22,7 +22,8 @@ import torch.utils._pytree as pytree
 from torch.fx.experimental.proxy_tensor import make_fx
 
 from tininductor.decompositions import DECOMPOSITIONS
-from tininductor.vjp_rules import NON_DIFFERENTIABLE_OUTPUTS, NOT_DIFFERENTIABLE, get_vjp
+from tininductor.vjp_rules import (NON_DIFFERENTIABLE_MUTATIONS, NON_DIFFERENTIABLE_OUTPUTS,
+                                   NOT_DIFFERENTIABLE, get_vjp)
 
 
 @dataclasses.dataclass
@@ -52,7 +53,12 @@ def _is_differentiable(val) -> bool:
     return _is_float_tensor(val)
 
 
-class MissingVJPRule(NotImplementedError):
+class AutogradCompileError(NotImplementedError):
+    """AOT autograd cannot build a correct backward for this graph: a compile error, so the
+    frame runs eagerly with a warning (or the error is raised, under fullgraph=True)."""
+
+
+class MissingVJPRule(AutogradCompileError):
     """An op on a path from a trainable input to a differentiable output has no VJP rule.
 
     Raised at compile time, so the frame falls back to eager (with a warning naming ``op``)
@@ -101,6 +107,40 @@ def requires_grad_nodes(graph: fx.Graph, requires_grad: list[bool]) -> set[fx.No
         if any(arg in result for arg in node.all_input_nodes) and _is_differentiable(node.meta.get("val")):
             result.add(node)
     return result
+
+
+def _written_args(node: fx.Node) -> list:
+    """The arguments an in-place/out= op writes to (from its schema's alias annotations)."""
+    schema = getattr(node.target, "_schema", None)
+    if schema is None or not schema.is_mutable:
+        return []
+    written = []
+    for i, arg in enumerate(schema.arguments):
+        if arg.alias_info is not None and arg.alias_info.is_write:
+            value = node.args[i] if i < len(node.args) else node.kwargs.get(arg.name)
+            written.append(value)
+    return written
+
+
+def check_no_differentiable_mutation(graph: fx.Graph, needs_grad: set[fx.Node]) -> None:
+    """AD follows data flow; an in-place op that writes a value needing a gradient into another
+    tensor (a ``copy_`` into a slice that functionalization left in place) would hide that flow
+    and the gradient would silently be lost. Refuse such graphs (the frame then runs eagerly).
+
+    Ops whose writes are not differentiable in eager either (batch norm's running statistics,
+    updated under no_grad) are fine.
+    """
+    for node in graph.nodes:
+        if node.op != "call_function" or getattr(node.target, "overloadpacket", None) in NON_DIFFERENTIABLE_MUTATIONS:
+            continue
+        written = _written_args(node)
+        if not written:
+            continue
+        sources = [a for a in node.all_input_nodes if a not in written]
+        if any(a in needs_grad for a in sources):
+            raise AutogradCompileError(
+                f"in-place op {node.target} (node {node.name}) writes a value that requires grad into "
+                f"another tensor; AOT autograd needs a functional graph there (the gradient would be lost)")
 
 
 def _accumulate(grads: dict, node: fx.Node, grad: torch.Tensor) -> None:
@@ -176,6 +216,7 @@ def create_joint(fw_gm: fx.GraphModule, fake_primals: list, requires_grad: list[
     backward = backward or backward_pass
     graph = fw_gm.graph
     needs_grad = requires_grad_nodes(graph, requires_grad)
+    check_no_differentiable_mutation(graph, needs_grad)
     placeholders = [n for n in graph.nodes if n.op == "placeholder"]
     (out_node,) = [n for n in graph.nodes if n.op == "output"]
     flat_outs, out_spec = pytree.tree_flatten(out_node.args[0])

@@ -443,6 +443,13 @@ NOT_DIFFERENTIABLE: set = {
 }
 
 
+#: In-place ops whose writes are not differentiable in eager: batch norm's running statistics
+#: are updated under no_grad (joint_graph.check_no_differentiable_mutation).
+NON_DIFFERENTIABLE_MUTATIONS: set = {
+    aten._native_batch_norm_legit, aten.native_batch_norm, aten._batch_norm_with_update,
+    aten.cudnn_batch_norm, aten.miopen_batch_norm, aten._native_batch_norm_legit_no_training,
+}
+
 #: Multi-output op -> indices of its outputs that are not differentiable (eager's
 #: ``output_differentiability``): the running-stat outputs of functional batch norm are updated
 #: buffers, not functions AD should differentiate.
@@ -451,7 +458,6 @@ NON_DIFFERENTIABLE_OUTPUTS: dict = {
     aten._native_batch_norm_legit: {1, 2},
     aten._native_batch_norm_legit_no_training: {1, 2},
     aten.native_batch_norm: {1, 2},
-    aten.native_group_norm: {1, 2},
     aten.native_layer_norm: {1, 2},
     aten._scaled_dot_product_flash_attention_for_cpu: {1},
     aten._scaled_dot_product_flash_attention: set(range(1, 9)),
@@ -626,6 +632,9 @@ def _mask(*xs):
 
 @register_vjp(aten.native_group_norm)
 def native_group_norm_vjp(grads, out, x, weight, bias, N, C, HxW, group, eps):
+    """Gradients of the output only; ATen's kernel has no formula for gradients of mean/rstd."""
+    if grads[1] is not None or grads[2] is not None:
+        raise NotImplementedError("native_group_norm: gradients of its mean/rstd outputs are not supported")
     gx, gw, gb = aten.native_group_norm_backward(
         _first(grads, out[0]), x, out[1], out[2], weight, N, C, HxW, group,
         [True, weight is not None, bias is not None])
