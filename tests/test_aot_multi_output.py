@@ -191,3 +191,82 @@ def test_dropout_in_training_keeps_eagers_statistics_and_its_mask(backend):
     torch.testing.assert_close(y[kept], (x * 3 / (1 - p))[kept])
     (g,) = torch.autograd.grad(y.sum(), x)
     torch.testing.assert_close(g, kept.double() * 3 / (1 - p))
+
+
+# --------------------------------------------------------------------------- CUDA attention
+_KERNEL_OP = {"FLASH_ATTENTION": "_scaled_dot_product_flash_attention",
+              "EFFICIENT_ATTENTION": "_scaled_dot_product_efficient_attention",
+              "CUDNN_ATTENTION": "_scaled_dot_product_cudnn_attention", "MATH": None}
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="the fused attention kernels need CUDA")
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("mask", ["none", "causal", "bias"])
+@pytest.mark.parametrize("kernel", list(_KERNEL_OP))
+def test_cuda_attention_forms_train_like_eager(kernel, mask, backend):
+    """Each SDPA kernel stays a fused extern call; its VJP rule calls the matching ATen backward."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    from tininductor.aot_autograd import aot_eager
+
+    torch.manual_seed(0)
+    dtype = torch.float32 if kernel in ("EFFICIENT_ATTENTION", "MATH") else torch.bfloat16
+    q, k, v = [torch.randn(2, 4, 64, 32, device="cuda", dtype=dtype, requires_grad=True) for _ in range(3)]
+    bias = torch.randn(64, 64, device="cuda", dtype=dtype, requires_grad=True) if mask == "bias" else None
+
+    def attention(q, k, v, bias):
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, is_causal=mask == "causal")
+
+    inputs = [q, k, v] + ([bias] if bias is not None else [])
+    with sdpa_kernel(getattr(SDPBackend, kernel)):
+        try:
+            want = attention(q, k, v, bias)
+        except RuntimeError as e:
+            pytest.skip(f"eager has no {kernel} kernel for this case: {e}")
+        cot = torch.randn_like(want)
+        want_grads = torch.autograd.grad(want, inputs, cot)
+        if _KERNEL_OP[kernel]:
+            prim_gm = aot_eager(lambda *a: attention(*a, *([None] if bias is None else [])), inputs).aot.prim_gm
+            ops = {getattr(n.target, "_opname", "") for n in prim_gm.graph.nodes}
+            assert _KERNEL_OP[kernel] in ops, f"{kernel}: the fused op is not in the graph: {sorted(ops)}"
+        tinydynamo.reset()
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            got = tinydynamo.compile(attention, backend=backend)(q, k, v, bias)
+            got_grads = torch.autograd.grad(got, inputs, cot)
+    tol = dict(rtol=2e-2, atol=2e-2) if dtype == torch.bfloat16 else dict(rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(got, want, **tol)
+    for name, g, w in zip("qkvb", got_grads, want_grads):
+        torch.testing.assert_close(g, w, **tol, msg=lambda m: f"grad of {name}: {m}")
+
+
+@pytest.mark.parametrize("op, bias", [("_scaled_dot_product_flash_attention", False),
+                                      ("_scaled_dot_product_efficient_attention", True),
+                                      ("_scaled_dot_product_cudnn_attention", True)])
+def test_cuda_attention_rules_match_the_aten_schemas(op, bias):
+    """Without a GPU: run each CUDA attention rule on meta tensors, so its call of the ATen
+    backward op is checked against the op's schema and meta kernel (argument order, shapes)."""
+    from tininductor.vjp_rules import VJP_RULES
+
+    aten = torch.ops.aten
+    q, k, v = [torch.empty(2, 4, 64, 32, device="meta", dtype=torch.bfloat16) for _ in range(3)]
+    forward = getattr(aten, op)
+    args = (q, k, v, torch.empty(64, 64, device="meta", dtype=torch.bfloat16), True) if bias else (q, k, v)
+    out = forward(*args, 0.0, False)
+    grads = VJP_RULES[forward](([torch.empty_like(out[0])] + [None] * (len(out) - 1)), out, *args, 0.0, False)
+    assert [tuple(g.shape) for g in grads[:3]] == [tuple(q.shape)] * 3
+    if op == "_scaled_dot_product_efficient_attention":
+        assert tuple(grads[3].shape) == (64, 64)
+
+
+@pytest.mark.parametrize("op", ["_scaled_dot_product_efficient_attention", "_scaled_dot_product_cudnn_attention"])
+def test_cuda_attention_is_traced_with_its_logsumexp(op):
+    """Graphs are traced without grad, where torch would skip the logsumexp the backward needs."""
+    from tininductor.decompositions import DECOMPOSITIONS
+
+    aten = torch.ops.aten
+    q = torch.empty(1, 2, 8, 16, device="meta")
+    decomposition = DECOMPOSITIONS[getattr(aten, op).default]
+    assert decomposition(q, q, q, None, True) is NotImplemented  # already computed: keep the op
+    out = decomposition(q, q, q, None, False)
+    assert out[1].numel() > 0

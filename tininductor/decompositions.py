@@ -358,6 +358,22 @@ def native_dropout(x, p, train):
     return aten.alias(x), aten.full(list(x.shape), True, dtype=torch.bool, device=x.device)
 
 
+# ----------------------------------------------------------------------------- attention
+def _with_log_sumexp(op):
+    """The fused CUDA attention kernels save their logsumexp for the backward only when asked
+    (``compute_log_sumexp``), which torch decides from grad mode. Graphs are traced without
+    grad, so always ask: the backward (its VJP rule calls the ATen backward op) needs it."""
+    def decomposition(q, k, v, attn_bias, compute_log_sumexp, *args, **kwargs):
+        if compute_log_sumexp:
+            return NotImplemented
+        return op(q, k, v, attn_bias, True, *args, **kwargs)
+    return decomposition
+
+
+for _op in (aten._scaled_dot_product_efficient_attention.default, aten._scaled_dot_product_cudnn_attention.default):
+    register_decomposition(_op)(_with_log_sumexp(_op))
+
+
 # ----------------------------------------------------------------------------- indexing
 @register_decomposition(aten.embedding)
 def embedding(weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=False):

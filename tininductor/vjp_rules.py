@@ -692,7 +692,9 @@ def sdpa_efficient_vjp(grads, out, q, k, v, attn_bias, compute_log_sumexp, dropo
         raise NotImplementedError(
             "_scaled_dot_product_efficient_attention traced with compute_log_sumexp=False has no "
             "saved logsumexp for its backward")
-    bias_grad = attn_bias is not None and attn_bias.requires_grad
+    # the rule cannot see whether the bias needs a gradient (it is traced on detached values):
+    # ask for it whenever there is a float bias; the kernel computes it alongside
+    bias_grad = attn_bias is not None and attn_bias.dtype.is_floating_point
     gq, gk, gv, gbias = aten._scaled_dot_product_efficient_attention_backward(
         _first(grads, output), q, k, v, attn_bias, output, lse, seed, offset, dropout_p,
         [True, True, True, bias_grad], is_causal, scale=scale)
