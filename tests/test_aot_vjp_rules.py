@@ -46,6 +46,10 @@ def _make(spec):
     if kind == "perm":  # per-row distinct indices (scatter without duplicates)
         rows, high, k = arg
         return torch.stack([torch.randperm(high)[:k] for _ in range(rows)])
+    if kind == "noreq":  # a float input that needs no gradient
+        return torch.randn(*arg, dtype=torch.float64)
+    if kind == "unit":  # in (0, 1), no gradient (targets, weights)
+        return torch.rand(*arg, dtype=torch.float64) * 0.8 + 0.1
     if kind == "bin":  # probabilities 0 or 1: bernoulli draws are then certain
         return (torch.rand(*arg) > 0.5).to(torch.float64).requires_grad_()
     if kind == "ties":
@@ -255,6 +259,86 @@ CASES = {
                               [R(1, 2, 5, 6)], aten._upsample_bicubic2d_aa),
     "upsample_trilinear3d": (lambda x: torch.nn.functional.interpolate(x, scale_factor=2, mode="trilinear"),
                              [R(1, 1, 2, 2, 3)], aten._unsafe_index),
+    # more pointwise math
+    "log2": (lambda x: torch.log2(x), [P(3, 4)], aten.log2),
+    "log10": (lambda x: torch.log10(x), [P(3, 4)], aten.log10),
+    "exp2": (lambda x: torch.exp2(x), [R(3, 4)], aten.exp2),
+    "tan": (lambda x: torch.tan(x), [R(3, 4)], aten.tan),
+    "sinh": (lambda x: torch.sinh(x), [R(3, 4)], aten.sinh),
+    "cosh": (lambda x: torch.cosh(x), [R(3, 4)], aten.cosh),
+    "asin": (lambda x: torch.asin(torch.tanh(x) * 0.9), [R(3, 4)], aten.asin),
+    "acos": (lambda x: torch.acos(torch.tanh(x) * 0.9), [R(3, 4)], aten.acos),
+    "atan": (lambda x: torch.atan(x), [R(3, 4)], aten.atan),
+    "asinh": (lambda x: torch.asinh(x), [R(3, 4)], aten.asinh),
+    "acosh": (lambda x: torch.acosh(x + 1), [P(3, 4)], aten.acosh),
+    "atanh": (lambda x: torch.atanh(torch.tanh(x) * 0.9), [R(3, 4)], aten.atanh),
+    "erfc": (lambda x: torch.erfc(x), [R(3, 4)], aten.erfc),
+    "erfinv": (lambda x: torch.erfinv(torch.tanh(x) * 0.9), [R(3, 4)], aten.erfinv),
+    "lgamma": (lambda x: torch.lgamma(x), [P(3, 4)], aten.lgamma),
+    "digamma": (lambda x: torch.digamma(x), [P(3, 4)], aten.digamma),
+    "deg2rad": (lambda x: torch.deg2rad(x), [R(3, 4)], aten.deg2rad),
+    "rad2deg": (lambda x: torch.rad2deg(x), [R(3, 4)], aten.rad2deg),
+    "logit": (lambda x: torch.logit(x * 0.5, eps=0.3), [P(3, 4)], aten.logit),
+    "atan2": (lambda a, b: torch.atan2(a, b), [R(3, 4), R(4)], aten.atan2),
+    "hypot": (lambda a, b: torch.hypot(a, b), [R(3, 4), R(3, 1)], aten.hypot),
+    "logaddexp": (lambda a, b: torch.logaddexp(a, b), [R(3, 4), R(4)], aten.logaddexp),
+    "xlogy": (lambda a, b: torch.xlogy(a * (torch.arange(4) != 1), b), [R(3, 4), P(3, 4)], aten.xlogy),
+    "lerp": (lambda a, b, w: torch.lerp(a, b, w), [R(3, 4), R(4), R(3, 1)], aten.lerp),
+    "lerp_scalar": (lambda a, b: torch.lerp(a, b, 0.3), [R(3, 4), R(3, 4)], aten.lerp),
+    "celu": (lambda x: torch.nn.functional.celu(x, 0.7), [R(3, 4)], aten.celu),
+    "threshold": (lambda x: torch.nn.functional.threshold(x, 0.1, 2.0), [R(3, 4)], aten.threshold),
+    "logsigmoid": (lambda x: torch.nn.functional.logsigmoid(x), [R(3, 4)], aten.log_sigmoid_forward),
+    "nansum": (lambda x: torch.nansum(torch.log(x - 1), 1), [P(3, 4)], aten.nansum),  # NaN where x < 1
+    "vector_norm_2": (lambda x: torch.linalg.vector_norm(x, dim=1), [R(3, 4)], aten.linalg_vector_norm),
+    "vector_norm_3_zero_row": (lambda x: torch.linalg.vector_norm(x * (torch.arange(3) != 1)[:, None], 3, 1),
+                               [R(3, 4)], aten.linalg_vector_norm),
+    "vector_norm_1": (lambda x: torch.linalg.vector_norm(x, 1), [R(3, 4)], aten.linalg_vector_norm),
+    # more linear algebra
+    "dot": (lambda a, b: torch.dot(a, b), [R(5), R(5)], aten.dot),
+    "vdot": (lambda a, b: torch.vdot(a, b), [R(5), R(5)], aten.vdot),
+    "mv": (lambda m, v: torch.mv(m, v), [R(3, 5), R(5)], aten.mv),
+    "baddbmm": (lambda c, a, b: torch.baddbmm(c, a, b, beta=0.5, alpha=2), [R(3, 1), R(2, 3, 4), R(2, 4, 5)],
+                aten.baddbmm),
+    "addbmm": (lambda c, a, b: torch.addbmm(c, a, b, alpha=2), [R(3, 5), R(2, 3, 4), R(2, 4, 5)], aten.addbmm),
+    "addmv": (lambda c, m, v: torch.addmv(c, m, v, beta=2), [R(3), R(3, 5), R(5)], aten.addmv),
+    "addr": (lambda c, a, b: torch.addr(c, a, b, alpha=3), [R(3, 4), R(3), R(4)], aten.addr),
+    "addcmul": (lambda x, a, b: torch.addcmul(x, a, b, value=0.5), [R(3, 4), R(4), R(3, 1)], aten.addcmul),
+    "addcdiv": (lambda x, a, b: torch.addcdiv(x, a, b, value=0.5), [R(3, 4), R(4), P(3, 1)], aten.addcdiv),
+    # more shape ops
+    "transpose_copy": (lambda x: torch.transpose_copy(x, 0, 2), [R(2, 3, 4)], aten.transpose_copy),
+    "view_copy": (lambda x: torch.view_copy(x, [4, 3]), [R(3, 4)], aten.view_copy),
+    "unsqueeze_copy": (lambda x: torch.unsqueeze_copy(x, 1), [R(3, 4)], aten.unsqueeze_copy),
+    "squeeze_copy": (lambda x: torch.squeeze_copy(x, 1), [R(3, 1, 4)], aten.squeeze_copy),
+    "permute_copy": (lambda x: torch.permute_copy(x, [2, 0, 1]), [R(2, 3, 4)], aten.permute_copy),
+    "expand_copy": (lambda x: torch.expand_copy(x, [2, 3, 4]), [R(3, 1)], aten.expand_copy),
+    "alias_copy": (lambda x: torch.alias_copy(x) * 2, [R(3, 4)], aten.alias_copy),
+    "t_copy": (lambda x: torch.t_copy(x), [R(3, 4)], aten.t_copy),
+    "diagonal": (lambda x: torch.diagonal(x, 1, 0, 2), [R(3, 2, 4)], aten.diagonal),
+    "diagonal_copy": (lambda x: torch.diagonal_copy(x, -1), [R(4, 3)], aten.diagonal_copy),
+    "diag_embed": (lambda x: torch.diag_embed(x, 1), [R(2, 3)], aten.diag_embed),
+    "unfold": (lambda x: x.unfold(1, 3, 2), [R(2, 7)], aten.unfold),
+    "repeat": (lambda x: x.repeat(2, 1, 3), [R(3, 2)], aten.repeat),
+    "pixel_shuffle": (lambda x: torch.nn.functional.pixel_shuffle(x, 2), [R(1, 8, 2, 3)], aten.pixel_shuffle),
+    "pixel_unshuffle": (lambda x: torch.nn.functional.pixel_unshuffle(x, 2), [R(1, 2, 4, 6)],
+                        aten.pixel_unshuffle),
+    "rot90": (lambda x: torch.rot90(x, 3, [1, 2]), [R(2, 3, 4)], aten.rot90),
+    "unsafe_split": (lambda x: torch.cat(torch.unsafe_split(x, 2, 1)[::-1], 1), [R(3, 5)], aten.unsafe_split),
+    "unsafe_split_with_sizes": (lambda x: torch.unsafe_split_with_sizes(x, [1, 4], 1)[1], [R(3, 5)],
+                                aten.unsafe_split_with_sizes),
+    "split_with_sizes_copy": (lambda x: torch.split_with_sizes_copy(x, [2, 1], 0)[0], [R(3, 5)],
+                              aten.split_with_sizes_copy),
+    # losses
+    "mse_loss": (lambda x, t: torch.nn.functional.mse_loss(x, t), [R(3, 4), R(3, 4)], aten.mse_loss),
+    "smooth_l1_loss": (lambda x, t: torch.nn.functional.smooth_l1_loss(x, t, reduction="sum", beta=0.5),
+                       [R(3, 4), R(3, 4)], aten.smooth_l1_loss),
+    "huber_loss": (lambda x, t: torch.nn.functional.huber_loss(x, t, reduction="none", delta=0.7),
+                   [R(3, 4), R(3, 4)], aten.huber_loss),
+    "soft_margin_loss": (lambda x, t: torch.nn.functional.soft_margin_loss(x, t.sign()), [R(3, 4), ("noreq", (3, 4))],
+                         aten.soft_margin_loss),
+    "binary_cross_entropy": (lambda x, t: torch.nn.functional.binary_cross_entropy(torch.sigmoid(x), t),
+                             [R(3, 4), ("unit", (3, 4))], aten.binary_cross_entropy),
+    "nll_loss_weighted": (lambda x, t, w: torch.nn.functional.nll_loss(torch.log_softmax(x, 1), t, w),
+                          [R(4, 3), I(3, 4), ("unit", (3,))], aten.nll_loss_forward),
 }
 
 #: rules for CUDA-only kernels (the fused attention forms): checked on the GPU machine by

@@ -463,6 +463,8 @@ NON_DIFFERENTIABLE_OUTPUTS: dict = {
     aten._scaled_dot_product_flash_attention: set(range(1, 9)),
     aten._scaled_dot_product_efficient_attention: {1, 2, 3},
     aten._scaled_dot_product_cudnn_attention: set(range(1, 9)),
+    aten.nll_loss_forward: {1},
+    aten.log_sigmoid_forward: {1},
     aten.native_dropout: {1},
     aten.max_pool2d_with_indices: {1},
     aten.max_pool3d_with_indices: {1},
@@ -891,3 +893,279 @@ def _upsample_rule(backward):
 for _name in ("_upsample_bilinear2d_aa", "_upsample_bicubic2d_aa"):
     if hasattr(aten, _name) and hasattr(aten, _name + "_backward"):
         register_vjp(getattr(aten, _name))(_upsample_rule(getattr(aten, _name + "_backward")))
+
+
+# ----------------------------------------------------------------------------- more pointwise math
+def _unary(formula):
+    """A rule from ``d out / d x`` written as ``formula(x, out)``."""
+    def rule(grad, out, x, *args):
+        return (aten.mul(grad, formula(x, out)),) + (None,) * len(args)
+    return rule
+
+
+def _one_minus_sq(x):
+    return aten.add(aten.neg(aten.mul(x, x)), 1)
+
+
+register_vjp(aten.log2)(_unary(lambda x, out: aten.reciprocal(aten.mul(x, math.log(2.0)))))
+register_vjp(aten.log10)(_unary(lambda x, out: aten.reciprocal(aten.mul(x, math.log(10.0)))))
+register_vjp(aten.exp2)(_unary(lambda x, out: aten.mul(out, math.log(2.0))))
+register_vjp(aten.tan)(_unary(lambda x, out: aten.add(aten.mul(out, out), 1)))
+register_vjp(aten.sinh)(_unary(lambda x, out: aten.cosh(x)))
+register_vjp(aten.cosh)(_unary(lambda x, out: aten.sinh(x)))
+register_vjp(aten.asin)(_unary(lambda x, out: aten.rsqrt(_one_minus_sq(x))))
+register_vjp(aten.acos)(_unary(lambda x, out: aten.neg(aten.rsqrt(_one_minus_sq(x)))))
+register_vjp(aten.atan)(_unary(lambda x, out: aten.reciprocal(aten.add(aten.mul(x, x), 1))))
+register_vjp(aten.asinh)(_unary(lambda x, out: aten.rsqrt(aten.add(aten.mul(x, x), 1))))
+register_vjp(aten.acosh)(_unary(lambda x, out: aten.reciprocal(
+    aten.mul(aten.sqrt(aten.sub(x, 1)), aten.sqrt(aten.add(x, 1))))))
+register_vjp(aten.atanh)(_unary(lambda x, out: aten.reciprocal(_one_minus_sq(x))))
+register_vjp(aten.erfc)(_unary(lambda x, out: aten.mul(aten.exp(aten.neg(aten.mul(x, x))), -2 / math.sqrt(math.pi))))
+register_vjp(aten.erfinv)(_unary(lambda x, out: aten.mul(aten.exp(aten.mul(out, out)), math.sqrt(math.pi) / 2)))
+register_vjp(aten.lgamma)(_unary(lambda x, out: aten.digamma(x)))
+register_vjp(aten.digamma)(_unary(lambda x, out: aten.polygamma(1, x)))
+register_vjp(aten.deg2rad)(_unary(lambda x, out: math.pi / 180))
+register_vjp(aten.rad2deg)(_unary(lambda x, out: 180 / math.pi))
+
+
+@register_vjp(aten.logit)
+def logit_vjp(grad, out, x, eps=None):
+    return aten.logit_backward(grad, x, eps), None
+
+
+@register_vjp(aten.atan2)
+def atan2_vjp(grad, out, a, b):
+    denom = aten.add(aten.mul(a, a), aten.mul(b, b))
+    return (sum_to_size(aten.mul(grad, aten.div(b, denom)), a),
+            sum_to_size(aten.mul(grad, aten.div(aten.neg(a), denom)), b))
+
+
+@register_vjp(aten.hypot)
+def hypot_vjp(grad, out, a, b):
+    return sum_to_size(aten.mul(grad, aten.div(a, out)), a), sum_to_size(aten.mul(grad, aten.div(b, out)), b)
+
+
+@register_vjp(aten.logaddexp)
+def logaddexp_vjp(grad, out, a, b):
+    return (sum_to_size(aten.mul(grad, aten.exp(aten.sub(a, out))), a),
+            sum_to_size(aten.mul(grad, aten.exp(aten.sub(b, out))), b))
+
+
+@register_vjp(aten.xlogy)
+def xlogy_vjp(grad, out, a, b):
+    """d/da = log(b) (0 where a == 0 and b is not NaN, as eager); d/db = a / b."""
+    ga = gb = None
+    if is_tensor(a):
+        log_b = aten.log(b) if is_tensor(b) else math.log(b)
+        zero = aten.scalar_tensor(0, dtype=grad.dtype, device=grad.device)
+        keep = aten.logical_or(aten.ne(a, 0), aten.ne(b, b)) if is_tensor(b) else aten.ne(a, 0)
+        ga = sum_to_size(aten.where(keep, aten.mul(grad, log_b), zero), a)
+    if is_tensor(b):
+        gb = sum_to_size(aten.mul(grad, aten.div(a, b)), b)
+    return ga, gb
+
+
+@register_vjp(aten.lerp)
+def lerp_vjp(grad, out, start, end, weight):
+    """out = start + weight * (end - start)."""
+    g_end = aten.mul(grad, weight)
+    g_start = aten.sub(grad, g_end)
+    gw = sum_to_size(aten.mul(grad, aten.sub(end, start)), weight) if is_tensor(weight) else None
+    return sum_to_size(g_start, start), sum_to_size(g_end, end), gw
+
+
+@register_vjp(aten.celu)
+def celu_vjp(grad, out, x, alpha=1.0):
+    return aten.elu_backward(grad, alpha, 1, 1.0 / alpha, False, x), None
+
+
+@register_vjp(aten.threshold)
+def threshold_vjp(grad, out, x, threshold, value):
+    return aten.threshold_backward(grad, x, threshold), None, None
+
+
+@register_vjp(aten.log_sigmoid_forward)
+def log_sigmoid_forward_vjp(grads, out, x):
+    return (aten.log_sigmoid_backward(_first(grads, out[0]), x, out[1]),)
+
+
+@register_vjp(aten.nansum)
+def nansum_vjp(grad, out, x, dim=None, keepdim=False, dtype=None):
+    zero = aten.scalar_tensor(0, dtype=grad.dtype, device=grad.device)
+    g = _unreduce(grad, x, _dims(dim, x.dim()), keepdim)
+    return aten.where(aten.ne(x, x), zero, g), None, None, None
+
+
+@register_vjp(aten.linalg_vector_norm)
+def linalg_vector_norm_vjp(grad, out, x, ord=2, dim=None, keepdim=False, *, dtype=None):
+    """For a finite ``ord >= 1``: ``grad * sign(x) |x|^(ord-1) / norm^(ord-1)``, 0 where the norm is 0."""
+    if not (isinstance(ord, (int, float)) and math.isfinite(ord) and ord >= 1) or x.is_complex():
+        raise NotImplementedError(f"linalg_vector_norm(ord={ord}): no VJP rule for this order")
+    dims = _dims(dim, x.dim())
+    norm = _unreduce(out, x, dims, keepdim)
+    g = _unreduce(grad, x, dims, keepdim)
+    if ord == 1:
+        scaled = aten.sign(x)
+    elif ord == 2:
+        scaled = aten.div(x, norm)
+    else:
+        scaled = aten.div(aten.mul(aten.sign(x), aten.pow(aten.abs(x), ord - 1)), aten.pow(norm, ord - 1))
+    zero = aten.scalar_tensor(0, dtype=grad.dtype, device=grad.device)
+    result = aten.where(aten.eq(norm, 0), zero, aten.mul(g, scaled))
+    return (prims.convert_element_type(result, x.dtype) if result.dtype != x.dtype else result), None, None, None
+
+
+# ----------------------------------------------------------------------------- more linear algebra
+@register_vjp(aten.dot, aten.vdot)
+def dot_vjp(grad, out, a, b):
+    if a.is_complex():
+        raise NotImplementedError("dot/vdot of complex tensors: no VJP rule")
+    return aten.mul(grad, b), aten.mul(grad, a)
+
+
+@register_vjp(aten.mv)
+def mv_vjp(grad, out, m, v):
+    return aten.mul(aten.unsqueeze(grad, 1), aten.unsqueeze(v, 0)), aten.mv(aten.permute(m, [1, 0]), grad)
+
+
+def _scaled(g, factor):
+    return g if factor == 1 else aten.mul(g, factor)
+
+
+@register_vjp(aten.baddbmm)
+def baddbmm_vjp(grad, out, bias, b1, b2, *, beta=1, alpha=1):
+    ga = _scaled(grad, alpha)
+    return (sum_to_size(_scaled(grad, beta), bias) if beta != 0 else _zeros_like_shape(bias, grad),
+            aten.bmm(ga, aten.permute(b2, [0, 2, 1])), aten.bmm(aten.permute(b1, [0, 2, 1]), ga))
+
+
+@register_vjp(aten.addbmm)
+def addbmm_vjp(grad, out, bias, b1, b2, *, beta=1, alpha=1):
+    ga = aten.expand(aten.unsqueeze(_scaled(grad, alpha), 0), [b1.shape[0], *grad.shape])
+    return (sum_to_size(_scaled(grad, beta), bias) if beta != 0 else _zeros_like_shape(bias, grad),
+            aten.bmm(ga, aten.permute(b2, [0, 2, 1])), aten.bmm(aten.permute(b1, [0, 2, 1]), ga))
+
+
+@register_vjp(aten.addmv)
+def addmv_vjp(grad, out, bias, m, v, *, beta=1, alpha=1):
+    ga = _scaled(grad, alpha)
+    return (sum_to_size(_scaled(grad, beta), bias) if beta != 0 else _zeros_like_shape(bias, grad),
+            aten.mul(aten.unsqueeze(ga, 1), aten.unsqueeze(v, 0)), aten.mv(aten.permute(m, [1, 0]), ga))
+
+
+@register_vjp(aten.addr)
+def addr_vjp(grad, out, bias, v1, v2, *, beta=1, alpha=1):
+    ga = _scaled(grad, alpha)
+    return (sum_to_size(_scaled(grad, beta), bias) if beta != 0 else _zeros_like_shape(bias, grad),
+            aten.mv(ga, v2), aten.mv(aten.permute(ga, [1, 0]), v1))
+
+
+@register_vjp(aten.addcmul)
+def addcmul_vjp(grad, out, x, t1, t2, *, value=1):
+    gv = _scaled(grad, value)
+    return sum_to_size(grad, x), sum_to_size(aten.mul(gv, t2), t1), sum_to_size(aten.mul(gv, t1), t2)
+
+
+@register_vjp(aten.addcdiv)
+def addcdiv_vjp(grad, out, x, t1, t2, *, value=1):
+    gv = _scaled(grad, value)
+    return (sum_to_size(grad, x), sum_to_size(aten.div(gv, t2), t1),
+            sum_to_size(aten.neg(aten.div(aten.mul(gv, t1), aten.mul(t2, t2))), t2))
+
+
+# ----------------------------------------------------------------------------- more shape ops
+@register_vjp(aten.transpose_copy)
+def transpose_vjp(grad, out, x, dim0, dim1):
+    if x.dim() == 0:
+        return grad, None, None
+    order = list(range(x.dim()))
+    order[dim0 % x.dim()], order[dim1 % x.dim()] = order[dim1 % x.dim()], order[dim0 % x.dim()]
+    return aten.permute(grad, order), None, None
+
+
+register_vjp(aten.view_copy)(lambda grad, out, x, shape: view_vjp(grad, out, x, shape))
+register_vjp(aten.unsqueeze_copy)(lambda grad, out, x, dim: unsqueeze_vjp(grad, out, x, dim))
+register_vjp(aten.squeeze_copy)(lambda grad, out, x, *args: (_reshape(grad, x.shape),) + (None,) * len(args))
+register_vjp(aten.permute_copy)(lambda grad, out, x, dims: permute_vjp(grad, out, x, dims))
+register_vjp(aten.expand_copy)(lambda grad, out, x, shape, implicit=False: expand_vjp(grad, out, x, shape))
+register_vjp(aten.alias_copy)(lambda grad, out, x: (grad,))
+register_vjp(aten.t_copy)(lambda grad, out, x: (aten.permute(grad, [1, 0]) if x.dim() == 2 else grad,))
+
+
+@register_vjp(aten.diagonal, aten.diagonal_copy)
+def diagonal_vjp(grad, out, x, offset=0, dim1=0, dim2=1):
+    return aten.diagonal_backward(grad, list(x.shape), offset, dim1, dim2), None, None, None
+
+
+@register_vjp(aten.diag_embed)
+def diag_embed_vjp(grad, out, x, offset=0, dim1=-2, dim2=-1):
+    return aten.diagonal(grad, offset, dim1, dim2), None, None, None
+
+
+@register_vjp(aten.unfold)
+def unfold_vjp(grad, out, x, dimension, size, step):
+    return aten.unfold_backward(grad, list(x.shape), dimension, size, step), None, None, None
+
+
+@register_vjp(aten.repeat)
+def repeat_vjp(grad, out, x, repeats):
+    """Sum the gradient over the tiles: view it as (r0, s0, r1, s1, ...) and sum the r's."""
+    lead = len(repeats) - x.dim()
+    shape = [1] * lead + list(x.shape)
+    split, dims = [], []
+    for i, (r, s) in enumerate(zip(repeats, shape)):
+        split += [r, s]
+        dims.append(2 * i)
+    g = aten.sum(_reshape(grad, split), dims)
+    return _reshape(g, x.shape), None
+
+
+@register_vjp(aten.pixel_shuffle)
+def pixel_shuffle_vjp(grad, out, x, factor):
+    return aten.pixel_unshuffle(grad, factor), None
+
+
+@register_vjp(aten.pixel_unshuffle)
+def pixel_unshuffle_vjp(grad, out, x, factor):
+    return aten.pixel_shuffle(grad, factor), None
+
+
+@register_vjp(aten.rot90)
+def rot90_vjp(grad, out, x, k=1, dims=(0, 1)):
+    return aten.rot90(grad, -k, list(dims)), None, None
+
+
+@register_vjp(aten.unsafe_split, aten.split_with_sizes_copy, aten.unsafe_split_with_sizes)
+def unsafe_split_vjp(grads, out, x, split, dim=0):
+    pieces = [g if g is not None else _zeros(o) for g, o in zip(grads, out)]
+    return aten.cat(pieces, dim), None, None
+
+
+# ----------------------------------------------------------------------------- losses
+def _loss_rule(backward, target_antisymmetric: bool, *defaults):
+    """``loss(x, target, reduction=1, *extra)`` -> ``backward(grad, x, target, reduction, *extra)``
+    (``defaults`` fill the arguments the call left out); for losses of ``x - target`` the
+    target's gradient is the negation of ``x``'s."""
+    def rule(grad, out, x, target, *args):
+        full = list(args) + list(defaults[len(args):])
+        gx = backward(grad, x, target, *full)
+        gt = aten.neg(gx) if target_antisymmetric and is_tensor(target) else None
+        return (gx, gt) + (None,) * len(args)
+    return rule
+
+
+register_vjp(aten.mse_loss)(_loss_rule(aten.mse_loss_backward, True, 1))
+register_vjp(aten.smooth_l1_loss)(_loss_rule(aten.smooth_l1_loss_backward, True, 1, 1.0))
+register_vjp(aten.huber_loss)(_loss_rule(aten.huber_loss_backward, True, 1, 1.0))
+register_vjp(aten.soft_margin_loss)(_loss_rule(aten.soft_margin_loss_backward, False, 1))
+
+
+@register_vjp(aten.binary_cross_entropy)
+def binary_cross_entropy_vjp(grad, out, x, target, weight=None, reduction=1):
+    return aten.binary_cross_entropy_backward(grad, x, target, weight, reduction), None, None, None
+
+
+@register_vjp(aten.nll_loss_forward)
+def nll_loss_forward_vjp(grads, out, logp, target, weight, reduction, ignore_index):
+    return (aten.nll_loss_backward(_first(grads, out[0]), logp, target, weight, reduction, ignore_index, out[1]),
+            None, None, None, None)
