@@ -353,9 +353,13 @@ for kind in ("joint_graph", "forward_graph", "backward_graph"):
 #
 # - **Prim set**: 59 ATen ops (`tininductor.prims.PRIM_SET`); everything else decomposes
 #   (chapter 5) or is a logged fallback.
-# - **VJP rules**: 60 in `tininductor.vjp_rules.VJP_RULES`: one per prim (`convolution` has
-#   none yet and says so) plus `cat`, a fallback op common enough that training must get
-#   through it; each is tested against eager autograd in float64 with broadcasting.
+# - **VJP rules**: one per prim in `tininductor.vjp_rules.VJP_RULES`, plus rules for the
+#   fallback ops real models train through (`cat`, `convolution`, batch/group norm, the fused
+#   attention kernels, `max(dim)`, `sort`, `topk`...), most of them a call of ATen's own
+#   backward op; each is tested against eager autograd in float64 with broadcasting.
+#   Multi-output ops get one gradient per output (`getitem` hands its gradient back), and a
+#   gradient that reaches an op without a rule is a compile error naming the op, never a
+#   silently missing gradient.
 # - **Models**: the LayerNorm-MLP block and the GPT train through `aot_eager` with the same
 #   losses as eager (table above), with both partitioners.
 # - **Saved bytes**: on TinyBlock(64, 4), the min-cut partitioner saves less than half of

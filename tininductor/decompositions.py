@@ -350,8 +350,15 @@ def native_dropout(x, p, train):
     """Identity plus an all-True keep-mask when nothing is dropped (eval mode or p == 0).
 
     Random dropout is left alone: ``F.dropout`` in training reaches the graph as torch's own
-    expansion, ``bernoulli`` (a logged fallback: there is no random prim) times a scale, and
-    AOT autograd saves that mask for the backward, so training through it is exact.
+    expansion, ``bernoulli`` (a logged fallback: there is no random prim) times a scale (on
+    CUDA: ``native_dropout``, whose rule calls ``native_dropout_backward``), and AOT autograd
+    saves that mask for the backward, so the gradient is exactly the one for the mask drawn.
+
+    How values relate to eager's: the mask is drawn from torch's global generator by the same
+    kind of kernel, so it has eager's statistics (each element kept with probability ``1 - p``,
+    kept values scaled by ``1 / (1 - p)``), but it is a different draw whenever the compiled
+    graph consumes random numbers in another order or amount than eager would; compare
+    dropout's statistics, not its values (tests/test_aot_multi_output.py does).
     """
     if p != 0 and train is not False:
         return NotImplemented

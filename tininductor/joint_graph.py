@@ -10,6 +10,14 @@ Which values need gradients is decided before tracing, as eager autograd does: a
 requires grad when it is a floating-point tensor computed from an input that requires grad.
 Only outputs that require grad get a tangent input; others (integer or bool outputs, values
 that do not depend on a trainable input) are *non-differentiable*.
+
+Multi-output ops (``max.dim``, ``sort``, batch norm, the fused attention kernels...) are read
+through ``getitem`` nodes; requires-grad is tracked per element, each ``getitem`` hands its
+gradient back to its producer at its index, and the producer's rule gets one gradient per
+output (``None`` where none arrived). The pass never drops a gradient silently: a gradient
+that reaches an op without a rule, a rule that returns none for an input that needs one, or
+an in-place op hiding a differentiable data flow raise :class:`AutogradCompileError` at
+compile time, and the frame runs eagerly with a warning naming the op.
 """
 from __future__ import annotations
 

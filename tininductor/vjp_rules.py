@@ -6,9 +6,17 @@ the forward op got (tensors, Python numbers, lists) plus its output ``out``, and
 entry per positional argument: a tensor gradient, or ``None`` where the argument is not
 differentiable (an int, a shape, an index tensor, a bool mask).
 
-Rules are written with prims only, so the backward graph that tracing them produces is in
-the prim set too. Binary ops broadcast, so each input gradient is summed back to the input's
-shape (:func:`sum_to_size`), which is the one subtle step of reverse-mode AD.
+Rules of prims are written with prims, so the backward graph that tracing them produces is
+in the prim set too. Binary ops broadcast, so each input gradient is summed back to the
+input's shape (:func:`sum_to_size`), which is the one subtle step of reverse-mode AD.
+
+Ops outside the prim set that real models train through (convolution, batch/group norm, the
+fused attention kernels, pooling, losses...) stay fallback/extern calls in the forward, and
+their rules call ATen's own backward op (``aten.convolution_backward``...), as TorchInductor
+does: short, exactly eager's formula, and the fused kernels keep their speed.
+
+A multi-output op's rule gets ``grads``, a list with one gradient per output (``None`` for
+an output no gradient reached), and ``out``, the tuple of its outputs.
 """
 from __future__ import annotations
 
