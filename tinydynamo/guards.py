@@ -219,6 +219,29 @@ def _dict_keys_failure(g: Guard, v: Any) -> str | None:
 register_guard_kind("DICT_KEYS", _dict_keys_code, _dict_keys_failure,
                     lambda g: f"list({g.name}.keys()) == {list(g.expected[1])!r}")
 
+# ---- HASATTR / DICT_CONTAINS: presence and ABSENCE of an attribute or key ----------------------
+# ``getattr(obj, "flag", False)`` on an absent attribute, or a method found on the class (an
+# instance attribute of that name would shadow it), depends on something NOT being there.
+
+
+register_guard_kind(
+    "HASATTR",
+    lambda g, ref, scope: [f"hasattr({ref}, {g.expected[0]!r}) is {g.expected[1]!r}"],
+    lambda g, v: None if hasattr(v, g.expected[0]) == g.expected[1]
+    else f"{g.name}.{g.expected[0]} {'was deleted' if g.expected[1] else 'now exists'} "
+         f"(expected {'present' if g.expected[1] else 'absent'})",
+    lambda g: f"hasattr({g.name}, {g.expected[0]!r}) is {g.expected[1]}",
+)
+
+register_guard_kind(
+    "DICT_CONTAINS",
+    lambda g, ref, scope: [f"({g.expected[0]!r} in {ref}) is {g.expected[1]!r}"],
+    lambda g, v: None if (g.expected[0] in v) == g.expected[1]
+    else f"{g.expected[0]!r} {'is no longer' if g.expected[1] else 'is now'} in {g.name} "
+         f"(expected {'present' if g.expected[1] else 'absent'})",
+    lambda g: f"({g.expected[0]!r} in {g.name}) is {g.expected[1]}",
+)
+
 # ---- ALIAS_MATCH: two sources are (or are not) the same object --------------------------------
 
 
@@ -348,12 +371,14 @@ class GuardBuilder:
 
     def __init__(self, scope: SourceScope):
         self.scope = scope
-        self.guards: dict[tuple[str, str], Guard] = {}
+        self.guards: dict[tuple, Guard] = {}
 
     def add(self, kind: str, source: Source | None, expected: Any = None) -> None:
         if kind not in GUARD_KINDS:
             raise ValueError(f"unknown guard kind {kind!r}; registered: {sorted(GUARD_KINDS)}")
         key = (kind, source.name() if source is not None else "")
+        if kind in ("HASATTR", "DICT_CONTAINS"):  # one per (object, name)
+            key += (expected[0],)
         self.guards.setdefault(key, Guard(kind, source, expected))
 
     def build(self) -> CheckFunction:

@@ -92,6 +92,20 @@ def module_member_source(module: Any, base: Source, attr: str) -> AttrSource:
 
 
 @dataclasses.dataclass(frozen=True)
+class TypeSource(Source):
+    """``type(base)``: where a method, property or class attribute found on an object's class lives,
+    so a guard can pin it (a method monkeypatched on the class is then a miss)."""
+
+    base: Source
+
+    def name(self) -> str:
+        return f"type({self.base.name()})"
+
+    def code(self) -> str:
+        return f"type({self.base.code()})"
+
+
+@dataclasses.dataclass(frozen=True)
 class GetItemSource(Source):
     base: Source
     index: Any  # int or str (hashable constant)

@@ -74,10 +74,17 @@ class NNModuleVariable(VariableTracker):
             cls_attr = getattr(type(m), name)
         except AttributeError:
             unimplemented(f"{type(m).__name__} has no attribute {name!r}")
-        if isinstance(cls_attr, property):
-            return UserFunctionVariable(cls_attr.fget).call_function(tx, [self], {})
+        if isinstance(cls_attr, (property, types.FunctionType)):
+            from tinydynamo.variables.builder import guard_class_lookup
+
+            cls_source = guard_class_lookup(tx, m, self.source, name, cls_attr)
+        if isinstance(cls_attr, property):  # inline the getter: its reads are guarded as they happen
+            from tinydynamo.source import AttrSource
+
+            fget_source = AttrSource(cls_source, "fget") if cls_source is not None else None
+            return UserFunctionVariable(cls_attr.fget, fget_source).call_function(tx, [self], {})
         if isinstance(cls_attr, types.FunctionType):
-            return UserMethodVariable(cls_attr, self)
+            return UserMethodVariable(cls_attr, self, cls_source)
         if isinstance(cls_attr, (staticmethod, classmethod)):
             unimplemented(f"static/class method {type(m).__name__}.{name}")
         return self._wrap_child(tx, name, getattr(m, name))
@@ -101,10 +108,15 @@ class NNModuleVariable(VariableTracker):
 
         if _has_hooks(self.module):
             unimplemented(f"{type(self.module).__name__} has forward hooks (not captured yet)")
+        if "forward" in self.module.__dict__:  # ``m.forward = fn`` on the instance: what __call__ runs
+            return self.var_getattr(tx, "forward").call_function(tx, args, kwargs)
         forward = type(self.module).forward
         if not isinstance(forward, types.FunctionType):
             unimplemented(f"{type(self.module).__name__}.forward is not a Python function")
-        return UserMethodVariable(forward, self).call_function(tx, args, kwargs)
+        from tinydynamo.variables.builder import guard_class_lookup
+
+        source = guard_class_lookup(tx, self.module, self.source, "forward", forward)
+        return UserMethodVariable(forward, self, source).call_function(tx, args, kwargs)
 
     # ---- containers and iteration ------------------------------------------------------------------
     def _items(self) -> list[tuple[str, object]]:

@@ -1,0 +1,168 @@
+"""The reliability suite's harness: run one *case* eagerly and compiled, compare every observation.
+
+A case is ``case(C, rec)``: it builds its own fresh state, compiles what it wants to compile
+with ``C(fn_or_module)`` (the identity for the eager run), calls it in a sequence that changes
+state between calls, and records what a user could see with ``rec(value)``: tensors (values,
+dtype, requires_grad), Python values, and facts about identity (``out is x``) or storage
+sharing. An exception ends the run and is recorded as its type.
+
+Each case is run under eager (the oracle), each tinydynamo backend, and torch.compile, and
+classified: ``ok`` (every observation matches), ``wrong`` (a value differs, or eager raised
+and the compiled run did not: a silently wrong result), ``raised`` (the compiled run raised
+where eager did not). ``python -m tests.reliability`` prints the table per family.
+"""
+from __future__ import annotations
+
+import collections
+import dataclasses
+import sys
+import warnings
+from typing import Any, Callable
+
+import torch
+
+import tinydynamo
+
+BACKENDS = ("eager", "aot_eager", "tininductor")
+TORCH_BACKENDS = ("eager", "aot_eager")
+
+#: family -> {name: case}
+CASES: dict[str, dict[str, Callable]] = collections.defaultdict(dict)
+
+
+def case(family: str):
+    def register(fn):
+        CASES[family][fn.__name__.removeprefix("case_")] = fn
+        return fn
+    return register
+
+
+@dataclasses.dataclass
+class Raised:
+    type_name: str
+    message: str
+
+    def __eq__(self, other):
+        return isinstance(other, Raised) and other.type_name == self.type_name
+
+
+def snapshot(value: Any) -> Any:
+    """What a user can observe of ``value``, copied now (later in-place writes must not change it)."""
+    if isinstance(value, torch.Tensor):
+        return ("tensor", value.detach().clone(), value.dtype, tuple(value.shape), value.requires_grad)
+    if isinstance(value, (tuple, list)):
+        return (type(value).__name__, [snapshot(v) for v in value])
+    return ("value", value)
+
+
+def same(a: Any, b: Any) -> bool:
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, Raised):
+        return a == b
+    if isinstance(a, tuple) and a and a[0] == "tensor":
+        return a[2:] == b[2:] and torch.allclose(a[1], b[1], rtol=1e-4, atol=1e-5, equal_nan=True)
+    if isinstance(a, (tuple, list)):
+        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
+    return a == b
+
+
+def observe(run_case: Callable, compiler: Callable) -> list:
+    """Run a case with ``compiler``; its observations (an exception is the last one)."""
+    seen: list = []
+    torch.manual_seed(0)
+    try:
+        run_case(compiler, lambda v: seen.append(snapshot(v)))
+    except Exception as e:  # noqa: BLE001 - what the user would see
+        seen.append(Raised(type(e).__name__, str(e).splitlines()[0][:200] if str(e) else ""))
+    return seen
+
+
+def classify(expected: list, actual: list) -> tuple[str, str]:
+    """("ok" | "wrong" | "raised", detail)."""
+    for i, (e, a) in enumerate(zip(expected, actual)):
+        if same(e, a):
+            continue
+        if isinstance(a, Raised) and not isinstance(e, Raised):
+            return "raised", f"observation {i}: raised {a.type_name}: {a.message}"
+        return "wrong", f"observation {i}: eager {_short(e)}, compiled {_short(a)}"
+    if len(expected) != len(actual):
+        return "wrong", f"{len(expected)} observations in eager, {len(actual)} compiled"
+    return "ok", ""
+
+
+def _short(v) -> str:
+    if isinstance(v, Raised):
+        return f"raised {v.type_name}"
+    text = repr(v[1] if isinstance(v, tuple) and len(v) > 1 else v).replace("\n", " ")
+    return text[:120]
+
+
+def tiny_compiler(backend: str, **kw) -> Callable:
+    def C(fn):
+        return tinydynamo.compile(fn, backend=backend, **kw)
+    return C
+
+
+def torch_compiler(backend: str, **kw) -> Callable:
+    def C(fn):
+        return torch.compile(fn, backend=backend, **kw)
+    return C
+
+
+def eager_compiler(fn):
+    return fn
+
+
+def run_one(run_case: Callable, target: str, backend: str) -> tuple[str, str]:
+    """Classify one case for ``target`` ("tiny" or "torch") and ``backend``."""
+    expected = observe(run_case, eager_compiler)
+    if target == "tiny":
+        tinydynamo.reset()
+        compiler = tiny_compiler(backend)
+    else:
+        import torch._dynamo
+
+        torch._dynamo.reset()
+        compiler = torch_compiler(backend)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        actual = observe(run_case, compiler)
+    return classify(expected, actual)
+
+
+def load_all() -> None:
+    import importlib
+
+    for mod in ("guards", "mutation", "rng", "autograd"):
+        importlib.import_module(f"tests.test_reliability_{mod}")
+
+
+def table(families: list[str] | None = None, backends=BACKENDS, torch_backends=TORCH_BACKENDS,
+          verbose: bool = False) -> str:
+    """The per-family table: cases, OK, wrong, raised-where-eager-did-not, for tinydynamo and torch."""
+    load_all()
+    rows = []
+    details = []
+    for family in families or sorted(CASES):
+        for target, bks in (("tiny", backends), ("torch", torch_backends)):
+            counts = collections.Counter()
+            for name, fn in CASES[family].items():
+                for backend in bks:
+                    result, detail = run_one(fn, target, backend)
+                    counts[result] += 1
+                    if result != "ok":
+                        details.append(f"  {target}/{backend} {family}.{name}: {result}: {detail}")
+            rows.append((family, "tinydynamo" if target == "tiny" else "torch.compile", "/".join(bks),
+                         sum(counts.values()), counts["ok"], counts["wrong"], counts["raised"]))
+    head = f"{'family':<10} {'target':<14} {'backends':<28} {'cases':>5} {'ok':>4} {'wrong':>5} {'raised':>6}"
+    lines = [head, "-" * len(head)]
+    lines += [f"{f:<10} {t:<14} {b:<28} {n:>5} {ok:>4} {w:>5} {r:>6}" for f, t, b, n, ok, w, r in rows]
+    if verbose and details:
+        lines += ["", "not ok:"] + details
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    fams = [a for a in sys.argv[1:] if not a.startswith("-")] or None
+    print(table(fams, verbose="-v" in sys.argv))
