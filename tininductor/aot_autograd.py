@@ -29,6 +29,7 @@ from torch.autograd.function import once_differentiable
 
 from tinydynamo import artifacts
 from tinydynamo.utils import dynamo_timed
+from tininductor import aliasing
 from tininductor.decompositions import decompose, fake_inputs
 from tininductor.joint_graph import JointGraph, create_joint
 from tininductor.partitioners import Partition, default_partition, min_cut_partition
@@ -143,6 +144,7 @@ def compile_aot(gm: torch.nn.Module, example_inputs, fw_compiler: Callable, bw_c
                 partition_fn: Callable = default_partition, inference_compiler: Callable | None = None) -> Callable:
     """The body of the backend :func:`aot_autograd` returns (see the module docstring)."""
     # `with torch.enable_grad():` inside the graph makes it a training graph even when called under no_grad
+    eager_gm = gm  # the captured graph as it is: eager semantics, for what functionalization cannot do
     grad_inside = isinstance(gm, fx.GraphModule) and any(
         n.op == "call_function" and n.target is torch._C._set_grad_enabled and n.args[0] for n in gm.graph.nodes)
     gm = stop_gradients_in_no_grad_regions(gm)
@@ -157,11 +159,35 @@ def compile_aot(gm: torch.nn.Module, example_inputs, fw_compiler: Callable, bw_c
 
     state = current_state()
     all_inputs = [*state, *example_inputs]
+    with dynamo_timed("aliasing"):  # how outputs alias inputs; what only eager can do
+        alias_info = aliasing.analyze(_lift_parameters(eager_gm)[0], all_inputs)
+    if alias_info.unsupported is not None:
+        return _run_graph_eagerly(eager_gm, alias_info.unsupported)
     fakes, mode = fake_inputs(all_inputs)
     with dynamo_timed("decompose"):
         prim_gm = decompose(fn, fakes)  # finds and reuses the fake mode of ``fakes``
+    # the graph is functional inside: mutated inputs come out as extra outputs, copied back after
+    mutated, user_spec = aliasing.strip_input_mutations(prim_gm)
     aot = AOTOutput(prim_gm)
     requires_grad = [isinstance(x, torch.Tensor) and x.requires_grad for x in all_inputs]
+    tensor_positions = [i for i, x in enumerate(all_inputs) if isinstance(x, torch.Tensor)]
+    aliases = alias_info.outputs
+    has_aliases = any(a is not None for a in aliases)
+
+    def finish(inputs, outs):
+        """Eager's effects around the functional call: write mutated inputs back, rebuild aliases,
+        restore the output structure."""
+        outs = list(outs)
+        if mutated:
+            aliasing.write_back(inputs, mutated, outs[len(outs) - len(mutated):], alias_info.grad_mutated)
+            del outs[len(outs) - len(mutated):]
+        if has_aliases:
+            aliasing.regenerate_aliases(outs, inputs, aliases)
+        return pytree.tree_unflatten(outs, user_spec)
+
+    def aliased_mutation(inputs) -> bool:
+        """A mutated input shares memory with another input: the functional graph would read stale values."""
+        return bool(mutated) and aliasing.inputs_share_memory(inputs, tensor_positions)
 
     if not ((torch.is_grad_enabled() or grad_inside) and any(requires_grad)):
         artifacts.record("forward_graph", "inference graph (no input requires grad)", _readable(prim_gm))
@@ -176,6 +202,10 @@ def compile_aot(gm: torch.nn.Module, example_inputs, fw_compiler: Callable, bw_c
                     "this function was compiled for inference (no input required grad, or grad "
                     "mode was off), but was called with inputs that require grad: its outputs "
                     "would have no gradients. Compile it again under these conditions")
+            if mutated or has_aliases:
+                if aliased_mutation(inputs):
+                    return eager_gm(*args)
+                return finish(inputs, compiled(*inputs))
             return compiled(*inputs)
 
         run_inference.aot = aot
@@ -201,15 +231,29 @@ def compile_aot(gm: torch.nn.Module, example_inputs, fw_compiler: Callable, bw_c
 
     def run_training(*args):  # on every cached call: keep it lean
         primals = [*current_state(), *args] if owners else args
+        if mutated and aliased_mutation(primals):
+            return eager_gm(*args)
         if grad_inside:
             with torch.enable_grad():
                 outs = CompiledFunction.apply(runtime, *primals)
         else:
             outs = CompiledFunction.apply(runtime, *primals)
+        if mutated or has_aliases:
+            return finish(primals, outs)
         return joint.out_spec.type(outs) if flat else pytree.tree_unflatten(list(outs), joint.out_spec)
 
     run_training.aot = aot
     return run_training
+
+
+def _run_graph_eagerly(gm, reason: str) -> Callable:
+    """The captured graph run as it is (its ops eagerly), for a graph whose eager semantics a
+    functional graph cannot reproduce; logged with the reason."""
+    import logging
+
+    logging.getLogger("tininductor.aliasing").warning("running the graph eagerly: %s", reason)
+    run = gm.forward if isinstance(gm, fx.GraphModule) else gm
+    return run
 
 
 def is_flat_sequence(spec) -> bool:
