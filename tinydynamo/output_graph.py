@@ -13,6 +13,7 @@ recorded by :class:`~tinydynamo.side_effects.SideEffects`):
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import dis
 import math
@@ -96,6 +97,21 @@ class ReturnCodegen:
             self._hoisted[key] = f"___s{len(self._hoisted)}"
             self.prelude.append(f"{self._hoisted[key]} = {source.code()}")
         return self._hoisted[key]
+
+
+@contextlib.contextmanager
+def preserve_rng_state():
+    """Compiling must not move the global generators (a backend may run kernels on random
+    inputs to check or tune them): ``manual_seed(s)`` before a first, compiling call then gives
+    the same draws as before a later, cached one (as ``torch._dynamo`` does)."""
+    cpu = torch.random.get_rng_state()
+    cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_available() and torch.cuda.is_initialized() else None
+    try:
+        yield
+    finally:
+        torch.random.set_rng_state(cpu)
+        if cuda is not None:
+            torch.cuda.set_rng_state_all(cuda)
 
 
 def _node_name(source: Source) -> str:
@@ -229,7 +245,7 @@ class OutputGraph:
         logs.get_logger("guards").info("GUARDS %s\n%s", self.frame_name,
                                        "\n".join(str(g) for g in check_fn.guards))
         if n_ops:
-            with dynamo_timed("backend_compile"):
+            with dynamo_timed("backend_compile"), preserve_rng_state():
                 compiled_fn = backend(gm, list(self.example_inputs))
             if not callable(compiled_fn):
                 raise TypeError(f"backend {backend!r} returned {type(compiled_fn).__name__}, not a callable")
