@@ -183,6 +183,7 @@ class OptimizedFunction:
             recompiles_log.info("Recompiling function %s in %s:%d\n    triggered by the following guard failure(s):\n%s",
                                 name, self._code.co_filename, self._code.co_firstlineno,
                                 "\n".join(f"    - entry {len(reasons) - 1 - i}: {r}" for i, r in enumerate(reasons)))
+        _strict.append(self._nopython or not config.suppress_errors)
         try:
             entry = compile_frame(self._fn, L, G, self._backend, name, allow_graph_breaks=not self._nopython)
         except Unsupported as e:
@@ -203,9 +204,21 @@ class OptimizedFunction:
             warnings.warn(f"tinydynamo: compiling {name} failed ({type(e).__name__}: {e}); running it eagerly. "
                           "Set tinydynamo.config.suppress_errors = False to see the traceback.", stacklevel=3)
             return None
+        finally:
+            _strict.pop()
         counters["frames"]["ok"] += 1
         cache.entries.insert(0, entry)
         return entry
+
+
+#: per frame being compiled: must a backend's error raise (fullgraph=True, suppress_errors=False)?
+_strict: list[bool] = []
+
+
+def errors_must_raise() -> bool:
+    """Asked by backends that fall back to eager on their own errors: the frame being compiled
+    asked for errors (``fullgraph=True`` or ``config.suppress_errors = False``), so raise instead."""
+    return bool(_strict and _strict[-1]) or not config.suppress_errors
 
 
 _resume_wrappers: dict = {}

@@ -245,8 +245,16 @@ class OutputGraph:
         logs.get_logger("guards").info("GUARDS %s\n%s", self.frame_name,
                                        "\n".join(str(g) for g in check_fn.guards))
         if n_ops:
-            with dynamo_timed("backend_compile"), preserve_rng_state():
-                compiled_fn = backend(gm, list(self.example_inputs))
+            try:
+                with dynamo_timed("backend_compile"), preserve_rng_state():
+                    compiled_fn = backend(gm, list(self.example_inputs))
+            except Unsupported:
+                raise
+            except Exception as e:
+                from tinydynamo.exc import BackendCompilerFailed
+
+                name = getattr(backend, "__name__", type(backend).__name__)
+                raise BackendCompilerFailed(name, e) from e
             if not callable(compiled_fn):
                 raise TypeError(f"backend {backend!r} returned {type(compiled_fn).__name__}, not a callable")
         else:  # nothing to compile: TorchDynamo skips the backend for op-free graphs too
