@@ -131,6 +131,27 @@ def run_one(run_case: Callable, target: str, backend: str) -> tuple[str, str]:
     return classify(expected, actual)
 
 
+#: (family, case, backend) -> why it is not ok yet (pytest xfails it; the table still counts it)
+KNOWN: dict[tuple[str, str, str], str] = {
+    **{("mutation", name, b): "BatchNorm has no gradient in the AD pass yet (issue 13, the `ad` helper's "
+                              "part): outputs do not require grad in training"
+       for name in ("batchnorm_train_eval", "batchnorm_momentum_none") for b in ("aot_eager", "tininductor")},
+    **{("autograd", "return_type_grad", b): "max(dim) has no gradient in the AD pass yet (multi-output ops, "
+                                            "the `ad` helper's part): raises"
+       for b in ("aot_eager", "tininductor")},
+}
+
+
+def check(family: str, name: str, backend: str) -> None:
+    """The pytest body of one case: ok against eager, or an expected failure listed in KNOWN."""
+    import pytest
+
+    result, detail = run_one(CASES[family][name], "tiny", backend)
+    if result != "ok" and (family, name, backend) in KNOWN:
+        pytest.xfail(f"{KNOWN[family, name, backend]} ({detail})")
+    assert result == "ok", detail
+
+
 def load_all() -> None:
     import importlib
 
@@ -144,7 +165,7 @@ def table(families: list[str] | None = None, backends=BACKENDS, torch_backends=T
     load_all()
     rows = []
     details = []
-    for family in families or sorted(CASES):
+    for family in [f for f in families or sorted(CASES) if f in CASES]:
         for target, bks in (("tiny", backends), ("torch", torch_backends)):
             counts = collections.Counter()
             for name, fn in CASES[family].items():
@@ -155,6 +176,11 @@ def table(families: list[str] | None = None, backends=BACKENDS, torch_backends=T
                         details.append(f"  {target}/{backend} {family}.{name}: {result}: {detail}")
             rows.append((family, "tinydynamo" if target == "tiny" else "torch.compile", "/".join(bks),
                          sum(counts.values()), counts["ok"], counts["wrong"], counts["raised"]))
+    if families is None or "faults" in families:
+        from tests.test_reliability_faults import fault_outcomes
+
+        c = fault_outcomes()
+        rows.append(("faults", "tinydynamo", "aot_eager/tininductor", c["cases"], c["ok"], c["wrong"], c["raised"]))
     head = f"{'family':<10} {'target':<14} {'backends':<28} {'cases':>5} {'ok':>4} {'wrong':>5} {'raised':>6}"
     lines = [head, "-" * len(head)]
     lines += [f"{f:<10} {t:<14} {b:<28} {n:>5} {ok:>4} {w:>5} {r:>6}" for f, t, b, n, ok, w, r in rows]
@@ -163,6 +189,8 @@ def table(families: list[str] | None = None, backends=BACKENDS, torch_backends=T
     return "\n".join(lines)
 
 
-if __name__ == "__main__":
+if __name__ == "__main__":  # the cases register into the importable module, not into __main__
+    from tests.reliability import table as _table
+
     fams = [a for a in sys.argv[1:] if not a.startswith("-")] or None
-    print(table(fams, verbose="-v" in sys.argv))
+    print(_table(fams, verbose="-v" in sys.argv))

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.reliability import BACKENDS, CASES, case, run_one
+from tests.reliability import BACKENDS, CASES, case, check
 
 X = torch.tensor([[3.0, 1.0, 2.0], [0.5, 4.0, -1.0]])
 
@@ -52,5 +52,4 @@ def case_output_requires_grad(C, rec):
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("name", sorted(CASES["autograd"]))
 def test_autograd(name, backend):
-    result, detail = run_one(CASES["autograd"][name], "tiny", backend)
-    assert result == "ok", detail
+    check("autograd", name, backend)

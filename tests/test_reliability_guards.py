@@ -5,7 +5,7 @@ import pytest
 import torch
 from torch import nn
 
-from tests.reliability import BACKENDS, CASES, case, run_one
+from tests.reliability import BACKENDS, CASES, case, check
 
 X = torch.arange(4.0)
 
@@ -303,5 +303,4 @@ def case_requires_grad_changes(C, rec):
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("name", sorted(CASES["guards"]))
 def test_guards(name, backend):
-    result, detail = run_one(CASES["guards"][name], "tiny", backend)
-    assert result == "ok", detail
+    check("guards", name, backend)

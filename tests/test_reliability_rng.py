@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.reliability import BACKENDS, CASES, case, run_one
+from tests.reliability import BACKENDS, CASES, case, check
 
 
 def _save_draw_restore_draw(x):
@@ -88,5 +88,4 @@ def case_dropout_train_reproducible(C, rec):
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("name", sorted(CASES["rng"]))
 def test_rng(name, backend):
-    result, detail = run_one(CASES["rng"][name], "tiny", backend)
-    assert result == "ok", detail
+    check("rng", name, backend)

@@ -51,6 +51,11 @@ class AliasInfo:
     outputs: list[OutputAlias | None]  # per flat user output
     unsupported: str | None = None  # why only the eager graph reproduces eager here
     grad_mutated: set[int] = dataclasses.field(default_factory=set)  # inputs mutated with grad mode on
+    # inputs / outputs that eager's autograd saves for backward: their version counters are
+    # checked at backward (an in-place change after the forward raises, as in eager), even where
+    # the compiled backward recomputes instead of saving them
+    saved_inputs: list[int] = dataclasses.field(default_factory=list)
+    saved_outputs: list[int] = dataclasses.field(default_factory=list)
 
 
 def _storage(t: torch.Tensor) -> StorageWeakRef:
@@ -104,8 +109,14 @@ def analyze(fn, example_inputs: Sequence[Any]) -> AliasInfo:
     before = [(x.shape, x.stride(), x.storage_offset()) if isinstance(x, torch.Tensor) else None for x in fakes]
     checker = _InPlaceChecker()
     grad_mode = torch.is_grad_enabled()
+    saved: list[torch.Tensor] = []  # what eager's autograd saves for backward (version-checked there)
+
+    def pack(t):
+        saved.append(t)
+        return t
+
     try:  # in the caller's grad mode: an in-place op on a leaf that requires grad raises, as in eager
-        with mode, checker:
+        with mode, checker, torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
             out = fn(*fakes)
     except Exception as e:  # noqa: BLE001 - eager raises it too: let eager say it
         return AliasInfo([], f"the graph raises on fake tensors: {type(e).__name__}: {e}")
@@ -142,7 +153,11 @@ def analyze(fn, example_inputs: Sequence[Any]) -> AliasInfo:
                 bases[st] = j
     grad_mutated = {i for i, x in enumerate(fakes)
                     if isinstance(x, torch.Tensor) and _storage(x) in checker.mutated_with_grad}
-    return AliasInfo(outputs, grad_mutated=grad_mutated)
+    saved_storages = {_storage(t) for t in saved if isinstance(t, torch.Tensor)}
+    saved_inputs = sorted({i for st, i in inputs.items() if st in saved_storages})
+    saved_outputs = [j for j, o in enumerate(flat) if isinstance(o, torch.Tensor) and outputs[j] is None
+                     and _storage(o) in saved_storages]
+    return AliasInfo(outputs, grad_mutated=grad_mutated, saved_inputs=saved_inputs, saved_outputs=saved_outputs)
 
 
 def strip_input_mutations(gm: fx.GraphModule) -> tuple[list[int], Any]:

@@ -62,6 +62,8 @@ class _Runtime:
     num_outputs: int
     diff_outputs: list[bool]
     grad_mask: list[bool]
+    version_checked_inputs: list[int] = dataclasses.field(default_factory=list)  # see aliasing.AliasInfo
+    version_checked_outputs: list[int] = dataclasses.field(default_factory=list)
 
 
 class CompiledFunction(torch.autograd.Function):
@@ -77,7 +79,12 @@ class CompiledFunction(torch.autograd.Function):
         ctx.replay_token = getattr(runtime.compiled_fw, "replay_token", None)
         # tensors go through save_for_backward (autograd checks they are not modified in place);
         # a saved size (an int input of a dynamic-shape graph) is kept as it is
-        ctx.save_for_backward(*[v for v in saved if isinstance(v, torch.Tensor)])
+        tensors = [v for v in saved if isinstance(v, torch.Tensor)]
+        # what eager would have saved, saved too: autograd then checks their versions at backward
+        checked = [primals[i] for i in runtime.version_checked_inputs] + \
+                  [user_outs[j] for j in runtime.version_checked_outputs]
+        ctx.num_checked = len(checked)
+        ctx.save_for_backward(*tensors, *checked)
         ctx.saved_ints = [None if isinstance(v, torch.Tensor) else v for v in saved]
         ctx.mark_non_differentiable(*[
             o for o, diff in zip(user_outs, runtime.diff_outputs)
@@ -92,7 +99,8 @@ class CompiledFunction(torch.autograd.Function):
             ctx.replay_token.check_saved_tensors()
         # the backward graph was traced with contiguous tangents; autograd may hand us expanded ones
         tangents = [g.contiguous() for g, diff in zip(grad_outputs, runtime.diff_outputs) if diff]
-        tensors = iter(ctx.saved_tensors)
+        all_saved = ctx.saved_tensors  # raises if a version-checked tensor was modified in place
+        tensors = iter(all_saved[:len(all_saved) - ctx.num_checked])
         saved = [next(tensors) if v is None else v for v in ctx.saved_ints]
         grads = iter(runtime.compiled_bw(*saved, *tangents))
         return (None, *[next(grads) if has_grad else None for has_grad in runtime.grad_mask])
@@ -225,7 +233,10 @@ def compile_aot(gm: torch.nn.Module, example_inputs, fw_compiler: Callable, bw_c
     runtime = _Runtime(
         compiled_fw=fw_compiler(part.fw_gm, _fake_vals(part.fw_gm)),
         compiled_bw=bw_compiler(part.bw_gm, _fake_vals(part.bw_gm)),
-        num_outputs=joint.num_outputs, diff_outputs=joint.diff_outputs, grad_mask=joint.grad_mask)
+        num_outputs=joint.num_outputs, diff_outputs=joint.diff_outputs, grad_mask=joint.grad_mask,
+        version_checked_inputs=[i for i in alias_info.saved_inputs
+                                if isinstance(all_inputs[i], torch.Tensor)],
+        version_checked_outputs=alias_info.saved_outputs)
 
     flat = is_flat_sequence(joint.out_spec)
 
