@@ -379,6 +379,8 @@ class GuardBuilder:
         key = (kind, source.name() if source is not None else "")
         if kind in ("HASATTR", "DICT_CONTAINS"):  # one per (object, name)
             key += (expected[0],)
+        elif kind == "ID_MATCH":  # two classes of one name (local classes) are two guards
+            key += (id(expected),)
         self.guards.setdefault(key, Guard(kind, source, expected))
 
     def build(self) -> CheckFunction:

@@ -92,17 +92,18 @@ def module_member_source(module: Any, base: Source, attr: str) -> AttrSource:
 
 
 @dataclasses.dataclass(frozen=True)
-class TypeSource(Source):
-    """``type(base)``: where a method, property or class attribute found on an object's class lives,
-    so a guard can pin it (a method monkeypatched on the class is then a miss)."""
+class ClassSource(Source):
+    """A class, held by the check function as a constant (``scope_name``): guards on what the
+    class holds (``Linear.forward``) are then made once per class, not once per instance."""
 
-    base: Source
+    cls: type
+    scope_name: str
 
     def name(self) -> str:
-        return f"type({self.base.name()})"
+        return f"{self.cls.__module__}.{self.cls.__qualname__}"
 
     def code(self) -> str:
-        return f"type({self.base.code()})"
+        return self.scope_name
 
 
 @dataclasses.dataclass(frozen=True)

@@ -159,12 +159,15 @@ def guard_class_lookup(tx, obj: Any, source: Source | None, name: str, cls_attr:
     Returns the source of the class attribute (for the guards of what is read through it)."""
     if source is None or tx is None:
         return None
-    from tinydynamo.source import AttrSource, TypeSource
+    from tinydynamo.source import AttrSource, ClassSource
 
     data_descriptor = hasattr(type(cls_attr), "__set__")  # a property wins over the instance dict
     if not data_descriptor and isinstance(getattr(obj, "__dict__", None), dict):
         tx.output.add_guard("DICT_CONTAINS", AttrSource(source, "__dict__"), (name, False))
-    cls_source = AttrSource(TypeSource(source), name)
+    # the instance's class is pinned by its TYPE_MATCH / NN_MODULE guard: guard the class's
+    # attribute once per class (the class is a constant of the check function)
+    cls = type(obj)
+    cls_source = AttrSource(ClassSource(cls, tx.output.scope.constant(cls, "cls")), name)
     tx.output.add_guard("ID_MATCH", cls_source, cls_attr)
     return cls_source
 
