@@ -300,6 +300,138 @@ def case_requires_grad_changes(C, rec):
     rec(x.grad)
 
 
+class Pair(nn.Module):
+    def __init__(self, k: float):
+        super().__init__()
+        self.k = k
+        self.inner = nn.Linear(4, 4)
+
+    def forward(self, x):
+        return self.inner(x) * self.k
+
+
+@case("guards")
+def case_two_instances_swap_submodules(C, rec):
+    torch.manual_seed(0)
+    a, b = Pair(2.0), Pair(3.0)
+    ga, gb = C(a), C(b)  # one code object (Pair.forward): two cache entries
+    with torch.no_grad():
+        rec(ga(X))
+        rec(gb(X))
+        a.inner, b.inner = b.inner, a.inner
+        a.k, b.k = b.k, a.k
+        rec(ga(X))
+        rec(gb(X))
+
+
+@case("guards")
+def case_module_list_appended(C, rec):
+    class Stack(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.layers = nn.ModuleList([nn.Linear(4, 4)])
+
+        def forward(self, x):
+            for layer in self.layers:
+                x = layer(x)
+            return x
+    torch.manual_seed(0)
+    m = Stack()
+    g = C(m)
+    with torch.no_grad():
+        rec(g(X))
+        m.layers.append(nn.Linear(4, 4))
+        rec(g(X))
+        del m.layers[0]
+        rec(g(X))
+
+
+@case("guards")
+def case_tied_parameters_then_untied(C, rec):
+    class Tied(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a = nn.Linear(4, 4, bias=False)
+            self.b = nn.Linear(4, 4, bias=False)
+
+        def forward(self, x):
+            return self.b(self.a(x))
+    torch.manual_seed(0)
+    m = Tied()
+    m.b.weight = m.a.weight
+    g = C(m)
+    x = X.clone().requires_grad_()
+    out = g(x).sum()
+    out.backward()
+    rec(out)
+    rec(m.a.weight.grad)
+    m.b.weight = nn.Parameter(torch.ones(4, 4))
+    out = g(x).sum()
+    rec(out)
+
+
+@case("guards")
+def case_helper_function_replaced(C, rec):
+    global _helper
+    saved = _helper
+    try:
+        g = C(_calls_helper)
+        rec(g(X))
+        _helper = lambda x: x - 100  # noqa: E731
+        rec(g(X))
+    finally:
+        _helper = saved
+
+
+def _helper(x):
+    return x * 2
+
+
+def _calls_helper(x):
+    return _helper(x) + 1
+
+
+@case("guards")
+def case_inlined_defaults_rebound(C, rec):
+    def scale(x, k=2.0):
+        return x * k
+
+    def f(x):
+        return scale(x) + 1
+    g = C(f)
+    rec(g(X))
+    scale.__defaults__ = (10.0,)
+    rec(g(X))
+
+
+@case("guards")
+def case_object_class_swapped(C, rec):
+    class A:
+        def val(self):
+            return 1.0
+
+    class B:
+        def val(self):
+            return 2.0
+    o = A()
+    g = C(lambda o, x: x * o.val())
+    rec(g(o, X))
+    o.__class__ = B
+    rec(g(o, X))
+
+
+@case("guards")
+def case_grad_mode_switch(C, rec):
+    w = torch.ones(4, requires_grad=True)
+    g = C(lambda x: (x * w).sum())
+    rec(g(X))
+    with torch.no_grad():
+        rec(g(X))
+    out = g(X)
+    out.backward()
+    rec(w.grad)
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("name", sorted(CASES["guards"]))
 def test_guards(name, backend):
