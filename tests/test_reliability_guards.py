@@ -432,6 +432,18 @@ def case_grad_mode_switch(C, rec):
     rec(w.grad)
 
 
+@case("guards")
+def case_default_dtype_changes(C, rec):
+    g = C(lambda x: x + torch.ones(4))
+    saved = torch.get_default_dtype()
+    try:
+        rec(g(X).dtype)
+        torch.set_default_dtype(torch.float64)
+        rec(g(X).dtype)
+    finally:
+        torch.set_default_dtype(saved)
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("name", sorted(CASES["guards"]))
 def test_guards(name, backend):

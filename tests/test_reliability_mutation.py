@@ -348,6 +348,141 @@ def case_mutated_buffer_grad_through_params(C, rec):
         rec(m.w.grad)
 
 
+@case("mutation")
+def case_mutation_through_view_made_inside(C, rec):
+    def f(x):
+        y = x.view(2, 2)
+        y[0].add_(1)
+        v = x[2:]
+        x.mul_(2)
+        return v
+    g = C(f)
+    x = X()
+    v = g(x)
+    rec(v)
+    rec(x)
+    v.zero_()
+    rec(x)
+
+
+@case("mutation")
+def case_out_kwarg_into_input(C, rec):
+    def f(x, y):
+        torch.add(y, 1, out=x)
+        return x * 2
+    g = C(f)
+    x = X()
+    rec(g(x, X()))
+    rec(x)
+
+
+_GLOBAL_BUF = torch.zeros(4)
+
+
+@case("mutation")
+def case_global_tensor_mutated(C, rec):
+    _GLOBAL_BUF.zero_()
+
+    def f(x):
+        _GLOBAL_BUF.add_(x)
+        return _GLOBAL_BUF * 1
+    g = C(f)
+    for _ in range(2):
+        rec(g(X()))
+        rec(_GLOBAL_BUF)
+
+
+@case("mutation")
+def case_object_tensor_attribute_mutated(C, rec):
+    class State:
+        def __init__(self):
+            self.acc = torch.zeros(4)
+    st = State()
+
+    def f(s, x):
+        s.acc.add_(x)
+        return s.acc.sum()
+    g = C(f)
+    for _ in range(2):
+        rec(g(st, X()))
+        rec(st.acc)
+
+
+@case("mutation")
+def case_return_same_tensor_twice(C, rec):
+    g = C(lambda x: (lambda y: (y, y))(x * 2))
+    a, b = g(X())
+    rec(a is b)
+    a.add_(1)
+    rec(b)
+
+
+@case("mutation")
+def case_return_detached_input(C, rec):
+    g = C(lambda x: (x.detach(), x * 2))
+    x = X().requires_grad_()
+    d, y = g(x)
+    rec(d.requires_grad)
+    rec(d.data_ptr() == x.data_ptr())
+    rec(y.requires_grad)
+
+
+@case("mutation")
+def case_overlapping_output_views_of_intermediate(C, rec):
+    def f(x):
+        y = x * 2
+        return y[0:3], y[1:4]
+    g = C(f)
+    a, b = g(X())
+    a.add_(100)
+    rec(b)
+
+
+@case("mutation")
+def case_non_leaf_inplace_then_backward(C, rec):
+    def f(x):
+        x.sin_()
+        return (x * x).sum()
+    g = C(f)
+    a = X().requires_grad_()
+    x = a * 1
+    out = g(x)
+    out.backward()
+    rec(out)
+    rec(a.grad)
+    rec(x)
+
+
+@case("mutation")
+def case_mutation_under_no_grad_of_non_leaf(C, rec):
+    def f(x):
+        with torch.no_grad():
+            x.mul_(2)
+        return x.sum()
+    g = C(f)
+    a = X().requires_grad_()
+    x = a + 0
+    out = g(x)
+    out.backward()
+    rec(out)
+    rec(a.grad)
+
+
+@case("mutation")
+def case_zero_fill_clamp_inputs(C, rec):
+    def f(a, b, c):
+        a.zero_()
+        b.fill_(3)
+        c.clamp_(1, 2)
+        return a + b + c
+    g = C(f)
+    a, b, c = X(), X(), X()
+    rec(g(a, b, c))
+    rec(a)
+    rec(b)
+    rec(c)
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("name", sorted(CASES["mutation"]))
 def test_mutation(name, backend):

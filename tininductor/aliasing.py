@@ -42,6 +42,7 @@ class OutputAlias:
     size: tuple[int, ...] = ()
     stride: tuple[int, ...] = ()
     offset: int = 0
+    requires_grad: bool = True  # False: eager's output is cut from autograd (``x.detach()``)
 
 
 @dataclasses.dataclass
@@ -80,17 +81,25 @@ def partial_overlap(a: torch.Tensor, b: torch.Tensor) -> bool:
 class _InPlaceChecker(TorchDispatchMode):
     """Sees every ATen op of the fake run; records an in-place op that eager would refuse."""
 
-    def __init__(self):
+    def __init__(self, training: bool):
         super().__init__()
+        self.training = training  # grad mode was on when the graph was entered
         self.problem: str | None = None
-        self.mutated_with_grad: set[StorageWeakRef] = set()  # storages written while grad mode was on
+        self.mutated: set[StorageWeakRef] = set()  # storages written in place
+        self.mutated_with_grad: set[StorageWeakRef] = set()  # ... while grad mode was on
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         if func._schema.is_mutable and args and isinstance(args[0], torch.Tensor):
             dest = args[0]
+            self.mutated.add(_storage(dest))
             if torch.is_grad_enabled():
                 self.mutated_with_grad.add(_storage(dest))
+            elif self.training and dest.requires_grad and self.problem is None:
+                # eager: autograd does not see this write (later uses differentiate as if the
+                # old value were there); a functional graph would differentiate through it
+                self.problem = (f"{func} under no_grad changes a tensor that requires grad, in a graph "
+                                "that computes gradients")
             for src in torch.utils._pytree.tree_leaves((args[1:], kwargs)):
                 if isinstance(src, torch.Tensor) and partial_overlap(dest, src):
                     self.problem = (f"{func} writes to memory that its input partially overlaps "
@@ -107,7 +116,7 @@ def analyze(fn, example_inputs: Sequence[Any]) -> AliasInfo:
     mode = FakeTensorMode(allow_non_fake_inputs=True)
     fakes = [mode.from_tensor(x, static_shapes=True) if isinstance(x, torch.Tensor) else x for x in example_inputs]
     before = [(x.shape, x.stride(), x.storage_offset()) if isinstance(x, torch.Tensor) else None for x in fakes]
-    checker = _InPlaceChecker()
+    checker = _InPlaceChecker(torch.is_grad_enabled())
     grad_mode = torch.is_grad_enabled()
     saved: list[torch.Tensor] = []  # what eager's autograd saves for backward (version-checked there)
 
@@ -137,6 +146,7 @@ def analyze(fn, example_inputs: Sequence[Any]) -> AliasInfo:
             outputs.append(None)
             continue
         view = (tuple(o.shape), tuple(o.stride()), o.storage_offset())
+        rg = o.requires_grad
         same = [i for i, x in enumerate(fakes) if x is o]
         st = _storage(o)
         if same:
@@ -144,9 +154,9 @@ def analyze(fn, example_inputs: Sequence[Any]) -> AliasInfo:
         elif st in inputs:
             i = inputs[st]  # the offset is kept relative to the input's (which is not guarded)
             rel = view[2] - offsets[i]
-            outputs.append(OutputAlias("input_view", i, view[0], view[1], rel) if rel >= 0 else None)
+            outputs.append(OutputAlias("input_view", i, view[0], view[1], rel, rg) if rel >= 0 else None)
         elif st in bases:
-            outputs.append(OutputAlias("output_view", bases[st], *view))
+            outputs.append(OutputAlias("output_view", bases[st], *view, rg))
         else:
             outputs.append(None)
             if o.storage_offset() == 0 and o.is_contiguous() and o.numel() * o.element_size() == o.untyped_storage().nbytes():
@@ -154,7 +164,8 @@ def analyze(fn, example_inputs: Sequence[Any]) -> AliasInfo:
     grad_mutated = {i for i, x in enumerate(fakes)
                     if isinstance(x, torch.Tensor) and _storage(x) in checker.mutated_with_grad}
     saved_storages = {_storage(t) for t in saved if isinstance(t, torch.Tensor)}
-    saved_inputs = sorted({i for st, i in inputs.items() if st in saved_storages})
+    # (a mutated input is left out: which of its versions eager saved is not known here)
+    saved_inputs = sorted({i for st, i in inputs.items() if st in saved_storages and st not in checker.mutated})
     saved_outputs = [j for j, o in enumerate(flat) if isinstance(o, torch.Tensor) and outputs[j] is None
                      and _storage(o) in saved_storages]
     return AliasInfo(outputs, grad_mutated=grad_mutated, saved_inputs=saved_inputs, saved_outputs=saved_outputs)
@@ -223,9 +234,13 @@ def regenerate_aliases(outs: list, inputs: Sequence[Any], aliases: list[OutputAl
             outs[j] = inputs[a.index]
         elif a.kind == "input_view":
             base = inputs[a.index]
+            if base.requires_grad and not a.requires_grad:
+                base = base.detach()
             outs[j] = base.as_strided(a.size, a.stride, base.storage_offset() + a.offset)
         else:
             base = outs[a.index]
             if base.is_contiguous() and base.storage_offset() == 0:
+                if base.requires_grad and not a.requires_grad:
+                    base = base.detach()
                 outs[j] = base.as_strided(a.size, a.stride, a.offset)
     return outs

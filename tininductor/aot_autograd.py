@@ -63,6 +63,7 @@ class _Runtime:
     diff_outputs: list[bool]
     grad_mask: list[bool]
     version_checked_inputs: list[int] = dataclasses.field(default_factory=list)  # see aliasing.AliasInfo
+    mutated_inputs: list[int] = dataclasses.field(default_factory=list)  # written back after the call
     version_checked_outputs: list[int] = dataclasses.field(default_factory=list)
 
 
@@ -80,6 +81,9 @@ class CompiledFunction(torch.autograd.Function):
         # tensors go through save_for_backward (autograd checks they are not modified in place);
         # a saved size (an int input of a dynamic-shape graph) is kept as it is
         tensors = [v for v in saved if isinstance(v, torch.Tensor)]
+        if runtime.mutated_inputs:  # an input saved as it was, then written back: keep the old value
+            old = [primals[i] for i in runtime.mutated_inputs]
+            tensors = [v.clone() if any(v is o for o in old) else v for v in tensors]
         # what eager would have saved, saved too: autograd then checks their versions at backward
         checked = [primals[i] for i in runtime.version_checked_inputs] + \
                   [user_outs[j] for j in runtime.version_checked_outputs]
@@ -236,7 +240,7 @@ def compile_aot(gm: torch.nn.Module, example_inputs, fw_compiler: Callable, bw_c
         num_outputs=joint.num_outputs, diff_outputs=joint.diff_outputs, grad_mask=joint.grad_mask,
         version_checked_inputs=[i for i in alias_info.saved_inputs
                                 if isinstance(all_inputs[i], torch.Tensor)],
-        version_checked_outputs=alias_info.saved_outputs)
+        version_checked_outputs=alias_info.saved_outputs, mutated_inputs=mutated)
 
     flat = is_flat_sequence(joint.out_spec)
 

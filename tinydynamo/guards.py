@@ -270,6 +270,15 @@ register_guard_kind(
 )
 
 
+register_guard_kind(
+    "DEFAULT_DTYPE",
+    lambda g, ref, scope: [f"{scope.constant(torch.get_default_dtype, 'fn')}() is {scope.constant(g.expected, 'dt')}"],
+    lambda g, v: None if torch.get_default_dtype() == g.expected
+    else f"default dtype changed: expected {g.expected}, actual {torch.get_default_dtype()}",
+    lambda g: f"torch.get_default_dtype() is {g.expected}",
+)
+
+
 def generate_check_code(guards: list[Guard], scope: SourceScope) -> str:
     """The source of ``___check_guards(L, G)``: every guard's conditions, cheapest path first.
 

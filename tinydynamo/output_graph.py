@@ -134,6 +134,7 @@ class OutputGraph:
         self.instruction_count = 0
         self.side_effects = SideEffects(self)
         self.add_guard("GRAD_MODE", None, torch.is_grad_enabled())
+        self.add_guard("DEFAULT_DTYPE", None, torch.get_default_dtype())  # torch.ones(3) bakes it in
 
     # ---- guards and inputs -----------------------------------------------------------------------
     def add_guard(self, kind: str, source: Source | None, expected: Any = None) -> None:
