@@ -85,6 +85,52 @@ def case_dropout_train_reproducible(C, rec):
     rec(g(torch.ones(16)))
 
 
+@case("rng")
+def case_dropout_backward_uses_forward_mask(C, rec):
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(8, 8)
+    m = torch.nn.Sequential(lin, torch.nn.Dropout(0.5), torch.nn.Tanh())
+    g = C(m)
+    x = torch.randn(4, 8, requires_grad=True)
+    for _ in range(2):
+        torch.manual_seed(11)
+        out = g(x)
+        out.sum().backward()
+        # the gradient is zero exactly where the forward dropped: one mask for both passes
+        kept = out.detach() != 0
+        rec(bool(((lin.weight.grad is not None)) and kept.any()))
+        rec(torch.equal(x.grad != 0, (x.grad != 0)))
+        grad_out = (1 - out.detach() ** 2) * 2 * kept  # d tanh * dropout scale
+        rec(torch.allclose(x.grad, grad_out @ lin.weight, atol=1e-5))
+        x.grad = None
+        lin.weight.grad = None
+
+
+@case("rng")
+def case_explicit_generator(C, rec):
+    def f(x, gen):
+        return x + torch.rand(4, generator=gen)
+    g = C(f)
+    a = g(torch.zeros(4), torch.Generator().manual_seed(3))
+    b = g(torch.zeros(4), torch.Generator().manual_seed(3))
+    c = g(torch.zeros(4), torch.Generator().manual_seed(4))
+    rec(torch.equal(a, b))
+    rec(torch.equal(a, c))
+
+
+@case("rng")
+def case_random_ops_follow_global_generator(C, rec):
+    def f(x):
+        return x + torch.randn(4), torch.randint(0, 100, (4,)), torch.rand_like(x), torch.bernoulli(x * 0 + 0.5)
+    g = C(f)
+    torch.manual_seed(21)
+    first = g(torch.zeros(4))
+    torch.manual_seed(21)
+    second = g(torch.zeros(4))
+    rec([torch.equal(p, q) for p, q in zip(first, second)])
+    rec(bool(((first[3] == 0) | (first[3] == 1)).all()))
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("name", sorted(CASES["rng"]))
 def test_rng(name, backend):

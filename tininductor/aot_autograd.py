@@ -182,7 +182,14 @@ def compile_aot(gm: torch.nn.Module, example_inputs, fw_compiler: Callable, bw_c
     mutated, user_spec = aliasing.strip_input_mutations(prim_gm)
     aot = AOTOutput(prim_gm)
     requires_grad = [isinstance(x, torch.Tensor) and x.requires_grad for x in all_inputs]
-    tensor_positions = [i for i, x in enumerate(all_inputs) if isinstance(x, torch.Tensor)]
+    # the inputs a mutation could alias at run time: not the module state tinydynamo marked
+    module_state = [True] * len(state) + [
+        bool(n.meta.get("module_state")) for n in gm.graph.nodes if n.op == "placeholder"] \
+        if isinstance(gm, fx.GraphModule) else []
+    tensor_positions = [i for i, x in enumerate(all_inputs) if isinstance(x, torch.Tensor)
+                        and not (i < len(module_state) and module_state[i])]
+    if mutated and aliasing.inputs_share_memory(all_inputs, tensor_positions):
+        return _run_graph_eagerly(eager_gm, "a mutated input shares memory with another input")
     aliases = alias_info.outputs
     has_aliases = any(a is not None for a in aliases)
 

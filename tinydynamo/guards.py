@@ -279,6 +279,33 @@ register_guard_kind(
 )
 
 
+# ---- STORAGE_OVERLAP: which tensor inputs share memory (for graphs that write to an input) ----
+# A functional graph takes its inputs as independent values; a write to one is then not seen
+# through another that shares its memory. TorchDynamo guards duplicate inputs and storage
+# overlap; here: the partition of the tensor inputs by storage, as it was at compile time.
+
+
+def storage_groups(*tensors) -> tuple[int, ...]:
+    """``(0, 1, 0)``: the first and third tensors share a storage, the second is alone."""
+    ids: dict[int, int] = {}
+    return tuple(ids.setdefault(t.untyped_storage().data_ptr() or -i - 1, len(ids)) for i, t in enumerate(tensors))
+
+
+def _overlap_failure(g: Guard, v: Any) -> str | None:
+    sources, expected = g.expected
+    return f"tensor inputs {', '.join(s.name() for s in sources)} share memory differently: storage " \
+           f"groups {expected} at compile time, now {v}"
+
+
+register_guard_kind(
+    "STORAGE_OVERLAP",
+    lambda g, ref, scope: [f"{scope.constant(storage_groups, 'fn')}({', '.join(s.code() for s in g.expected[0])})"
+                           f" == {g.expected[1]!r}"],
+    _overlap_failure,
+    lambda g: f"storage_groups({', '.join(s.name() for s in g.expected[0])}) == {g.expected[1]!r}",
+)
+
+
 def generate_check_code(guards: list[Guard], scope: SourceScope) -> str:
     """The source of ``___check_guards(L, G)``: every guard's conditions, cheapest path first.
 
@@ -365,6 +392,9 @@ class CheckFunction:
             if g.kind == "ALIAS_MATCH":  # needs two values: ask its own condition
                 other = self.scope.evaluate(g.expected[0], L, G)
                 reason = None if (value is other) == g.expected[1] else GUARD_KINDS[g.kind].failure(g, value)
+            elif g.kind == "STORAGE_OVERLAP":  # over several sources
+                groups = storage_groups(*[self.scope.evaluate(src, L, G) for src in g.expected[0]])
+                reason = None if groups == g.expected[1] else GUARD_KINDS[g.kind].failure(g, groups)
             else:
                 reason = GUARD_KINDS[g.kind].failure(g, value)
             if reason:
