@@ -28,6 +28,7 @@ import torch.utils._pytree as pytree
 
 from tinydynamo import artifacts
 from tinydynamo.utils import dynamo_timed
+from tininductor import aliasing
 from tininductor.decompositions import decompose, fake_inputs
 from tininductor.joint_graph import JointGraph, create_joint
 from tininductor.partitioners import Partition, default_partition, min_cut_partition
@@ -64,6 +65,9 @@ class _Runtime:
     eager_forward: Callable | None = None
     #: why the eager re-run would not reproduce the forward (random ops), if it would not
     no_rerun_reason: str | None = None
+    version_checked_inputs: list[int] = dataclasses.field(default_factory=list)  # see aliasing.AliasInfo
+    mutated_inputs: list[int] = dataclasses.field(default_factory=list)  # written back after the call
+    version_checked_outputs: list[int] = dataclasses.field(default_factory=list)
 
 
 class CompiledFunction(torch.autograd.Function):
@@ -79,7 +83,15 @@ class CompiledFunction(torch.autograd.Function):
         ctx.replay_token = getattr(runtime.compiled_fw, "replay_token", None)
         # tensors go through save_for_backward (autograd checks they are not modified in place);
         # a saved size (an int input of a dynamic-shape graph) is kept as it is
-        ctx.save_for_backward(*[v for v in saved if isinstance(v, torch.Tensor)])
+        tensors = [v for v in saved if isinstance(v, torch.Tensor)]
+        if runtime.mutated_inputs:  # an input saved as it was, then written back: keep the old value
+            old = [primals[i] for i in runtime.mutated_inputs]
+            tensors = [v.clone() if any(v is o for o in old) else v for v in tensors]
+        # what eager would have saved, saved too: autograd then checks their versions at backward
+        checked = [primals[i] for i in runtime.version_checked_inputs] + \
+                  [user_outs[j] for j in runtime.version_checked_outputs]
+        ctx.num_checked = len(checked)
+        ctx.save_for_backward(*tensors, *checked)
         ctx.saved_ints = [None if isinstance(v, torch.Tensor) else v for v in saved]
         ctx.primals = primals  # for a create_graph=True backward (double_backward); not copied
         ctx.mark_non_differentiable(*[
@@ -96,7 +108,8 @@ class CompiledFunction(torch.autograd.Function):
             ctx.replay_token.check_saved_tensors()
         # the backward graph was traced with contiguous tangents; autograd may hand us expanded ones
         tangents = [g.contiguous() for g, diff in zip(grad_outputs, runtime.diff_outputs) if diff]
-        tensors = iter(ctx.saved_tensors)
+        all_saved = ctx.saved_tensors  # raises if a version-checked tensor was modified in place
+        tensors = iter(all_saved[:len(all_saved) - ctx.num_checked])
         saved = [next(tensors) if v is None else v for v in ctx.saved_ints]
         grads = iter(runtime.compiled_bw(*saved, *tangents))
         return (None, *[next(grads) if has_grad else None for has_grad in runtime.grad_mask])
@@ -177,6 +190,7 @@ def compile_aot(gm: torch.nn.Module, example_inputs, fw_compiler: Callable, bw_c
                 partition_fn: Callable = default_partition, inference_compiler: Callable | None = None) -> Callable:
     """The body of the backend :func:`aot_autograd` returns (see the module docstring)."""
     # `with torch.enable_grad():` inside the graph makes it a training graph even when called under no_grad
+    eager_gm = gm  # the captured graph as it is: eager semantics, for what functionalization cannot do
     grad_inside = isinstance(gm, fx.GraphModule) and any(
         n.op == "call_function" and n.target is torch._C._set_grad_enabled and n.args[0] for n in gm.graph.nodes)
     gm = stop_gradients_in_no_grad_regions(gm)
@@ -191,11 +205,42 @@ def compile_aot(gm: torch.nn.Module, example_inputs, fw_compiler: Callable, bw_c
 
     state = current_state()
     all_inputs = [*state, *example_inputs]
+    with dynamo_timed("aliasing"):  # how outputs alias inputs; what only eager can do
+        alias_info = aliasing.analyze(_lift_parameters(eager_gm)[0], all_inputs)
+    if alias_info.unsupported is not None:
+        return _run_graph_eagerly(eager_gm, alias_info.unsupported)
     fakes, mode = fake_inputs(all_inputs)
     with dynamo_timed("decompose"):
         prim_gm = decompose(fn, fakes)  # finds and reuses the fake mode of ``fakes``
+    # the graph is functional inside: mutated inputs come out as extra outputs, copied back after
+    mutated, user_spec = aliasing.strip_input_mutations(prim_gm)
     aot = AOTOutput(prim_gm)
     requires_grad = [isinstance(x, torch.Tensor) and x.requires_grad for x in all_inputs]
+    # the inputs a mutation could alias at run time: not the module state tinydynamo marked
+    module_state = [True] * len(state) + [
+        bool(n.meta.get("module_state")) for n in gm.graph.nodes if n.op == "placeholder"] \
+        if isinstance(gm, fx.GraphModule) else []
+    tensor_positions = [i for i, x in enumerate(all_inputs) if isinstance(x, torch.Tensor)
+                        and not (i < len(module_state) and module_state[i])]
+    if mutated and aliasing.inputs_share_memory(all_inputs, tensor_positions):
+        return _run_graph_eagerly(eager_gm, "a mutated input shares memory with another input")
+    aliases = alias_info.outputs
+    has_aliases = any(a is not None for a in aliases)
+
+    def finish(inputs, outs):
+        """Eager's effects around the functional call: write mutated inputs back, rebuild aliases,
+        restore the output structure."""
+        outs = list(outs)
+        if mutated:
+            aliasing.write_back(inputs, mutated, outs[len(outs) - len(mutated):], alias_info.grad_mutated)
+            del outs[len(outs) - len(mutated):]
+        if has_aliases:
+            aliasing.regenerate_aliases(outs, inputs, aliases)
+        return pytree.tree_unflatten(outs, user_spec)
+
+    def aliased_mutation(inputs) -> bool:
+        """A mutated input shares memory with another input: the functional graph would read stale values."""
+        return bool(mutated) and aliasing.inputs_share_memory(inputs, tensor_positions)
 
     if not ((torch.is_grad_enabled() or grad_inside) and any(requires_grad)):
         artifacts.record("forward_graph", "inference graph (no input requires grad)", _readable(prim_gm))
@@ -210,6 +255,10 @@ def compile_aot(gm: torch.nn.Module, example_inputs, fw_compiler: Callable, bw_c
                     "this function was compiled for inference (no input required grad, or grad "
                     "mode was off), but was called with inputs that require grad: its outputs "
                     "would have no gradients. Compile it again under these conditions")
+            if mutated or has_aliases:
+                if aliased_mutation(inputs):
+                    return eager_gm(*args)
+                return finish(inputs, compiled(*inputs))
             return compiled(*inputs)
 
         run_inference.aot = aot
@@ -230,17 +279,24 @@ def compile_aot(gm: torch.nn.Module, example_inputs, fw_compiler: Callable, bw_c
         compiled_fw=fw_compiler(part.fw_gm, _fake_vals(part.fw_gm)),
         compiled_bw=bw_compiler(part.bw_gm, _fake_vals(part.bw_gm)),
         num_outputs=joint.num_outputs, diff_outputs=joint.diff_outputs, grad_mask=joint.grad_mask,
-        eager_forward=prim_gm, no_rerun_reason=_random_ops(prim_gm))
+        eager_forward=prim_gm, no_rerun_reason=_random_ops(prim_gm),
+        version_checked_inputs=[i for i in alias_info.saved_inputs
+                                if isinstance(all_inputs[i], torch.Tensor)],
+        version_checked_outputs=alias_info.saved_outputs, mutated_inputs=mutated)
 
     flat = is_flat_sequence(joint.out_spec)
 
     def run_training(*args):  # on every cached call: keep it lean
         primals = [*current_state(), *args] if owners else args
+        if mutated and aliased_mutation(primals):
+            return eager_gm(*args)
         if grad_inside:
             with torch.enable_grad():
                 outs = CompiledFunction.apply(runtime, *primals)
         else:
             outs = CompiledFunction.apply(runtime, *primals)
+        if mutated or has_aliases:
+            return finish(primals, outs)
         return joint.out_spec.type(outs) if flat else pytree.tree_unflatten(list(outs), joint.out_spec)
 
     run_training.aot = aot
@@ -253,6 +309,16 @@ def _random_ops(gm: fx.GraphModule) -> str | None:
                     and isinstance(n.target, torch._ops.OpOverload)
                     and torch.Tag.nondeterministic_seeded in n.target.tags})
     return f"it draws random numbers: {', '.join(found)}" if found else None
+
+
+def _run_graph_eagerly(gm, reason: str) -> Callable:
+    """The captured graph run as it is (its ops eagerly), for a graph whose eager semantics a
+    functional graph cannot reproduce; logged with the reason."""
+    import logging
+
+    logging.getLogger("tininductor.aliasing").warning("running the graph eagerly: %s", reason)
+    run = gm.forward if isinstance(gm, fx.GraphModule) else gm
+    return run
 
 
 def is_flat_sequence(spec) -> bool:

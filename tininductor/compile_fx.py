@@ -121,11 +121,21 @@ compile_fx.with_options = compile_fx_with_options
 
 def _eager_fallback(gm: torch.fx.GraphModule, error: Exception) -> torch.fx.GraphModule:
     """Run ``gm`` eagerly after a compiler error, with a warning (or re-raise when fallback is off)."""
-    if not config.fallback_to_eager:
+    if not config.fallback_to_eager or _frame_wants_errors():
         raise error
     warnings.warn(f"tininductor failed to compile the graph ({type(error).__name__}: {error}); running it eagerly")
     log.debug("compile failure", exc_info=error)
     return gm
+
+
+def _frame_wants_errors() -> bool:
+    """tinydynamo compiles this graph for ``fullgraph=True`` or ``suppress_errors=False``: the user
+    asked to see compiler errors, not a fallback (torch.compile raises BackendCompilerFailed)."""
+    try:
+        from tinydynamo.eval_frame import errors_must_raise
+    except ImportError:
+        return False
+    return errors_must_raise()
 
 
 #: the graphs compile_fx_inner compiled most recently, oldest first (forward, then backward)

@@ -114,6 +114,7 @@ class OptimizedFunction:
         self._backend = lookup_backend(backend)
         self._nopython = nopython
         self._signature = inspect.signature(self._fn)
+        self._sig_defaults, self._sig_kwdefaults = self._fn.__defaults__, self._fn.__kwdefaults__
         code = self._code
         simple = not (code.co_flags & (inspect.CO_VARARGS | inspect.CO_VARKEYWORDS)) and code.co_kwonlyargcount == 0
         self._fast_names = code.co_varnames[:code.co_argcount] if simple else None
@@ -126,6 +127,10 @@ class OptimizedFunction:
         if not kwargs and self._fast_names is not None and len(args) == len(self._fast_names):
             L = dict(zip(self._fast_names, args))
         else:
+            fn = self._fn
+            if fn.__defaults__ is not self._sig_defaults or fn.__kwdefaults__ is not self._sig_kwdefaults:
+                self._signature = inspect.signature(fn)  # defaults rebound since: bind the current ones
+                self._sig_defaults, self._sig_kwdefaults = fn.__defaults__, fn.__kwdefaults__
             bound = self._signature.bind(*args, **kwargs)
             bound.apply_defaults()
             L = dict(bound.arguments)
@@ -178,6 +183,7 @@ class OptimizedFunction:
             recompiles_log.info("Recompiling function %s in %s:%d\n    triggered by the following guard failure(s):\n%s",
                                 name, self._code.co_filename, self._code.co_firstlineno,
                                 "\n".join(f"    - entry {len(reasons) - 1 - i}: {r}" for i, r in enumerate(reasons)))
+        _strict.append(self._nopython or not config.suppress_errors)
         try:
             entry = compile_frame(self._fn, L, G, self._backend, name, allow_graph_breaks=not self._nopython)
         except Unsupported as e:
@@ -198,9 +204,21 @@ class OptimizedFunction:
             warnings.warn(f"tinydynamo: compiling {name} failed ({type(e).__name__}: {e}); running it eagerly. "
                           "Set tinydynamo.config.suppress_errors = False to see the traceback.", stacklevel=3)
             return None
+        finally:
+            _strict.pop()
         counters["frames"]["ok"] += 1
         cache.entries.insert(0, entry)
         return entry
+
+
+#: per frame being compiled: must a backend's error raise (fullgraph=True, suppress_errors=False)?
+_strict: list[bool] = []
+
+
+def errors_must_raise() -> bool:
+    """Asked by backends that fall back to eager on their own errors: the frame being compiled
+    asked for errors (``fullgraph=True`` or ``config.suppress_errors = False``), so raise instead."""
+    return bool(_strict and _strict[-1]) or not config.suppress_errors
 
 
 _resume_wrappers: dict = {}
@@ -326,7 +344,15 @@ class OptimizedModule(nn.Module):
         m = self._orig_mod
         if m._forward_hooks or m._forward_pre_hooks or module_mod._global_forward_hooks:
             return m(*args, **kwargs)  # hooks are not captured: run the module as usual
-        return self._compiled_forward(*args, **kwargs)
+        compiled = self._compiled_forward
+        forward = m.__dict__.get("forward") or type(m).forward
+        if forward is not compiled._orig_fn and forward is not compiled._fn:
+            # ``m.forward = fn`` on the instance, or ``forward`` replaced on the class: compile what
+            # ``m(...)`` would run now (each function keeps its own cache, by code object)
+            compiled = self._compiled_forward = OptimizedFunction(
+                forward if "forward" in m.__dict__ else types.MethodType(forward, m),
+                compiled._backend, compiled._nopython)
+        return compiled(*args, **kwargs)
 
     def __getattr__(self, name: str):
         if name in ("_orig_mod", "_compiled_forward"):

@@ -36,4 +36,15 @@ def unimplemented(reason: str, hint: str | None = None):
 
 
 class BackendCompilerFailed(TinyDynamoError):
-    """The backend raised while compiling a captured graph."""
+    """The backend raised while compiling a captured graph (torch._dynamo's exception of that name).
+
+    ``stage`` is the compile phase that raised (``decompose``, ``joint_graph``, ``partition``,
+    ``codegen``...: the innermost ``dynamo_timed`` block), ``inner_exception`` the error itself.
+    """
+
+    def __init__(self, backend_name: str, inner_exception: BaseException):
+        self.backend_name = backend_name
+        self.inner_exception = inner_exception
+        self.stage = getattr(inner_exception, "tiny_stage", None) or "backend_compile"
+        super().__init__(f"backend={backend_name!r} raised in stage {self.stage!r}: "
+                         f"{type(inner_exception).__name__}: {inner_exception}")

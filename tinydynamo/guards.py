@@ -219,6 +219,29 @@ def _dict_keys_failure(g: Guard, v: Any) -> str | None:
 register_guard_kind("DICT_KEYS", _dict_keys_code, _dict_keys_failure,
                     lambda g: f"list({g.name}.keys()) == {list(g.expected[1])!r}")
 
+# ---- HASATTR / DICT_CONTAINS: presence and ABSENCE of an attribute or key ----------------------
+# ``getattr(obj, "flag", False)`` on an absent attribute, or a method found on the class (an
+# instance attribute of that name would shadow it), depends on something NOT being there.
+
+
+register_guard_kind(
+    "HASATTR",
+    lambda g, ref, scope: [f"hasattr({ref}, {g.expected[0]!r}) is {g.expected[1]!r}"],
+    lambda g, v: None if hasattr(v, g.expected[0]) == g.expected[1]
+    else f"{g.name}.{g.expected[0]} {'was deleted' if g.expected[1] else 'now exists'} "
+         f"(expected {'present' if g.expected[1] else 'absent'})",
+    lambda g: f"hasattr({g.name}, {g.expected[0]!r}) is {g.expected[1]}",
+)
+
+register_guard_kind(
+    "DICT_CONTAINS",
+    lambda g, ref, scope: [f"({g.expected[0]!r} in {ref}) is {g.expected[1]!r}"],
+    lambda g, v: None if (g.expected[0] in v) == g.expected[1]
+    else f"{g.expected[0]!r} {'is no longer' if g.expected[1] else 'is now'} in {g.name} "
+         f"(expected {'present' if g.expected[1] else 'absent'})",
+    lambda g: f"({g.expected[0]!r} in {g.name}) is {g.expected[1]}",
+)
+
 # ---- ALIAS_MATCH: two sources are (or are not) the same object --------------------------------
 
 
@@ -244,6 +267,42 @@ register_guard_kind(
     else f"grad mode changed: expected {'enabled' if g.expected else 'disabled'}, actual "
          f"{'enabled' if torch.is_grad_enabled() else 'disabled'}",
     lambda g: f"torch.is_grad_enabled() is {g.expected}",
+)
+
+
+register_guard_kind(
+    "DEFAULT_DTYPE",
+    lambda g, ref, scope: [f"{scope.constant(torch.get_default_dtype, 'fn')}() is {scope.constant(g.expected, 'dt')}"],
+    lambda g, v: None if torch.get_default_dtype() == g.expected
+    else f"default dtype changed: expected {g.expected}, actual {torch.get_default_dtype()}",
+    lambda g: f"torch.get_default_dtype() is {g.expected}",
+)
+
+
+# ---- STORAGE_OVERLAP: which tensor inputs share memory (for graphs that write to an input) ----
+# A functional graph takes its inputs as independent values; a write to one is then not seen
+# through another that shares its memory. TorchDynamo guards duplicate inputs and storage
+# overlap; here: the partition of the tensor inputs by storage, as it was at compile time.
+
+
+def storage_groups(*tensors) -> tuple[int, ...]:
+    """``(0, 1, 0)``: the first and third tensors share a storage, the second is alone."""
+    ids: dict[int, int] = {}
+    return tuple(ids.setdefault(t.untyped_storage().data_ptr() or -i - 1, len(ids)) for i, t in enumerate(tensors))
+
+
+def _overlap_failure(g: Guard, v: Any) -> str | None:
+    sources, expected = g.expected
+    return f"tensor inputs {', '.join(s.name() for s in sources)} share memory differently: storage " \
+           f"groups {expected} at compile time, now {v}"
+
+
+register_guard_kind(
+    "STORAGE_OVERLAP",
+    lambda g, ref, scope: [f"{scope.constant(storage_groups, 'fn')}({', '.join(s.code() for s in g.expected[0])})"
+                           f" == {g.expected[1]!r}"],
+    _overlap_failure,
+    lambda g: f"storage_groups({', '.join(s.name() for s in g.expected[0])}) == {g.expected[1]!r}",
 )
 
 
@@ -333,6 +392,9 @@ class CheckFunction:
             if g.kind == "ALIAS_MATCH":  # needs two values: ask its own condition
                 other = self.scope.evaluate(g.expected[0], L, G)
                 reason = None if (value is other) == g.expected[1] else GUARD_KINDS[g.kind].failure(g, value)
+            elif g.kind == "STORAGE_OVERLAP":  # over several sources
+                groups = storage_groups(*[self.scope.evaluate(src, L, G) for src in g.expected[0]])
+                reason = None if groups == g.expected[1] else GUARD_KINDS[g.kind].failure(g, groups)
             else:
                 reason = GUARD_KINDS[g.kind].failure(g, value)
             if reason:
@@ -348,12 +410,16 @@ class GuardBuilder:
 
     def __init__(self, scope: SourceScope):
         self.scope = scope
-        self.guards: dict[tuple[str, str], Guard] = {}
+        self.guards: dict[tuple, Guard] = {}
 
     def add(self, kind: str, source: Source | None, expected: Any = None) -> None:
         if kind not in GUARD_KINDS:
             raise ValueError(f"unknown guard kind {kind!r}; registered: {sorted(GUARD_KINDS)}")
         key = (kind, source.name() if source is not None else "")
+        if kind in ("HASATTR", "DICT_CONTAINS"):  # one per (object, name)
+            key += (expected[0],)
+        elif kind == "ID_MATCH":  # two classes of one name (local classes) are two guards
+            key += (id(expected),)
         self.guards.setdefault(key, Guard(kind, source, expected))
 
     def build(self) -> CheckFunction:

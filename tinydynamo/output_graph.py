@@ -13,6 +13,7 @@ recorded by :class:`~tinydynamo.side_effects.SideEffects`):
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import dis
 import math
@@ -29,7 +30,7 @@ from tinydynamo import artifacts, logs
 from tinydynamo.exc import Unsupported, unimplemented
 from tinydynamo.side_effects import SideEffects
 from tinydynamo.guards import CheckFunction, GuardBuilder, TensorMeta
-from tinydynamo.source import Source, SourceScope
+from tinydynamo.source import ModuleMemberSource, Source, SourceScope
 from tinydynamo.utils import dynamo_timed
 from tinydynamo.variables.base import VariableTracker
 from tinydynamo.variables.ctx_manager import WithExitFunctionVariable, is_grad_mode_node
@@ -98,6 +99,30 @@ class ReturnCodegen:
         return self._hoisted[key]
 
 
+@contextlib.contextmanager
+def preserve_rng_state():
+    """Compiling must not move the global generators (a backend may run kernels on random
+    inputs to check or tune them): ``manual_seed(s)`` before a first, compiling call then gives
+    the same draws as before a later, cached one (as ``torch._dynamo`` does)."""
+    cpu = torch.random.get_rng_state()
+    cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_available() and torch.cuda.is_initialized() else None
+    try:
+        yield
+    finally:
+        torch.random.set_rng_state(cpu)
+        if cuda is not None:
+            torch.cuda.set_rng_state_all(cuda)
+
+
+def _writes_in_place(node: torch.fx.Node) -> bool:
+    """``x.add_(1)``, ``torch.add(a, b, out=x)``, ``x[i] = v``: a node that writes to a tensor."""
+    if node.op not in CALL_OPS:
+        return False
+    name = node.target if isinstance(node.target, str) else getattr(node.target, "__name__", "")
+    return (name.endswith("_") and not name.endswith("__")) or "out" in node.kwargs or \
+        node.target is operator.setitem
+
+
 def _node_name(source: Source) -> str:
     name = re.sub(r"[^0-9a-zA-Z_]+", "_", source.name()).strip("_").lower()
     return name or "input"
@@ -118,6 +143,7 @@ class OutputGraph:
         self.instruction_count = 0
         self.side_effects = SideEffects(self)
         self.add_guard("GRAD_MODE", None, torch.is_grad_enabled())
+        self.add_guard("DEFAULT_DTYPE", None, torch.get_default_dtype())  # torch.ones(3) bakes it in
 
     # ---- guards and inputs -----------------------------------------------------------------------
     def add_guard(self, kind: str, source: Source | None, expected: Any = None) -> None:
@@ -150,6 +176,8 @@ class OutputGraph:
         fake = self.fake_mode.from_tensor(value, static_shapes=True)
         node.meta["example_value"] = fake
         node.meta["source"] = key
+        # a parameter/buffer: backends may assume it does not share memory with the other inputs
+        node.meta["module_state"] = isinstance(source, ModuleMemberSource)
         self.add_guard("TENSOR_MATCH", source, TensorMeta.of(value))
         var = TensorVariable(node, fake, source)
         var.py_type = type(value)
@@ -224,13 +252,22 @@ class OutputGraph:
         artifacts.record("graph", self.frame_name, gm.print_readable(print_output=False))
         if logs.enabled("graph_code"):
             logs.get_logger("graph_code").info("TRACED GRAPH %s\n%s", self.frame_name, gm.print_readable(print_output=False))
+        self._guard_input_overlap()
         check_fn = self.guard_builder.build()
         artifacts.record("guards", self.frame_name, check_fn.code)
         logs.get_logger("guards").info("GUARDS %s\n%s", self.frame_name,
                                        "\n".join(str(g) for g in check_fn.guards))
         if n_ops:
-            with dynamo_timed("backend_compile"):
-                compiled_fn = backend(gm, list(self.example_inputs))
+            try:
+                with dynamo_timed("backend_compile"), preserve_rng_state():
+                    compiled_fn = backend(gm, list(self.example_inputs))
+            except Unsupported:
+                raise
+            except Exception as e:
+                from tinydynamo.exc import BackendCompilerFailed
+
+                name = getattr(backend, "__name__", type(backend).__name__)
+                raise BackendCompilerFailed(name, e) from e
             if not callable(compiled_fn):
                 raise TypeError(f"backend {backend!r} returned {type(compiled_fn).__name__}, not a callable")
         else:  # nothing to compile: TorchDynamo skips the backend for op-free graphs too
@@ -256,6 +293,20 @@ class OutputGraph:
                 artifacts.record("transformed_code", f"{resume_code.co_name} (decompiled)", DecompiledCode(resume_code))
         return CompiledFrame(check_fn, namespace["___compiled_frame"], gm, text, backend, n_ops,
                              graph_break.reason if graph_break is not None else None)
+
+    def _guard_input_overlap(self) -> None:
+        """A graph that writes in place gets a STORAGE_OVERLAP guard over its tensor inputs: the
+        same tensor passed twice, or two views of one base, where the first call had distinct
+        tensors, is a miss (the new entry takes the duplicate as one input). Parameters and
+        buffers are left out (as TorchDynamo does): checking every one of them on every call
+        would cost more than the rest of the guards."""
+        from tinydynamo.guards import storage_groups
+
+        pairs = [(src, t) for src, t in zip(self.input_sources, self.example_inputs)
+                 if not isinstance(src, ModuleMemberSource)]  # parameters and buffers: not checked per call
+        if len(pairs) < 2 or not any(_writes_in_place(n) for n in self.graph.nodes):
+            return
+        self.add_guard("STORAGE_OVERLAP", None, (tuple(s for s, _ in pairs), storage_groups(*[t for _, t in pairs])))
 
     def _break_body(self, brk, codegen: "ReturnCodegen", backend, code) -> list[str]:
         """Lines that run the breaking instruction natively, then call the resume function(s)."""

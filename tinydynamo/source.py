@@ -92,6 +92,21 @@ def module_member_source(module: Any, base: Source, attr: str) -> AttrSource:
 
 
 @dataclasses.dataclass(frozen=True)
+class ClassSource(Source):
+    """A class, held by the check function as a constant (``scope_name``): guards on what the
+    class holds (``Linear.forward``) are then made once per class, not once per instance."""
+
+    cls: type
+    scope_name: str
+
+    def name(self) -> str:
+        return f"{self.cls.__module__}.{self.cls.__qualname__}"
+
+    def code(self) -> str:
+        return self.scope_name
+
+
+@dataclasses.dataclass(frozen=True)
 class GetItemSource(Source):
     base: Source
     index: Any  # int or str (hashable constant)

@@ -26,6 +26,13 @@ def dynamo_timed(phase: str):
     start = time.perf_counter()
     try:
         yield
+    except BaseException as e:  # name the innermost phase that raised (BackendCompilerFailed shows it)
+        if getattr(e, "tiny_stage", None) is None:
+            try:
+                e.tiny_stage = phase
+            except AttributeError:
+                pass
+        raise
     finally:
         _times[phase].append(time.perf_counter() - start)
 

@@ -152,6 +152,26 @@ class VariableBuilder:
         return UserDefinedObjectVariable(value, src)
 
 
+def guard_class_lookup(tx, obj: Any, source: Source | None, name: str, cls_attr: Any) -> Source | None:
+    """``obj.<name>`` was found on ``type(obj)`` (a method, a property, a class's ``forward``):
+    guard that the class still holds that object (a method monkeypatched on the class is a
+    miss) and that the instance's ``__dict__`` does not shadow it (``obj.scale = lambda...``).
+    Returns the source of the class attribute (for the guards of what is read through it)."""
+    if source is None or tx is None:
+        return None
+    from tinydynamo.source import AttrSource, ClassSource
+
+    data_descriptor = hasattr(type(cls_attr), "__set__")  # a property wins over the instance dict
+    if not data_descriptor and isinstance(getattr(obj, "__dict__", None), dict):
+        tx.output.add_guard("DICT_CONTAINS", AttrSource(source, "__dict__"), (name, False))
+    # the instance's class is pinned by its TYPE_MATCH / NN_MODULE guard: guard the class's
+    # attribute once per class (the class is a constant of the check function)
+    cls = type(obj)
+    cls_source = AttrSource(ClassSource(cls, tx.output.scope.constant(cls, "cls")), name)
+    tx.output.add_guard("ID_MATCH", cls_source, cls_attr)
+    return cls_source
+
+
 def _is_builtin(value: Any) -> bool:
     if isinstance(value, (types.BuiltinFunctionType, types.BuiltinMethodType)) or any(value is t for t in (
             range, enumerate, zip, reversed, slice, int, float, bool, str, tuple, list, dict, type, set)):

@@ -158,13 +158,16 @@ class BuiltinVariable(VariableTracker):
                 try:
                     return args[0].var_getattr(tx, name)
                 except Exception:
+                    _guard_absent(tx, args[0], name)
                     return args[2]
             return args[0].var_getattr(tx, name)
         if fn is hasattr and len(args) == 2:
+            name = args[1].as_python_constant()
             try:
-                args[0].var_getattr(tx, args[1].as_python_constant())
+                args[0].var_getattr(tx, name)
                 return ConstantVariable(True)
             except Exception:
+                _guard_absent(tx, args[0], name)
                 return ConstantVariable(False)
         # everything else: fold when all arguments are constants
         if all(a.is_python_constant() for a in args) and all(v.is_python_constant() for v in kwargs.values()) \
@@ -254,6 +257,20 @@ def _callable_kinds():
     from tinydynamo.variables.torch import TorchVariable
 
     return (BaseUserFunctionVariable, UserFunctionVariable, NNModuleVariable, TorchVariable, BuiltinVariable)
+
+
+def _guard_absent(tx, obj: VariableTracker, name: str) -> None:
+    """``getattr(obj, name, default)`` / ``hasattr`` took the "absent" branch: the graph now
+    depends on ``name`` NOT being there, so guard that (setting it later is a miss). An object
+    that does have it (tracing it failed for another reason) is not guessed about: Unsupported."""
+    real = _identity(obj) if _identity_known(obj) else None
+    if real is None or obj.source is None:
+        if real is not None and hasattr(real, name):
+            unimplemented(f"getattr/hasattr of {name!r} on a {type(real).__name__}: present, but not traceable")
+        return
+    if hasattr(real, name):
+        unimplemented(f"getattr/hasattr of {name!r} on a {type(real).__name__}: present, but not traceable")
+    tx.output.add_guard("HASATTR", obj.source, (name, False))
 
 
 def _identity_known(v: VariableTracker) -> bool:

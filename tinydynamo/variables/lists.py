@@ -90,6 +90,16 @@ class TupleVariable(BaseListVariable):
     def rebuild(self, items):
         return TupleVariable(items)
 
+    def reconstruct(self, codegen) -> str:
+        plain = super().reconstruct(codegen)
+        if self.tuple_cls is None or self.source is not None:
+            return plain
+        # a named tuple / structseq (torch.return_types.max): the same type as eager's result
+        make = getattr(self.tuple_cls, "_make", None)
+        if make is not None:
+            return f"{codegen.constant(make, 'make')}({plain})"
+        return f"{codegen.constant(self.tuple_cls, 'cls')}({plain})"
+
     def var_getattr(self, tx, name: str):
         """Field access on a named tuple (``torch.max(x, 0).values``)."""
         if self.tuple_cls is not None:

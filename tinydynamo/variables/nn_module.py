@@ -74,10 +74,17 @@ class NNModuleVariable(VariableTracker):
             cls_attr = getattr(type(m), name)
         except AttributeError:
             unimplemented(f"{type(m).__name__} has no attribute {name!r}")
-        if isinstance(cls_attr, property):
-            return UserFunctionVariable(cls_attr.fget).call_function(tx, [self], {})
+        if isinstance(cls_attr, (property, types.FunctionType)):
+            from tinydynamo.variables.builder import guard_class_lookup
+
+            cls_source = guard_class_lookup(tx, m, self.source, name, cls_attr)
+        if isinstance(cls_attr, property):  # inline the getter: its reads are guarded as they happen
+            from tinydynamo.source import AttrSource
+
+            fget_source = AttrSource(cls_source, "fget") if cls_source is not None else None
+            return UserFunctionVariable(cls_attr.fget, fget_source).call_function(tx, [self], {})
         if isinstance(cls_attr, types.FunctionType):
-            return UserMethodVariable(cls_attr, self)
+            return UserMethodVariable(cls_attr, self, cls_source)
         if isinstance(cls_attr, (staticmethod, classmethod)):
             unimplemented(f"static/class method {type(m).__name__}.{name}")
         return self._wrap_child(tx, name, getattr(m, name))
@@ -101,24 +108,35 @@ class NNModuleVariable(VariableTracker):
 
         if _has_hooks(self.module):
             unimplemented(f"{type(self.module).__name__} has forward hooks (not captured yet)")
+        if "forward" in self.module.__dict__:  # ``m.forward = fn`` on the instance: what __call__ runs
+            return self.var_getattr(tx, "forward").call_function(tx, args, kwargs)
         forward = type(self.module).forward
         if not isinstance(forward, types.FunctionType):
             unimplemented(f"{type(self.module).__name__}.forward is not a Python function")
-        return UserMethodVariable(forward, self).call_function(tx, args, kwargs)
+        from tinydynamo.variables.builder import guard_class_lookup
+
+        source = guard_class_lookup(tx, self.module, self.source, "forward", forward)
+        return UserMethodVariable(forward, self, source).call_function(tx, args, kwargs)
 
     # ---- containers and iteration ------------------------------------------------------------------
-    def _items(self) -> list[tuple[str, object]]:
+    def _items(self, tx=None) -> list[tuple[str, object]]:
+        """The container's entries; with ``tx``, guarded by their names (an appended or deleted
+        layer changes what a loop over the container unrolls to: a miss)."""
         m = self.module
-        if isinstance(m, (nn.ParameterList, nn.ParameterDict)):
-            return list(m._parameters.items())
-        return list(m._modules.items())
+        table = "_parameters" if isinstance(m, (nn.ParameterList, nn.ParameterDict)) else "_modules"
+        entries = getattr(m, table)
+        if tx is not None and self.source is not None:
+            from tinydynamo.source import AttrSource
+
+            tx.output.add_guard("DICT_KEYS", AttrSource(self.source, table), (type(entries), tuple(entries)))
+        return list(entries.items())
 
     def unpack_var_sequence(self, tx):
         m = self.module
         if isinstance(m, (nn.ModuleDict, nn.ParameterDict)):
-            return [ConstantVariable(k) for k in m.keys()]
+            return [ConstantVariable(k) for k, _ in self._items(tx)]
         if isinstance(m, (nn.Sequential, nn.ModuleList, nn.ParameterList)):
-            return [self._wrap_child(tx, k, v) for k, v in self._items()]
+            return [self._wrap_child(tx, k, v) for k, v in self._items(tx)]
         unimplemented(f"iterating over {type(m).__name__}")
 
     def call_method(self, tx, name, args, kwargs):
@@ -126,20 +144,21 @@ class NNModuleVariable(VariableTracker):
 
         m = self.module
         if name == "__len__":
-            return ConstantVariable(len(self._items()))
+            return ConstantVariable(len(self._items(tx)))
         if name == "__getitem__" and len(args) == 1:
             key = args[0].as_python_constant()
             if isinstance(m, (nn.ModuleDict, nn.ParameterDict)):
                 return self._wrap_child(tx, key, m[key])
-            items = self._items()
+            items = self._items(tx)
             if isinstance(key, slice):
                 return ListVariable([self._wrap_child(tx, k, v) for k, v in items[key]])
             k, v = items[key]
             return self._wrap_child(tx, k, v)
         if name == "__contains__" and len(args) == 1:
+            self._items(tx)  # guards the names
             return ConstantVariable(args[0].as_python_constant() in m)
         if name in ("keys", "values", "items") and isinstance(m, (nn.ModuleDict, nn.ParameterDict)):
-            pairs = [(k, self._wrap_child(tx, k, v)) for k, v in self._items()]
+            pairs = [(k, self._wrap_child(tx, k, v)) for k, v in self._items(tx)]
             if name == "keys":
                 return ListVariable([ConstantVariable(k) for k, _ in pairs])
             if name == "values":

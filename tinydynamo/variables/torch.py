@@ -14,7 +14,16 @@ from tinydynamo.variables.constant import ConstantVariable
 #: torch functions that are about global state or leave the graph, with the reason
 UNSUPPORTED_TORCH = {
     torch.manual_seed: "torch.manual_seed changes global RNG state",
+    torch.seed: "torch.seed changes global RNG state",
+    torch.set_rng_state: "torch.set_rng_state changes global RNG state",
+    torch.get_rng_state: "torch.get_rng_state reads global RNG state (the graph's random ops move it)",
+    torch.initial_seed: "torch.initial_seed reads global RNG state",
+    torch.random.fork_rng: "torch.random.fork_rng saves and restores global RNG state",
 }
+for _name in ("manual_seed", "manual_seed_all", "seed", "seed_all", "set_rng_state", "get_rng_state",
+              "set_rng_state_all", "get_rng_state_all", "initial_seed"):  # the same for CUDA's generators
+    if hasattr(torch.cuda, _name):
+        UNSUPPORTED_TORCH[getattr(torch.cuda, _name)] = f"torch.cuda.{_name} reads or changes CUDA RNG state"
 
 
 def is_torch_callable(value) -> bool:

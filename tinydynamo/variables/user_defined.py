@@ -27,17 +27,19 @@ class UserDefinedObjectVariable(VariableTracker):
         unimplemented(f"truth value of a {cls.__name__} (it defines __bool__ or __len__)")
 
     def var_getattr(self, tx, name: str) -> VariableTracker:
-        from tinydynamo.variables.builder import VariableBuilder
+        from tinydynamo.variables.builder import VariableBuilder, guard_class_lookup
         from tinydynamo.variables.functions import UserFunctionVariable, UserMethodVariable
 
         stored = tx.output.side_effects.load_attr(self, self.value, name)
         if stored is not None:  # written earlier in this frame
             return stored
         cls_attr = getattr(type(self.value), name, None)
-        if isinstance(cls_attr, property):
-            return UserFunctionVariable(cls_attr.fget).call_function(tx, [self], {})
+        if isinstance(cls_attr, property):  # inline the getter: its reads are guarded as they happen
+            cls_source = guard_class_lookup(tx, self.value, self.source, name, cls_attr)
+            fget_source = AttrSource(cls_source, "fget") if cls_source is not None else None
+            return UserFunctionVariable(cls_attr.fget, fget_source).call_function(tx, [self], {})
         if name not in getattr(self.value, "__dict__", {}) and isinstance(cls_attr, types.FunctionType):
-            return UserMethodVariable(cls_attr, self)
+            return UserMethodVariable(cls_attr, self, guard_class_lookup(tx, self.value, self.source, name, cls_attr))
         try:
             value = getattr(self.value, name)
         except AttributeError:

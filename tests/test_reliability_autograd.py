@@ -1,0 +1,55 @@
+"""Reliability: autograd conventions (return types, gradients through in-place and views)."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tests.reliability import BACKENDS, CASES, case, check
+
+X = torch.tensor([[3.0, 1.0, 2.0], [0.5, 4.0, -1.0]])
+
+
+def _kind(r):
+    return type(r).__module__ + "." + type(r).__qualname__
+
+
+@case("autograd")
+def case_max_dim_return_type(C, rec):
+    r = C(lambda x: x.max(dim=1))(X)
+    rec(_kind(r))
+    rec(r.values)
+    rec(r.indices)
+
+
+@case("autograd")
+def case_sort_topk_return_types(C, rec):
+    g = C(lambda x: (torch.sort(x, dim=1), x.topk(2), torch.min(x, 0), x.kthvalue(2, 1)))
+    for r in g(X):
+        rec(_kind(r))
+        rec(list(r))
+
+
+@case("autograd")
+def case_return_type_grad(C, rec):
+    x = X.clone().requires_grad_()
+    r = C(lambda x: torch.max(x * 2, 1))(x)
+    rec(_kind(r))
+    r.values.sum().backward()
+    rec(x.grad)
+
+
+@case("autograd")
+def case_output_requires_grad(C, rec):
+    w = torch.ones(3, requires_grad=True)
+    g = C(lambda x, w: x * w)
+    out = g(X, w)
+    rec(out.requires_grad)
+    with torch.no_grad():
+        out2 = g(X, w)
+    rec(out2.requires_grad)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("name", sorted(CASES["autograd"]))
+def test_autograd(name, backend):
+    check("autograd", name, backend)

@@ -1,0 +1,246 @@
+"""Input mutation and output aliasing, the functionalization way (AOTAutograd's runtime wrappers).
+
+The graphs AOT autograd compiles are *functional*: ``decompose`` functionalizes ``x.add_(1)``
+into ``x1 = add(x, 1)`` plus a final ``copy_(x, x1)``. Eager semantics are then rebuilt
+around the compiled call:
+
+* **input mutations**: :func:`strip_input_mutations` removes the trailing ``copy_(input, new)``
+  nodes and makes each ``new`` an extra graph output; :func:`write_back` copies it into the
+  caller's tensor after the call, exactly once (``copy_`` bumps its version counter, and under
+  grad mode records the op, so autograd sees the mutation as eager does);
+* **output aliasing**: :func:`analyze` runs the *original* graph once on fake tensors and
+  notes which outputs are an input (``return x.add_(1)``), a view of an input, or a view of
+  another output; :func:`regenerate_aliases` returns those as the input itself or as views
+  (``as_strided``) of the right base, so identity and storage sharing match eager;
+* what functionalization cannot reproduce falls back to running the captured graph as it is
+  (eager semantics, eager errors), with the reason logged: an in-place op whose source
+  partially overlaps its destination (eager raises), an in-place op that changes an input's
+  shape or strides, and, at run time, a mutated input that shares memory with another input
+  (the same tensor passed twice, two overlapping views of one base).
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+from typing import Any, Sequence
+
+import torch
+import torch.fx as fx
+from torch.multiprocessing.reductions import StorageWeakRef
+from torch.utils._python_dispatch import TorchDispatchMode
+
+log = logging.getLogger("tininductor.aliasing")
+
+
+@dataclasses.dataclass(frozen=True)
+class OutputAlias:
+    """How to rebuild one user output: ``kind`` is "input" (the input itself), "input_view"
+    (a view of input ``index``) or "output_view" (a view of output ``index``)."""
+
+    kind: str
+    index: int
+    size: tuple[int, ...] = ()
+    stride: tuple[int, ...] = ()
+    offset: int = 0
+    requires_grad: bool = True  # False: eager's output is cut from autograd (``x.detach()``)
+
+
+@dataclasses.dataclass
+class AliasInfo:
+    """What the fake run of the original graph found."""
+
+    outputs: list[OutputAlias | None]  # per flat user output
+    unsupported: str | None = None  # why only the eager graph reproduces eager here
+    grad_mutated: set[int] = dataclasses.field(default_factory=set)  # inputs mutated with grad mode on
+    # inputs / outputs that eager's autograd saves for backward: their version counters are
+    # checked at backward (an in-place change after the forward raises, as in eager), even where
+    # the compiled backward recomputes instead of saving them
+    saved_inputs: list[int] = dataclasses.field(default_factory=list)
+    saved_outputs: list[int] = dataclasses.field(default_factory=list)
+
+
+def _storage(t: torch.Tensor) -> StorageWeakRef:
+    return StorageWeakRef(t.untyped_storage())
+
+
+def _dense(t: torch.Tensor) -> bool:
+    check = getattr(torch._prims_common, "is_non_overlapping_and_dense_or_false", None)
+    return bool(check(t)) if check is not None else t.is_contiguous()
+
+
+def partial_overlap(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """True where eager's ``assert_no_partial_overlap`` raises: dense tensors of one storage whose
+    memory ranges intersect without being the same range."""
+    if a is b or _storage(a) != _storage(b) or not (_dense(a) and _dense(b)):
+        return False
+    a0, b0 = a.storage_offset(), b.storage_offset()
+    a1, b1 = a0 + a.numel(), b0 + b.numel()
+    return (a0, a1) != (b0, b1) and a0 < b1 and b0 < a1
+
+
+class _InPlaceChecker(TorchDispatchMode):
+    """Sees every ATen op of the fake run; records an in-place op that eager would refuse."""
+
+    def __init__(self, training: bool):
+        super().__init__()
+        self.training = training  # grad mode was on when the graph was entered
+        self.problem: str | None = None
+        self.mutated: set[StorageWeakRef] = set()  # storages written in place
+        self.mutated_with_grad: set[StorageWeakRef] = set()  # ... while grad mode was on
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func._schema.is_mutable and args and isinstance(args[0], torch.Tensor):
+            dest = args[0]
+            self.mutated.add(_storage(dest))
+            if torch.is_grad_enabled():
+                self.mutated_with_grad.add(_storage(dest))
+            elif self.training and dest.requires_grad and self.problem is None:
+                # eager: autograd does not see this write (later uses differentiate as if the
+                # old value were there); a functional graph would differentiate through it
+                self.problem = (f"{func} under no_grad changes a tensor that requires grad, in a graph "
+                                "that computes gradients")
+            for src in torch.utils._pytree.tree_leaves((args[1:], kwargs)):
+                if isinstance(src, torch.Tensor) and partial_overlap(dest, src):
+                    self.problem = (f"{func} writes to memory that its input partially overlaps "
+                                    "(eager raises 'unsupported operation: some elements of the input "
+                                    "tensor and the written-to tensor refer to a single memory location')")
+        return func(*args, **kwargs)
+
+
+def analyze(fn, example_inputs: Sequence[Any]) -> AliasInfo:
+    """Run ``fn`` (the captured graph, parameters lifted) on fresh fake copies of the inputs and
+    find how its outputs alias its inputs and each other."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    mode = FakeTensorMode(allow_non_fake_inputs=True)
+    fakes = [mode.from_tensor(x, static_shapes=True) if isinstance(x, torch.Tensor) else x for x in example_inputs]
+    before = [(x.shape, x.stride(), x.storage_offset()) if isinstance(x, torch.Tensor) else None for x in fakes]
+    checker = _InPlaceChecker(torch.is_grad_enabled())
+    grad_mode = torch.is_grad_enabled()
+    saved: list[torch.Tensor] = []  # what eager's autograd saves for backward (version-checked there)
+
+    def pack(t):
+        saved.append(t)
+        return t
+
+    try:  # in the caller's grad mode: an in-place op on a leaf that requires grad raises, as in eager
+        with mode, checker, torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            out = fn(*fakes)
+    except Exception as e:  # noqa: BLE001 - eager raises it too: let eager say it
+        return AliasInfo([], f"the graph raises on fake tensors: {type(e).__name__}: {e}")
+    finally:
+        torch._C._set_grad_enabled(grad_mode)  # the graph may end in another mode (tinydynamo restores it)
+    flat = torch.utils._pytree.tree_leaves(out)
+    if checker.problem:
+        return AliasInfo([None] * len(flat), checker.problem)
+    for i, (x, meta) in enumerate(zip(fakes, before)):
+        if meta is not None and (x.shape, x.stride(), x.storage_offset()) != meta:
+            return AliasInfo([None] * len(flat), f"input {i} has its shape or strides changed in place")
+    inputs = {_storage(x): i for i, x in reversed(list(enumerate(fakes))) if isinstance(x, torch.Tensor)}
+    offsets = [meta[2] if meta is not None else 0 for meta in before]
+    outputs: list[OutputAlias | None] = []
+    bases: dict[StorageWeakRef, int] = {}  # an output that owns its whole storage: others may view it
+    for j, o in enumerate(flat):
+        if not isinstance(o, torch.Tensor):
+            outputs.append(None)
+            continue
+        view = (tuple(o.shape), tuple(o.stride()), o.storage_offset())
+        rg = o.requires_grad
+        same = [i for i, x in enumerate(fakes) if x is o]
+        st = _storage(o)
+        if same:
+            outputs.append(OutputAlias("input", same[0]))
+        elif st in inputs:
+            i = inputs[st]  # the offset is kept relative to the input's (which is not guarded)
+            rel = view[2] - offsets[i]
+            outputs.append(OutputAlias("input_view", i, view[0], view[1], rel, rg) if rel >= 0 else None)
+        elif st in bases:
+            outputs.append(OutputAlias("output_view", bases[st], *view, rg))
+        else:
+            outputs.append(None)
+            if o.storage_offset() == 0 and o.is_contiguous() and o.numel() * o.element_size() == o.untyped_storage().nbytes():
+                bases[st] = j
+    grad_mutated = {i for i, x in enumerate(fakes)
+                    if isinstance(x, torch.Tensor) and _storage(x) in checker.mutated_with_grad}
+    saved_storages = {_storage(t) for t in saved if isinstance(t, torch.Tensor)}
+    # (a mutated input is left out: which of its versions eager saved is not known here)
+    saved_inputs = sorted({i for st, i in inputs.items() if st in saved_storages and st not in checker.mutated})
+    saved_outputs = [j for j, o in enumerate(flat) if isinstance(o, torch.Tensor) and outputs[j] is None
+                     and _storage(o) in saved_storages]
+    return AliasInfo(outputs, grad_mutated=grad_mutated, saved_inputs=saved_inputs, saved_outputs=saved_outputs)
+
+
+def strip_input_mutations(gm: fx.GraphModule) -> tuple[list[int], Any]:
+    """Turn ``copy_(placeholder_i, new)`` nodes of a functionalized graph into extra outputs.
+
+    Returns ``(mutated input indices, user output spec)``: the graph then returns
+    ``(*user outputs flattened, *new values)``, one per mutated input, in input order.
+    """
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    index = {n: i for i, n in enumerate(placeholders)}
+    new_value: dict[int, fx.Node] = {}
+    for node in list(gm.graph.nodes):
+        if node.op == "call_function" and node.target is torch.ops.aten.copy_.default \
+                and node.args[0] in index and not node.users:
+            new_value[index[node.args[0]]] = node.args[1]  # a later copy_ into the same input wins
+            gm.graph.erase_node(node)
+    out_node = next(n for n in gm.graph.nodes if n.op == "output")
+    flat, spec = torch.utils._pytree.tree_flatten(out_node.args[0])
+    mutated = sorted(new_value)
+    if mutated:
+        out_node.args = (tuple(flat) + tuple(new_value[i] for i in mutated),)
+        gm.graph.lint()
+        gm.recompile()
+    return mutated, spec
+
+
+def write_back(inputs: Sequence[Any], mutated: list[int], new_values: Sequence[torch.Tensor],
+               grad_mutated: set[int]) -> None:
+    """Copy each mutated input's new value into the caller's tensor (eager's in-place effect).
+
+    An input mutated with grad mode on, by a value that requires grad, is copied with autograd
+    recording (a non-leaf input mutated by a differentiable op); otherwise the copy is a plain
+    data update (a buffer's running statistics, a parameter changed under ``no_grad``).
+    """
+    for i, new in zip(mutated, new_values):
+        target = inputs[i]
+        if i in grad_mutated and new.requires_grad and torch.is_grad_enabled():
+            target.copy_(new)
+        else:
+            with torch.no_grad():
+                target.copy_(new)
+
+
+def inputs_share_memory(inputs: Sequence[Any], positions: list[int]) -> bool:
+    """Do two of the tensor inputs at ``positions`` share a storage? (The functional graph took
+    them as independent values: a mutation of one would not be seen through the other.)"""
+    seen = set()
+    for i in positions:
+        ptr = inputs[i].untyped_storage().data_ptr()
+        if ptr in seen:
+            return True
+        if ptr:
+            seen.add(ptr)
+    return False
+
+
+def regenerate_aliases(outs: list, inputs: Sequence[Any], aliases: list[OutputAlias | None]) -> list:
+    """Replace outputs that alias an input or another output by the input itself / a view."""
+    for j, a in enumerate(aliases):
+        if a is None:
+            continue
+        if a.kind == "input":
+            outs[j] = inputs[a.index]
+        elif a.kind == "input_view":
+            base = inputs[a.index]
+            if base.requires_grad and not a.requires_grad:
+                base = base.detach()
+            outs[j] = base.as_strided(a.size, a.stride, base.storage_offset() + a.offset)
+        else:
+            base = outs[a.index]
+            if base.is_contiguous() and base.storage_offset() == 0:
+                if base.requires_grad and not a.requires_grad:
+                    base = base.detach()
+                outs[j] = base.as_strided(a.size, a.stride, a.offset)
+    return outs
