@@ -68,11 +68,14 @@ class TritonLauncher:
     """
 
     def __init__(self, fn, grid: tuple[int, ...], num_warps: int, autotune: list[dict] | None = None,
-                 numel: int | None = None, **constants):
+                 numel: int | None = None, checks_indices: bool = False, **constants):
         self.fn = fn
         self.grid = tuple(grid) + (1,) * (3 - len(grid))
         self.num_warps = num_warps
         self.constants = constants
+        # the kernel asserts its indirect indices are in range (runtime/index_check.py): it is
+        # compiled with debug=True (without Triton's integer-overflow checks, which debug adds)
+        self.checks_indices = checks_indices
         self.fast = _fast_path_possible(fn, constants)
         # mode="max-autotune": candidate configs ({"XBLOCK": .., "num_warps": ..}), the first being
         # the heuristic's; timed at the first launch on a GPU (runtime/autotune.py)
@@ -86,7 +89,8 @@ class TritonLauncher:
         """This kernel launched with another config: its grid follows XBLOCK (one program per block)."""
         constants = {**self.constants, **{k: v for k, v in config.items() if k != "num_warps"}}
         grid = (max(1, -(-self.numel // constants["XBLOCK"])),)
-        return TritonLauncher(self.fn, grid, config["num_warps"], numel=self.numel, **constants)
+        return TritonLauncher(self.fn, grid, config["num_warps"], numel=self.numel,
+                              checks_indices=self.checks_indices, **constants)
 
     def __repr__(self) -> str:
         return f"TritonLauncher({self.fn.__name__}, grid={self.grid}, num_warps={self.num_warps}, {self.constants})"
@@ -106,7 +110,14 @@ class TritonLauncher:
 
     def _launch_through_triton(self, args):
         """Triton's front door: binds, specialises, compiles on a miss, launches; returns the compiled kernel."""
-        return self.fn[self.grid](*args, **self.constants, num_warps=self.num_warps)
+        if not self.checks_indices:
+            return self.fn[self.grid](*args, **self.constants, num_warps=self.num_warps)
+        if os.environ.get("TRITON_INTERPRET") == "1":
+            from .index_check import interpreter_asserts
+
+            with interpreter_asserts():
+                return self.fn[self.grid](*args, **self.constants, num_warps=self.num_warps)
+        return self.fn[self.grid](*args, **self.constants, num_warps=self.num_warps, sanitize_overflow=False)
 
     def _first_launch(self, key: int, args):
         if self.autotune is not None and self.fast:  # timings mean something only on a GPU
