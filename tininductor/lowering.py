@@ -706,6 +706,65 @@ def gather(x, dim, index, sparse_grad=False):
     return ir.StorageBox(ir.Pointwise(x.get_device(), x.get_dtype(), inner_fn, index.get_size()))
 
 
+class _NotAffine(Exception):
+    pass
+
+
+class _AffineHandler:
+    """Runs an index tensor's body symbolically: an ``arange`` (times a step, plus a start)
+    comes out as a sympy expression of the loop index; anything else (a load) raises."""
+
+    def index_expr(self, expr, dtype):
+        return sympy.sympify(expr)
+
+    def constant(self, value, dtype):
+        if isinstance(value, bool) or int(value) != value:
+            raise _NotAffine
+        return sympy.Integer(int(value))
+
+    def to_dtype(self, x, dtype, *args, **kwargs):
+        if dtype.is_floating_point or dtype == torch.bool:
+            raise _NotAffine
+        return x
+
+    def add(self, a, b):
+        return a + b
+
+    def sub(self, a, b):
+        return a - b
+
+    def mul(self, a, b):
+        return a * b
+
+    def __getattr__(self, name):
+        raise _NotAffine
+
+
+def affine_index(x) -> tuple[int, int, int] | None:
+    """``(start, step, n)`` when the 1-D integer tensor ``x`` is ``start + step * arange(n)`` in
+    the IR (not yet in memory), else None. Such an index needs no load and no runtime check:
+    a slice's or select's gradient, ``wpe(arange(T))``."""
+    if not is_ir(x) or len(x.get_size()) != 1 or x.get_dtype() not in (torch.int64, torch.int32):
+        return None
+    i = sympy.Symbol("i_affine", integer=True)
+    try:
+        with V.set_ops_handler(_AffineHandler()):
+            expr = sympy.expand(sympy.sympify(x.make_loader()([i])))
+    except (_NotAffine, TypeError, RuntimeError, AttributeError):
+        return None
+    if expr.free_symbols - {i} or sympy.degree(expr, i) > 1:
+        return None
+    step, start = expr.coeff(i, 1), expr.coeff(i, 0)
+    if not (step.is_Integer and start.is_Integer):
+        return None
+    return int(start), int(step), int(x.get_size()[0])
+
+
+def _affine_in_bounds(affine, size) -> bool:
+    start, step, n = affine
+    return n == 0 or (0 <= start < size and 0 <= start + step * (n - 1) < size)
+
+
 def _index_plan(size, indices):
     """Advanced indexing's shape rule: ``(out_size, position)`` where ``position(idx)`` is the
     index into ``x`` (indirect for the indexed dims) of element ``idx`` of ``x[indices]``.
@@ -723,6 +782,12 @@ def _index_plan(size, indices):
     after = [d for d in range(len(size)) if indices[d] is None and d not in before]
     out_size = [size[d] for d in before] + bshape + [size[d] for d in after]
     loaders = {d: broadcast_loader(indices[d], bshape) for d in pos}
+    # an arange-like index tensor (in bounds) is index arithmetic, not a load
+    direct = {}
+    for d in pos:
+        affine = affine_index(indices[d]) if len(bshape) == 1 else None
+        if affine is not None and _affine_in_bounds(affine, size[d]) and indices[d].get_size() == bshape:
+            direct[d] = affine
 
     def position(idx):
         nb, nk = len(before), len(bshape)
@@ -732,7 +797,11 @@ def _index_plan(size, indices):
         for k, d in enumerate(after):
             full[d] = idx[nb + nk + k]
         for d in pos:
-            full[d] = ops.indirect_indexing(loaders[d](idx[nb:nb + nk]), size[d])
+            if d in direct:
+                start, step, _ = direct[d]
+                full[d] = start + step * idx[nb]
+            else:
+                full[d] = ops.indirect_indexing(loaders[d](idx[nb:nb + nk]), size[d])
         return full
 
     return out_size, position
@@ -787,6 +856,9 @@ def index_put(x, indices, values, accumulate=False):
     _check_indirect(x)
     if all(t is None for t in indices):
         raise Unsupported("index_put without index tensors")
+    plain = _index_put_as_select(x, indices, values, bool(accumulate))
+    if plain is not None:
+        return plain
     out_size, position = _index_plan(x.get_size(), indices)
     if is_ir(values):
         load_v = broadcast_loader(values, out_size)
@@ -794,6 +866,55 @@ def index_put(x, indices, values, accumulate=False):
     else:
         value_fn = lambda idx, acc: ops.constant(values, acc)
     return _scatter(x, x.get_size(), x.get_device(), x.get_dtype(), out_size, position, value_fn, bool(accumulate))
+
+
+def _index_put_as_select(x, indices, values, accumulate: bool):
+    """``index_put`` along one dim ``d`` with an in-bounds ``start + step * arange(n)`` index
+    (``step > 0``: each place hit at most once) is pointwise: place ``j`` takes
+    ``values[(j_d - start) // step]`` where it is hit, ``x[j]`` elsewhere (``x[j] + value`` with
+    ``accumulate``). That is a slice's or select's gradient: it fuses into the kernel that uses
+    it instead of a fill and a scatter. None when the index is anything else."""
+    size = x.get_size()
+    pos = [d for d, t in enumerate(indices) if t is not None]
+    if len(pos) != 1 or not is_ir(values) and not isinstance(values, (int, float)):
+        return None
+    d = pos[0]
+    affine = affine_index(indices[d])
+    if affine is None or affine[1] <= 0 or not _affine_in_bounds(affine, size[d]):
+        return None
+    start, step, n = affine
+    if n == 0:
+        return None
+    vsize = list(size[:d]) + [n] + list(size[d + 1:])
+    if is_ir(values) and broadcast_shapes(values.get_size(), vsize) != vsize:
+        return None
+    dtype = x.get_dtype()
+    load_x = x.make_loader()
+    load_v = broadcast_loader(values, vsize) if is_ir(values) else None
+
+    def inner_fn(idx):
+        j = ops.index_expr(idx[d], torch.int64)
+        offset = ops.sub(j, ops.constant(start, torch.int64))
+        hit = ops.logical_and(ops.ge(offset, ops.constant(0, torch.int64)),
+                              ops.lt(offset, ops.constant(step * (n - 1) + 1, torch.int64)))
+        # clamped into [0, step * (n - 1)] (where the place is not hit its row is never used), so
+        # the division below has non-negative operands (floor and truncation agree)
+        clamped = ops.minimum(ops.maximum(offset, ops.constant(0, torch.int64)),
+                              ops.constant(step * (n - 1), torch.int64))
+        k = ops.floordiv(clamped, ops.constant(step, torch.int64)) if step != 1 else clamped
+        if step != 1:
+            hit = ops.logical_and(hit, ops.eq(clamped, ops.mul(k, ops.constant(step, torch.int64))))
+        old = load_x(idx)
+        if load_v is None:
+            new = ops.constant(values, dtype)
+        else:
+            row = ops.indirect_indexing(k, n, False)
+            new = cast(load_v(list(idx[:d]) + [row] + list(idx[d + 1:])), values.get_dtype(), dtype)
+        if accumulate:
+            new = ops.add(old, new)
+        return ops.where(hit, new, old)
+
+    return ir.StorageBox(ir.Pointwise(x.get_device(), dtype, inner_fn, list(size)))
 
 
 @register_lowering(aten.scatter_add)

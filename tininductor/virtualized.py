@@ -29,7 +29,7 @@ The ops every handler understands (the *ops protocol*, shared by all backends):
 ``where(cond, a, b)``                  select
 unary: ``neg abs exp log log1p expm1 sqrt rsqrt reciprocal sin cos tanh sigmoid erf sign
 relu logical_not bitwise_not floor ceil``
-binary: ``add sub mul truediv pow maximum minimum eq ne lt le gt ge logical_and logical_or
+binary: ``add sub mul truediv floordiv pow maximum minimum eq ne lt le gt ge logical_and logical_or
 bitwise_and bitwise_or``
 =====================================  =================================================
 """
@@ -44,7 +44,7 @@ UNARY_OPS = (
     "logical_not bitwise_not floor ceil"
 ).split()
 BINARY_OPS = (
-    "add sub mul truediv pow maximum minimum eq ne lt le gt ge logical_and logical_or "
+    "add sub mul truediv floordiv pow maximum minimum eq ne lt le gt ge logical_and logical_or "
     "bitwise_and bitwise_or"
 ).split()
 OTHER_OPS = "load store reduction constant index_expr indirect_indexing to_dtype where".split()

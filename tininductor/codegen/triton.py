@@ -65,6 +65,8 @@ class TritonOverrides:
         # binary
         "add": "{0} + {1}", "sub": "{0} - {1}", "mul": "{0} * {1}", "truediv": "{0} / {1}",
         "pow": "triton_helpers.pow({0}, {1})",
+        # integer division; lowerings pass it non-negative operands, where truncation is floor
+        "floordiv": "{0} // {1}",
         "maximum": "triton_helpers.maximum({0}, {1})", "minimum": "triton_helpers.minimum({0}, {1})",
         "eq": "{0} == {1}", "ne": "{0} != {1}", "lt": "{0} < {1}", "le": "{0} <= {1}",
         "gt": "{0} > {1}", "ge": "{0} >= {1}",
