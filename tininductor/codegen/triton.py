@@ -379,7 +379,11 @@ class TritonKernel:
         if config.triton.max_autotune:
             tune = f", numel={numel},\n    autotune={self.autotune_configs(xblock, rblock, warps)}"
         checks = ", checks_indices=True" if self.checks_indices else ""
-        code.writeline(f"{name} = TritonLauncher({name}, grid=({grid},), num_warps={warps}, {consts}{checks}{tune})")
+        # what the runtime arguments look like (pointer dtypes, sizes): enough to compile the
+        # kernel before its first launch, alongside the graph's other kernels (TritonLauncher)
+        example = [str(V.graph.get_buffer(b).get_dtype()) for b in ordered] + size_args
+        example = f",\n    example_args=({', '.join(example)},)"
+        code.writeline(f"{name} = TritonLauncher({name}, grid=({grid},), num_warps={warps}, {consts}{checks}{tune}{example})")
 
         def launch(arg_refs):
             if numel == 0:

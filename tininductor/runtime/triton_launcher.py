@@ -68,7 +68,8 @@ class TritonLauncher:
     """
 
     def __init__(self, fn, grid: tuple[int, ...], num_warps: int, autotune: list[dict] | None = None,
-                 numel: int | None = None, checks_indices: bool = False, **constants):
+                 numel: int | None = None, checks_indices: bool = False, example_args: tuple | None = None,
+                 **constants):
         self.fn = fn
         self.grid = tuple(grid) + (1,) * (3 - len(grid))
         self.num_warps = num_warps
@@ -84,6 +85,10 @@ class TritonLauncher:
         # alignment pattern of the pointer arguments -> a direct launch closure
         self._launchers: dict[int, object] = {}
         self._pointer_positions: tuple[int, ...] | None = None
+        # compile now, in the background, with the graph's other kernels (see precompile below)
+        self._precompiled = None
+        if example_args is not None and self.fast and self.autotune is None:
+            self._precompiled = precompile(self, example_args)
 
     def with_config(self, config: dict) -> "TritonLauncher":
         """This kernel launched with another config: its grid follows XBLOCK (one program per block)."""
@@ -108,16 +113,19 @@ class TritonLauncher:
         else:
             launch(args)
 
+    def _options(self) -> dict:
+        """Triton compile options besides the constexprs: warps; for kernels that assert their
+        indices, no integer-overflow checks (which ``debug=True`` would add to every index)."""
+        return {"num_warps": self.num_warps, **({"sanitize_overflow": False} if self.checks_indices else {})}
+
     def _launch_through_triton(self, args):
         """Triton's front door: binds, specialises, compiles on a miss, launches; returns the compiled kernel."""
-        if not self.checks_indices:
-            return self.fn[self.grid](*args, **self.constants, num_warps=self.num_warps)
-        if os.environ.get("TRITON_INTERPRET") == "1":
+        if self.checks_indices and os.environ.get("TRITON_INTERPRET") == "1":
             from .index_check import interpreter_asserts
 
             with interpreter_asserts():
                 return self.fn[self.grid](*args, **self.constants, num_warps=self.num_warps)
-        return self.fn[self.grid](*args, **self.constants, num_warps=self.num_warps, sanitize_overflow=False)
+        return self.fn[self.grid](*args, **self.constants, **self._options())
 
     def _first_launch(self, key: int, args):
         if self.autotune is not None and self.fast:  # timings mean something only on a GPU
@@ -127,6 +135,13 @@ class TritonLauncher:
                 best = self.with_config(autotune(self, args))
             self.grid, self.num_warps, self.constants = best.grid, best.num_warps, best.constants
             self.autotune = None
+        if self._precompiled is not None:
+            with dynamo_timed("triton_wait_precompile"):
+                try:
+                    self._precompiled.result()
+                except Exception:  # compiled again (and its error raised) by the launch below
+                    pass
+            self._precompiled = None
         with dynamo_timed("triton_first_launch"):  # Triton's JIT compile (and its launcher's build)
             compiled = self._launch_through_triton(args)
         if self._pointer_positions is None:
@@ -178,3 +193,37 @@ def _fast_path_possible(fn, constants: dict) -> bool:
         return False
     first_constant = min((names.index(n) for n in constants if n in names), default=len(names))
     return all(n in constants for n in names[first_constant:])
+
+
+# --------------------------------------------------------------------------- parallel compilation
+_compile_pool = None
+
+
+def precompile(launcher: TritonLauncher, example_args: tuple):
+    """Compile ``launcher``'s kernel in a background thread; returns the future (or None).
+
+    A wrapper module builds all its launchers when it loads, so a graph's kernels compile side
+    by side instead of one per first launch. ``example_args`` stand for the runtime arguments:
+    a torch dtype per pointer (Triton's ``warmup`` takes it as a 16-byte-aligned tensor, the
+    usual case) and the sizes. The first launch then finds the kernel in Triton's cache (a
+    differently aligned pointer compiles its own variant, as before). Triton's compiler spends
+    much of its time outside the GIL (ptxas is a subprocess). Threads, not processes: nothing to
+    start or warm, and every result lands in the same in-memory and on-disk caches.
+    ``TINY_TRITON_PARALLEL_COMPILE=0`` turns it off.
+    """
+    global _compile_pool
+    if os.environ.get("TINY_TRITON_PARALLEL_COMPILE", "1") == "0":
+        return None
+    if _compile_pool is None:
+        from concurrent.futures import ThreadPoolExecutor
+
+        workers = int(os.environ.get("TINY_COMPILE_THREADS", 0)) or min(16, max(2, os.cpu_count() or 2))
+        _compile_pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="tiny_triton_compile")
+    fn, grid, constants, options = launcher.fn, launcher.grid, dict(launcher.constants), launcher._options()
+    device = torch.cuda.current_device()
+
+    def job():
+        with torch.cuda.device(device):
+            fn.warmup(*example_args, grid=grid, **constants, **options)
+
+    return _compile_pool.submit(job)
