@@ -62,6 +62,8 @@ def main(argv=None) -> None:
     parser.add_argument("--size", type=int, default=224 if gpu else 64)
     parser.add_argument("--dtypes", default=None)
     parser.add_argument("--cold", action="store_true", help="also time a cold compile in fresh processes")
+    parser.add_argument("--no-fill", action="store_true",
+                        help="--cold: skip the untimed run per backend that fills the bytecode cache")
     parser.add_argument("--cold-child", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     device = args.device
@@ -89,7 +91,8 @@ def main(argv=None) -> None:
         with tempfile.TemporaryDirectory() as pycache:
             cold = {}
             for name in [n for n in names if n != "eager"]:
-                cold_compile(__file__, name, child, pycache)  # untimed: fills the bytecode cache only
+                if not args.no_fill:
+                    cold_compile(__file__, name, child, pycache)  # untimed: fills the bytecode cache only
                 cold[name] = cold_compile(__file__, name, child, pycache)
             row = {"dtype": "float32", "shape": shape, "phase": "cold compile"}
             for name, result in cold.items():

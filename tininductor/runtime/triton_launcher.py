@@ -206,8 +206,10 @@ def precompile(launcher: TritonLauncher, example_args: tuple):
     by side instead of one per first launch. ``example_args`` stand for the runtime arguments:
     a torch dtype per pointer (Triton's ``warmup`` takes it as a 16-byte-aligned tensor, the
     usual case) and the sizes. The first launch then finds the kernel in Triton's cache (a
-    differently aligned pointer compiles its own variant, as before). Triton's compiler spends
-    much of its time outside the GIL (ptxas is a subprocess). Threads, not processes: nothing to
+    differently aligned pointer compiles its own variant, as before). The job also loads the
+    kernel and builds Triton's C launcher for its signature (gcc, in a cold cache). Triton's
+    compiler spends much of its time outside the GIL (ptxas and gcc are subprocesses; how much
+    of the rest overlaps is measured in bench/gpt_train.py). Threads, not processes: nothing to
     start or warm, and every result lands in the same in-memory and on-disk caches.
     ``TINY_TRITON_PARALLEL_COMPILE=0`` turns it off.
     """
@@ -224,6 +226,11 @@ def precompile(launcher: TritonLauncher, example_args: tuple):
 
     def job():
         with torch.cuda.device(device):
-            fn.warmup(*example_args, grid=grid, **constants, **options)
+            compiled = fn.warmup(*example_args, grid=grid, **constants, **options)
+            # load it, and build Triton's C launcher for its signature (a gcc run per new
+            # signature in a cold cache): here, in parallel, not at the first launch
+            init = getattr(compiled, "_init_handles", None)
+            if init is not None:
+                init()
 
     return _compile_pool.submit(job)
