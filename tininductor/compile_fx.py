@@ -29,6 +29,17 @@ from . import config
 from .virtualized import V
 
 log = logging.getLogger("tininductor.compile_fx")
+
+
+def _start_background_warmup() -> None:
+    """Looking the backend up imports this module: a good moment to start Triton's driver
+    (runtime/triton_launcher.warm_up_driver) while the frame is still being captured."""
+    from .runtime.triton_launcher import warm_up_driver
+
+    warm_up_driver()
+
+
+_start_background_warmup()
 output_code_log = logging.getLogger("tininductor.output_code")  # used when tinydynamo.logs is absent
 
 

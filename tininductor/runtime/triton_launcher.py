@@ -197,6 +197,30 @@ def _fast_path_possible(fn, constants: dict) -> bool:
 
 # --------------------------------------------------------------------------- parallel compilation
 _compile_pool = None
+_driver_ready = None   # the future of warm_up_driver's job
+
+
+def warm_up_driver() -> None:
+    """Start Triton's CUDA driver in a background thread (once): importing triton and, in a cold
+    cache, building its ``cuda_utils`` module with gcc. Called when the backend is looked up,
+    it overlaps with TorchDynamo's import (the first FakeTensorMode) instead of delaying the
+    first kernel's compile. Kernel compiles wait for it (one driver, built once).
+    ``TINY_TRITON_WARMUP=0`` turns it off."""
+    global _driver_ready
+    if _driver_ready is not None or os.environ.get("TINY_TRITON_WARMUP", "1") == "0":
+        return
+    if os.environ.get("TRITON_INTERPRET") == "1" or not torch.cuda.is_available():
+        return
+    from concurrent.futures import ThreadPoolExecutor
+
+    def job():
+        from triton.runtime import driver
+
+        driver.active.get_current_target()
+
+    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tiny_triton_driver")
+    _driver_ready = pool.submit(job)
+    pool.shutdown(wait=False)
 
 
 def precompile(launcher: TritonLauncher, example_args: tuple):
@@ -225,6 +249,11 @@ def precompile(launcher: TritonLauncher, example_args: tuple):
     device = torch.cuda.current_device()
 
     def job():
+        if _driver_ready is not None:
+            try:
+                _driver_ready.result()
+            except Exception:  # the compile below makes the driver itself (and raises its error)
+                pass
         with torch.cuda.device(device):
             compiled = fn.warmup(*example_args, grid=grid, **constants, **options)
             # load it, and build Triton's C launcher for its signature (a gcc run per new
