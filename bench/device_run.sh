@@ -24,11 +24,11 @@ xdist=$(python3 -c "import xdist" 2>/dev/null && echo "-n 8")
 timeout 120 python3 -m pytest -q -p no:cacheprovider $xdist tests/test_inductor_reductions.py \
     tests/test_inductor_training.py tests/test_aot_tininductor.py tests/test_triton_launcher.py \
     tests/test_cuda_runtime.py tests/test_inductor_pointwise.py tests/test_dynamo_graph_breaks.py \
-    tests/test_dynamo_api.py tests/test_autotune.py 2>&1 | tail -25 | tee -a "$out/tests.txt"
+    tests/test_dynamo_api.py tests/test_autotune.py tests/test_inductor_indexing.py 2>&1 | tail -25 | tee -a "$out/tests.txt"
 timeout 60 python3 bench/gpu_e2e.py 2>&1 | tail -30 | tee "$out/e2e.txt"
 
 start=$(date +%s)
-IFS=, read -r -a names <<<"${BENCHES:-block,profile_step,pointwise_chain,call_overhead,cold_compile,block reduce-overhead,softmax_layernorm,call_overhead reduce-overhead,guard_overhead}"
+IFS=, read -r -a names <<<"${BENCHES:-gpt_train,block,profile_step,pointwise_chain,call_overhead,cold_compile,block reduce-overhead,softmax_layernorm,call_overhead reduce-overhead,guard_overhead,resnet_train}"
 for name in "${names[@]}"; do
     left=$((budget - ($(date +%s) - start)))
     [ "$left" -gt 20 ] || { echo "== $name: skipped (time budget spent)"; continue; }

@@ -29,6 +29,9 @@ BENCHMARKS = {
     "block": ("block", [], ["--iters", "5", "--batch", "2", "--seq", "16", "--hidden", "64"]),
     "softmax_layernorm": ("softmax_layernorm", [], ["--elements-log2", "16", "--max-log2", "10", "--iters", "5"]),
     "guard_overhead": ("guard_overhead", [], []),
+    "gpt_train": ("gpt_train", ["--cold"], ["--iters", "3", "--warmup", "1", "--layers", "1", "--embd", "32",
+                                            "--heads", "2", "--batch", "2", "--seq", "16", "--vocab", "64"]),
+    "resnet_train": ("resnet_train", [], ["--iters", "2", "--warmup", "1", "--batch", "2", "--size", "32"]),
 }
 # CUDA graphs and autotuning (modes for both compilers): GPU only
 CUDA_BENCHMARKS = {

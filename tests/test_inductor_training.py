@@ -63,3 +63,16 @@ def test_tiny_block_forward_kernel_count():
         c = check(block, torch.randn(2, 3, 16, device=DEVICE), atol=1e-5, rtol=1e-4)
     assert c.source.count("torch.addmm(") + c.source.count("torch.mm(") == 2
     assert len(c.kernels) <= 3, c.kernels
+
+
+def test_linear_weight_gradient_comes_out_in_the_weights_layout():
+    """``x @ W.t()``: W's gradient is made contiguous by the backward's mm itself; a transposed
+    one would make autograd copy it into W's layout every step."""
+    import tinydynamo
+
+    lin = torch.nn.Linear(8, 16).to(DEVICE)
+    seen = []
+    lin.weight.register_hook(lambda g: seen.append(g.stride()))
+    compiled = tinydynamo.compile(lin, backend="tininductor")
+    compiled(torch.randn(4, 8, device=DEVICE)).sum().backward()
+    assert seen == [lin.weight.stride()]

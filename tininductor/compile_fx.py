@@ -29,6 +29,17 @@ from . import config
 from .virtualized import V
 
 log = logging.getLogger("tininductor.compile_fx")
+
+
+def _start_background_warmup() -> None:
+    """Looking the backend up imports this module: a good moment to start Triton's driver
+    (runtime/triton_launcher.warm_up_driver) while the frame is still being captured."""
+    from .runtime.triton_launcher import warm_up_driver
+
+    warm_up_driver()
+
+
+_start_background_warmup()
 output_code_log = logging.getLogger("tininductor.output_code")  # used when tinydynamo.logs is absent
 
 
@@ -182,17 +193,7 @@ def compile_fx_inner(gm: torch.fx.GraphModule, example_inputs, cudagraphs: bool 
     ``config.fallback_to_eager`` is False.
     """
     try:
-        try:
-            return _compile_fx_inner(gm, example_inputs, cudagraphs and _graph_kind(is_backward, is_inference))
-        except (AttributeError, NotImplementedError) as e:
-            if "indirect_indexing" not in str(e) or not config.indirect_indexing:
-                raise
-            log.info("kernel backend lacks ops.indirect_indexing; indexing ops run in torch: %s", e)
-            config.indirect_indexing = False
-            try:
-                return _compile_fx_inner(gm, example_inputs, cudagraphs and _graph_kind(is_backward, is_inference))
-            finally:
-                config.indirect_indexing = True
+        return _compile_fx_inner(gm, example_inputs, cudagraphs and _graph_kind(is_backward, is_inference))
     except Exception as e:
         return _eager_fallback(gm, e)
 

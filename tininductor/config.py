@@ -10,8 +10,9 @@ cpu_backend: str = os.environ.get("TINY_CPU_BACKEND", "auto")
 #: On a compiler error, warn and run the graph eagerly instead of raising.
 fallback_to_eager: bool = os.environ.get("TINY_INDUCTOR_RAISE", "0") != "1"
 
-#: Lower embedding/gather/index to indirect loads (``ops.indirect_indexing``). compile_fx_inner
-#: turns it off for a graph whose kernel backend lacks that op (the ops run in torch instead).
+#: Lower embedding/gather/index/index_put/scatter_add to indirect loads and stores
+#: (``ops.indirect_indexing``) on backends that declare ``supports_indirect_indexing``; False runs
+#: them in torch.
 indirect_indexing: bool = True
 
 #: Which partitioner splits training graphs: "min_cut" (save the fewest bytes, recompute cheap

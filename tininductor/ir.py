@@ -222,6 +222,40 @@ class ComputedBuffer(Buffer):
         return f"ComputedBuffer({self.name}: {kind}{extra}; {self.layout}; origins={self.origins})\n  {self.data.body_str()}"
 
 
+class ScatterBuffer(ComputedBuffer):
+    """Writes into another buffer at computed places: for every ``index`` in ``data.ranges``,
+    ``target[output_indexer(index)] = value`` (``mode=None``) or ``+= value``
+    (``mode="atomic_add"``), ``value`` being ``data.inner_fn(index)``.
+
+    index_put, scatter_add and the embedding backward lower to a fresh ``target`` (a copy of the
+    input, or zeros) and one of these. It has no memory of its own. The scheduler gives it a
+    kernel of its own after the one that makes ``target`` (the adds need every initial value in
+    place) and before anything reads ``target`` (they need every add done). Backends turn
+    ``atomic_add`` into ``tl.atomic_add`` (Triton) or a serial loop (C++).
+    """
+
+    def __init__(self, name: str | None, target: Buffer, data: Pointwise, output_indexer: Callable,
+                 mode: str | None = None):
+        super().__init__(name, target.layout, data)
+        self.target = target
+        self.output_indexer = output_indexer
+        self.mode = mode
+
+    def get_numel(self) -> int:  # the elements it iterates over (its layout is the target's)
+        return prod(self.get_ranges())
+
+    def store_body(self, index, rindex=()):
+        where = self.target.layout.index(self.output_indexer(index))
+        value = self.data.inner_fn(index)
+        if self.mode is None:
+            return ops.store(self.target.get_name(), where, value)
+        return ops.store(self.target.get_name(), where, value, mode=self.mode)
+
+    def __repr__(self):
+        return (f"ScatterBuffer({self.name}: {self.mode or 'store'} into {self.target.get_name()}; "
+                f"over {self.data.ranges}; origins={self.origins})\n  {self.data.body_str()}")
+
+
 class ExternKernel(Buffer):
     """A call into torch: ``name = kernel(*args, **kwargs)``, args being buffers/views or constants.
 
@@ -385,7 +419,7 @@ class _CountingHandler:
         self.opcount += 1
         return "v"
 
-    def indirect_indexing(self, value, size):
+    def indirect_indexing(self, value, size, check=True):
         self.opcount += 1
         return sym("indirect")
 

@@ -659,16 +659,24 @@ def silu(x):
 # symbol the backend binds to that value, negative indices wrapped), so a load can use it.
 
 
-def _check_indirect():
+def _check_indirect(x) -> None:
+    """Indexing lowers to indirect loads/stores only where ``x``'s kernel backend has them
+    (``supports_indirect_indexing`` on its scheduling class: codegen/common.py); elsewhere the
+    op runs in torch, with the reason logged."""
     from . import config
+    from .codegen.common import get_scheduling
 
     if not config.indirect_indexing:
-        raise Unsupported("indirect indexing is off (the kernel backend lacks ops.indirect_indexing)")
+        raise Unsupported("config.indirect_indexing is off")
+    backend = get_scheduling(x.get_device())
+    if not getattr(backend, "supports_indirect_indexing", False):
+        raise Unsupported(f"the {type(backend).__name__} kernel backend has no ops.indirect_indexing "
+                          "(it does not declare supports_indirect_indexing = True)")
 
 
 @register_lowering(aten.embedding)
 def embedding(weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=False):
-    _check_indirect()
+    _check_indirect(weight)
     if len(weight.get_size()) != 2:
         raise Unsupported("embedding with a non-2-D weight")
     rows, dim = weight.get_size()
@@ -684,7 +692,7 @@ def embedding(weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=
 
 @register_lowering(aten.gather)
 def gather(x, dim, index, sparse_grad=False):
-    _check_indirect()
+    _check_indirect(x)
     size = x.get_size()
     if len(size) == 0:
         raise Unsupported("gather from a 0-d tensor")
@@ -698,19 +706,74 @@ def gather(x, dim, index, sparse_grad=False):
     return ir.StorageBox(ir.Pointwise(x.get_device(), x.get_dtype(), inner_fn, index.get_size()))
 
 
-@register_lowering(aten.index)
-def index(x, indices):
-    """Advanced indexing ``x[i0, :, i2]``: each index tensor becomes an indirect load.
+class _NotAffine(Exception):
+    pass
+
+
+class _AffineHandler:
+    """Runs an index tensor's body symbolically: an ``arange`` (times a step, plus a start)
+    comes out as a sympy expression of the loop index; anything else (a load) raises."""
+
+    def index_expr(self, expr, dtype):
+        return sympy.sympify(expr)
+
+    def constant(self, value, dtype):
+        if isinstance(value, bool) or int(value) != value:
+            raise _NotAffine
+        return sympy.Integer(int(value))
+
+    def to_dtype(self, x, dtype, *args, **kwargs):
+        if dtype.is_floating_point or dtype == torch.bool:
+            raise _NotAffine
+        return x
+
+    def add(self, a, b):
+        return a + b
+
+    def sub(self, a, b):
+        return a - b
+
+    def mul(self, a, b):
+        return a * b
+
+    def __getattr__(self, name):
+        raise _NotAffine
+
+
+def affine_index(x) -> tuple[int, int, int] | None:
+    """``(start, step, n)`` when the 1-D integer tensor ``x`` is ``start + step * arange(n)`` in
+    the IR (not yet in memory), else None. Such an index needs no load and no runtime check:
+    a slice's or select's gradient, ``wpe(arange(T))``."""
+    if not is_ir(x) or len(x.get_size()) != 1 or x.get_dtype() not in (torch.int64, torch.int32):
+        return None
+    i = sympy.Symbol("i_affine", integer=True)
+    try:
+        with V.set_ops_handler(_AffineHandler()):
+            expr = sympy.expand(sympy.sympify(x.make_loader()([i])))
+    except (_NotAffine, TypeError, RuntimeError, AttributeError):
+        return None
+    if expr.free_symbols - {i} or sympy.degree(expr, i) > 1:
+        return None
+    step, start = expr.coeff(i, 1), expr.coeff(i, 0)
+    if not (step.is_Integer and start.is_Integer):
+        return None
+    return int(start), int(step), int(x.get_size()[0])
+
+
+def _affine_in_bounds(affine, size) -> bool:
+    start, step, n = affine
+    return n == 0 or (0 <= start < size and 0 <= start + step * (n - 1) < size)
+
+
+def _index_plan(size, indices):
+    """Advanced indexing's shape rule: ``(out_size, position)`` where ``position(idx)`` is the
+    index into ``x`` (indirect for the indexed dims) of element ``idx`` of ``x[indices]``.
 
     The index tensors broadcast together; their dims replace the indexed dims in place when
     the indexed dims are adjacent, and go first otherwise (NumPy's rule).
     """
-    _check_indirect()
-    size = x.get_size()
     indices = list(indices) + [None] * (len(size) - len(indices))
     pos = [d for d, t in enumerate(indices) if t is not None]
-    if not pos:
-        return clone(x)
     if any(indices[d].get_dtype() == torch.bool for d in pos):
         raise Unsupported("boolean-mask indexing (data-dependent output shape)")
     bshape = broadcast_shapes(*[indices[d].get_size() for d in pos])
@@ -718,10 +781,15 @@ def index(x, indices):
     before = [d for d in range(pos[0]) if indices[d] is None] if adjacent else []
     after = [d for d in range(len(size)) if indices[d] is None and d not in before]
     out_size = [size[d] for d in before] + bshape + [size[d] for d in after]
-    load_x = x.make_loader()
     loaders = {d: broadcast_loader(indices[d], bshape) for d in pos}
+    # an arange-like index tensor (in bounds) is index arithmetic, not a load
+    direct = {}
+    for d in pos:
+        affine = affine_index(indices[d]) if len(bshape) == 1 else None
+        if affine is not None and _affine_in_bounds(affine, size[d]) and indices[d].get_size() == bshape:
+            direct[d] = affine
 
-    def inner_fn(idx):
+    def position(idx):
         nb, nk = len(before), len(bshape)
         full = [None] * len(size)
         for k, d in enumerate(before):
@@ -729,7 +797,164 @@ def index(x, indices):
         for k, d in enumerate(after):
             full[d] = idx[nb + nk + k]
         for d in pos:
-            full[d] = ops.indirect_indexing(loaders[d](idx[nb:nb + nk]), size[d])
-        return load_x(full)
+            if d in direct:
+                start, step, _ = direct[d]
+                full[d] = start + step * idx[nb]
+            else:
+                full[d] = ops.indirect_indexing(loaders[d](idx[nb:nb + nk]), size[d])
+        return full
 
-    return ir.StorageBox(ir.Pointwise(x.get_device(), x.get_dtype(), inner_fn, out_size))
+    return out_size, position
+
+
+@register_lowering(aten.index)
+def index(x, indices):
+    """Advanced indexing ``x[i0, :, i2]``: each index tensor becomes an indirect load."""
+    _check_indirect(x)
+    if all(t is None for t in indices):
+        return clone(x)
+    out_size, position = _index_plan(x.get_size(), indices)
+    load_x = x.make_loader()
+    return ir.StorageBox(ir.Pointwise(x.get_device(), x.get_dtype(), lambda idx: load_x(position(idx)), out_size))
+
+
+# --------------------------------------------------------------------------- scatters
+# index_put / scatter_add / the embedding backward write at loaded indices: a fresh buffer (a
+# copy of the input, or zeros), then an ``ir.ScatterBuffer`` that stores or atomically adds
+# into it (its own kernel; see ir.py). Low-precision adds accumulate in float32, then round
+# once, as TorchInductor's decomposition does (many bf16 adds into one row would lose bits).
+
+
+def _accumulate_dtype(dtype: torch.dtype, accumulate: bool) -> torch.dtype:
+    return torch.float32 if accumulate and dtype in (torch.float16, torch.bfloat16) else dtype
+
+
+def _scatter(x, size, device, dtype, ranges, position, value_fn, accumulate: bool, init=None):
+    """``out = init or zeros``; ``out[position(i)] (+)= value_fn(i)`` for ``i`` in ``ranges``.
+
+    ``x`` gives the initial contents when ``init`` is None and ``x`` is an IR node; the result
+    is ``out`` cast back to ``dtype``.
+    """
+    acc = _accumulate_dtype(dtype, accumulate)
+    if x is None:
+        start = ir.Pointwise(device, acc, lambda idx: ops.constant(0, acc), list(size))
+    else:
+        load = x.make_loader()
+        start = ir.Pointwise(device, acc, lambda idx: cast(load(idx), x.get_dtype(), acc), list(size))
+    target = ir.StorageBox(start).realize()   # always a fresh buffer: the op is functional
+    body = ir.Pointwise(device, acc, lambda idx: value_fn(idx, acc), list(ranges))
+    scatter = ir.ScatterBuffer(None, target, body, position, "atomic_add" if accumulate else None)
+    V.graph.register_buffer(scatter)
+    if acc == dtype:
+        return target
+    return to_dtype(target, dtype)
+
+
+@register_lowering(aten.index_put)
+def index_put(x, indices, values, accumulate=False):
+    """``x[indices] = values`` (or ``+=`` with ``accumulate``) on a copy of ``x``."""
+    _check_indirect(x)
+    if all(t is None for t in indices):
+        raise Unsupported("index_put without index tensors")
+    plain = _index_put_as_select(x, indices, values, bool(accumulate))
+    if plain is not None:
+        return plain
+    out_size, position = _index_plan(x.get_size(), indices)
+    if is_ir(values):
+        load_v = broadcast_loader(values, out_size)
+        value_fn = lambda idx, acc: cast(load_v(idx), values.get_dtype(), acc)
+    else:
+        value_fn = lambda idx, acc: ops.constant(values, acc)
+    return _scatter(x, x.get_size(), x.get_device(), x.get_dtype(), out_size, position, value_fn, bool(accumulate))
+
+
+def _index_put_as_select(x, indices, values, accumulate: bool):
+    """``index_put`` along one dim ``d`` with an in-bounds ``start + step * arange(n)`` index
+    (``step > 0``: each place hit at most once) is pointwise: place ``j`` takes
+    ``values[(j_d - start) // step]`` where it is hit, ``x[j]`` elsewhere (``x[j] + value`` with
+    ``accumulate``). That is a slice's or select's gradient: it fuses into the kernel that uses
+    it instead of a fill and a scatter. None when the index is anything else."""
+    size = x.get_size()
+    pos = [d for d, t in enumerate(indices) if t is not None]
+    if len(pos) != 1 or not is_ir(values) and not isinstance(values, (int, float)):
+        return None
+    d = pos[0]
+    affine = affine_index(indices[d])
+    if affine is None or affine[1] <= 0 or not _affine_in_bounds(affine, size[d]):
+        return None
+    start, step, n = affine
+    if n == 0:
+        return None
+    vsize = list(size[:d]) + [n] + list(size[d + 1:])
+    if is_ir(values) and broadcast_shapes(values.get_size(), vsize) != vsize:
+        return None
+    dtype = x.get_dtype()
+    load_x = x.make_loader()
+    load_v = broadcast_loader(values, vsize) if is_ir(values) else None
+
+    def inner_fn(idx):
+        j = ops.index_expr(idx[d], torch.int64)
+        offset = ops.sub(j, ops.constant(start, torch.int64))
+        hit = ops.logical_and(ops.ge(offset, ops.constant(0, torch.int64)),
+                              ops.lt(offset, ops.constant(step * (n - 1) + 1, torch.int64)))
+        # clamped into [0, step * (n - 1)] (where the place is not hit its row is never used), so
+        # the division below has non-negative operands (floor and truncation agree)
+        clamped = ops.minimum(ops.maximum(offset, ops.constant(0, torch.int64)),
+                              ops.constant(step * (n - 1), torch.int64))
+        k = ops.floordiv(clamped, ops.constant(step, torch.int64)) if step != 1 else clamped
+        if step != 1:
+            hit = ops.logical_and(hit, ops.eq(clamped, ops.mul(k, ops.constant(step, torch.int64))))
+        old = load_x(idx)
+        if load_v is None:
+            new = ops.constant(values, dtype)
+        else:
+            row = ops.indirect_indexing(k, n, False)
+            new = cast(load_v(list(idx[:d]) + [row] + list(idx[d + 1:])), values.get_dtype(), dtype)
+        if accumulate:
+            new = ops.add(old, new)
+        return ops.where(hit, new, old)
+
+    return ir.StorageBox(ir.Pointwise(x.get_device(), dtype, inner_fn, list(size)))
+
+
+@register_lowering(aten.scatter_add)
+def scatter_add(x, dim, index, src):
+    """``out[..., index[i], ...] += src[i]`` along ``dim``, on a copy of ``x``."""
+    _check_indirect(x)
+    size = x.get_size()
+    if len(size) == 0:
+        raise Unsupported("scatter_add into a 0-d tensor")
+    dim = dim % len(size)
+    load_i, load_s = index.make_loader(), src.make_loader()
+
+    def position(idx):
+        return list(idx[:dim]) + [ops.indirect_indexing(load_i(idx), size[dim])] + list(idx[dim + 1:])
+
+    value_fn = lambda idx, acc: cast(load_s(idx), src.get_dtype(), acc)
+    return _scatter(x, size, x.get_device(), x.get_dtype(), index.get_size(), position, value_fn, True)
+
+
+@register_lowering(aten.embedding_dense_backward)
+def embedding_dense_backward(grad_output, indices, num_weights, padding_idx, scale_grad_by_freq):
+    """The embedding's weight gradient: each index's gradient row added into its weight row
+    (atomic adds), none for ``padding_idx``."""
+    _check_indirect(grad_output)
+    if scale_grad_by_freq:
+        raise Unsupported("embedding backward with scale_grad_by_freq")
+    isize = indices.get_size()
+    dim = grad_output.get_size()[-1]
+    load_i, load_g = indices.make_loader(), grad_output.make_loader()
+    ranges = list(isize) + [dim]
+
+    def position(idx):
+        return [ops.indirect_indexing(load_i(idx[:len(isize)]), num_weights), idx[-1]]
+
+    def value_fn(idx, acc):
+        grad = cast(load_g(idx), grad_output.get_dtype(), acc)
+        if padding_idx is None or padding_idx < 0:
+            return grad
+        is_pad = ops.eq(load_i(idx[:len(isize)]), ops.constant(padding_idx, indices.get_dtype()))
+        return ops.where(is_pad, ops.constant(0, acc), grad)
+
+    return _scatter(None, [num_weights, dim], grad_output.get_device(), grad_output.get_dtype(),
+                    ranges, position, value_fn, True)

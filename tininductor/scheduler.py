@@ -45,11 +45,11 @@ class ReadWrites:
         self.reads.append((name, sympy.expand(index)))
         return "v"
 
-    def store(self, name, index, value):
+    def store(self, name, index, value, mode=None):
         self.writes.append((name, sympy.expand(index)))
         return "v"
 
-    def indirect_indexing(self, value, size):
+    def indirect_indexing(self, value, size, check=True):
         self.indirect += 1
         return sym(f"indirect{self.indirect}")
 
@@ -182,10 +182,16 @@ class ExternNode:
 
 
 def _reads(node: ir.Buffer) -> set[str]:
+    if isinstance(node, ir.ScatterBuffer):  # it updates its target in place: a read and a write
+        return {node.target.get_name()} | _body_reads(node)
     if isinstance(node, ir.ExternKernel):
         return set(node.input_names())
     if isinstance(node, ir.MultiOutput):
         return {node.parent.get_name()}
+    return _body_reads(node)
+
+
+def _body_reads(node: ir.ComputedBuffer) -> set[str]:
     rw = ReadWrites()
     index = [sym(f"i{d}") for d in range(len(node.get_ranges()))]
     rindex = [sym(f"r{d}") for d in range(len(node.get_reduction_ranges()))]
@@ -203,6 +209,8 @@ def try_fuse(group: FusedGroup, node: ir.ComputedBuffer) -> FusedGroup | None:
     """``group`` with ``node`` appended, or None when sizes disagree or a read would race."""
     if group.device != node.get_device():
         return None
+    if isinstance(node, ir.ScatterBuffer) or any(isinstance(n, ir.ScatterBuffer) for n in group.nodes):
+        return None  # a scatter needs its target complete before it, and is complete only after it
     if node.is_reduction() and not group.is_reduction:
         numel, rnumel = node.get_group()
         if numel * rnumel != group.numel:
@@ -246,6 +254,8 @@ class Scheduler:
                 self.nodes.append(_group_for(buf) if isinstance(buf, ir.ComputedBuffer) else ExternNode(buf))
                 placed = len(self.nodes) - 1
             producer[buf.get_name()] = placed
+            if isinstance(buf, ir.ScatterBuffer):  # readers of the target wait for the scatter
+                producer[buf.target.get_name()] = placed
         self._mark_internal()
 
     def _place(self, buf: ir.ComputedBuffer, last_dep: int) -> int | None:

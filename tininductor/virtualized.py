@@ -15,18 +15,21 @@ The ops every handler understands (the *ops protocol*, shared by all backends):
 
 =====================================  =================================================
 ``load(name, index)``                  read buffer ``name`` at flat sympy ``index``
-``store(name, index, value)``          write ``value``; returns nothing useful
+``store(name, index, value[, mode])``  write ``value``; ``mode="atomic_add"`` adds it instead
+                                       (a scatter-add; several elements may hit one place)
 ``reduction(dtype, src_dtype,          combine ``value`` over the reduction loop;
   reduction_type, value)``             types: sum, prod, max, min, argmax, argmin
 ``constant(value, dtype)``             a Python scalar
 ``index_expr(expr, dtype)``            an index expression used as a value (arange, masks)
-``indirect_indexing(value, size)``     a loaded integer as an index *variable* (a sympy
-                                       symbol; negative values wrap by ``size``)
+``indirect_indexing(value, size[,     a loaded integer as an index *variable* (a sympy
+  check])``                            symbol; negative values wrap by ``size``); with
+                                       ``check`` (the default) the kernel raises if it is
+                                       still out of range (runtime/index_check.py)
 ``to_dtype(x, dtype)``                 an explicit cast (``prims.convert_element_type``)
 ``where(cond, a, b)``                  select
 unary: ``neg abs exp log log1p expm1 sqrt rsqrt reciprocal sin cos tanh sigmoid erf sign
 relu logical_not bitwise_not floor ceil``
-binary: ``add sub mul truediv pow maximum minimum eq ne lt le gt ge logical_and logical_or
+binary: ``add sub mul truediv floordiv pow maximum minimum eq ne lt le gt ge logical_and logical_or
 bitwise_and bitwise_or``
 =====================================  =================================================
 """
@@ -41,7 +44,7 @@ UNARY_OPS = (
     "logical_not bitwise_not floor ceil"
 ).split()
 BINARY_OPS = (
-    "add sub mul truediv pow maximum minimum eq ne lt le gt ge logical_and logical_or "
+    "add sub mul truediv floordiv pow maximum minimum eq ne lt le gt ge logical_and logical_or "
     "bitwise_and bitwise_or"
 ).split()
 OTHER_OPS = "load store reduction constant index_expr indirect_indexing to_dtype where".split()
@@ -73,10 +76,10 @@ class PlainTextHandler:
     def load(self, name, index):
         return f"load({name}, {index})"
 
-    def store(self, name, index, value):
-        return f"store({name}, {index}, {value})"
+    def store(self, name, index, value, mode=None):
+        return f"store({name}, {index}, {value}{', ' + mode if mode else ''})"
 
-    def indirect_indexing(self, value, size):
+    def indirect_indexing(self, value, size, check=True):
         import sympy
 
         return sympy.Symbol(f"({value})", integer=True)

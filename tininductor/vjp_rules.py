@@ -414,7 +414,15 @@ def scatter_add_vjp(grad, out, x, dim, index, src):
 # ----------------------------------------------------------------------------- extern
 @register_vjp(aten.mm)
 def mm_vjp(grad, out, a, b):
-    return aten.mm(grad, aten.permute(b, [1, 0])), aten.mm(aten.permute(a, [1, 0]), grad)
+    ga = aten.mm(grad, aten.permute(b, [1, 0]))
+    if b.dim() == 2 and b.stride(0) == 1 and b.stride(1) != 1:
+        # ``b`` is a transposed matrix (``x @ weight.t()`` in a Linear): make its gradient in that
+        # layout too, ``(grad^T a)^T``, so the weight's own gradient comes out contiguous, as eager
+        # makes it (else autograd copies every such gradient into the weight's layout)
+        gb = aten.permute(aten.mm(aten.permute(grad, [1, 0]), a), [1, 0])
+    else:
+        gb = aten.mm(aten.permute(a, [1, 0]), grad)
+    return ga, gb
 
 
 @register_vjp(aten.bmm)

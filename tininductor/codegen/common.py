@@ -28,6 +28,11 @@ C++), the buffers it takes in argument order, which buffers it ``stored``, and
 ``call_line()`` — the Python statement the wrapper's ``call()`` runs to launch it. The
 wrapper allocates every stored buffer with ``empty_strided`` before the launch.
 
+A backend whose ops handler has ``indirect_indexing`` and ``store(..., mode="atomic_add")``
+says so with ``supports_indirect_indexing = True`` on its scheduling class: only then do
+embedding, gather, index, index_put and scatter_add lower to kernels on its device (otherwise
+they run in torch, logged as fallbacks).
+
 Backends register with ``register_backend("cuda", TritonScheduling)``; ``get_scheduling``
 picks one per device type (CPU: ``config.cpu_backend``).
 """

@@ -303,6 +303,8 @@ class CppKernel:
         self._step: _Step | None = None
         self._rvar_count = 0
         self._range_names: dict[Any, sympy.Symbol] = {}
+        self.checks_indices = False   # calls tiny_check_index: the runner looks for an error after a call
+        self.serial = False           # scatters to computed indices: no parallel/simd loops (races)
 
     # -- structure ---------------------------------------------------------------------------
     def open_loop(self, inner_ranges: Sequence[int] = (), inner_names: Sequence[str] | None = None):
@@ -440,22 +442,34 @@ class CppKernel:
         return self._emit(expr, key=("load", name, text))
 
     def store(self, name: str, index: Any, value: str, dtype: torch.dtype | None = None, mode: str | None = None) -> None:
-        """Write ``value`` to ``name[index]`` (converted to the storage type)."""
+        """Write ``value`` to ``name[index]`` (converted to the storage type).
+
+        ``mode="atomic_add"`` adds it there instead (a scatter-add). A store to a computed
+        (indirect) index may hit one place from several iterations, so such a kernel runs its
+        loops serially: the result is exact and deterministic, in eager's order.
+        """
         step = self._need_step()
-        if mode is not None:
+        if mode not in (None, "atomic_add"):
             raise NotImplementedError(f"store mode {mode!r}")
         text = cpp_index(index)
         value = str(value)
         if not _TMP_RE.fullmatch(value):    # a literal: give it a variable so it can be forwarded
             value = self._emit(value)
         dtype = dtype or self._buffer_dtype(name)
-        self._forward[(name, text)] = (value, dtype)
-        if name in self.keep_in_registers:
+        if _TMP_RE.search(text):
+            self.serial = True
+        if mode is None:
+            self._forward[(name, text)] = (value, dtype)
+        if name in self.keep_in_registers and mode is None:
             return
         ptr = self._arg(name, dtype, output=True)
         self.stored.add(name)
-        stored = f"{_STORE_CONVERT[dtype]}({value})" if dtype in _STORE_CONVERT else f"static_cast<{CPP_DTYPES[dtype][0]}>({value})"
         in_suffix = self._scope.get(value, ("outer", -1)) == ("suffix", step.sid)
+        if mode == "atomic_add":
+            self.serial = True
+            old = f"{_LOAD_CONVERT[dtype]}({ptr}[{text}])" if dtype in _LOAD_CONVERT else f"{ptr}[{text}]"
+            value = f"({old} + {value})"
+        stored = f"{_STORE_CONVERT[dtype]}({value})" if dtype in _STORE_CONVERT else f"static_cast<{CPP_DTYPES[dtype][0]}>({value})"
         (step.suffix if in_suffix else step.body).append(f"{ptr}[{text}] = {stored};")
 
     def store_reduction(self, name: str, index: Any, value: str, dtype: torch.dtype | None = None) -> None:
@@ -509,9 +523,17 @@ class CppKernel:
     def index_expr(self, expr: Any, dtype: torch.dtype) -> str:
         return self._emit(f"static_cast<{cpp_type(dtype)}>({cpp_index(expr)})")
 
-    def indirect_indexing(self, value: str, size: Any) -> sympy.Symbol:
-        """A loaded integer as an index variable (negative indices wrap, as in eager)."""
-        var = self._emit(f"{value} < 0 ? {value} + {cpp_index(size)} : {value}")
+    def indirect_indexing(self, value: str, size: Any, check: bool = True) -> sympy.Symbol:
+        """A loaded integer as an index variable (negative indices wrap, as in eager).
+
+        ``check``: an index still out of range is recorded by ``tiny_check_index`` (the prelude)
+        and read as 0; the runner raises IndexError after the call (CppKernelRunner).
+        """
+        if check:
+            self.checks_indices = True
+            var = self._emit(f"tiny_check_index({value}, {cpp_index(size)})")
+        else:
+            var = self._emit(f"{value} < 0 ? {value} + {cpp_index(size)} : {value}")
         return sympy.Symbol(var, integer=True)
 
     def to_dtype(self, value: str, dtype: torch.dtype, src_dtype: torch.dtype | None = None, **_: Any) -> str:
@@ -567,7 +589,7 @@ class CppKernel:
         """Outer loops around the steps; OpenMP pragmas chosen by the shape of the work."""
         n = len(self.outer_ranges)
         has_inner = any(st.looped for st in self.steps)
-        parallel = self._work() >= PARALLEL_THRESHOLD
+        parallel = self._work() >= PARALLEL_THRESHOLD and not self.serial
         single_row = math.prod(self.outer_ranges) == 1
         # one outer iteration (e.g. a full reduction): parallelise the inner loops instead
         parallel_inner = parallel and has_inner and single_row
@@ -583,7 +605,7 @@ class CppKernel:
                 pragmas[0] = "#pragma omp parallel for simd"
             elif parallel:
                 pragmas[0] = "#pragma omp parallel for" + (f" collapse({n - 1})" if n > 2 else "")
-            if n >= 2 or not parallel:
+            if (n >= 2 or not parallel) and not self.serial:
                 pragmas[n - 1] = "#pragma omp simd"
         out: list[str] = []
         for depth, (var, size) in enumerate(zip(self.outer_vars, self.outer_ranges)):
@@ -606,7 +628,7 @@ class CppKernel:
         m = len(st.inner_ranges)
         for depth, (var, size) in enumerate(zip(st.inner_vars, st.inner_ranges)):
             ind = "    " * depth
-            if sequential:
+            if sequential or self.serial:
                 pass
             elif depth == 0 and parallel_inner:
                 collapse = f" collapse({m})" if m > 1 else ""
@@ -637,11 +659,19 @@ class CppKernelRunner:
         self.fn = getattr(lib, name)
         self.fn.argtypes = [ctypes.c_void_p] * len(self.arg_order)
         self.fn.restype = None
+        # the out-of-range index record of this library (prelude: tiny_check_index), if it checks any
+        self._index_error = (ctypes.c_int64 * 3).in_dll(lib, "tiny_index_error") if "tiny_check_index(" in source else None
 
     def __call__(self, *tensors: torch.Tensor) -> None:
         if len(tensors) != len(self.arg_order):
             raise TypeError(f"{self.name} takes {len(self.arg_order)} buffers ({self.arg_order}), got {len(tensors)}")
         self.fn(*[t.data_ptr() for t in tensors])
+        if self._index_error is not None and self._index_error[0]:
+            value, size = self._index_error[1], self._index_error[2]
+            self._index_error[0] = 0
+            from tininductor.runtime.index_check import IndexOutOfBounds
+
+            raise IndexOutOfBounds(f"index {value} is out of bounds for dimension with size {size} (in kernel {self.name})")
 
     def __repr__(self) -> str:
         return f"<CppKernelRunner {self.name}({', '.join(self.arg_order)})>"
@@ -711,6 +741,8 @@ class CppScheduling:
     """
 
     kind = "cpp"
+    #: ops.indirect_indexing (bounds-checked) and store(..., mode="atomic_add") work (common.py)
+    supports_indirect_indexing = True
 
     @staticmethod
     def header() -> str:

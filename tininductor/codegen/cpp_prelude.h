@@ -109,3 +109,21 @@ static inline uint16_t tiny_float_to_bfloat16(float f) {            // round to 
     if ((x & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((x >> 16) | 0x40u);   // quiet nan
     return (uint16_t)((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
 }
+
+// Bounds check of an indirect index (embedding, gather, index, scatter): a negative index wraps
+// by `size` as in eager; one still out of range is recorded here (the first one: flag, value, size)
+// and read 0 instead, so the kernel never touches memory outside the tensor. CppKernelRunner
+// reads the record after the call and raises IndexError in Python (what eager raises).
+extern "C" { int64_t tiny_index_error[3] = {0, 0, 0}; }
+static inline int64_t tiny_check_index(int64_t v, int64_t size) {
+    int64_t w = v < 0 ? v + size : v;
+    if (__builtin_expect(w < 0 || w >= size, 0)) {
+        int64_t expected = 0;
+        if (__atomic_compare_exchange_n(&tiny_index_error[0], &expected, 1, false, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+            tiny_index_error[1] = v;
+            tiny_index_error[2] = size;
+        }
+        return 0;
+    }
+    return w;
+}

@@ -32,6 +32,7 @@ if not torch.cuda.is_available():
 
 from .. import config
 from ..indexing import pexpr
+from ..runtime.index_check import ASSERT_MESSAGE
 from ..scheduler import FusedGroup, iteration_vars
 from ..virtualized import V
 from .common import CSE, GeneratedKernel, IndentedBuffer, next_power_of_2, register_backend
@@ -64,6 +65,8 @@ class TritonOverrides:
         # binary
         "add": "{0} + {1}", "sub": "{0} - {1}", "mul": "{0} * {1}", "truediv": "{0} / {1}",
         "pow": "triton_helpers.pow({0}, {1})",
+        # integer division; lowerings pass it non-negative operands, where truncation is floor
+        "floordiv": "{0} // {1}",
         "maximum": "triton_helpers.maximum({0}, {1})", "minimum": "triton_helpers.minimum({0}, {1})",
         "eq": "{0} == {1}", "ne": "{0} != {1}", "lt": "{0} < {1}", "le": "{0} <= {1}",
         "gt": "{0} > {1}", "ge": "{0} >= {1}",
@@ -126,6 +129,7 @@ class TritonKernel:
         self.post_vars: set[str] = set()
         self.literals: set[str] = set()
         self.in_loop = False
+        self.checks_indices = False  # a tl.device_assert bounds check: compile with debug=True
 
     # ------------------------------------------------------------- index variables
 
@@ -187,9 +191,18 @@ class TritonKernel:
             return self.constant(int(expr), dtype)
         return self.cse.generate(self.body, f"({pexpr(expr)}).to({triton_type(dtype)})")
 
-    def indirect_indexing(self, value, size):
-        """Bind a loaded index to a variable usable in index expressions (wrapping negatives)."""
+    def indirect_indexing(self, value, size, check: bool = True):
+        """Bind a loaded index to a variable usable in index expressions (wrapping negatives).
+
+        ``check``: assert ``0 <= index < size`` in the kernel (runtime/index_check.py); lanes
+        outside the range are exempt (their loads read 0 anyway).
+        """
+        size = pexpr(sympy.sympify(size))
         var = self.cse.generate(self.body, f"tl.where({value} < 0, {value} + {size}, {value})")
+        if check:
+            self.checks_indices = True
+            message = ASSERT_MESSAGE.format(var=var, size=size)
+            self.body.writeline(f'tl.device_assert(((0 <= {var}) & ({var} < {size})) | ~xmask, "{message}")')
         return sympy.Symbol(var, integer=True)
 
     def to_dtype(self, x, dtype):
@@ -208,10 +221,15 @@ class TritonKernel:
         var = self.cse.generate(self.body, f"tl.load({ptr} + ({pexpr(index)}){mask_args})", key=key)
         return var
 
-    def store(self, name: str, index, value):
+    def store(self, name: str, index, value, mode=None):
+        """Write ``value`` at ``index``; ``mode="atomic_add"`` adds it there atomically (a scatter-add:
+        several lanes may hit one place)."""
         index = sympy.expand(index)
-        self.cse.cache[("load", name, index)] = value
-        if name in self.keep_in_registers:
+        if mode not in (None, "atomic_add"):
+            raise NotImplementedError(f"store mode {mode!r}")
+        if mode is None:
+            self.cse.cache[("load", name, index)] = value
+        if name in self.keep_in_registers and mode is None:
             return None
         ptr = self._arg(name, output=True)
         self.stored.add(name)
@@ -221,7 +239,10 @@ class TritonKernel:
             offset += " + tl.zeros_like(xindex)"
         mask = "xmask & rmask" if "r" in names else "xmask"
         target = self.post if value in self.post_vars else self.body
-        target.writeline(f"tl.store({ptr} + ({offset}), {value}, {mask})")
+        if mode == "atomic_add":
+            target.writeline(f"tl.atomic_add({ptr} + ({offset}), {value}, {mask}, sem='relaxed')")
+        else:
+            target.writeline(f"tl.store({ptr} + ({offset}), {value}, {mask})")
         return None
 
     def reduction(self, dtype, src_dtype, reduction_type, value):
@@ -313,7 +334,7 @@ class TritonKernel:
         origins = [o for n in group.nodes for o in n.origins]
         xblock, rblock, warps = self.block_sizes()
         code = IndentedBuffer()
-        code.writeline("@triton.jit")
+        code.writeline("@triton.jit(debug=True)" if self.checks_indices else "@triton.jit")
         code.writeline(f"def {self.name}({', '.join(params)}):")
         with code.indent():
             code.writeline(f"# source nodes: {', '.join(origins)}")
@@ -357,7 +378,12 @@ class TritonKernel:
         tune = ""
         if config.triton.max_autotune:
             tune = f", numel={numel},\n    autotune={self.autotune_configs(xblock, rblock, warps)}"
-        code.writeline(f"{name} = TritonLauncher({name}, grid=({grid},), num_warps={warps}, {consts}{tune})")
+        checks = ", checks_indices=True" if self.checks_indices else ""
+        # what the runtime arguments look like (pointer dtypes, sizes): enough to compile the
+        # kernel before its first launch, alongside the graph's other kernels (TritonLauncher)
+        example = [str(V.graph.get_buffer(b).get_dtype()) for b in ordered] + size_args
+        example = f",\n    example_args=({', '.join(example)},)"
+        code.writeline(f"{name} = TritonLauncher({name}, grid=({grid},), num_warps={warps}, {consts}{checks}{tune}{example})")
 
         def launch(arg_refs):
             if numel == 0:
@@ -437,6 +463,8 @@ class TritonScheduling:
     """Backend entry point (see common.py): FusedGroup -> GeneratedKernel."""
 
     kind = "triton"
+    #: ops.indirect_indexing (bounds-checked) and store(..., mode="atomic_add") work (common.py)
+    supports_indirect_indexing = True
 
     def kernel_name(self, group: FusedGroup, index: int) -> str:
         if not group.is_reduction:

@@ -68,11 +68,15 @@ class TritonLauncher:
     """
 
     def __init__(self, fn, grid: tuple[int, ...], num_warps: int, autotune: list[dict] | None = None,
-                 numel: int | None = None, **constants):
+                 numel: int | None = None, checks_indices: bool = False, example_args: tuple | None = None,
+                 **constants):
         self.fn = fn
         self.grid = tuple(grid) + (1,) * (3 - len(grid))
         self.num_warps = num_warps
         self.constants = constants
+        # the kernel asserts its indirect indices are in range (runtime/index_check.py): it is
+        # compiled with debug=True (without Triton's integer-overflow checks, which debug adds)
+        self.checks_indices = checks_indices
         self.fast = _fast_path_possible(fn, constants)
         # mode="max-autotune": candidate configs ({"XBLOCK": .., "num_warps": ..}), the first being
         # the heuristic's; timed at the first launch on a GPU (runtime/autotune.py)
@@ -81,12 +85,17 @@ class TritonLauncher:
         # alignment pattern of the pointer arguments -> a direct launch closure
         self._launchers: dict[int, object] = {}
         self._pointer_positions: tuple[int, ...] | None = None
+        # compile now, in the background, with the graph's other kernels (see precompile below)
+        self._precompiled = None
+        if example_args is not None and self.fast and self.autotune is None:
+            self._precompiled = precompile(self, example_args)
 
     def with_config(self, config: dict) -> "TritonLauncher":
         """This kernel launched with another config: its grid follows XBLOCK (one program per block)."""
         constants = {**self.constants, **{k: v for k, v in config.items() if k != "num_warps"}}
         grid = (max(1, -(-self.numel // constants["XBLOCK"])),)
-        return TritonLauncher(self.fn, grid, config["num_warps"], numel=self.numel, **constants)
+        return TritonLauncher(self.fn, grid, config["num_warps"], numel=self.numel,
+                              checks_indices=self.checks_indices, **constants)
 
     def __repr__(self) -> str:
         return f"TritonLauncher({self.fn.__name__}, grid={self.grid}, num_warps={self.num_warps}, {self.constants})"
@@ -104,9 +113,19 @@ class TritonLauncher:
         else:
             launch(args)
 
+    def _options(self) -> dict:
+        """Triton compile options besides the constexprs: warps; for kernels that assert their
+        indices, no integer-overflow checks (which ``debug=True`` would add to every index)."""
+        return {"num_warps": self.num_warps, **({"sanitize_overflow": False} if self.checks_indices else {})}
+
     def _launch_through_triton(self, args):
         """Triton's front door: binds, specialises, compiles on a miss, launches; returns the compiled kernel."""
-        return self.fn[self.grid](*args, **self.constants, num_warps=self.num_warps)
+        if self.checks_indices and os.environ.get("TRITON_INTERPRET") == "1":
+            from .index_check import interpreter_asserts
+
+            with interpreter_asserts():
+                return self.fn[self.grid](*args, **self.constants, num_warps=self.num_warps)
+        return self.fn[self.grid](*args, **self.constants, **self._options())
 
     def _first_launch(self, key: int, args):
         if self.autotune is not None and self.fast:  # timings mean something only on a GPU
@@ -116,6 +135,13 @@ class TritonLauncher:
                 best = self.with_config(autotune(self, args))
             self.grid, self.num_warps, self.constants = best.grid, best.num_warps, best.constants
             self.autotune = None
+        if self._precompiled is not None:
+            with dynamo_timed("triton_wait_precompile"):
+                try:
+                    self._precompiled.result()
+                except Exception:  # compiled again (and its error raised) by the launch below
+                    pass
+            self._precompiled = None
         with dynamo_timed("triton_first_launch"):  # Triton's JIT compile (and its launcher's build)
             compiled = self._launch_through_triton(args)
         if self._pointer_positions is None:
@@ -167,3 +193,73 @@ def _fast_path_possible(fn, constants: dict) -> bool:
         return False
     first_constant = min((names.index(n) for n in constants if n in names), default=len(names))
     return all(n in constants for n in names[first_constant:])
+
+
+# --------------------------------------------------------------------------- parallel compilation
+_compile_pool = None
+_driver_ready = None   # the future of warm_up_driver's job
+
+
+def warm_up_driver() -> None:
+    """Start Triton's CUDA driver in a background thread (once): importing triton and, in a cold
+    cache, building its ``cuda_utils`` module with gcc. Called when the backend is looked up,
+    it overlaps with TorchDynamo's import (the first FakeTensorMode) instead of delaying the
+    first kernel's compile. Kernel compiles wait for it (one driver, built once).
+    ``TINY_TRITON_WARMUP=0`` turns it off."""
+    global _driver_ready
+    if _driver_ready is not None or os.environ.get("TINY_TRITON_WARMUP", "1") == "0":
+        return
+    if os.environ.get("TRITON_INTERPRET") == "1" or not torch.cuda.is_available():
+        return
+    from concurrent.futures import ThreadPoolExecutor
+
+    def job():
+        from triton.runtime import driver
+
+        driver.active.get_current_target()
+
+    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tiny_triton_driver")
+    _driver_ready = pool.submit(job)
+    pool.shutdown(wait=False)
+
+
+def precompile(launcher: TritonLauncher, example_args: tuple):
+    """Compile ``launcher``'s kernel in a background thread; returns the future (or None).
+
+    A wrapper module builds all its launchers when it loads, so a graph's kernels compile side
+    by side instead of one per first launch. ``example_args`` stand for the runtime arguments:
+    a torch dtype per pointer (Triton's ``warmup`` takes it as a 16-byte-aligned tensor, the
+    usual case) and the sizes. The first launch then finds the kernel in Triton's cache (a
+    differently aligned pointer compiles its own variant, as before). The job also loads the
+    kernel and builds Triton's C launcher for its signature (gcc, in a cold cache). Triton's
+    compiler spends much of its time outside the GIL (ptxas and gcc are subprocesses; how much
+    of the rest overlaps is measured in bench/gpt_train.py). Threads, not processes: nothing to
+    start or warm, and every result lands in the same in-memory and on-disk caches.
+    ``TINY_TRITON_PARALLEL_COMPILE=0`` turns it off.
+    """
+    global _compile_pool
+    if os.environ.get("TINY_TRITON_PARALLEL_COMPILE", "1") == "0":
+        return None
+    if _compile_pool is None:
+        from concurrent.futures import ThreadPoolExecutor
+
+        workers = int(os.environ.get("TINY_COMPILE_THREADS", 0)) or min(16, max(2, os.cpu_count() or 2))
+        _compile_pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="tiny_triton_compile")
+    fn, grid, constants, options = launcher.fn, launcher.grid, dict(launcher.constants), launcher._options()
+    device = torch.cuda.current_device()
+
+    def job():
+        if _driver_ready is not None:
+            try:
+                _driver_ready.result()
+            except Exception:  # the compile below makes the driver itself (and raises its error)
+                pass
+        with torch.cuda.device(device):
+            compiled = fn.warmup(*example_args, grid=grid, **constants, **options)
+            # load it, and build Triton's C launcher for its signature (a gcc run per new
+            # signature in a cold cache): here, in parallel, not at the first launch
+            init = getattr(compiled, "_init_handles", None)
+            if init is not None:
+                init()
+
+    return _compile_pool.submit(job)
