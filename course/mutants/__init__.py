@@ -24,6 +24,7 @@ class Mutant:
     description: str  # the mistake, in a learner's words
     old: str
     new: str
+    python: str | None = None  # "3.12": the mistake only shows there; run the task's tests under that Python
 
     @property
     def chapter(self) -> str:

@@ -12,6 +12,7 @@ import json
 import os
 import shutil
 import signal
+import subprocess
 import sys
 import tempfile
 import time
@@ -42,8 +43,12 @@ def _warm_imports() -> None:
     import pytest  # noqa: F401
     import torch  # noqa: F401
     import torch.fx  # noqa: F401
+    from importlib.metadata import entry_points
+
+    plugins = [e.value.split(":")[0] for e in entry_points(group="pytest11")]  # pytest loads them in each child
     for name in ("hypothesis", "tinydynamo", "tininductor", "course.testing", "torch._dynamo",
-                 "torch.fx.experimental.proxy_tensor"):
+                 "torch.fx.experimental.proxy_tensor", "tinydynamo.symbolic_convert", "tinydynamo.tracer",
+                 *plugins):
         try:
             __import__(name)
         except ImportError:
@@ -85,11 +90,19 @@ def _child(mutant: Mutant, workdir: Path, result_file: Path, timeout: int) -> in
     return 0
 
 
+COPIED = ("course", "conftest.py", "pyproject.toml")  # so that course.loader.ROOT resolves to the copy
+
+
 def _make_workdir(base: Path, index: int, mutant: Mutant) -> Path:
     work = base / f"m{index}"
     (work / "solutions").mkdir(parents=True)
     for entry in ROOT.iterdir():
-        if entry.name not in ("solutions", ".git"):
+        if entry.name in COPIED:
+            if entry.is_dir():
+                shutil.copytree(entry, work / entry.name, ignore=shutil.ignore_patterns("__pycache__"))
+            else:
+                shutil.copy(entry, work / entry.name)
+        elif entry.name not in ("solutions", ".git") and not entry.name.startswith(".venv"):
             (work / entry.name).symlink_to(entry)
     for src in (ROOT / "solutions").glob("ch*_*.py"):
         text = src.read_text()
@@ -117,6 +130,13 @@ def run_mutants(chapters: list[str], jobs: int = 1, timeout: int = 120, only_tas
                 result = work / "result.json"
                 sys.stdout.flush()
                 sys.stderr.flush()
+                if mutant.python:
+                    outcomes[next_index] = _run_other_python(mutant, work, timeout)
+                    o = outcomes[next_index]
+                    progress(f"  {o.status:<8} {mutant.task:<5} {mutant.description} (python {mutant.python})"
+                             + (f"  [{o.detail}]" if o.status != "killed" else ""))
+                    next_index += 1
+                    continue
                 pid = os.fork()
                 if pid == 0:  # the child
                     code = 4
@@ -131,6 +151,8 @@ def run_mutants(chapters: list[str], jobs: int = 1, timeout: int = 120, only_tas
                         os._exit(code)
                 running[pid] = (next_index, work, time.perf_counter())
                 next_index += 1
+            if not running:
+                continue
             pid, status = os.wait()
             index, work, started = running.pop(pid)
             outcome = _outcome(todo[index], work, status, time.perf_counter() - started, timeout)
@@ -140,6 +162,36 @@ def run_mutants(chapters: list[str], jobs: int = 1, timeout: int = 120, only_tas
     finally:
         shutil.rmtree(base, ignore_errors=True)
     return [o for o in outcomes if o is not None]
+
+
+def other_python(version: str) -> Path | None:
+    """The venv interpreter for ``version`` that scripts/test_other_pythons.sh sets up, if there is one."""
+    candidate = ROOT / f".venv-py{version.replace('.', '')}" / "bin" / "python"
+    return candidate if candidate.exists() else None
+
+
+def _run_other_python(mutant: Mutant, work: Path, timeout: int) -> Outcome:
+    """Run the task's torch-free graded tests under another CPython (a mistake only visible there)."""
+    python = other_python(mutant.python)
+    if python is None:
+        return Outcome(mutant, "error", f"needs .venv-py{mutant.python.replace('.', '')}: run "
+                                        "scripts/test_other_pythons.sh once to create it")
+    started = time.perf_counter()
+    env = {**os.environ, "PYTHONPATH": str(work), "TINY_COURSE_MODE": "solutions"}
+    try:
+        done = subprocess.run([str(python), "-m", "pytest", str(work / "tests" / "graded" / _test_file(mutant.chapter).name),
+                               "-m", mutant.marker, "--course-mode=solutions", "-x", "-q", "-p", "no:cacheprovider",
+                               "--rootdir", str(work), "-W", "ignore"],
+                              cwd=work, env=env, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return Outcome(mutant, "killed", f"timed out after {timeout} s", time.perf_counter() - started)
+    seconds = time.perf_counter() - started
+    tail = (done.stdout + done.stderr).strip().splitlines()[-1:] or [""]
+    if done.returncode == 1:
+        return Outcome(mutant, "killed", tail[0], seconds)
+    if done.returncode == 0 and " passed" in tail[0]:
+        return Outcome(mutant, "survived", tail[0], seconds)
+    return Outcome(mutant, "error", f"pytest exit {done.returncode}: {tail[0]}", seconds)
 
 
 def _outcome(mutant: Mutant, work: Path, status: int, seconds: float, timeout: int) -> Outcome:
