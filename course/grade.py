@@ -2,7 +2,9 @@
 
     python -m course.grade                      # your exercises, all chapters
     python -m course.grade ch03                 # one chapter
+    python -m course.grade ch02.1               # one task (also 2.1 or ch02_1): seconds, not minutes
     python -m course.grade --mode solutions     # the reference answers
+    python -m course.grade --mutants [ch03]     # prove the graded tests reject known wrong answers
 
 ``--require pass`` / ``--require fail`` make the exit status say whether *every* graded test
 passed (solutions) or *every* one failed (stubs); CI uses both, so no graded test can pass
@@ -25,6 +27,24 @@ from course.loader import ROOT
 
 TASK_PREFIX = "ch"
 TASK_MARKER = re.compile(r"^ch\d\d_\d+$")
+TASK_SPEC = re.compile(r"^(?:ch)?(?P<chapter>\d{1,2})(?:[._](?P<task>\d+))?$")
+
+
+def parse_selection(spec: str) -> tuple[str, str | None]:
+    """``"ch02.1"``, ``"2.1"``, ``"ch02_1"`` -> ``("ch02", "ch02_1")``; ``"ch03"``, ``"3"`` -> ``("ch03", None)``."""
+    match = TASK_SPEC.match(spec.strip().lower())
+    if not match:
+        raise SystemExit(f"{spec!r} is not a chapter or task; write ch03 (a chapter) or ch03.2 (a task)")
+    chapter = f"ch{int(match['chapter']):02d}"
+    return chapter, (f"{chapter}_{int(match['task'])}" if match["task"] else None)
+
+
+def all_tasks() -> list[str]:
+    """Every task ("2.1") that has a solution block, in order."""
+    found = set()
+    for path in sorted((ROOT / "solutions").glob("ch*_*.py")):
+        found |= set(re.findall(r"# BEGIN SOLUTION \(Exercise (\d+\.\d+):", path.read_text()))
+    return sorted(found, key=lambda t: tuple(int(p) for p in t.split(".")))
 
 
 def task_of(item) -> str | None:
@@ -84,8 +104,6 @@ def table(results: list[Result], width: int = 70) -> str:
         chapters[chapter][0] += passed
         chapters[chapter][1] += len(group)
         failure = next((r.message for r in group if not r.passed), "")
-        if len(failure) > width:
-            failure = failure[: width - 3] + "..."
         status = "PASS" if passed == len(group) else "FAIL"
         rows.append(f"{chapter:<8}{task:<9}{passed:>3}/{len(group):<3}  {status:<6}  {failure}")
     rows.append("-" * (32 + width))
@@ -97,15 +115,23 @@ def table(results: list[Result], width: int = 70) -> str:
 
 
 def run(mode: str, chapters: list[str], quiet: bool = True) -> list[Result]:
+    """Run the graded tests of ``chapters`` (chapters "ch03" or tasks "ch03.2"; all when empty)."""
     os.environ["TINY_COURSE_MODE"] = mode
     files = sorted((ROOT / "tests" / "graded").glob("test_ch*.py"))
-    if chapters:
-        tags = {c if c.startswith(TASK_PREFIX) else f"ch{int(c):02d}" for c in chapters}
+    selected = [parse_selection(c) for c in chapters]
+    markers = [task for _, task in selected if task]
+    if selected:
+        whole = {chapter for chapter, task in selected if task is None}
+        tags = {chapter for chapter, _ in selected}
         files = [f for f in files if f.name.split("_")[1] in tags]
+        if whole:  # a whole chapter asked for: run its file (and the other chapters' files) in full
+            markers = []
     if not files:
         raise SystemExit(f"no graded tests found for {chapters or 'any chapter'} under tests/graded/")
     collector = Collector()
     args = [str(f) for f in files] + [f"--course-mode={mode}", "-p", "no:cacheprovider", "--rootdir", str(ROOT)]
+    if markers:
+        args += ["-m", " or ".join(markers)]
     args += ["-q", "--tb=short"]
     if quiet:  # the table is the report; pytest's own output is noise here
         with contextlib.redirect_stdout(io.StringIO()):
@@ -117,14 +143,22 @@ def run(mode: str, chapters: list[str], quiet: bool = True) -> list[Result]:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description="Print the score table of the graded exercises.")
-    parser.add_argument("chapters", nargs="*", help="chapters to grade, e.g. ch03 or 3 (default: all)")
+    parser.add_argument("chapters", nargs="*", help="chapters or tasks to grade, e.g. ch03, 3, ch03.2 (default: all)")
     parser.add_argument("--mode", choices=("exercises", "solutions"), default="exercises")
     parser.add_argument("--require", choices=("pass", "fail"), help="exit 1 unless every graded test passes / fails")
     parser.add_argument("--verbose", action="store_true", help="show pytest's own output too")
+    parser.add_argument("--mutants", action="store_true",
+                        help="apply each known wrong answer (course/mutants/) to the solutions and check that "
+                             "the task's graded tests reject it; exit 1 if any survives")
+    parser.add_argument("--jobs", type=int, default=1, help="mutants run at once (with --mutants)")
     args = parser.parse_args(argv)
     sys.path.insert(0, str(ROOT))
+    if args.mutants:
+        return mutants_main(args.chapters, args.jobs)
     results = run(args.mode, args.chapters, quiet=not args.verbose)
     print(f"graded tests, mode={args.mode}")
+    if args.require == "fail":
+        print("every graded test must fail on the stubs: expected (the exercises are not done yet)")
     print(table(results))
     if not results:
         print("no graded test ran")
@@ -140,6 +174,36 @@ def main(argv=None) -> int:
             print("PASSED on the stubs (every graded test must fail on an unsolved exercise):\n  " + "\n  ".join(bad))
             return 1
     return 0
+
+
+def mutants_main(selection: list[str], jobs: int) -> int:
+    """``--mutants``: run the mutants of the selected chapters (or one task) and print the table."""
+    from course.mutants import CHAPTERS, MutantError, apply, mutants_of
+    from course.mutants.runner import report, run_mutants
+
+    chosen = [parse_selection(s) for s in selection]
+    chapters = sorted({c for c, _ in chosen}) or CHAPTERS
+    task = next((t for _, t in chosen if t), None)
+    only = f"{int(task[2:4])}.{task.split('_')[1]}" if task else None
+    problems = []
+    for chapter in chapters:  # every task of the chapter has >= 3 mutants, and each still applies
+        text = next((ROOT / "solutions").glob(f"{chapter}_*.py")).read_text()
+        listed = mutants_of(chapter)
+        for t in all_tasks():
+            if t.startswith(f"{int(chapter[2:])}.") and sum(m.task == t for m in listed) < 3:
+                problems.append(f"Exercise {t} has {sum(m.task == t for m in listed)} mutants; write at least 3")
+        for m in listed:
+            try:
+                apply(m, text)
+            except MutantError as error:
+                problems.append(str(error))
+    if problems:
+        print("mutant list problems:\n  " + "\n  ".join(problems))
+        return 1
+    print(f"mutation test of the graded tests: chapters {', '.join(chapters)}" + (f", task {only}" if only else ""))
+    outcomes = run_mutants(chapters, jobs=jobs, only_task=only)
+    print(report(outcomes))
+    return 0 if outcomes and all(o.status == "killed" for o in outcomes) else 1
 
 
 if __name__ == "__main__":

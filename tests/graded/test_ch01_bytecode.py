@@ -1,12 +1,22 @@
-"""Graded tests for chapter 1 (bytecode and frames): run your code, compare with Python and eager torch."""
+"""Graded tests for chapter 1 (bytecode and frames): run your code, compare with Python and eager torch.
+
+The tests that need no torch also run on CPython 3.12 and 3.13 (scripts/test_other_pythons.sh),
+where the bytecode differs: an answer that only works on one version fails there.
+"""
 import collections
 import math
 import sys
 import types
 
 import pytest
-import torch
-import torch.nn.functional as F
+
+try:
+    import torch
+    import torch.nn.functional as F
+except ImportError:  # the other CPythons have no torch: the torch-free tests still run
+    torch = F = None
+
+needs_torch = pytest.mark.skipif(torch is None, reason="needs torch")
 
 from course import load
 from course.testing import expect_close, expect_equal, expect_true
@@ -93,6 +103,7 @@ def test_global_names_match_reference(fn, expected):
                  context=format_instructions(fn))
 
 
+@needs_torch
 @pytest.mark.ch01_1
 def test_global_names_are_enough_to_run_the_function():
     """Rebuild each function over a globals dict holding only the names you found: it must still run."""
@@ -112,6 +123,7 @@ def test_global_names_are_enough_to_run_the_function():
 
 # ---- Exercise 1.2 ---------------------------------------------------------------------------
 
+@needs_torch
 @pytest.mark.ch01_2
 @pytest.mark.parametrize("shape", [(2, 2), (3, 5), (1, 4)])
 def test_stack_machine_arithmetic_matches_eager(shape):
@@ -121,6 +133,7 @@ def test_stack_machine_arithmetic_matches_eager(shape):
                  context=format_instructions(arithmetic))
 
 
+@needs_torch
 @pytest.mark.ch01_2
 @pytest.mark.parametrize("n", [0, 1, 3])
 def test_stack_machine_loops_and_branches(n):
@@ -157,6 +170,7 @@ def _run_call(stack, inst):
     return frame.stack
 
 
+@needs_torch
 @pytest.mark.ch01_3
 def test_call_handler_with_null_slot_and_keywords():
     torch.manual_seed(3)
@@ -171,6 +185,7 @@ def test_call_handler_with_null_slot_and_keywords():
                  context=format_instructions(_clamp))
 
 
+@needs_torch
 @pytest.mark.ch01_3
 def test_call_handler_method_and_self_slots():
     """CPython's own method form: slots ``method, self`` (no NULL); self is the first argument."""
@@ -181,6 +196,7 @@ def test_call_handler_method_and_self_slots():
     expect_close(stack[0], x.sum(1), "Tensor.sum(x, 1) from slots (method, self)")
 
 
+@needs_torch
 @pytest.mark.ch01_3
 @pytest.mark.parametrize("shape", [(2, 3), (4, 4)])
 def test_stack_machine_calls_with_keywords(shape):
@@ -191,6 +207,7 @@ def test_stack_machine_calls_with_keywords(shape):
     expect_equal(yours[1], expected[1], "calls(x, w)[1] (the builtin max)")
 
 
+@needs_torch
 @pytest.mark.ch01_3
 def test_stack_machine_method_calls():
     x = torch.arange(12.0).reshape(3, 4)
@@ -198,6 +215,7 @@ def test_stack_machine_method_calls():
                  context=format_instructions(method_calls))
 
 
+@needs_torch
 @pytest.mark.ch01_3
 def test_stack_machine_calls_user_functions():
     x = torch.linspace(-1, 1, 6)
@@ -211,6 +229,7 @@ def max_of_three(a, b):
 
 # ---- Exercise 1.4 ---------------------------------------------------------------------------
 
+@needs_torch
 @pytest.mark.ch01_4
 def test_histogram_of_straight_code_matches_listing():
     x, y = torch.randn(3, 2), torch.randn(3, 2)
@@ -220,6 +239,7 @@ def test_histogram_of_straight_code_matches_listing():
     expect_equal(dict(counts), dict(static), "opcode counts of straight()", context=format_instructions(straight))
 
 
+@needs_torch
 @pytest.mark.ch01_4
 @pytest.mark.parametrize("n", [0, 2, 5])
 def test_histogram_counts_loop_iterations(n):
@@ -248,6 +268,7 @@ def layered(x, w):
     return F.relu(h).mean(dim=-1)
 
 
+@needs_torch
 @pytest.mark.ch01_5
 @pytest.mark.parametrize("fn, make_args", [
     (layered, lambda: (torch.randn(3, 4), torch.randn(4, 2))),
@@ -264,7 +285,189 @@ def test_torch_op_lines_match_the_tracer(fn, make_args):
     expect_equal(lines, reference, f"torch ops per line of {fn.__name__}", context=format_instructions(fn))
 
 
+@needs_torch
 @pytest.mark.ch01_5
 def test_torch_op_lines_of_code_without_torch_ops():
     result, lines = ch.torch_op_lines(branches, 2.0, 5)
     expect_equal((result, lines), (branches(2.0, 5), {}), "plain numbers run no torch ops")
+
+
+# ---- torch-free tests: run on every CPython (3.11, 3.12, 3.13) ---------------------------------
+
+def nested_twice(a):
+    def outer(b):
+        def inner(c):
+            return hypot(c, b) + len(str(c))
+        return [inner(i) for i in range(b)] + list(map(abs, [b]))
+    return outer(a), sorted
+
+
+hypot = math.hypot
+
+
+@pytest.mark.ch01_1
+def test_global_names_of_code_nested_twice():
+    expect_equal(ch.global_names(nested_twice), {"hypot", "len", "str", "range", "list", "map", "abs", "sorted"},
+                 "global names of nested_twice (a function inside a function inside it)",
+                 context=format_instructions(nested_twice))
+    expect_equal(ch.global_names(nested_twice.__code__), ch.global_names(nested_twice),
+                 "global_names of the code object vs of the function")
+
+
+class CheckedMachine:
+    """Your StackMachine, with each stack basic checked for its effect on the stack as it runs."""
+
+    EFFECTS = {"LOAD_FAST": +1, "STORE_FAST": -1, "LOAD_CONST": +1, "BINARY_OP": -1, "RETURN_VALUE": -1}
+
+    @classmethod
+    def make(cls):
+        class Checked(ch.StackMachine):
+            def stack_op(self, frame, inst):
+                before, local_names = list(frame.stack), dict(frame.locals)
+                handled = super().stack_op(frame, inst)
+                if inst.opname not in cls.EFFECTS:
+                    expect_equal(handled, False, f"stack_op's answer for {inst.opname} (not a stack basic)")
+                    expect_true(frame.stack == before and frame.locals == local_names,
+                                f"stack_op changed the frame on {inst.opname}, which it must leave alone")
+                    return handled
+                expect_equal(handled, True, f"stack_op's answer for {inst.opname}")
+                change = len(frame.stack) - len(before)
+                expect_equal(change, cls.EFFECTS[inst.opname],
+                             f"{inst.opname} (line {inst.lineno}) changed the stack depth by {change:+d}")
+                if inst.opname == "RETURN_VALUE":
+                    expect_equal(frame.stack, [], "the stack after RETURN_VALUE (every value pushed must be popped)")
+                    expect_true(frame.returned, "RETURN_VALUE must set frame.returned")
+                return handled
+
+        return Checked()
+
+
+def py_arith(a, b):
+    c = a - b
+    d = c / 4 - b ** 2 // 3
+    e = a % 5 - d
+    c = e - c
+    return c * 2 - a
+
+
+def py_loop(n, x):
+    total = 0
+    while n > 0:
+        total = total - x * n
+        n = n - 1
+    if total < -10:
+        total = total + 1
+    return total
+
+
+@pytest.mark.ch01_2
+@pytest.mark.parametrize("a, b", [(7, 2), (2.5, -1.0), (-3, 8)])
+def test_stack_basics_have_the_right_stack_effects(a, b):
+    expect_equal(CheckedMachine.make().run(py_arith, a, b), py_arith(a, b), f"py_arith({a}, {b})",
+                 context=format_instructions(py_arith))
+    for n in (0, 1, 4):
+        expect_equal(CheckedMachine.make().run(py_loop, n, a), py_loop(n, a), f"py_loop({n}, {a})",
+                     context=format_instructions(py_loop))
+
+
+def py_calls(a, b):
+    m = max(a, b, 3, key=abs)
+    r = round(a / 3, ndigits=2)
+    s = "-".join([str(a), str(b)])
+    return divmod(m, 4), r, s.split("-", maxsplit=1), sorted([b, a], reverse=True)
+
+
+@pytest.mark.ch01_3
+@pytest.mark.parametrize("a, b", [(7, -9), (1, 2)])
+def test_calls_with_keywords_methods_and_builtins(a, b):
+    expect_equal(ch.StackMachine().run(py_calls, a, b), py_calls(a, b), f"py_calls({a}, {b})",
+                 context=format_instructions(py_calls))
+    expect_equal(ch.StackMachine().run(max_of_three, a, b), max_of_three(a, b), f"max_of_three({a}, {b})")
+
+
+@pytest.mark.ch01_3
+def test_call_handler_on_every_slot_layout():
+    """NULL below the callable (3.11/3.12), above it (3.13), and a method load (method, self)."""
+    inst = _call_instruction(lambda s: s.split("-", maxsplit=1))
+    expect_equal((inst.argval, tuple(inst.kw_names)), (2, ("maxsplit",)), "the CALL instruction (test setup)")
+    marker = object()
+    bound = "a-b-c".split
+    for what, slots in [("NULL, callable", [ch.NULL, bound]), ("callable, NULL", [bound, ch.NULL])]:
+        stack = _run_call([marker, *slots, "-", 1], inst)
+        expect_equal(stack[1:], [["a", "b-c"]], f"stack after CALL with slots {what}")
+        expect_true(stack[0] is marker, f"CALL with slots {what} must leave what was below alone")
+    stack = _run_call([marker, str.split, "a-b-c", "-", 1], inst)
+    expect_equal(stack[1:], [["a", "b-c"]], "stack after CALL with slots (method, self)")
+
+
+def py_straight(a, b):
+    c = a * b + 1
+    d = [c, a, b]
+    d.append(c - a)
+    return None
+
+
+def py_helper(v):
+    w = v + 1
+    return w * 2
+
+
+def py_looping(n):
+    out = 0
+    for i in range(n):
+        out = out + py_helper(i)
+    if out > 100:
+        return out
+    return None
+
+
+def py_raises(a):
+    b = a + 1
+    raise ValueError(f"bad {b}")
+
+
+def _static_counts(fn):
+    return collections.Counter(i.opname for i in get_instructions(fn) if i.opname != "RESUME")
+
+
+@pytest.mark.ch01_4
+def test_histogram_counts_every_normalised_instruction():
+    """Straight-line code runs each instruction once; 3.12's RETURN_CONST is LOAD_CONST + RETURN_VALUE."""
+    result, counts = ch.opcode_histogram(py_straight, 3, 4)
+    expect_equal(result, None, "opcode_histogram's result")
+    expect_equal(dict(counts), dict(_static_counts(py_straight)), "opcode counts of py_straight",
+                 context=format_instructions(py_straight))
+
+
+@pytest.mark.ch01_4
+@pytest.mark.parametrize("n", [0, 3, 40])
+def test_histogram_of_a_loop_counts_only_the_function_itself(n):
+    result, counts = ch.opcode_histogram(py_looping, n)
+    expect_equal(result, py_looping(n), "opcode_histogram's result")
+    reference = tracer.trace(py_looping, n, torch_ops=False).opcode_histogram()
+    expect_equal(dict(counts), dict(reference), f"opcode counts of py_looping({n}) (py_helper's own do not count)",
+                 context=format_instructions(py_looping))
+
+
+@pytest.mark.ch01_4
+def test_histogram_restores_the_previous_trace_function():
+    events = []
+
+    def previous(frame, event, arg):  # a trace function already installed (a debugger, coverage)
+        events.append(event)
+        return None
+
+    sys.settrace(previous)
+    try:
+        result, counts = ch.opcode_histogram(py_straight, 1, 2)
+        restored = sys.gettrace()
+        with pytest.raises(ValueError, match="bad 2"):
+            ch.opcode_histogram(py_raises, 1)
+        restored_after_error = sys.gettrace()
+    finally:
+        sys.settrace(None)
+    expect_true(restored is previous, f"after opcode_histogram the trace function is {restored!r}, "
+                                      "not the one installed before it: restore sys.gettrace()'s value")
+    expect_true(restored_after_error is previous, "when fn raises, opcode_histogram must still restore the "
+                                                  f"previous trace function (got {restored_after_error!r})")
+    expect_equal(dict(counts), dict(_static_counts(py_straight)), "opcode counts with another tracer installed")

@@ -114,3 +114,146 @@ def test_cache_lookup():
             expect_close(g(t), t.relu() + 1, f"call on shape {tuple(t.shape)}")
         expect_equal(cnt.frame_count, 2, "frames for shapes (2,), (3,), (2,), (3,), (2,)")
         expect_true(len(tinydynamo.cache_info(g).entries) == 2, "two cache entries")
+
+
+# ---- property tests and the compiler's needs ------------------------------------------------------
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+PROPERTY = settings(max_examples=60, deadline=None, derandomize=True, database=None)
+CONSTANTS = st.one_of(
+    st.none(), st.booleans(), st.integers(-5, 5), st.integers(), st.floats(allow_nan=False),
+    st.text(max_size=4), st.binary(max_size=3), st.complex_numbers(allow_nan=False, max_magnitude=10),
+    st.tuples(st.integers(0, 2), st.integers(0, 2)), st.frozensets(st.integers(0, 2), max_size=2),
+)
+
+
+def _look_alikes(value):
+    """Values equal (==) to ``value`` but of another type, plus copies of the same type."""
+    found = [value, copy_of(value)]
+    for convert in (int, float, complex, bool, str, bytes, tuple, list, set, frozenset):
+        try:
+            other = convert(value)
+        except (TypeError, ValueError, OverflowError):
+            continue
+        found.append(other)
+    return found
+
+
+def copy_of(value):
+    return type(value)(value) if isinstance(value, (tuple, frozenset, str, bytes)) else value
+
+
+@pytest.mark.ch03_1
+@PROPERTY
+@given(expected=CONSTANTS, other=CONSTANTS)
+def test_constant_match_passes_exactly_the_same_type_and_value(expected, other):
+    """For constants of every type: the guard passes iff the type is the same and the value equal."""
+    with use_guard_kind("CONSTANT_MATCH", code=ch.constant_match_code):
+        scope = SourceScope({})
+        check = CheckFunction([Guard("CONSTANT_MATCH", LocalSource("n"), expected)], scope)
+        for value in _look_alikes(expected) + [other]:
+            try:
+                should = type(value) is type(expected) and bool(value == expected)
+            except TypeError:
+                should = False
+            expect_equal(check({"n": value}, {}), should,
+                         f"CONSTANT_MATCH {expected!r} ({type(expected).__name__}) on {value!r} ({type(value).__name__})",
+                         check.code)
+
+
+class MyTensor(torch.Tensor):
+    """A tensor subclass: TENSOR_MATCH pins the exact type, so it must not pass for a plain tensor."""
+
+
+@pytest.mark.ch03_2
+def test_tensor_match_failure_device_order_and_subclasses():
+    x = torch.randn(4, 3)
+    guard = Guard("TENSOR_MATCH", LocalSource("x"), TensorMeta.of(x))
+    on_meta = torch.empty(4, 3, device="meta")
+    expect_equal(ch.tensor_match_failure(guard, on_meta), "tensor L['x'] device mismatch: expected cpu, actual meta",
+                 "reason for the same tensor on the meta device")
+    expect_equal(ch.tensor_match_failure(guard, torch.empty(4, 3, device="meta", dtype=torch.float16)),
+                 "tensor L['x'] dtype mismatch: expected torch.float32, actual torch.float16",
+                 "reason when dtype and device both differ (dtype is checked first)")
+    sub = x.clone().as_subclass(MyTensor)
+    reason = ch.tensor_match_failure(guard, sub)
+    expect_true(reason is not None and reason.startswith("L['x'] type mismatch: expected torch.Tensor, actual "),
+                f"a Tensor subclass must fail on its type, got {reason!r}")
+    sub_guard = Guard("TENSOR_MATCH", LocalSource("x"), TensorMeta.of(sub))
+    expect_equal(ch.tensor_match_failure(sub_guard, sub.clone()), None, "a subclass guard on the same subclass")
+    reason = ch.tensor_match_failure(sub_guard, x)
+    expect_true(reason is not None and "type mismatch" in reason, f"a plain tensor against a subclass guard: {reason!r}")
+
+
+@pytest.mark.ch03_2
+@PROPERTY
+@given(shape=st.lists(st.integers(1, 4), min_size=1, max_size=3),
+       dtype=st.sampled_from([torch.float32, torch.float64, torch.int64, torch.bool]),
+       change=st.sampled_from(["none", "shape", "transpose", "dtype", "grad", "device"]))
+def test_tensor_match_failure_agrees_with_the_guard(shape, dtype, change):
+    """Whatever changed, a reason is given exactly when the real TENSOR_MATCH check fails, naming what changed."""
+    x = torch.zeros(shape, dtype=dtype)
+    guard = Guard("TENSOR_MATCH", LocalSource("x"), TensorMeta.of(x))
+    value = {"none": x.clone(), "shape": torch.zeros([s + 1 for s in shape], dtype=dtype),
+             "transpose": torch.zeros(list(reversed(shape)), dtype=dtype).permute(*reversed(range(len(shape)))),
+             "dtype": x.to(torch.float16), "device": torch.empty(shape, dtype=dtype, device="meta"),
+             "grad": x.to(torch.float32).requires_grad_() if dtype == torch.float32 else x.clone()}[change]
+    scope = SourceScope({})
+    passes = CheckFunction([guard], scope)({"x": value}, {})
+    reason = ch.tensor_match_failure(guard, value)
+    expect_equal(reason is None, passes, f"reason is None vs the guard passing, after change {change!r}: {reason!r}")
+    if reason is not None:
+        words = {"shape": ("size", "rank"), "transpose": ("stride", "size"), "dtype": ("dtype",), "device": ("device",),
+                 "grad": ("requires_grad",)}[change]
+        expect_true(any(w in reason for w in words), f"the reason for change {change!r} should name it: {reason!r}")
+
+
+class CountingLocals(dict):
+    """Frame locals that count how often the check function reads each one."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.reads = {}
+
+    def __getitem__(self, key):
+        self.reads[key] = self.reads.get(key, 0) + 1
+        return super().__getitem__(key)
+
+
+@pytest.mark.ch03_3
+def test_check_code_reads_each_source_once():
+    """Guards on the same source share one read: the check function runs on every call, it must be cheap."""
+    scope = SourceScope({})
+    x = torch.randn(2, 3)
+    guards = [Guard("TYPE_MATCH", LocalSource("x"), torch.Tensor),
+              Guard("TENSOR_MATCH", LocalSource("x"), TensorMeta.of(x)),
+              Guard("CONSTANT_MATCH", LocalSource("n"), 3),
+              Guard("TYPE_MATCH", LocalSource("n"), int),
+              Guard("CONSTANT_MATCH", LocalSource("n"), 3)]
+    code = ch.generate_check_code(guards, scope)
+    ns = dict(scope.names)
+    exec(code, ns)
+    L = CountingLocals(x=torch.randn(2, 3), n=3)
+    expect_equal(ns["___check_guards"](L, {}), True, "check on matching inputs", code)
+    expect_equal(L.reads, {"x": 1, "n": 1}, "reads of each local by one check", code)
+    L = CountingLocals(x=torch.randn(2, 3), n=4)
+    expect_equal(ns["___check_guards"](L, {}), False, "check with n changed", code)
+
+
+@pytest.mark.ch03_4
+def test_cache_lookup_skips_other_backends_without_running_their_guards():
+    b1, b2 = object(), object()
+    ran = []
+
+    def entry(name, backend, ok):
+        def check_fn(L, G):
+            ran.append(name)
+            return ok
+        return types.SimpleNamespace(name=name, backend=backend, check_fn=check_fn)
+
+    entries = [entry("other", b2, True), entry("fails", b1, False), entry("hit", b1, True), entry("older", b1, True)]
+    found = ch.lookup_entry(entries, {}, {}, b1)
+    expect_equal(getattr(found, "name", found), "hit", "entry found")
+    expect_equal(ran, ["fails", "hit"], "guards evaluated (in order; none of another backend's, none after the hit)")
+    expect_equal(ch.lookup_entry([], {}, {}, b1), None, "lookup in an empty cache")

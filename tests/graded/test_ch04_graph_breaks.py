@@ -7,7 +7,7 @@ import torch._dynamo
 
 import tinydynamo
 from course import load
-from course.testing import expect_close, expect_equal, expect_true
+from course.testing import expect_close, expect_equal, expect_true, stack_effect_checked
 from tinydynamo.bytecode import get_instructions
 from tinydynamo.exc import Unsupported
 from tinydynamo.resume import live_locals, make_resume_code
@@ -63,10 +63,13 @@ def line_of(fn, text):
     return first + next(i for i, line in enumerate(lines) if text in line)
 
 
+BRANCH_EFFECTS = {name: (lambda tx, inst, jumped: -1) for name in ("POP_JUMP_IF_FALSE", "POP_JUMP_IF_TRUE")}
+
+
 @pytest.mark.ch04_1
 def test_branch_handler_breaks_on_tensor_conditions():
     torch.manual_seed(0)
-    with use_handlers(**ch.BRANCH_HANDLERS):
+    with use_handlers(**stack_effect_checked(dict(ch.BRANCH_HANDLERS), BRANCH_EFFECTS)):
         out = tinydynamo.explain(branchy)(torch.randn(5))
         expect_equal((out.graph_count, out.graph_break_count), torch_counts(branchy, torch.randn(5)),
                      "(graphs, breaks) of branchy vs torch._dynamo.explain")
@@ -132,15 +135,33 @@ def test_where_rewrite_is_one_graph_and_equals_eager():
         for sign in (1.0, -1.0):
             x = sign * (torch.rand(shape) + 0.1)
             expect_close(g(x), branchy(x), f"where_rewrite vs eager branchy on {shape}, sign {sign}")
+    # mixed signs (the branch depends on the sum, not on each element), and a sum of exactly 0
+    for x in [torch.tensor([3.0, -1.0, -1.5]), torch.tensor([-3.0, 1.0, 1.5]), torch.zeros(3),
+              torch.tensor([[2.0, -2.0], [0.5, -0.5]])]:
+        expect_close(g(x), branchy(x), f"where_rewrite vs eager branchy on {x.tolist()}")
     out = tinydynamo.explain(ch.where_rewrite)(torch.randn(4))
     expect_equal((out.graph_count, out.graph_break_count), (1, 0), "(graphs, breaks) of where_rewrite")
     expect_equal(torch_counts(ch.where_rewrite, torch.randn(4)), (1, 0), "torch._dynamo.explain of where_rewrite")
     tinydynamo.reset()
 
 
+def inner_print(x):
+    y = x.cos()
+    print("inside a called function")
+    return y + 1
+
+
+def calls_inner(x):
+    a = x * 3
+    return inner_print(a) - 1
+
+
 @pytest.mark.ch04_4
 def test_break_sites_from_explain():
     x = torch.randn(4)
+    nested = tinydynamo.explain(calls_inner)(x)
+    expect_equal(ch.break_sites(nested)[:1], [("inner_print", line_of(inner_print, "print(\"inside"))],
+                 "the break inside a called function is reported where it happens (the innermost frame)", str(nested))
     cases = [(print_between, (x,), ["print("]), (item_branch, (x,), [".item()"]), (branchy, (x,), ["if x.sum()"]),
              (looped, (x, 2), ["print(i)", "print(i)"])]
     for fn, args, markers in cases:
@@ -152,4 +173,45 @@ def test_break_sites_from_explain():
         if fn is not looped:  # torch 2.13 skips a frame that breaks inside a loop
             expect_equal(len(ch.break_sites(out)), torch_counts(fn, *args)[1],
                          f"number of breaks of {fn.__name__} vs torch._dynamo.explain")
+    tinydynamo.reset()
+
+
+def reads_and_loops(x, y, n):
+    a = x + y
+    b = a * 2
+    for i in range(n):
+        b = b + i
+        if b.sum() > 0:
+            break
+    c = y - 1
+    while n > 0:
+        n = n - 1
+        c = c + a
+    return c, b
+
+
+@pytest.mark.ch04_2
+@pytest.mark.parametrize("fn", [reads_and_loops, looped, item_branch, print_between])
+def test_resume_locals_at_every_offset(fn):
+    """Wherever the break happens (every instruction offset), the same locals as the package's live_locals."""
+    code = fn.__code__
+    insts = get_instructions(code)
+    names = list(code.co_varnames)
+    for inst in insts:
+        expect_equal(ch.resume_locals(insts, inst.offset, names), live_locals(code, inst.offset, names),
+                     f"resume locals of {fn.__name__} at offset {inst.offset} ({inst.opname} {inst.argrepr})")
+
+
+def calls_inner_twice(x):
+    return inner_print(x) * inner_print(x + 1)
+
+
+@pytest.mark.ch04_4
+def test_break_sites_repeated_at_one_line():
+    out = tinydynamo.explain(calls_inner_twice)(torch.randn(3))
+    sites = ch.break_sites(out)
+    where = ("inner_print", line_of(inner_print, 'print("inside'))
+    expect_equal(sites, [where] * len(out.break_reasons), "one site per break, even when two breaks share a line",
+                 str(out))
+    expect_true(len(sites) >= 2, f"calls_inner_twice breaks twice (got {len(sites)} sites)")
     tinydynamo.reset()

@@ -116,3 +116,17 @@ def test_softmax_is_stable_for_large_inputs():
     fn = lambda x: torch.softmax(x, -1)  # noqa: E731
     gm = _decompose_with(aten._softmax.default, fn, [x], ch.softmax)
     expect_close(gm(x), fn(x), "softmax of values near +-1000 (exp overflows unless you subtract the max)")
+
+
+@pytest.mark.ch05_2
+def test_interpret_lists_kwargs_and_argument_order():
+    """Node arguments can be lists of nodes and keywords; placeholders take the arguments in order."""
+    def fn(a, b, c):
+        joined = torch.cat([a, b, a], dim=1)
+        s = torch.sum(joined - c, dim=1, keepdim=True)
+        return {"s": s, "parts": [torch.clamp(a, min=-0.5, max=0.5), b]}
+
+    gm = torch.fx.symbolic_trace(fn)
+    a, b, c = torch.randn(3, 2), torch.randn(3, 4), torch.randn(3, 8)
+    expect_close(ch.interpret(gm, a, b, c), fn(a, b, c), "interpret of a graph with lists, kwargs and a dict output",
+                 context=gm.code)

@@ -172,3 +172,16 @@ def test_read_writes_drive_the_scheduler(fn):
                 context=compiled.source)
     expect_close(compiled(x, w), fn(x, w), f"{fn.__name__[1:]} scheduled with your read/write sets",
                  context=compiled.source)
+
+
+@pytest.mark.ch07_4
+def test_read_writes_handler_records_every_access_normalised():
+    i0, r0 = sym("i0"), sym("r0")
+    handler = ch.ReadWritesHandler()
+    a = handler.load("buf0", (i0 + 1) * (r0 + 2))
+    b = handler.load("buf0", i0 * r0 + 2 * i0 + r0 + 2)  # the same element, loaded twice: two reads
+    handler.load("buf1", i0)
+    handler.store("buf2", i0 * (2 + r0), handler.add(a, b))
+    expect_equal(handler.reads, [("buf0", i0 * r0 + 2 * i0 + r0 + 2)] * 2 + [("buf1", i0)],
+                 "reads, in order, with sympy.expand'ed indices")
+    expect_equal(handler.writes, [("buf2", 2 * i0 + i0 * r0)], "writes with sympy.expand'ed indices")

@@ -126,6 +126,15 @@ def test_op_strings_in_kernels(shape, others):
         expect_equal(len(compiled.kernels), 1, f"kernels for {fn.__name__}")
 
 
+@pytest.mark.ch08_1
+def test_op_strings_on_ties_and_order(others):
+    """Equal operands (x < w is False where they tie) and non-commutative ops in both orders."""
+    others("memory", "launch", "reduction")
+    x = torch.tensor([[1.0, 2.0, -3.0, 0.5], [4.0, -1.0, 2.0, 0.25]], device=DEVICE)
+    w = torch.tensor([1.0, -1.0, 2.0, 0.5], device=DEVICE)
+    run(lambda x, w: (torch.where(x < w, x - w, w / x), torch.where(w < x, w - x, x / w)), [x, w])
+
+
 # --------------------------------------------------------------------------- 8.2
 
 
@@ -207,6 +216,9 @@ def test_launch_config_rules(numel, rnumel, is_reduction):
     expect_true(xblock * rblock <= ch.MAX_BLOCK_ELEMENTS, f"{what}: block over the register budget")
     expect_true(xblock < 2 * max(numel, 1), f"{what}: XBLOCK much larger than the work")
     expect_true(warps in (1, 2, 4, 8), f"{what}: num_warps must be 1, 2, 4 or 8")
+    block = xblock * rblock
+    expect_true(min(8, max(1, block // 512)) <= warps <= max(1, min(8, block // 128)),
+                f"{what}: about one warp per 256 elements of the XBLOCK * RBLOCK block")
     if is_reduction:
         expect_true(rblock >= rnumel, f"{what}: a persistent reduction holds the whole row (RBLOCK >= rnumel)")
     else:

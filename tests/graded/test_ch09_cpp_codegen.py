@@ -78,6 +78,13 @@ def test_reduction_code_in_the_cpp_backend(ch, monkeypatch):
     ints = torch.randint(-9, 9, (4, 11))
     compiled = _compile(lambda t: (t.amax(-1), t.sum(-1)), ints)
     expect_close(compiled(ints), (ints.amax(-1), ints.sum(-1)), "int64 max/sum with your reduction code")
+    # the identities: a max of negative values, a min of values above zero, for floats and integers
+    neg, pos = -torch.rand(5, 9) - 1, torch.rand(5, 9) + 1
+    compiled = _compile(lambda a, b: (a.amax(-1), b.amin(-1), a.prod(-1)), neg, pos)
+    expect_close(compiled(neg, pos), (neg.amax(-1), pos.amin(-1), neg.prod(-1)), "max of negatives, min of positives")
+    ineg = torch.randint(-50, -1, (3, 7))
+    compiled = _compile(lambda t: (t.amax(-1), (-t).amin(-1)), ineg)
+    expect_close(compiled(ineg), (ineg.amax(-1), (-ineg).amin(-1)), "int64 max of negatives, min of positives")
 
 
 @pytest.mark.ch09_3
@@ -128,6 +135,10 @@ def test_entry_is_intact_in_the_code_cache(ch, tmp_path, monkeypatch):
     expect_equal(ch.entry_is_intact(lib, check), True, "entry_is_intact of a matching pair")
     lib.write_bytes(b"library")
     expect_equal(ch.entry_is_intact(lib, check), False, "entry_is_intact of a truncated library")
+    check.write_text("")
+    expect_equal(ch.entry_is_intact(lib, check), False, "entry_is_intact with an empty checksum file")
+    check.unlink()
+    expect_equal(ch.entry_is_intact(lib, check), False, "entry_is_intact with the checksum file missing")
 
     import tininductor.codecache as codecache
     from tininductor.codecache import CppCodeCache

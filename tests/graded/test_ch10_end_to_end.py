@@ -88,3 +88,32 @@ def test_bucketing_bounds_recompiles_and_keeps_outputs():
         x = torch.randn(2, n, 24)
         expect_close(wrapped(x), row_norm(x), f"bucketed row_norm at length {n}")
     expect_true(counter.frame_count <= 3, f"compiles for {len(lengths)} lengths: yours {counter.frame_count} vs at most 3 (one per bucket)")
+
+
+@pytest.mark.ch10_1
+def test_ideal_bytes_non_tensor_inputs_cost_nothing():
+    def scaled(x, scale: float, n: int):
+        return x * scale + n
+
+    gm = torch.fx.symbolic_trace(scaled, concrete_args=None)
+    x = torch.randn(6, 5, dtype=torch.float64)
+    expect_equal(ch.ideal_bytes(gm, [x, 0.5, 3]), 2 * 6 * 5 * 8, "ideal_bytes with a float and an int input")
+
+
+@pytest.mark.ch10_2
+def test_rewrite_decides_on_the_sum_of_mixed_signs():
+    """Inputs where y = sin(x) + cos(x) has both signs: the branch depends on y's sum, not on each element."""
+    def bad_fn(x):
+        y = x.sin() + x.cos()
+        return y * 2 if y.sum().item() > 0 else y - 2
+
+    tinydynamo.reset()
+    compiled = tinydynamo.compile(ch.positive_branch, backend="eager", fullgraph=True)
+    for x in (torch.linspace(-3, 3, 50), torch.linspace(-3.5, 1.0, 50), torch.tensor([0.5, -0.5, 3.0, -3.0])):
+        expect_close(compiled(x), bad_fn(x), f"positive_branch on {len(x)} values in [{x.min():.1f}, {x.max():.1f}]")
+
+
+@pytest.mark.ch10_3
+def test_bucket_length_with_unsorted_buckets():
+    for n, expected in [(1, 16), (20, 32), (33, 64), (129, 192)]:
+        expect_equal(ch.bucket_length(n, [64, 16, 32]), expected, f"bucket_length({n}, [64, 16, 32])")

@@ -1,0 +1,40 @@
+"""Wrong answers to chapter 3 (guards and the cache)."""
+from course.mutants import Mutant
+
+MUTANTS = [
+    Mutant("3.1", "CONSTANT_MATCH without a type check for numbers and strings",
+           'return [f"type({ref}) is {type(v).__name__}", f"{ref} == {v!r}"]', 'return [f"{ref} == {v!r}"]'),
+    Mutant("3.1", "singletons compared with == instead of is", 'return [f"{ref} is {v!r}"]', 'return [f"{ref} == {v!r}"]'),
+    Mutant("3.1", "other constants (tuples, bytes, complex) without a type check",
+           "return [f\"type({ref}) is {scope.constant(type(v), 't')}\", f\"{ref} == {scope.constant(v, 'c')}\"]",
+           "return [f\"{ref} == {scope.constant(v, 'c')}\"]"),
+    Mutant("3.1", "isinstance instead of an exact type (True passes as an int)",
+           'f"type({ref}) is {type(v).__name__}"', 'f"isinstance({ref}, {type(v).__name__})"'),
+    Mutant("3.2", "TENSOR_MATCH reason without the device check",
+           "    if value.device != m.device:\n        return f\"tensor {name} device mismatch: expected {m.device}, actual {value.device}\"\n",
+           ""),
+    Mutant("3.2", "device checked before dtype",
+           "    if value.dtype != m.dtype:\n        return f\"tensor {name} dtype mismatch: expected {m.dtype}, actual {value.dtype}\"\n"
+           "    if value.device != m.device:\n        return f\"tensor {name} device mismatch: expected {m.device}, actual {value.device}\"\n",
+           "    if value.device != m.device:\n        return f\"tensor {name} device mismatch: expected {m.device}, actual {value.device}\"\n"
+           "    if value.dtype != m.dtype:\n        return f\"tensor {name} dtype mismatch: expected {m.dtype}, actual {value.dtype}\"\n"),
+    Mutant("3.2", "isinstance type check (a subclass passes)", "if type(value) is not m.type:",
+           "if not isinstance(value, m.type):"),
+    Mutant("3.2", "no stride check",
+           "        if e != a:\n            return f\"tensor {name} stride mismatch",
+           "        if False:\n            return f\"tensor {name} stride mismatch"),
+    Mutant("3.3", "reads the source once per guard instead of once",
+           "        if key not in refs:\n            refs[key] = f\"___v{len(refs)}\"\n            lines.append(f\"    {refs[key]} = {key}\")",
+           "        refs[key] = f\"___v{len(lines)}\"\n        lines.append(f\"    {refs[key]} = {key}\")"),
+    Mutant("3.3", "joins the conditions with or", "{' and '.join(conds)}", "{' or '.join(conds)}"),
+    Mutant("3.3", "skips guards without a source (grad mode)",
+           "        ref = ref_of(g.source) if g.source is not None else \"None\"",
+           "        if g.source is None:\n            continue\n        ref = ref_of(g.source)"),
+    Mutant("3.3", "forgets the final return True", '    lines.append("    return True")', '    lines.append("    pass")'),
+    Mutant("3.4", "ignores the backend", "if entry.backend is backend and entry.check_fn(L, G):", "if entry.check_fn(L, G):"),
+    Mutant("3.4", "returns the oldest passing entry", "    for entry in entries:", "    for entry in reversed(entries):"),
+    Mutant("3.4", "runs the guards before checking the backend",
+           "if entry.backend is backend and entry.check_fn(L, G):", "if entry.check_fn(L, G) and entry.backend is backend:"),
+    Mutant("3.4", "returns the first entry for the backend without checking its guards",
+           "if entry.backend is backend and entry.check_fn(L, G):", "if entry.backend is backend:"),
+]

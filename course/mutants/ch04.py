@@ -1,0 +1,33 @@
+"""Wrong answers to chapter 4 (graph breaks and resume functions)."""
+from course.mutants import Mutant
+
+MUTANTS = [
+    Mutant("4.1", "reads the condition without popping it", "cond = tx.pop()", "cond = tx.stack[-1]"),
+    Mutant("4.1", "jumps on the opposite truth value", "tx.jump_if(inst, cond.truth(tx) == jump_when)",
+           "tx.jump_if(inst, cond.truth(tx) != jump_when)"),
+    Mutant("4.1", "no tensor check: asks the tensor for its truth value",
+           "    if isinstance(cond, TensorVariable):", "    if False:"),
+    Mutant("4.1", "breaks without the torch.where hint",
+           ',\n                      hint="use torch.where(cond, a, b) to keep both sides in the graph")', ")"),
+    Mutant("4.2", "ignores jumps back before the break (loops)",
+           "        if ins.target is not None and instructions[ins.target].offset < offset:\n            return list(names)\n",
+           ""),
+    Mutant("4.2", "skips the instruction at the offset itself", "        if ins.offset < offset:\n            continue",
+           "        if ins.offset <= offset:\n            continue"),
+    Mutant("4.2", "returns the names sorted, not in the given order", "    return [n for n in names if n in read]",
+           "    return sorted(read)"),
+    Mutant("4.2", "compares a jump's target index with an offset",
+           "instructions[ins.target].offset < offset", "ins.target < offset"),
+    Mutant("4.3", "branches swapped", "torch.where(x.sum() > 0, y * 2, y - 1)", "torch.where(x.sum() > 0, y - 1, y * 2)"),
+    Mutant("4.3", "decides per element instead of on the sum", "torch.where(x.sum() > 0, y * 2, y - 1)",
+           "torch.where(x > 0, y * 2, y - 1)"),
+    Mutant("4.3", ">= instead of >", "torch.where(x.sum() > 0, y * 2, y - 1)", "torch.where(x.sum() >= 0, y * 2, y - 1)"),
+    Mutant("4.3", "tests the sum of relu(x) instead of x", "torch.where(x.sum() > 0, y * 2, y - 1)",
+           "torch.where(y.sum() > 0, y * 2, y - 1)"),
+    Mutant("4.4", "reports the outermost frame", "m = _FRAME.search(br.user_stack[0])", "m = _FRAME.search(br.user_stack[-1])"),
+    Mutant("4.4", "reports only the first break", "for br in out.break_reasons:", "for br in out.break_reasons[:1]:"),
+    Mutant("4.4", "reports each site once", '        sites.append((m["fn"], int(m["line"])))',
+           '        if (m["fn"], int(m["line"])) not in sites:\n            sites.append((m["fn"], int(m["line"])))'),
+    Mutant("4.4", "reports the file instead of the function", 'sites.append((m["fn"], int(m["line"])))',
+           'sites.append((m["file"], int(m["line"])))'),
+]

@@ -1,0 +1,32 @@
+"""Wrong answers to chapter 6 (AOT autograd)."""
+from course.mutants import Mutant
+
+MUTANTS = [
+    Mutant("6.1", "forgets the prepended (leading) dims", "dims = list(range(lead)) + [", "dims = ["),
+    Mutant("6.1", "sums the trailing dims instead of the leading ones", "dims = list(range(lead)) + [",
+           "dims = list(range(grad.dim() - lead, grad.dim())) + ["),
+    Mutant("6.1", "indexes grad's shape without the leading offset", "grad.shape[lead + i] != 1", "grad.shape[i] != 1"),
+    Mutant("6.2", "each input's gradient multiplied by itself",
+           "return package_sum_to_size(aten.mul(grad, b), a), package_sum_to_size(aten.mul(grad, a), b)",
+           "return package_sum_to_size(aten.mul(grad, a), a), package_sum_to_size(aten.mul(grad, b), b)"),
+    Mutant("6.2", "does not undo broadcasting",
+           "return package_sum_to_size(aten.mul(grad, b), a), package_sum_to_size(aten.mul(grad, a), b)",
+           "return aten.mul(grad, b), aten.mul(grad, a)"),
+    Mutant("6.2", "sums a's gradient to b's shape",
+           "return package_sum_to_size(aten.mul(grad, b), a), package_sum_to_size(aten.mul(grad, a), b)",
+           "return package_sum_to_size(aten.mul(grad, b), b), package_sum_to_size(aten.mul(grad, a), a)"),
+    Mutant("6.3", "overwrites a gradient instead of accumulating it",
+           "grads[arg] = g if arg not in grads else aten.add(grads[arg], g)", "grads[arg] = g"),
+    Mutant("6.3", "walks the graph forwards", "for node in reversed(graph.nodes):", "for node in graph.nodes:"),
+    Mutant("6.3", "drops the node's keyword arguments",
+           "(grads[node], env[node], *args, **kwargs)", "(grads[node], env[node], *args)"),
+    Mutant("6.3", "skips nodes whose gradient arrives from a single user",
+           "                grads[arg] = g if arg not in grads else aten.add(grads[arg], g)",
+           "                if arg in grads:\n                    grads[arg] = aten.add(grads[arg], g)"),
+    Mutant("6.4", "the walk back does not stop at forward nodes",
+           "backward = ancestors(grads, forward | set(tangents))", "backward = ancestors(grads, set(tangents))"),
+    Mutant("6.4", "walks back from the outputs instead of the gradients",
+           "backward = ancestors(grads, forward | set(tangents))", "backward = ancestors(outputs, forward | set(tangents))"),
+    Mutant("6.4", "saves every forward value", "return [n for n in backward if n in forward]",
+           'return [n for n in forward if n.op != "output"]'),
+]

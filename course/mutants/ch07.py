@@ -1,0 +1,30 @@
+"""Wrong answers to chapter 7 (the loop IR, views, fusion legality, read/write sets)."""
+from course.mutants import Mutant
+
+MUTANTS = [
+    Mutant("7.1", "computes half inputs in half precision",
+           "compute = torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype", "compute = dtype"),
+    Mutant("7.1", "sigmoid(x) * sigmoid(x)", "result = ops.mul(value, ops.sigmoid(value))",
+           "result = ops.mul(ops.sigmoid(value), ops.sigmoid(value))"),
+    Mutant("7.1", "returns sigmoid(x) without the multiplication", "result = ops.mul(value, ops.sigmoid(value))",
+           "result = ops.sigmoid(value)"),
+    Mutant("7.1", "x * sigmoid(-x)", "result = ops.mul(value, ops.sigmoid(value))",
+           "result = ops.mul(value, ops.sigmoid(ops.neg(value)))"),
+    Mutant("7.2", "permute applied the inverse way", "            out[d] = index[i]", "            out[i] = index[d]"),
+    Mutant("7.2", "expand reads grown size-1 dims at the output index",
+           "sympy.Integer(0) if old[i] == 1 and new[skip + i] != 1 else index[skip + i]", "index[skip + i]"),
+    Mutant("7.2", "expand keeps the leading dims instead of the trailing ones",
+           "else index[skip + i] for i in range(len(old))]", "else index[i] for i in range(len(old))]"),
+    Mutant("7.3", "no check that every node fits the kernel's loops",
+           "    if any(candidate.kind(n) is None for n in candidate.nodes):\n        return False\n", ""),
+    Mutant("7.3", "reads of in-kernel buffers are not checked",
+           "return all(written[name] == {index} for name, index in reads if name in written)", "return True"),
+    Mutant("7.3", "any instead of all", "return all(written[name] == {index}", "return any(written[name] == {index}"),
+    Mutant("7.4", "loads recorded without normalising the index",
+           "self.reads.append((name, sympy.expand(index)))", "self.reads.append((name, index))"),
+    Mutant("7.4", "stores recorded as reads", "self.writes.append((name, sympy.expand(index)))",
+           "self.reads.append((name, sympy.expand(index)))"),
+    Mutant("7.4", "each load recorded once", "        self.reads.append((name, sympy.expand(index)))",
+           "        if (name, sympy.expand(index)) not in self.reads:\n            self.reads.append((name, sympy.expand(index)))"),
+    Mutant("7.4", "stores not recorded", "        self.writes.append((name, sympy.expand(index)))\n", ""),
+]

@@ -1,0 +1,30 @@
+"""Wrong answers to chapter 8 (the Triton backend)."""
+from course.mutants import Mutant
+
+MUTANTS = [
+    Mutant("8.1", "sub with the operands swapped", '"sub": "{0} - {1}"', '"sub": "{1} - {0}"'),
+    Mutant("8.1", "lt written as <=", '"lt": "{0} < {1}"', '"lt": "{0} <= {1}"'),
+    Mutant("8.1", "where with the branches swapped", '"where": "tl.where({0}, {1}, {2})"', '"where": "tl.where({0}, {2}, {1})"'),
+    Mutant("8.1", "truediv as floor division", '"truediv": "{0} / {1}"', '"truediv": "{0} // {1}"'),
+    Mutant("8.1", "maximum as minimum", '"maximum": "triton_helpers.maximum({0}, {1})"', '"maximum": "tl.minimum({0}, {1})"'),
+    Mutant("8.2", "every non-constant index gets xmask", 'return " & ".join(masks) or None',
+           'return "xmask" if masks else None'),
+    Mutant("8.2", "a constant index gets xmask too", 'return " & ".join(masks) or None', 'return " & ".join(masks) or "xmask"'),
+    Mutant("8.2", "masked loads without other=0", 'return f"tl.load({ptr} + ({index}), {mask}, other=0)"',
+           'return f"tl.load({ptr} + ({index}), {mask})"'),
+    Mutant("8.2", "stores ignore the mask", 'return f"tl.store({ptr} + ({index}), {value}, {mask})"',
+           'return f"tl.store({ptr} + ({index}), {value})"'),
+    Mutant("8.3", "no masking of the lanes outside the tensor", 'masked = self.generate(f"tl.where(xmask & rmask, {value}, {init})")',
+           "masked = value"),
+    Mutant("8.3", "0 as the identity of every reduction", "init = reduction_init(reduction_type, src_dtype)", "init = 0"),
+    Mutant("8.3", "the reduced value is not kept as a column",
+           'return self.generate(f"{REDUCTIONS[reduction_type][1].format(masked)}[:, None]")',
+           'return self.generate(f"{REDUCTIONS[reduction_type][1].format(masked)}")'),
+    Mutant("8.4", "grid rounded down", "grid = max(1, math.ceil(numel / xblock))", "grid = max(1, numel // xblock)"),
+    Mutant("8.4", "pointwise blocks not capped at 1024", "xblock = min(next_power_of_2(max(numel, 1)), 1024)",
+           "xblock = next_power_of_2(max(numel, 1))"),
+    Mutant("8.4", "num_warps from XBLOCK only", "num_warps = max(1, min(8, (xblock * rblock) // 256))",
+           "num_warps = max(1, min(8, xblock // 256))"),
+    Mutant("8.4", "RBLOCK capped below the row length", "rblock = next_power_of_2(max(rnumel, 1))",
+           "rblock = min(next_power_of_2(max(rnumel, 1)), 256)"),
+]
