@@ -47,7 +47,7 @@ import torch
 from course import load
 from course.loader import ROOT
 
-ch = load("ch01")  # your exercises (or the reference solutions when TINY_COURSE_MODE=solutions)
+ch = load("ch01", unfinished="package")  # your exercises (or the reference solutions when TINY_COURSE_MODE=solutions)
 torch.manual_seed(0)
 print(f"Python {sys.version_info.major}.{sys.version_info.minor}, torch {torch.__version__.split('+')[0]}")
 

@@ -46,7 +46,7 @@ from course import load
 from course.models import GPT, TinyBlock
 from tininductor.decompositions import decompose, fake_inputs
 
-ch = load("ch06")  # your exercises (or the reference solutions when TINY_COURSE_MODE=solutions)
+ch = load("ch06", unfinished="package")  # your exercises (or the reference solutions when TINY_COURSE_MODE=solutions)
 aten = torch.ops.aten
 _ = torch.manual_seed(0)
 set_matplotlib_formats("svg")
