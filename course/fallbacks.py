@@ -75,6 +75,17 @@ def _snapshot_handlers() -> None:
 _snapshot_handlers()
 
 
+def _snapshot_scheduler() -> dict[str, Any]:
+    """The scheduler pieces chapter 7 patches (``use_fusion_check``, ``use_read_writes``), kept as the
+    package defines them, so a stand-in never calls the learner's patched-in version."""
+    from tininductor import scheduler
+
+    return {"try_fuse": scheduler.try_fuse, "ReadWrites": scheduler.ReadWrites}
+
+
+_SCHEDULER = _snapshot_scheduler()
+
+
 # ---- chapter 0: course tools (PyTorch stand-ins) ------------------------------------------------
 
 def _count_and_run(self, func, types, args=(), kwargs=None):
@@ -367,7 +378,7 @@ def _lower_silu(x):
     from tininductor import lowering
     from tininductor.virtualized import ops
 
-    return lowering.make_pointwise(lambda v: ops.mul(v, ops.sigmoid(v)))(x)
+    return lowering.pointwise(lambda v: ops.mul(v, ops.sigmoid(v)), x)
 
 
 def _permute_reindex(dims):
@@ -398,18 +409,16 @@ def _fusion_is_legal(candidate) -> bool:
         return candidate.kind(last) is not None
     prefix = scheduler.FusedGroup(candidate.device, candidate.numel, candidate.rnumel,
                                   candidate.is_reduction, head)
-    return scheduler.try_fuse(prefix, last) is not None
+    return _SCHEDULER["try_fuse"](prefix, last) is not None
 
 
 def _rw(method: str):
     def factory(module):
-        from tininductor import scheduler
-
-        return getattr(scheduler.ReadWrites, method)
+        return getattr(_SCHEDULER["ReadWrites"], method)
     return factory
 
 
-simple("ch07.lower_silu", "tininductor's own pointwise lowering (tininductor.lowering.make_pointwise)", _lower_silu)
+simple("ch07.lower_silu", "tininductor's own pointwise lowering (tininductor.lowering.pointwise)", _lower_silu)
 simple("ch07.permute_reindex", "a stand-in from course/fallbacks.py", _permute_reindex)
 simple("ch07.expand_reindex", "a stand-in from course/fallbacks.py", _expand_reindex)
 simple("ch07.fusion_is_legal", "tininductor's own rule (tininductor.scheduler.try_fuse)", _fusion_is_legal)
