@@ -32,7 +32,10 @@ def main(argv=None) -> None:
     parser.add_argument("--dtypes", default=None, help="default: float32,float16 on GPU, float32 on CPU")
     args = parser.parse_args(argv)
     device = args.device
-    max_log2 = args.max_log2 or (26 if device.startswith("cuda") else 23)
+    max_log2 = args.max_log2 if args.max_log2 is not None else (26 if device.startswith("cuda") else 23)
+    if not 0 <= args.min_log2 <= max_log2:
+        parser.error(f"sizes run from 2^--min-log2 to 2^--max-log2, so 0 <= --min-log2 <= --max-log2; "
+                     f"got --min-log2 {args.min_log2} and --max-log2 {max_log2} (e.g. --min-log2 0 --max-log2 0 for n=1)")
     dtypes = (args.dtypes or ("float32,float16" if device.startswith("cuda") else "float32")).split(",")
     names = args.backends.split(",")
     peak = harness.copy_bandwidth(device)

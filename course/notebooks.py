@@ -8,12 +8,14 @@ longer match its ``.py`` (someone edited one side only).
     python -m course.notebooks build            # all chapters
     python -m course.notebooks build 03 07      # some chapters
     python -m course.notebooks check
+    python -m course.notebooks run 00 --mode exercises   # what "Run All" does with the stubs
 """
 from __future__ import annotations
 
 import argparse
 import hashlib
 import os
+import re
 import sys
 import time
 from pathlib import Path
@@ -36,30 +38,45 @@ def _cells(notebook) -> list[tuple[str, str]]:
     return [(cell.cell_type, cell.source.strip()) for cell in notebook.cells]
 
 
-def build(path: Path, timeout: int = 900) -> float:
-    """Execute one notebook source in solutions mode and write its ``.ipynb``; returns seconds taken."""
+def execute(path: Path, course_mode: str = "solutions", timeout: int = 900, kernel_manager=None):
+    """Run a notebook source top to bottom in ``course_mode``; return the executed notebook.
+
+    ``exercises`` mode is what a learner's "Run All" does: unfinished exercises fall back to the
+    package's implementation (see :mod:`course.fallbacks`), so every chapter runs through.
+    Raises nbclient's ``CellExecutionError`` (naming the cell) if a cell fails.
+    """
     import jupytext
-    import nbformat
     from nbclient import NotebookClient
 
     notebook = jupytext.read(path)
     notebook.metadata["jupytext"] = {"formats": FORMATS}
     notebook.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
-    env = {"TINY_COURSE_MODE": "solutions", "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+    env = {"TINY_COURSE_MODE": course_mode, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
            # the same outputs on every build: set order, and matplotlib's SVG date and ids
            "PYTHONHASHSEED": "0", "SOURCE_DATE_EPOCH": "0", "MPLCONFIGDIR": str(NOTEBOOKS / "data" / "mplconfig")}
     saved = {key: os.environ.get(key) for key in env}
     os.environ.update(env)  # the kernel inherits this process's environment
-    start = time.perf_counter()
     try:
-        NotebookClient(notebook, timeout=timeout, kernel_name="python3",
-                       resources={"metadata": {"path": str(NOTEBOOKS)}}).execute()
+        client = NotebookClient(notebook, timeout=timeout, kernel_name="python3",
+                                resources={"metadata": {"path": str(NOTEBOOKS)}})
+        if kernel_manager is not None:  # a kernel someone else started (e.g. a JupyterLab server's)
+            client.km = kernel_manager
+        client.execute()
     finally:
         for key, value in saved.items():
             if value is None:
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = value
+    return notebook
+
+
+def build(path: Path, timeout: int = 900) -> float:
+    """Execute one notebook source in solutions mode and write its ``.ipynb``; returns seconds taken."""
+    import nbformat
+
+    start = time.perf_counter()
+    notebook = execute(path, "solutions", timeout)
     seen: dict[str, int] = {}
     for cell in notebook.cells:  # execution counts, timing metadata and random ids only add diff noise
         cell.metadata.pop("execution", None)
@@ -109,13 +126,17 @@ def out_of_sync(paths: list[Path] | None = None) -> list[str]:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("command", choices=("build", "check"))
+    parser.add_argument("command", choices=("build", "check", "run"))
+    parser.add_argument("--mode", default="exercises", choices=("exercises", "solutions"),
+                        help="course mode for `run` (default: exercises, as a learner's Run All)")
     parser.add_argument("chapters", nargs="*", help="two-digit chapter numbers (default: all)")
     args = parser.parse_args(argv)
     paths = sources(args.chapters)
     if not paths:
         print(f"no notebook sources match {args.chapters}")
         return 1
+    if args.command == "run":
+        return run_all(paths, args.mode)
     if args.command == "build":
         for path in paths:
             seconds = build(path)
@@ -129,6 +150,29 @@ def main(argv=None) -> int:
         return 1
     print(f"{len(paths)} notebooks in sync with their sources")
     return 0
+
+
+def run_all(paths: list[Path], course_mode: str) -> int:
+    """Execute each notebook (nothing is written); print the unfinished-exercise notes it showed."""
+    from nbclient.exceptions import CellExecutionError
+
+    failed = 0
+    for path in paths:
+        start = time.perf_counter()
+        try:
+            notebook = execute(path, course_mode)
+        except CellExecutionError as error:
+            failed += 1
+            text = re.sub(r"\x1b\[[0-9;]*m", "", str(error)).strip().splitlines()
+            print(f"FAIL {path.name} ({course_mode} mode):\n" + "\n".join(text[:12] + ["..."] + text[-8:]))
+            continue
+        notes = sorted({line for cell in notebook.cells if cell.cell_type == "code" for out in cell.outputs
+                        if out.output_type == "stream" for line in out.text.splitlines() if " not done yet: " in line})
+        print(f"ok   {path.name} ({course_mode} mode) in {time.perf_counter() - start:.0f}s, "
+              f"{len(notes)} exercise(s) standing in")
+        for note in notes:
+            print(f"       {note}")
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

@@ -47,7 +47,7 @@ import torch
 from course import load
 from course.loader import ROOT
 
-ch = load("ch01")  # your exercises (or the reference solutions when TINY_COURSE_MODE=solutions)
+ch = load("ch01", unfinished="package")  # your exercises (or the reference solutions when TINY_COURSE_MODE=solutions)
 torch.manual_seed(0)
 print(f"Python {sys.version_info.major}.{sys.version_info.minor}, torch {torch.__version__.split('+')[0]}")
 
@@ -268,7 +268,7 @@ print("\nthe last CALL:", call.argval, "arguments, keyword names", call.kw_names
 # %% [markdown]
 # ### Exercise 1.1: which globals does a function read?
 #
-# Guards (chapter 4) must check every global a compiled function depends on, so the first
+# Guards (chapter 3) must check every global a compiled function depends on, so the first
 # question about a code object is which names it loads with `LOAD_GLOBAL`. Implement
 # `global_names(fn)` in `exercises/ch01_bytecode.py`; remember nested code objects (the 3.11
 # comprehension above). The graded test rebuilds each function with *only* the globals you
@@ -467,7 +467,7 @@ torch.testing.assert_close(traced.result, g(x, y))
 # comparison's result at the conditional jump. A graph records tensor operations; it has no way
 # to return "which line runs next" to the Python interpreter. TorchDynamo therefore stops the
 # graph at that jump, runs the jump in ordinary Python, and resumes tracing in a new graph on
-# whichever side was taken (chapter 5). A guard, by contrast, only checks cheap properties of
+# whichever side was taken (chapter 4). A guard, by contrast, only checks cheap properties of
 # the *inputs* (types, shapes, dtypes, constant values) before reusing a compiled graph.
 
 # %%

@@ -48,7 +48,7 @@ from tinydynamo.bytecode import get_instructions
 from tinydynamo.resume import make_resume_code
 from tinydynamo.symbolic_convert import use_handlers
 
-ch = load("ch04")
+ch = load("ch04", unfinished="package")
 _ = torch.manual_seed(0)
 warnings.filterwarnings("ignore")
 logging.getLogger("torch._dynamo").setLevel(logging.ERROR)

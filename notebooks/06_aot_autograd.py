@@ -46,7 +46,7 @@ from course import load
 from course.models import GPT, TinyBlock
 from tininductor.decompositions import decompose, fake_inputs
 
-ch = load("ch06")  # your exercises (or the reference solutions when TINY_COURSE_MODE=solutions)
+ch = load("ch06", unfinished="package")  # your exercises (or the reference solutions when TINY_COURSE_MODE=solutions)
 aten = torch.ops.aten
 _ = torch.manual_seed(0)
 set_matplotlib_formats("svg")
@@ -236,7 +236,7 @@ draw(part.bw_gm, "backward graph: (*saved, tangents) -> grads", lambda n: "#9fd4
 #
 # Saving is not free: in the LayerNorm-MLP block, the default saves the GELU's intermediate
 # values, several tensors as large as the hidden activation. Pointwise ops are cheap to run
-# again in the backward (and after fusion, chapter 8, recomputing them costs almost nothing),
+# again in the backward (and after fusion, chapter 7, recomputing them costs almost nothing),
 # so a better partitioner saves *fewer bytes* and recomputes.
 #
 # Choosing the cheapest set of values to save is a **minimum cut**. Build a flow network: each

@@ -39,7 +39,7 @@ import triton.language as tl
 
 from course import load
 
-ch = load("ch08")
+ch = load("ch08", unfinished="package")
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 torch.manual_seed(0)
 print("device:", DEVICE, "| Triton interpreter:", os.environ.get("TRITON_INTERPRET") == "1")

@@ -48,7 +48,7 @@ import torch
 
 from course import load
 
-ch = load("ch09")  # your exercises (or the reference solutions when TINY_COURSE_MODE=solutions)
+ch = load("ch09", unfinished="package")  # your exercises (or the reference solutions when TINY_COURSE_MODE=solutions)
 torch.manual_seed(0)
 
 # A private code cache for this notebook, so what it prints does not depend on earlier runs.

@@ -1,0 +1,554 @@
+"""What a notebook runs in place of an unfinished exercise: the package's own implementation.
+
+:func:`course.loader.load` with ``unfinished="package"`` wraps each stub; when the learner's
+function still raises its ``NotImplementedError("Exercise N.M: ...")``, the wrapper prints one
+line and calls the counterpart registered here. Most exercises rebuild a piece of tinydynamo or
+tininductor, so the counterpart *is* that piece (``tinydynamo.symbolic_convert.BINARY_OP``,
+``tininductor.codecache.write_atomic``...), adapted to the exercise's signature where the two
+differ. A few exercises are course tools with no package twin (chapter 0's op counter and
+timer, chapter 1's stack machine, chapter 10's bucketing); for those a short stand-in written
+on PyTorch and the package is given here. Nothing here imports ``solutions/``.
+
+Each entry maps ``"chNN.qualname"`` to ``(factory, where)``: ``factory(module)`` returns the
+callable (``module`` is the learner's chapter module, for its own classes such as ``Timing``),
+``where`` is what the one-line note names.
+"""
+from __future__ import annotations
+
+import collections
+import dis
+import math
+import statistics
+import sys
+import time
+import types
+from typing import Any, Callable
+
+import torch
+
+REGISTRY: dict[str, tuple[Callable[[types.ModuleType], Callable], str]] = {}
+_PACKAGE_HANDLERS: dict[str, Callable] = {}
+
+
+def register(key: str, where: str):
+    """Decorator: ``factory(module) -> implementation`` is the counterpart of exercise ``key``."""
+    def deco(factory):
+        REGISTRY[key] = (factory, where)
+        return factory
+    return deco
+
+
+def simple(key: str, where: str, fn: Callable) -> None:
+    """Register ``fn`` itself (it needs nothing from the learner's module)."""
+    REGISTRY[key] = (lambda module: fn, where)
+
+
+def resolve(chapter: str, qualname: str, error: BaseException | None = None, module=None):
+    """``(callable, where)`` for the exercise ``chapter.qualname``; re-raise ``error`` if none is known."""
+    key = f"{chapter}.{qualname}"
+    if key not in REGISTRY:
+        raise NotImplementedError(
+            f"{error.args[0] if error else key} (no package counterpart registered for {key} in "
+            "course/fallbacks.py: finish the exercise, or add one there)") from error
+    factory, where = REGISTRY[key]
+    return factory(module if module is not None else sys.modules.get(_module_name(chapter))), where
+
+
+def _module_name(chapter: str) -> str:
+    return next((name for name in sys.modules if name.startswith(f"course_exercises_{chapter}_")), "")
+
+
+def package_handler(opname: str) -> Callable:
+    """tinydynamo's own opcode handler, as registered before any ``use_handlers`` swapped it."""
+    return _PACKAGE_HANDLERS[opname]
+
+
+def _snapshot_handlers() -> None:
+    """Keep tinydynamo's handlers as this module is first imported (:func:`course.loader.load` does
+    it before a notebook plugs in the learner's ones with ``use_handlers``)."""
+    from tinydynamo import symbolic_convert
+
+    _PACKAGE_HANDLERS.update({name: fn for name, fn in symbolic_convert.OPCODE_HANDLERS.items()
+                              if not hasattr(fn, "__course_task__")})
+
+
+_snapshot_handlers()
+
+
+def _snapshot_scheduler() -> dict[str, Any]:
+    """The scheduler pieces chapter 7 patches (``use_fusion_check``, ``use_read_writes``), kept as the
+    package defines them, so a stand-in never calls the learner's patched-in version."""
+    from tininductor import scheduler
+
+    return {"try_fuse": scheduler.try_fuse, "ReadWrites": scheduler.ReadWrites}
+
+
+_SCHEDULER = _snapshot_scheduler()
+
+
+# ---- chapter 0: course tools (PyTorch stand-ins) ------------------------------------------------
+
+def _count_and_run(self, func, types, args=(), kwargs=None):
+    self.counts[str(func)] += 1
+    return func(*args, **(kwargs or {}))
+
+
+simple("ch00.OpCounter.__torch_dispatch__", "a stand-in from course/fallbacks.py", _count_and_run)
+
+
+def _intermediate_bytes(fn, *args, **kwargs) -> int:
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils._pytree import tree_leaves
+
+    made: list = []
+
+    class Keep(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            made.extend(t for t in tree_leaves(out) if isinstance(t, torch.Tensor))
+            return out
+
+    with Keep():
+        result = fn(*args, **kwargs)
+
+    def key(t):
+        return str(t.device), t.untyped_storage().data_ptr()
+
+    skip = {key(t) for t in tree_leaves((args, kwargs, result)) if isinstance(t, torch.Tensor)}
+    sizes = {}
+    for t in made:
+        sizes.setdefault(key(t), t.untyped_storage().nbytes())
+    return sum(n for k, n in sizes.items() if k not in skip)
+
+
+simple("ch00.intermediate_bytes", "a stand-in from course/fallbacks.py", _intermediate_bytes)
+
+
+@register("ch00.benchmark", "a stand-in from course/fallbacks.py")
+def _benchmark(module):
+    def benchmark(fn, *args, warmup=3, repeat=10, clock=time.perf_counter, synchronize=None):
+        sync = synchronize if synchronize is not None else module.default_synchronize(*args)
+
+        def timed() -> float:
+            sync()
+            start = clock()
+            fn(*args)
+            sync()
+            return clock() - start
+
+        first = timed()
+        for _ in range(warmup):
+            fn(*args)
+        times = [timed() for _ in range(repeat)]
+        return module.Timing(first, statistics.median(times), times)
+
+    return benchmark
+
+
+def _record_graph(self, gm, example_inputs):
+    self.graphs.append(gm)
+    self.example_inputs.append(example_inputs)
+    return gm.forward
+
+
+simple("ch00.GraphRecorder.__call__", "a stand-in from course/fallbacks.py", _record_graph)
+
+# ---- chapter 1: bytecode ------------------------------------------------------------------------
+
+
+def _global_names(fn_or_code) -> set[str]:
+    code = fn_or_code if isinstance(fn_or_code, types.CodeType) else fn_or_code.__code__
+    names = {i.argval for i in dis.get_instructions(code) if i.opname == "LOAD_GLOBAL"}
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            names |= _global_names(const)
+    return names
+
+
+simple("ch01.global_names", "a stand-in from course/fallbacks.py (dis)", _global_names)
+
+
+def _stack_op(self, frame, inst) -> bool:
+    from tinydynamo import bytecode
+
+    s = frame.stack
+    if inst.opname == "LOAD_FAST":
+        s.append(frame.locals[inst.argval])
+    elif inst.opname == "STORE_FAST":
+        frame.locals[inst.argval] = s.pop()
+    elif inst.opname == "LOAD_CONST":
+        s.append(inst.argval)
+    elif inst.opname == "BINARY_OP":
+        right, left = s.pop(), s.pop()
+        s.append(bytecode.BINARY_OPS[inst.argval](left, right))
+    elif inst.opname == "RETURN_VALUE":
+        frame.return_value, frame.returned = s.pop(), True
+    else:
+        return False
+    return True
+
+
+simple("ch01.StackMachine.stack_op", "a stand-in from course/fallbacks.py", _stack_op)
+
+
+@register("ch01.StackMachine.CALL", "a stand-in from course/fallbacks.py (tinydynamo.bytecode.resolve_call_slots)")
+def _call(module):
+    from tinydynamo import bytecode
+
+    def CALL(self, frame, inst) -> None:
+        s = frame.stack
+        n = inst.argval
+        args = s[len(s) - n:] if n else []
+        del s[len(s) - n:]
+        slot1, slot0 = s.pop(), s.pop()
+        fn, leading = bytecode.resolve_call_slots(slot0, slot1, lambda v: v is module.NULL)
+        kw_names = tuple(inst.kw_names or ())
+        positional = args[:len(args) - len(kw_names)]
+        keywords = dict(zip(kw_names, args[len(args) - len(kw_names):]))
+        s.append(fn(*leading, *positional, **keywords))
+
+    return CALL
+
+
+def _opcode_histogram(fn, *args):
+    from tinydynamo import tracer
+
+    trace = tracer.trace(fn, *args, include=lambda code: False, torch_ops=False)
+    return trace.result, trace.opcode_histogram()
+
+
+def _torch_op_lines(fn, *args):
+    from tinydynamo import tracer
+
+    trace = tracer.trace(fn, *args, include=lambda code: False, opcodes=False)
+    return trace.result, trace.lines_with_ops()
+
+
+simple("ch01.opcode_histogram", "tinydynamo's own tracer (tinydynamo.tracer.trace)", _opcode_histogram)
+simple("ch01.torch_op_lines", "tinydynamo's own tracer (tinydynamo.tracer.trace)", _torch_op_lines)
+
+# ---- chapter 2: symbolic handlers ---------------------------------------------------------------
+
+for _op in ("BINARY_OP", "CALL", "FOR_ITER"):
+    REGISTRY[f"ch02.{_op}"] = ((lambda op: lambda module: package_handler(op))(_op),
+                               f"tinydynamo's own handler (tinydynamo.symbolic_convert.{_op})")
+
+
+def _pop_jump_if(tx, inst, jump_when: bool) -> None:
+    package_handler("POP_JUMP_IF_TRUE" if jump_when else "POP_JUMP_IF_FALSE")(tx, inst)
+
+
+simple("ch02.pop_jump_if", "tinydynamo's own handler (tinydynamo.symbolic_convert.POP_JUMP_IF_*)", _pop_jump_if)
+
+# ---- chapter 3: guards ----------------------------------------------------------------------------
+
+
+def _guards_attr(name: str):
+    def factory(module):
+        from tinydynamo import guards
+
+        return getattr(guards, name)
+    return factory
+
+
+REGISTRY["ch03.constant_match_code"] = (_guards_attr("_const_code"), "tinydynamo's own guard (tinydynamo.guards._const_code)")
+REGISTRY["ch03.tensor_match_failure"] = (_guards_attr("_tensor_failure"), "tinydynamo's own guard (tinydynamo.guards._tensor_failure)")
+REGISTRY["ch03.generate_check_code"] = (_guards_attr("generate_check_code"), "tinydynamo's own (tinydynamo.guards.generate_check_code)")
+
+
+@register("ch03.lookup_entry", "tinydynamo's own (tinydynamo.eval_frame.lookup_entry)")
+def _lookup(module):
+    from tinydynamo import eval_frame
+
+    return eval_frame.lookup_entry
+
+# ---- chapter 4: graph breaks -----------------------------------------------------------------------
+
+
+simple("ch04.branch_on", "tinydynamo's own handler (tinydynamo.symbolic_convert.POP_JUMP_IF_*)", _pop_jump_if)
+
+
+def _resume_locals(instructions, offset: int, names: list[str]) -> list[str]:
+    """tinydynamo.resume.live_locals's rule, on normalised instructions: names read at or after
+    ``offset``, or every name when a backward jump from there re-enters earlier code."""
+    from tinydynamo import resume
+
+    start = next(i.index for i in instructions if i.offset >= offset)
+    read: set[str] = set()
+    for inst in instructions[start:]:
+        if inst.target is not None and inst.target < start:
+            return list(names)
+        if inst.opname in resume._READS:
+            read.add(inst.argval)
+    return [n for n in names if n in read]
+
+
+simple("ch04.resume_locals", "tinydynamo's rule (tinydynamo.resume.live_locals)", _resume_locals)
+
+
+def _where_rewrite(x):
+    y = torch.relu(x)  # branchy's two sides, chosen by a tensor condition
+    return torch.where(x.sum() > 0, y * 2, y - 1)
+
+
+simple("ch04.where_rewrite", "a stand-in from course/fallbacks.py", _where_rewrite)
+
+
+def _break_sites(out) -> list[tuple[str, int]]:
+    import re
+
+    sites = []
+    for reason in out.break_reasons:  # user_stack: 'File "f.py", line 12, in fn\n  source', innermost first
+        frame = re.search(r'line (\d+), in (\S+)', reason.user_stack[0]) if reason.user_stack else None
+        sites.append((frame[2], int(frame[1])) if frame else ("<unknown>", 0))
+    return sites
+
+
+simple("ch04.break_sites", "tinydynamo's explain() records (a stand-in reader)", _break_sites)
+
+# ---- chapter 5: FX graphs and decompositions ------------------------------------------------
+
+
+def _count_ops(gm) -> dict[str, int]:
+    return dict(collections.Counter(str(n.target) for n in gm.graph.nodes if n.op == "call_function"))
+
+
+def _interpret(gm, *args):
+    import torch.fx
+
+    return torch.fx.Interpreter(gm).run(*args)
+
+
+simple("ch05.count_ops", "a stand-in from course/fallbacks.py", _count_ops)
+simple("ch05.interpret", "PyTorch's own torch.fx.Interpreter", _interpret)
+
+
+def _decomp(name: str):
+    def factory(module):
+        from tininductor import decompositions
+
+        return getattr(decompositions, name)
+    return factory
+
+
+REGISTRY["ch05.gelu"] = (_decomp("gelu"), "tininductor's own decomposition (tininductor.decompositions.gelu)")
+REGISTRY["ch05.native_layer_norm"] = (_decomp("native_layer_norm"),
+                                      "tininductor's own decomposition (tininductor.decompositions.native_layer_norm)")
+REGISTRY["ch05.softmax"] = (_decomp("_softmax"), "tininductor's own decomposition (tininductor.decompositions._softmax)")
+
+# ---- chapter 6: AOT autograd ----------------------------------------------------------------------
+
+
+def _sum_to_size(grad, shape):
+    from tininductor import vjp_rules
+
+    return vjp_rules.sum_to_size(grad, torch.empty(list(shape), device="meta"))
+
+
+def _mul_vjp(grad, out, a, b):
+    from tininductor import vjp_rules
+
+    return vjp_rules.mul_vjp(grad, out, a, b)
+
+
+def _backward_pass(graph, env, needs_grad, output_grads, rules=None):
+    from tininductor import joint_graph
+
+    return joint_graph.backward_pass(graph, env, needs_grad, output_grads, rules)
+
+
+def _default_saved(joint_gm, num_primals: int, num_outputs: int):
+    from tininductor import partitioners as p
+
+    roles = p._roles(types.SimpleNamespace(gm=joint_gm, num_primals=num_primals, num_outputs=num_outputs))
+    forward = p._ancestors(roles.fw_outputs, set()) | set(roles.primals)
+    backward = p._ancestors(roles.grad_outputs, forward | set(roles.tangents))
+    return [n for n in joint_gm.graph.nodes if n in backward and n in forward]
+
+
+simple("ch06.sum_to_size", "tininductor's own (tininductor.vjp_rules.sum_to_size)", _sum_to_size)
+simple("ch06.mul_vjp", "tininductor's own rule (tininductor.vjp_rules.mul_vjp)", _mul_vjp)
+simple("ch06.backward_pass", "tininductor's own (tininductor.joint_graph.backward_pass)", _backward_pass)
+simple("ch06.default_saved", "tininductor's default partitioner's rule (tininductor.partitioners)", _default_saved)
+
+# ---- chapter 7: loop IR and fusion --------------------------------------------------------------
+
+
+def _lower_silu(x):
+    from tininductor import lowering
+    from tininductor.virtualized import ops
+
+    return lowering.pointwise(lambda v: ops.mul(v, ops.sigmoid(v)), x)
+
+
+def _permute_reindex(dims):
+    dims = list(dims)
+
+    def reindex(index):
+        out = [None] * len(dims)
+        for i, d in enumerate(dims):
+            out[d] = index[i]
+        return out
+    return reindex
+
+
+def _expand_reindex(old_size, new_size):
+    import sympy
+
+    old, new = list(old_size), list(new_size)
+    lead = len(new) - len(old)
+    return lambda index: [sympy.Integer(0) if old[i] == 1 and new[lead + i] != 1 else index[lead + i]
+                          for i in range(len(old))]
+
+
+def _fusion_is_legal(candidate) -> bool:
+    from tininductor import scheduler
+
+    *head, last = candidate.nodes
+    if not head:
+        return candidate.kind(last) is not None
+    prefix = scheduler.FusedGroup(candidate.device, candidate.numel, candidate.rnumel,
+                                  candidate.is_reduction, head)
+    return _SCHEDULER["try_fuse"](prefix, last) is not None
+
+
+def _rw(method: str):
+    def factory(module):
+        return getattr(_SCHEDULER["ReadWrites"], method)
+    return factory
+
+
+simple("ch07.lower_silu", "tininductor's own pointwise lowering (tininductor.lowering.pointwise)", _lower_silu)
+simple("ch07.permute_reindex", "a stand-in from course/fallbacks.py", _permute_reindex)
+simple("ch07.expand_reindex", "a stand-in from course/fallbacks.py", _expand_reindex)
+simple("ch07.fusion_is_legal", "tininductor's own rule (tininductor.scheduler.try_fuse)", _fusion_is_legal)
+REGISTRY["ch07.ReadWritesHandler.load"] = (_rw("load"), "tininductor's own (tininductor.scheduler.ReadWrites.load)")
+REGISTRY["ch07.ReadWritesHandler.store"] = (_rw("store"), "tininductor's own (tininductor.scheduler.ReadWrites.store)")
+
+# ---- chapter 8: Triton codegen --------------------------------------------------------------------
+
+
+def _triton_op_strings() -> dict[str, str]:
+    from tininductor.codegen.triton import TritonOverrides
+
+    return dict(TritonOverrides.ops)
+
+
+def _mask_for(index):
+    import sympy
+    from tininductor.codegen.triton import TritonKernel
+
+    return TritonKernel._mask(None, sympy.sympify(index))
+
+
+def _masked_load(ptr, index, mask):
+    return f"tl.load({ptr} + ({index}){f', {mask}, other=0' if mask else ''})"
+
+
+def _masked_store(ptr, index, value, mask):
+    return f"tl.store({ptr} + ({index}), {value}{f', {mask}' if mask else ''})"
+
+
+def _launch_config(numel: int, rnumel: int, is_reduction: bool):
+    from tininductor.codegen.triton import TritonKernel
+
+    group = types.SimpleNamespace(numel=numel, rnumel=rnumel, reduction_hint=None)
+    kernel = types.SimpleNamespace(group=group, is_reduction=is_reduction, persistent=True)
+    xblock, rblock, warps = TritonKernel.block_sizes(kernel)
+    return xblock, rblock, warps, max(1, math.ceil(numel / xblock))
+
+
+def _reduction(self, dtype, src_dtype, reduction_type, value):
+    from tininductor.codegen.triton import TritonOverrides, reduction_init
+
+    final = TritonOverrides.reductions[reduction_type][2]
+    masked = self.generate(f"tl.where(xmask & rmask, {value}, {reduction_init(reduction_type, src_dtype)})")
+    return self.generate(f"{final.format(masked)}[:, None]")
+
+
+simple("ch08.triton_op_strings", "tininductor's own table (tininductor.codegen.triton.TritonOverrides.ops)", _triton_op_strings)
+simple("ch08.mask_for", "tininductor's own (tininductor.codegen.triton.TritonKernel._mask)", _mask_for)
+simple("ch08.masked_load", "tininductor's load format (tininductor.codegen.triton.TritonKernel.load)", _masked_load)
+simple("ch08.masked_store", "tininductor's store format (tininductor.codegen.triton.TritonKernel.store)", _masked_store)
+simple("ch08.launch_config", "tininductor's own (tininductor.codegen.triton.TritonKernel.block_sizes)", _launch_config)
+simple("ch08.MiniTritonKernel.reduction", "tininductor's persistent reduction (tininductor.codegen.triton)", _reduction)
+
+# ---- chapter 9: C++ codegen ------------------------------------------------------------------------
+
+
+def _cpp_op_strings() -> dict[str, str]:
+    from tininductor.codegen.cpp import CPP_OPS
+
+    return {op: CPP_OPS[op] for op in ("sigmoid", "relu", "maximum", "where", "rsqrt")}
+
+
+def _reduction_code(reduction_type, acc_type):
+    from tininductor.codegen import cpp
+
+    return cpp.reduction_code(reduction_type, acc_type)
+
+
+def _row_sum_source(name: str) -> str:
+    return (
+        "#include <cstdint>\n"
+        f'extern "C" void {name}(const float* x, float* out, int64_t rows, int64_t cols) {{\n'
+        "    #pragma omp parallel for\n"
+        "    for (int64_t i = 0; i < rows; ++i) {\n"
+        "        double acc = 0;\n"
+        "        #pragma omp simd reduction(+:acc)\n"
+        "        for (int64_t j = 0; j < cols; ++j) acc += x[i * cols + j];\n"
+        "        out[i] = static_cast<float>(acc);\n"
+        "    }\n"
+        "}\n")
+
+
+def _codecache(name: str):
+    def factory(module):
+        from tininductor import codecache
+
+        return getattr(codecache, name)
+    return factory
+
+
+simple("ch09.cpp_op_strings", "tininductor's own table (tininductor.codegen.cpp.CPP_OPS)", _cpp_op_strings)
+simple("ch09.reduction_code", "tininductor's own (tininductor.codegen.cpp.reduction_code)", _reduction_code)
+simple("ch09.row_sum_source", "a stand-in from course/fallbacks.py", _row_sum_source)
+REGISTRY["ch09.write_atomic"] = (_codecache("write_atomic"), "tininductor's own (tininductor.codecache.write_atomic)")
+REGISTRY["ch09.entry_is_intact"] = (_codecache("entry_is_intact"), "tininductor's own (tininductor.codecache.entry_is_intact)")
+
+# ---- chapter 10: end to end -----------------------------------------------------------------------
+
+
+def _ideal_bytes(gm, example_inputs) -> int:
+    def size(t):
+        return t.numel() * t.element_size()
+
+    outputs = gm(*example_inputs)
+    outputs = outputs if isinstance(outputs, (tuple, list)) else (outputs,)
+    inputs = {id(t): t for t in example_inputs if isinstance(t, torch.Tensor)}
+    fresh = {id(t): t for t in outputs if isinstance(t, torch.Tensor) and id(t) not in inputs}
+    return sum(map(size, inputs.values())) + sum(map(size, fresh.values()))
+
+
+def _positive_branch(x):
+    y = x.sin() + x.cos()
+    return torch.where(y.sum() > 0, y * 2, y - 2)
+
+
+def _bucket_length(n: int, buckets: list[int]) -> int:
+    fits = [b for b in sorted(buckets) if b >= n]
+    return fits[0] if fits else -(-n // max(buckets)) * max(buckets)
+
+
+def _bucketed(fn, buckets, dim: int = 1):
+    def wrapper(x):
+        n = x.shape[dim]
+        pad = [0, 0] * (x.dim() - 1 - dim % x.dim()) + [0, _bucket_length(n, buckets) - n]
+        return fn(torch.nn.functional.pad(x, pad)).narrow(dim, 0, n)
+    return wrapper
+
+
+simple("ch10.ideal_bytes", "a stand-in from course/fallbacks.py", _ideal_bytes)
+simple("ch10.positive_branch", "a stand-in from course/fallbacks.py", _positive_branch)
+simple("ch10.bucket_length", "a stand-in from course/fallbacks.py", _bucket_length)
+simple("ch10.bucketed", "a stand-in from course/fallbacks.py", _bucketed)
