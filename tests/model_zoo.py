@@ -132,11 +132,11 @@ def _resnet18(tv):
 
 
 def _mobilenet_v2(tv):
-    return tv.models.mobilenet_v2(num_classes=10, width_mult=0.25), _image()
+    return tv.models.mobilenet_v2(num_classes=10, width_mult=0.25, dropout=0.0), _image()
 
 
 def _mobilenet_v3(tv):
-    return tv.models.mobilenet_v3_small(num_classes=10, width_mult=0.25), _image()
+    return tv.models.mobilenet_v3_small(num_classes=10, width_mult=0.25, dropout=0.0), _image()
 
 
 def _efficientnet_b0(tv):

@@ -44,6 +44,7 @@ class Result:
 def _run_step(model, inputs, loss_fn=None):
     """One forward and backward: (outputs, {parameter name: grad}, {buffer name: value})."""
     model.zero_grad(set_to_none=True)
+    torch.manual_seed(1)  # the same random stream for eager and compiled (models are built without dropout)
     out = model(*inputs)
     loss = first_tensor(out)
     loss.float().pow(2).mean().backward()  # every output element contributes, with a non-uniform gradient

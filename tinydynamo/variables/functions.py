@@ -221,24 +221,70 @@ class NestedUserFunctionVariable(BaseUserFunctionVariable):
         return f"NestedUserFunctionVariable({self.qualname})"
 
 
-def _library_dirs() -> tuple[str, ...]:
+def _dirs() -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
+    """(the standard library, site-packages folders, PyTorch's own package folders), real paths with a slash."""
+    import os
+    import site
     import sysconfig
 
+    import torch
+
+    def norm(p):
+        return os.path.join(os.path.realpath(p), "")
+
     paths = sysconfig.get_paths()
-    return tuple({paths["stdlib"], paths["purelib"], paths["platlib"]})
+    sites = {paths["purelib"], paths["platlib"], *site.getsitepackages()}
+    try:
+        sites.add(site.getusersitepackages())
+    except AttributeError:
+        pass
+    torch_dirs = {os.path.dirname(torch.__file__)}
+    return (tuple({norm(paths["stdlib"]), norm(paths["platstdlib"])}), tuple(sorted({norm(p) for p in sites})),
+            tuple(norm(p) for p in torch_dirs))
 
 
-LIBRARY_DIRS = _library_dirs()
+STDLIB_DIRS, SITE_PACKAGES_DIRS, TORCH_DIRS = _dirs()
+#: installed packages never traced into (TorchDynamo keeps a similar skip list): their calls are breaks
+SKIP_PACKAGES = frozenset({"numpy", "scipy", "pandas", "sympy", "networkx", "matplotlib", "IPython", "triton",
+                           "_pytest", "pytest", "pluggy", "tqdm", "PIL", "tinydynamo", "tininductor"})
+
+
+def _real_file(code) -> str:
+    import os
+
+    return os.path.realpath(code.co_filename)
+
+
+def package_of(filename: str) -> str | None:
+    """The top-level package an installed file belongs to (``transformers``), or None outside site-packages."""
+    for d in SITE_PACKAGES_DIRS:
+        if filename.startswith(d):
+            return filename[len(d):].split("/", 1)[0].removesuffix(".py")
+    return None
+
+
+def is_torch_internal(fn) -> bool:
+    """Is ``fn`` PyTorch's own Python code? Decided by where its code lives, not by a module name's
+    prefix (a user package ``torchfoo`` is user code)."""
+    code = getattr(fn, "__code__", None)
+    return code is not None and _real_file(code).startswith(TORCH_DIRS)
 
 
 def is_library_function(fn) -> bool:
-    """A function of the standard library or an installed package (not torch): not traced, like
-    TorchDynamo's skip files. Calling one from traced code is a graph break."""
+    """A function tinydynamo does not trace into, like TorchDynamo's skip rules: the standard library and
+    a short list of installed packages (SKIP_PACKAGES). Other third-party Python (transformers, timm,
+    torchvision...) is traced like user code. Calling a library function from traced code is a graph break.
+    PyTorch's own functions are not "library" here: they become graph ops (variables.torch)."""
     code = getattr(fn, "__code__", None)
-    module = getattr(fn, "__module__", "") or ""
-    if code is None or module.startswith("torch") or module.startswith(("tinydynamo", "tininductor")):
+    if code is None:
         return False
-    return code.co_filename.startswith(LIBRARY_DIRS)
+    filename = _real_file(code)
+    if filename.startswith(TORCH_DIRS):
+        return False
+    package = package_of(filename)
+    if package is not None:
+        return package in SKIP_PACKAGES
+    return filename.startswith(STDLIB_DIRS)
 
 
 class SkippedFunctionVariable(VariableTracker):
