@@ -104,6 +104,22 @@ class GetItemSource(Source):
 
 
 @dataclasses.dataclass(frozen=True)
+class BaseMethodSource(Source):
+    """``dict.get(base, key)``: a read-only method of a builtin base class on a subclass instance
+    (what ``super().get(key)`` reads), bypassing the subclass's overrides."""
+
+    base: Source
+    method: str  # "dict.get", "dict.__getitem__", ...
+    args: tuple  # constant arguments
+
+    def name(self) -> str:
+        return f"{self.method}({', '.join([self.base.name(), *map(repr, self.args)])})"
+
+    def code(self) -> str:
+        return f"{self.method}({', '.join([self.base.code(), *map(repr, self.args)])})"
+
+
+@dataclasses.dataclass(frozen=True)
 class ConstSource(Source):
     """A value referred to by a scope name (e.g. a closure cell of an inlined function)."""
 

@@ -153,7 +153,25 @@ class InstructionTranslatorBase:
         unimplemented(f"name {name!r} is not defined")
 
     def call(self, fn: VariableTracker, args: list[VariableTracker], kwargs: dict[str, VariableTracker]) -> VariableTracker:
+        if isinstance(fn, ConstantVariable) and fn.value is super:
+            return self.make_super(args)
         return fn.call_function(self, args, kwargs)
+
+    def make_super(self, args: list[VariableTracker]) -> VariableTracker:
+        """``super()`` (zero arguments: this frame's ``__class__`` cell and first argument) or ``super(cls, obj)``."""
+        from tinydynamo.variables.user_defined import SuperVariable
+
+        if len(args) == 2:
+            return SuperVariable(args[0].as_python_constant(), args[1])
+        if args:
+            unimplemented("super() with one argument")
+        if "__class__" not in self.cells or not self.code.co_argcount:
+            unimplemented("super() outside a method (no __class__ cell or first argument)")
+        first = self.code.co_varnames[0]
+        obj = self.cells[first].get() if first in self.cells else self.symbolic_locals.get(first)
+        if obj is None:
+            unimplemented("super(): the method's first argument is not available")
+        return SuperVariable(self.cells["__class__"].get().as_python_constant(), obj)
 
     def inline_user_function(self, fn_var, args, kwargs) -> VariableTracker:
         """Trace a user function's bytecode in a nested translator sharing this graph."""
@@ -579,6 +597,83 @@ def YIELD_VALUE(tx: T, inst):
 
 
 @_handler
+def IMPORT_NAME(tx: T, inst):
+    """``import m`` / ``from m import x`` inside traced code: imported at trace time (already imported,
+    almost always), like TorchDynamo; the module is a constant of the frame."""
+    fromlist, level = tx.pop().as_python_constant(), tx.pop().as_python_constant()
+    try:
+        module = builtins.__import__(inst.argval, tx.f_globals, None, fromlist, level)
+    except ImportError as e:
+        unimplemented(f"import {inst.argval}: {e}")
+    tx.push(VariableBuilder(tx, None).wrap(module))
+
+
+@_handler
+def IMPORT_FROM(tx: T, inst):
+    module = tx.stack[-1].as_python_constant()
+    try:
+        value = getattr(module, inst.argval)
+    except AttributeError:
+        import importlib
+
+        try:
+            value = importlib.import_module(f"{module.__name__}.{inst.argval}")
+        except ImportError as e:
+            unimplemented(f"from {module.__name__} import {inst.argval}: {e}")
+    tx.push(VariableBuilder(tx, None).wrap(value))
+
+
+@_handler
+def LOAD_SUPER_ATTR(tx: T, inst):  # 3.12+: stack super, class, self -> super(class, self).name
+    obj, cls, super_fn = tx.pop(), tx.pop(), tx.pop()
+    value = tx.call(super_fn, [cls, obj], {}).var_getattr(tx, inst.argval)
+    for v in (bc.with_null(value, NULL) if inst.push_null else [value]):
+        tx.push(v)
+
+
+# ---- f-strings: folded at trace time when the formatted values are constants ---------------------------
+_CONVERSIONS = {None: None, "str": str, "repr": repr, "ascii": ascii, 1: str, 2: repr, 3: ascii}
+
+
+def _format(tx: T, value: VariableTracker, spec: str = "", conversion=None) -> VariableTracker:
+    if not value.is_python_constant():
+        unimplemented(f"formatting {value} in an f-string (only values known at trace time are folded)")
+    v = value.as_python_constant()
+    if conversion is not None:
+        v = conversion(v)
+    return ConstantVariable(format(v, spec))
+
+
+@_handler
+def FORMAT_VALUE(tx: T, inst):  # 3.11/3.12: argval (conversion function or None, has a format spec)
+    convert, has_spec = inst.argval if isinstance(inst.argval, tuple) else (None, False)
+    spec = tx.pop().as_python_constant() if has_spec else ""
+    tx.push(_format(tx, tx.pop(), spec, convert))
+
+
+@_handler
+def FORMAT_SIMPLE(tx: T, inst): tx.push(_format(tx, tx.pop()))
+
+
+@_handler
+def FORMAT_WITH_SPEC(tx: T, inst):
+    spec = tx.pop().as_python_constant()
+    tx.push(_format(tx, tx.pop(), spec))
+
+
+@_handler
+def CONVERT_VALUE(tx: T, inst):  # 3.13: str/repr/ascii before FORMAT_SIMPLE
+    v = tx.pop()
+    convert = _CONVERSIONS.get(inst.argval) or _CONVERSIONS.get(getattr(inst.argval, "__name__", None))
+    tx.push(_format(tx, v, "", convert) if convert else v)
+
+
+@_handler
+def BUILD_STRING(tx: T, inst):
+    tx.push(ConstantVariable("".join(p.as_python_constant() for p in tx.popn(inst.argval))))
+
+
+@_handler
 def BEFORE_WITH(tx: T, inst):
     """``with ctx:`` pushes ``ctx.__exit__`` (called at the end of the block) and ``ctx.__enter__()``."""
     ctx = tx.pop()
@@ -592,11 +687,10 @@ def BEFORE_WITH(tx: T, inst):
 _UNSUPPORTED_OPS = {
     "RAISE_VARARGS": "raise statement", "RERAISE": "re-raise", "LOAD_ASSERTION_ERROR": "assert statement failing path",
     "PUSH_EXC_INFO": "try/except blocks",
-    "SETUP_ANNOTATIONS": "annotations", "IMPORT_NAME": "import inside a compiled function",
+    "SETUP_ANNOTATIONS": "annotations",
     "YIELD_VALUE": "generators", "RETURN_GENERATOR": "generators", "GET_AWAITABLE": "async code",
-    "FORMAT_VALUE": "f-strings are not supported yet", "FORMAT_SIMPLE": "f-strings are not supported yet",
     "BUILD_SET": "set displays", "DELETE_ATTR": "del obj.attr",
-    "LOAD_SUPER_ATTR": "super()", "CALL_INTRINSIC_1": "intrinsic", "STORE_SLICE": "slice assignment",
+"CALL_INTRINSIC_1": "intrinsic", "STORE_SLICE": "slice assignment",
 }
 for _name, _reason in _UNSUPPORTED_OPS.items():
     OPCODE_HANDLERS.setdefault(_name, lambda tx, inst, _r=_reason: unimplemented(_r))
@@ -669,17 +763,20 @@ class InstructionTranslator(InstructionTranslatorBase):
             if blocks != ["with"] * len(contexts) or self.code.co_cellvars or self.code.co_freevars:
                 raise  # inside try (or a `with` we did not trace): not resumable, the frame runs eagerly
             self.stack, self.symbolic_locals = stack, local_vars
-            self._undo_grad_mode_changes(last_node, contexts, grad_mode)
+            self._undo_instruction(last_node, contexts, grad_mode)
             if contexts:  # the graph leaves the `with` blocks; the transformed code re-enters them
                 set_grad_enabled(self, contexts[0].initial_mode)
             self.graph_break = GraphBreak(inst, e, stack, local_vars)
 
-    def _undo_grad_mode_changes(self, last_node, contexts, grad_mode: bool) -> None:
-        """Forget grad-mode switches made by the instruction that broke (e.g. in a function it inlined)."""
+    def _undo_instruction(self, last_node, contexts, grad_mode: bool) -> None:
+        """Forget what the instruction that broke added to the graph. It runs natively instead (a call
+        it inlined runs again in full, as its own frame), so ops it traced before the break must not
+        also run in this graph (an in-place ``num_batches_tracked += 1`` would count twice), and
+        grad-mode switches it made are undone."""
         nodes = list(self.output.graph.nodes)
         start = nodes.index(last_node) + 1 if last_node is not None else 0
         for node in reversed(nodes[start:]):
-            if is_grad_mode_node(node) and not node.users:
+            if node.op != "placeholder":  # new inputs stay (placed before the ops); unused ones are harmless
                 self.output.graph.erase_node(node)
         self.grad_contexts = contexts
         torch._C._set_grad_enabled(grad_mode)

@@ -4,6 +4,7 @@ Operations on constants are folded: the interpreter simply runs them.
 """
 from __future__ import annotations
 
+import types
 from typing import Any
 
 from tinydynamo.exc import unimplemented
@@ -37,6 +38,13 @@ class ConstantVariable(VariableTracker):
             value = getattr(self.value, name)
         except AttributeError as e:
             unimplemented(f"{type(self.value).__name__} has no attribute {name!r}: {e}")
+        if isinstance(self.value, type) and not isinstance(value, (types.BuiltinFunctionType, types.WrapperDescriptorType,
+                                                                   types.MethodDescriptorType)):
+            # a class's attribute (a function, a classmethod bound to it, a class constant): the real value
+            from tinydynamo.source import AttrSource
+            from tinydynamo.variables.builder import VariableBuilder
+
+            return VariableBuilder(tx, AttrSource(self.source, name) if self.source is not None else None).wrap(value)
         if callable(value) and not isinstance(value, type):
             from tinydynamo.variables.misc import GetAttrVariable
 

@@ -87,6 +87,10 @@ def bind_arguments(
     return bound
 
 
+#: attributes of a function that are plain constants (no guard needed beyond the function's identity)
+FUNCTION_CONSTANT_ATTRS = frozenset({"__code__", "__module__", "__name__", "__qualname__", "__doc__"})
+
+
 class BaseUserFunctionVariable(VariableTracker):
     def get_code(self) -> types.CodeType:
         raise NotImplementedError
@@ -142,6 +146,17 @@ class UserFunctionVariable(BaseUserFunctionVariable):
         }
         return bind_arguments(self.get_code(), args, kwargs, defaults, kwdefaults, self.fn.__qualname__)
 
+    def var_getattr(self, tx, name: str) -> VariableTracker:
+        """``fn.__code__``, ``fn.__module__``, ``fn.__name__``...: read from the real function (it is
+        guarded by identity, and these do not change); other attributes are guarded by their source."""
+        try:
+            value = getattr(self.fn, name)
+        except AttributeError:
+            unimplemented(f"function {self.fn.__qualname__} has no attribute {name!r}")
+        if name in FUNCTION_CONSTANT_ATTRS:
+            return ConstantVariable(value)
+        return self._wrap(tx, value, AttrSource(self.source, name) if self.source is not None else None)
+
     def closure_cells(self, tx):
         cells = {}
         for i, (name, cell) in enumerate(zip(self.get_code().co_freevars, self.fn.__closure__ or ())):
@@ -168,6 +183,13 @@ class UserMethodVariable(UserFunctionVariable):
     def __init__(self, fn: types.FunctionType, obj: VariableTracker, source=None):
         super().__init__(fn, source)
         self.obj = obj
+
+    def var_getattr(self, tx, name: str) -> VariableTracker:
+        if name == "__self__":
+            return self.obj
+        if name == "__func__":
+            return UserFunctionVariable(self.fn)
+        return super().var_getattr(tx, name)
 
     def call_function(self, tx, args, kwargs):
         return tx.inline_user_function(self, [self.obj, *args], kwargs)
@@ -207,6 +229,17 @@ class NestedUserFunctionVariable(BaseUserFunctionVariable):
 
     def get_globals(self):
         return self.f_globals
+
+    def var_getattr(self, tx, name: str) -> VariableTracker:
+        known = {"__code__": self.code, "__name__": self.code.co_name, "__qualname__": self.qualname,
+                 "__module__": self.f_globals.get("__name__")}
+        if name in known:
+            return ConstantVariable(known[name])
+        if name == "__defaults__":
+            from tinydynamo.variables.lists import TupleVariable
+
+            return TupleVariable(list(self.defaults)) if self.defaults else ConstantVariable(None)
+        unimplemented(f"attribute {name!r} of the nested function {self.qualname}")
 
     def bind(self, tx, args, kwargs):
         return bind_arguments(self.code, args, kwargs, self.defaults, self.kwdefaults, self.qualname)

@@ -58,6 +58,83 @@ class UserDefinedObjectVariable(VariableTracker):
         return f"UserDefinedObjectVariable({type(self.value).__name__})"
 
 
+class SuperVariable(VariableTracker):
+    """``super(cls, obj)``: attribute lookup starts after ``cls`` in the MRO of ``obj``'s type."""
+
+    def __init__(self, cls: type, obj: VariableTracker):
+        super().__init__(None)
+        self.cls = cls
+        self.obj = obj
+
+    def var_getattr(self, tx, name: str) -> VariableTracker:
+        from tinydynamo.variables.builder import VariableBuilder
+        from tinydynamo.variables.constant import ConstantVariable
+        from tinydynamo.variables.functions import UserFunctionVariable, UserMethodVariable
+
+        obj_value = self.obj.as_python_constant() if isinstance(self.obj, ConstantVariable) else None
+        owner = obj_value if isinstance(obj_value, type) else self.obj.python_type()  # super() in a classmethod
+        mro = owner.__mro__
+        if self.cls not in mro:
+            unimplemented(f"super({self.cls.__name__}, obj): obj is not an instance or subtype")
+        for klass in mro[mro.index(self.cls) + 1:]:
+            if name in vars(klass):
+                attr = vars(klass)[name]
+                break
+        else:
+            unimplemented(f"super().{name}: no class after {self.cls.__name__} defines it")
+        if isinstance(attr, staticmethod):
+            return UserFunctionVariable(attr.__func__)
+        if isinstance(attr, classmethod):
+            return UserMethodVariable(attr.__func__, ConstantVariable(owner))
+        if isinstance(attr, property):
+            return UserFunctionVariable(attr.fget).call_function(tx, [self.obj], {})
+        if isinstance(attr, types.FunctionType):
+            if isinstance(obj_value, type):  # super().method in a classmethod-free context: unbound
+                return UserFunctionVariable(attr)
+            return UserMethodVariable(attr, self.obj)
+        if (klass, name) in READ_ONLY_BASE_METHODS and isinstance(self.obj, UserDefinedObjectVariable):
+            return BaseMethodVariable(klass, name, self.obj)
+        if callable(attr) or hasattr(attr, "__get__"):
+            unimplemented(f"super().{name}: {type(attr).__name__} of {klass.__name__} (a C method or descriptor)")
+        return VariableBuilder(tx, None).wrap(attr)
+
+    def call_method(self, tx, name, args, kwargs):
+        return self.var_getattr(tx, name).call_function(tx, args, kwargs)
+
+    def __repr__(self) -> str:
+        return f"SuperVariable({self.cls.__name__}, {self.obj!r})"
+
+
+#: C methods of builtin base classes that only read: ``super().get(key)`` in a dict subclass is folded
+READ_ONLY_BASE_METHODS = {(dict, "get"), (dict, "__getitem__"), (dict, "__contains__"), (dict, "__len__"),
+                          (list, "__getitem__"), (list, "__len__"), (tuple, "__getitem__"), (tuple, "__len__")}
+
+
+class BaseMethodVariable(VariableTracker):
+    """``super().get`` where the base is dict (list, tuple): called at trace time on the real object with
+    constant arguments; the result is guarded through a source that calls the base method again."""
+
+    def __init__(self, klass: type, name: str, obj: "UserDefinedObjectVariable"):
+        super().__init__(None)
+        self.klass, self.name, self.obj = klass, name, obj
+
+    def call_function(self, tx, args, kwargs):
+        from tinydynamo.source import BaseMethodSource
+        from tinydynamo.variables.builder import VariableBuilder
+
+        if kwargs or not all(a.is_python_constant() for a in args):
+            unimplemented(f"{self.klass.__name__}.{self.name} with non-constant arguments")
+        consts = tuple(a.as_python_constant() for a in args)
+        try:
+            value = getattr(self.klass, self.name)(self.obj.value, *consts)
+        except Exception as e:
+            unimplemented(f"{self.klass.__name__}.{self.name} raised {type(e).__name__}: {e}")
+        source = None
+        if self.obj.source is not None:
+            source = BaseMethodSource(self.obj.source, f"{self.klass.__name__}.{self.name}", consts)
+        return VariableBuilder(tx, source).wrap(value)
+
+
 def check_plain_setattr(obj, name: str, expected_setattr) -> None:
     """Only a plain ``__dict__`` store can be replayed faithfully: no custom ``__setattr__``, no
     property/descriptor for ``name``, an object with a ``__dict__`` (not an unknown C type)."""
