@@ -6,6 +6,8 @@
 PYTHON ?= python3
 VENV ?= .venv
 TORCH_SPEC ?= torch==2.13.0
+# torchvision for the real-model tests, without its dependencies (they would replace TORCH_SPEC's torch)
+TORCHVISION_SPEC ?= torchvision==0.28.0
 BIN := $(VENV)/bin
 PYTEST_NOTEBOOKS := --nbval --nbval-current-env --nbval-sanitize-with notebooks/nbval_sanitize.cfg
 
@@ -16,7 +18,8 @@ setup: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q $(TORCH_SPEC)
-	$(BIN)/python -m pip install -q -e .
+	$(BIN)/python -m pip install -q -e ".[models]"
+	$(BIN)/python -m pip install -q --no-deps $(TORCHVISION_SPEC)
 	touch $@
 
 course: setup
