@@ -120,6 +120,22 @@ class BaseMethodSource(Source):
 
 
 @dataclasses.dataclass(frozen=True)
+class CallSource(Source):
+    """``fn(*args)`` with constant arguments, ``fn`` bound to a scope name: the value a folded read-only
+    call returned (``os.environ.get('X', '0')``), so that a guard can read it again."""
+
+    fn_name: str  # the scope name bound to the function
+    label: str  # what people read: "os.environ.get"
+    args: tuple
+
+    def name(self) -> str:
+        return f"{self.label}({', '.join(map(repr, self.args))})"
+
+    def code(self) -> str:
+        return f"{self.fn_name}({', '.join(map(repr, self.args))})"
+
+
+@dataclasses.dataclass(frozen=True)
 class ConstSource(Source):
     """A value referred to by a scope name (e.g. a closure cell of an inlined function)."""
 

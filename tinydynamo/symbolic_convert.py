@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import builtins
 import contextlib
+import dis
 import inspect
 import linecache
 import types
@@ -23,7 +24,7 @@ import torch
 from tinydynamo import bytecode as bc
 from tinydynamo.bytecode import Instruction
 from tinydynamo import config
-from tinydynamo.exc import Unsupported, unimplemented
+from tinydynamo.exc import ObservedException, Unsupported, unimplemented
 from tinydynamo.output_graph import OutputGraph
 from tinydynamo.source import GlobalSource, LocalSource
 from tinydynamo.variables import (
@@ -47,6 +48,9 @@ from tinydynamo.variables.ctx_manager import (
     prune_grad_mode_nodes,
     set_grad_enabled,
 )
+
+#: classes whose construction from constants is a constant (folded at trace time)
+FOLDABLE_CLASSES = (torch.finfo, torch.iinfo, torch.device)
 
 OPCODE_HANDLERS: dict[str, Callable[["InstructionTranslatorBase", Instruction], None]] = {}
 
@@ -130,9 +134,27 @@ class InstructionTranslatorBase:
             if handler is None:
                 unimplemented(f"opcode {inst.opname} is not supported")
             handler(self, inst)
+        except ObservedException as e:
+            if not self.handle_observed_exception(inst, e):
+                e.user_stack.append(self.frame_summary(inst))
+                raise
         except Unsupported as e:
             e.user_stack.append(self.frame_summary(inst))
             raise
+
+    def handle_observed_exception(self, inst: Instruction, exc: ObservedException) -> bool:
+        """An exception raised by the traced code at ``inst``: jump to its handler, as CPython would (the
+        exception table entry covering the instruction: cut the stack to its depth, push the exception).
+        False when no handler covers it (the caller's frame may catch it)."""
+        for entry in getattr(dis.Bytecode(self.code), "exception_entries", ()):
+            if entry.start <= inst.offset < entry.end:
+                del self.stack[entry.depth:]
+                if entry.lasti:
+                    self.push(ConstantVariable(inst.offset))
+                self.push(ExceptionVariable(exc))
+                self.ip = next(i for i, ins in enumerate(self.instructions) if ins.offset >= entry.target)
+                return True
+        return False
 
     def frame_summary(self, inst: Instruction) -> str:
         line = linecache.getline(self.code.co_filename, inst.lineno or 0).strip()
@@ -155,6 +177,14 @@ class InstructionTranslatorBase:
     def call(self, fn: VariableTracker, args: list[VariableTracker], kwargs: dict[str, VariableTracker]) -> VariableTracker:
         if isinstance(fn, ConstantVariable) and fn.value is super:
             return self.make_super(args)
+        if isinstance(fn, ConstantVariable) and fn.value in FOLDABLE_CLASSES and not kwargs \
+                and all(a.is_python_constant() for a in args):  # torch.finfo(x.dtype): a constant
+            return ConstantVariable(fn.value(*[a.as_python_constant() for a in args]))
+        if isinstance(fn, ConstantVariable) and isinstance(fn.value, type):
+            from tinydynamo.variables.dataclasses import DataclassVariable, can_model
+
+            if can_model(fn.value):  # a dataclass built in the frame (a model's output record)
+                return DataclassVariable.create(self, fn.value, args, kwargs)
         return fn.call_function(self, args, kwargs)
 
     def make_super(self, args: list[VariableTracker]) -> VariableTracker:
@@ -684,9 +714,66 @@ def BEFORE_WITH(tx: T, inst):
     tx.push(ctx.enter(tx))
 
 
+class ExceptionVariable(VariableTracker):
+    """An exception raised (and maybe caught) inside traced code: its type and message."""
+
+    def __init__(self, exc: ObservedException):
+        super().__init__(None)
+        self.exc = exc
+
+    def python_type(self):
+        return self.exc.exc_type
+
+    def __repr__(self) -> str:
+        return f"ExceptionVariable({self.exc.exc_type.__name__})"
+
+
+# ---- exceptions raised and caught inside traced code (the handler path of try/except) --------------------
+@_handler
+def PUSH_EXC_INFO(tx: T, inst):
+    exc = tx.pop()
+    tx.push(ConstantVariable(None))  # the previous "current exception" (sys.exc_info()), restored by POP_EXCEPT
+    tx.push(exc)
+
+
+@_handler
+def CHECK_EXC_MATCH(tx: T, inst):
+    expected = tx.pop().as_python_constant()
+    exc = tx.stack[-1]
+    if not isinstance(exc, ExceptionVariable):
+        unimplemented(f"except clause on {exc}")
+    tx.push(ConstantVariable(issubclass(exc.exc.exc_type, expected)))
+
+
+@_handler
+def POP_EXCEPT(tx: T, inst): tx.pop()
+
+
+@_handler
+def RERAISE(tx: T, inst):
+    exc = tx.pop()
+    if not isinstance(exc, ExceptionVariable):
+        unimplemented(f"re-raising {exc}")
+    raise exc.exc
+
+
+@_handler
+def RAISE_VARARGS(tx: T, inst):
+    """``raise E`` / ``raise E("msg")`` with a constant exception class or message: observed, so an enclosing
+    ``try`` in traced code can catch it; anything else (and an uncaught raise) is Unsupported."""
+    if inst.argval != 1:
+        unimplemented("raise statement (bare re-raise or raise ... from ...)")
+    exc = tx.pop()
+    if isinstance(exc, ExceptionVariable):
+        raise exc.exc
+    value = exc.as_python_constant() if exc.is_python_constant() else None
+    if isinstance(value, type) and issubclass(value, BaseException):
+        raise ObservedException(value)
+    unimplemented(f"raise statement ({exc})")
+
+
 _UNSUPPORTED_OPS = {
-    "RAISE_VARARGS": "raise statement", "RERAISE": "re-raise", "LOAD_ASSERTION_ERROR": "assert statement failing path",
-    "PUSH_EXC_INFO": "try/except blocks",
+    "LOAD_ASSERTION_ERROR": "assert statement failing path",
     "SETUP_ANNOTATIONS": "annotations",
     "YIELD_VALUE": "generators", "RETURN_GENERATOR": "generators", "GET_AWAITABLE": "async code",
     "BUILD_SET": "set displays", "DELETE_ATTR": "del obj.attr",

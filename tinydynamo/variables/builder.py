@@ -12,6 +12,7 @@ import collections
 import enum
 import math
 import operator
+import os
 import types
 from typing import Any
 
@@ -144,6 +145,10 @@ class VariableBuilder:
         if isinstance(value, (frozenset,)):
             self.guard("CONSTANT_MATCH", value)
             return ConstantVariable(value, src)
+        if value is os.environ:
+            from tinydynamo.variables.misc import EnvironVariable
+
+            return EnvironVariable(src)
         if isinstance(value, (set, types.GeneratorType)):
             unimplemented(f"{type(value).__name__} values are not supported")
         self.guard("TYPE_MATCH", type(value))

@@ -9,7 +9,7 @@ import inspect
 import types
 from typing import Any
 
-from tinydynamo.exc import unimplemented
+from tinydynamo.exc import raise_observed, unimplemented
 from tinydynamo.source import AttrSource, GetItemSource
 from tinydynamo.variables.base import VariableTracker
 from tinydynamo.variables.constant import ConstantVariable
@@ -152,7 +152,7 @@ class UserFunctionVariable(BaseUserFunctionVariable):
         try:
             value = getattr(self.fn, name)
         except AttributeError:
-            unimplemented(f"function {self.fn.__qualname__} has no attribute {name!r}")
+            raise_observed(AttributeError, f"function {self.fn.__qualname__} has no attribute {name!r}")
         if name in FUNCTION_CONSTANT_ATTRS:
             return ConstantVariable(value)
         return self._wrap(tx, value, AttrSource(self.source, name) if self.source is not None else None)
@@ -331,8 +331,45 @@ class SkippedFunctionVariable(VariableTracker):
         return self.fn
 
     def call_function(self, tx, args, kwargs):
+        if self.fn in FOLDABLE_LIBRARY_FUNCTIONS:
+            real_args = [real_python_value(a) for a in args]
+            real_kwargs = {k: real_python_value(v) for k, v in kwargs.items()}
+            if all(a is not _UNKNOWN for a in [*real_args, *real_kwargs.values()]):
+                try:
+                    return ConstantVariable(self.fn(*real_args, **real_kwargs))
+                except Exception as e:
+                    unimplemented(f"{self.fn.__qualname__}(...) raised {e!r} at trace time")
         unimplemented(f"call to {getattr(self.fn, '__module__', '?')}.{getattr(self.fn, '__qualname__', self.fn)}, "
                       "a library function tinydynamo does not trace")
+
+
+_UNKNOWN = object()
+
+
+def real_python_value(var: VariableTracker):
+    """The real object a (non-tensor) variable stands for, or _UNKNOWN: a bound method is rebuilt, so that
+    ``inspect.signature(self.forward)`` leaves out ``self`` as Python does."""
+    if isinstance(var, UserMethodVariable):
+        obj = real_python_value(var.obj)
+        return _UNKNOWN if obj is _UNKNOWN else types.MethodType(var.fn, obj)
+    if isinstance(var, UserFunctionVariable):
+        return var.fn
+    for attr in ("module", "value"):  # NNModuleVariable, UserDefinedObjectVariable
+        if hasattr(var, attr) and not hasattr(var, "node"):
+            return getattr(var, attr)
+    if var.is_python_constant():
+        return var.as_python_constant()
+    return _UNKNOWN
+
+
+def _foldable_library_functions() -> frozenset:
+    return frozenset({inspect.signature, inspect.isclass, inspect.isfunction, inspect.ismethod,
+                      inspect.isgeneratorfunction, inspect.iscoroutinefunction, inspect.getfullargspec})
+
+
+#: standard-library functions of a function's or class's definition: run at trace time on the real
+#: object (guarded by identity where it has a source); the result is a constant
+FOLDABLE_LIBRARY_FUNCTIONS = _foldable_library_functions()
 
 
 class DisabledFunctionVariable(VariableTracker):

@@ -5,9 +5,10 @@ objects are side effects, recorded by the OutputGraph's SideEffects and replayed
 """
 from __future__ import annotations
 
+import inspect
 import types
 
-from tinydynamo.exc import unimplemented
+from tinydynamo.exc import raise_observed, unimplemented
 from tinydynamo.source import AttrSource
 from tinydynamo.variables.base import VariableTracker
 
@@ -27,22 +28,33 @@ class UserDefinedObjectVariable(VariableTracker):
         unimplemented(f"truth value of a {cls.__name__} (it defines __bool__ or __len__)")
 
     def var_getattr(self, tx, name: str) -> VariableTracker:
+        """``obj.name`` with Python's precedence: a data descriptor of the class (property), the instance
+        ``__dict__``, other class attributes (methods, static/class methods, constants), then absent."""
         from tinydynamo.variables.builder import VariableBuilder
-        from tinydynamo.variables.functions import UserFunctionVariable, UserMethodVariable
 
         stored = tx.output.side_effects.load_attr(self, self.value, name)
         if stored is not None:  # written earlier in this frame
             return stored
-        cls_attr = getattr(type(self.value), name, None)
-        if isinstance(cls_attr, property):
-            return UserFunctionVariable(cls_attr.fget).call_function(tx, [self], {})
-        if name not in getattr(self.value, "__dict__", {}) and isinstance(cls_attr, types.FunctionType):
-            return UserMethodVariable(cls_attr, self)
-        try:
-            value = getattr(self.value, name)
-        except AttributeError:
-            unimplemented(f"{type(self.value).__name__} has no attribute {name!r}")
-        return VariableBuilder(tx, AttrSource(self.source, name) if self.source else None).wrap(value)
+        cls = type(self.value)
+        source = AttrSource(self.source, name) if self.source else None
+        if cls.__getattribute__ is not object.__getattribute__ or hasattr(cls, "__getattr__"):
+            cls_attr = inspect.getattr_static(cls, name, MISSING)  # custom lookup: only methods are inlined
+            if isinstance(cls_attr, (types.FunctionType, staticmethod, classmethod)):
+                return class_attribute_variable(tx, self, cls, name, cls_attr)
+            try:
+                value = getattr(self.value, name)
+            except AttributeError:
+                raise_observed(AttributeError, f"{cls.__name__} has no attribute {name!r}")
+            return VariableBuilder(tx, source).wrap(value)
+        cls_attr = inspect.getattr_static(cls, name, MISSING)
+        instance_dict = getattr(self.value, "__dict__", {})
+        if cls_attr is not MISSING and is_data_descriptor(cls_attr) and not isinstance(cls_attr, property):
+            return VariableBuilder(tx, source).wrap(getattr(self.value, name))  # __slots__ member, getset
+        if cls_attr is not MISSING and (isinstance(cls_attr, property) or name not in instance_dict):
+            return class_attribute_variable(tx, self, cls, name, cls_attr, source)
+        if name in instance_dict:
+            return VariableBuilder(tx, source).wrap(instance_dict[name])
+        raise_observed(AttributeError, f"{cls.__name__} has no attribute {name!r}")
 
     def var_setattr(self, tx, name: str, value: VariableTracker) -> None:
         check_plain_setattr(self.value, name, object.__setattr__)
@@ -133,6 +145,39 @@ class BaseMethodVariable(VariableTracker):
         if self.obj.source is not None:
             source = BaseMethodSource(self.obj.source, f"{self.klass.__name__}.{self.name}", consts)
         return VariableBuilder(tx, source).wrap(value)
+
+
+MISSING = object()
+
+
+def is_data_descriptor(attr) -> bool:
+    return hasattr(type(attr), "__set__") or hasattr(type(attr), "__delete__")
+
+
+def class_attribute_variable(tx, obj: VariableTracker, cls: type, name: str, attr, source=None) -> VariableTracker:
+    """``obj.name`` found on the class as ``attr`` (``inspect.getattr_static``): a method bound to ``obj``,
+    a static or class method, a property's value, a decorated ``@torch.no_grad()`` method, or a plain value."""
+    from tinydynamo.variables.builder import VariableBuilder
+    from tinydynamo.variables.constant import ConstantVariable
+    from tinydynamo.variables.ctx_manager import GradModeDecoratedFunctionVariable, unwrap_grad_mode_decorator
+    from tinydynamo.variables.functions import UserFunctionVariable, UserMethodVariable
+
+    if isinstance(attr, staticmethod):
+        return VariableBuilder(tx, None).wrap(attr.__func__)
+    if isinstance(attr, classmethod):
+        return UserMethodVariable(attr.__func__, ConstantVariable(cls))
+    if isinstance(attr, property):
+        if not isinstance(attr.fget, types.FunctionType):
+            unimplemented(f"property {cls.__name__}.{name} whose getter is not a Python function")
+        return UserFunctionVariable(attr.fget).call_function(tx, [obj], {})
+    if isinstance(attr, types.FunctionType):
+        decorated = unwrap_grad_mode_decorator(attr)  # @torch.no_grad() def forward(self, ...)
+        if decorated is not None:
+            return GradModeDecoratedFunctionVariable(*decorated, self_obj=obj)
+        return UserMethodVariable(attr, obj)
+    if hasattr(type(attr), "__get__") and not isinstance(attr, type):
+        unimplemented(f"{cls.__name__}.{name} is a {type(attr).__name__} descriptor")
+    return VariableBuilder(tx, source).wrap(attr)
 
 
 def check_plain_setattr(obj, name: str, expected_setattr) -> None:
