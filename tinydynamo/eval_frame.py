@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import copy
 import dataclasses
 import functools
 import inspect
@@ -342,6 +343,12 @@ class OptimizedModule(nn.Module):
         super().__init__()
         self._orig_mod = mod
         self._compiled_forward = OptimizedFunction(mod.forward, backend, nopython)
+
+    def __deepcopy__(self, memo: dict) -> "OptimizedModule":
+        """A compiled copy of a copy of the module (same backend and fullgraph setting; compiled caches are
+        per code object, so the copy reuses them where its guards pass)."""
+        fn = self._compiled_forward
+        return OptimizedModule(copy.deepcopy(self._orig_mod, memo), fn._backend, fn._nopython)
 
     def forward(self, *args, **kwargs):
         from torch.nn.modules import module as module_mod

@@ -14,6 +14,7 @@ import math
 import operator
 import os
 import types
+import weakref
 from typing import Any
 
 import torch
@@ -66,7 +67,7 @@ class VariableBuilder:
         if isinstance(value, torch.Tensor):
             return self.tx.output.lift_tensor(value, src)
         if isinstance(value, nn.Module):
-            self.guard("NN_MODULE", value)
+            self.guard("NN_MODULE", weakref.ref(value))  # weak: compiled code does not keep modules alive
             return NNModuleVariable(value, src)
         if type(value) is torch.Size:
             self.guard("CONSTANT_MATCH", value)
