@@ -86,12 +86,14 @@ def _pyproject_requirements() -> dict[str, str]:
     from packaging.requirements import Requirement
 
     data = tomllib.loads((ROOT / "pyproject.toml").read_text())
-    return {Requirement(r).name.lower(): str(Requirement(r).specifier) for r in data["project"]["dependencies"]}
+    requirements = data["project"]["dependencies"] + data["project"]["optional-dependencies"]["models"]
+    return {Requirement(r).name.lower(): str(Requirement(r).specifier) for r in requirements}
 
 
 def _conda_requirements() -> dict[str, str]:
     conda_to_pypi = {"pytorch": "torch", "python-graphviz": "graphviz"}
     not_python_packages = {"python", "pip", "graphviz"}  # conda's graphviz is the `dot` binary
+    not_python_packages.add("torchvision")  # pip gets it by `make setup` (TORCHVISION_SPEC, --no-deps)
     found = {}
     text = (ROOT / "environment.yml").read_text()
     for line in text.split("\ndependencies:\n", 1)[1].splitlines():

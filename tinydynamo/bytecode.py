@@ -231,6 +231,9 @@ def get_instructions(code_or_fn: Any) -> list[Instruction]:
             pending_kw = ()
         elif name == "LOAD_GLOBAL":
             emit(name, ins.argval, ins.argval, push_null=bool(ins.arg & 1))
+        elif name == "LOAD_SUPER_ATTR":  # 3.12+: `super().name`; low bit: a method load (like LOAD_ATTR's)
+            method = bool(ins.arg & 1)
+            emit(name, ins.argval, ins.argval, push_null=method, is_method=method)
         elif name == "LOAD_METHOD":  # 3.11
             emit("LOAD_ATTR", ins.argval, ins.argval, push_null=True, is_method=True)
         elif name == "LOAD_ATTR":

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import copy
 import dataclasses
 import functools
 import inspect
@@ -113,7 +114,9 @@ class OptimizedFunction:
         self._globals = self._fn.__globals__
         self._backend = lookup_backend(backend)
         self._nopython = nopython
-        self._signature = inspect.signature(self._fn)
+        # the code's own parameters: a decorator's ``wrapper(*args, **kwargs)`` carries ``__wrapped__``,
+        # which inspect.signature would follow to the inner function's parameters
+        self._signature = inspect.signature(self._fn, follow_wrapped=False)
         self._sig_defaults, self._sig_kwdefaults = self._fn.__defaults__, self._fn.__kwdefaults__
         code = self._code
         simple = not (code.co_flags & (inspect.CO_VARARGS | inspect.CO_VARKEYWORDS)) and code.co_kwonlyargcount == 0
@@ -129,7 +132,7 @@ class OptimizedFunction:
         else:
             fn = self._fn
             if fn.__defaults__ is not self._sig_defaults or fn.__kwdefaults__ is not self._sig_kwdefaults:
-                self._signature = inspect.signature(fn)  # defaults rebound since: bind the current ones
+                self._signature = inspect.signature(fn, follow_wrapped=False)  # defaults rebound since: bind the current ones
                 self._sig_defaults, self._sig_kwdefaults = fn.__defaults__, fn.__kwdefaults__
             bound = self._signature.bind(*args, **kwargs)
             bound.apply_defaults()
@@ -225,31 +228,52 @@ _resume_wrappers: dict = {}
 
 
 def wrap_for_resume(fn: Any, backend: Any) -> Any:
-    """What a transformed frame calls: resume functions and user functions get compiled (their own
-    graphs, guards, cache); modules go through their compiled forward; anything else as is.
+    """What a transformed frame calls: resume functions, user functions and methods get compiled
+    (their own graphs, guards, cache); a module called at a graph break runs its compiled forward
+    (its hooks, if any, through the usual ``Module.__call__``); anything else as is.
 
-    ``backend=None`` (a native call at a graph break) keeps the caller's backend if known.
+    ``backend=None`` (a native call at a graph break) keeps the caller's backend if known. The
+    wrappers are cached per (function, backend) and never hold the bound object or module: a method's
+    ``self`` is passed at the call (so compiled code keeps no reference to it after the call returns).
     """
     if backend is None:
         backend = config.default_backend if _current_backend[-1] is None else _current_backend[-1]
     if isinstance(fn, (OptimizedFunction, OptimizedModule)) or getattr(fn, "_tinydynamo_disabled", False):
         return fn
-    from tinydynamo.variables.functions import is_library_function
+    from tinydynamo.variables.functions import is_library_function, is_torch_internal
 
-    target = fn
-    if is_library_function(getattr(fn, "__func__", fn)):
-        return fn
+    if isinstance(fn, nn.Module):
+        forward = getattr(type(fn), "forward", None)
+        if type(fn).__call__ is not nn.Module.__call__ or not isinstance(forward, types.FunctionType) \
+                or is_torch_internal(forward) or is_library_function(forward) \
+                or getattr(fn, "__dict__", {}).get("forward") is not None:
+            return fn
+        return functools.partial(_call_module, fn, _function_wrapper(forward, backend))
     if isinstance(fn, types.MethodType) and isinstance(fn.__func__, types.FunctionType):
-        key = (fn.__func__, id(fn.__self__), id(backend))
-    elif isinstance(fn, types.FunctionType) and not fn.__module__.startswith("torch"):
-        key = (fn, None, id(backend))
-    else:
-        return fn
+        func = fn.__func__
+        if is_torch_internal(func) or is_library_function(func):
+            return fn
+        return functools.partial(_function_wrapper(func, backend), fn.__self__)
+    if isinstance(fn, types.FunctionType) and not is_torch_internal(fn) and not is_library_function(fn):
+        return _function_wrapper(fn, backend)
+    return fn
+
+
+def _function_wrapper(fn: types.FunctionType, backend) -> "OptimizedFunction":
+    key = (fn, id(backend))
     wrapper = _resume_wrappers.get(key)
-    if wrapper is None or (isinstance(fn, types.MethodType) and wrapper._self is not fn.__self__):
-        wrapper = OptimizedFunction(target, backend)
-        _resume_wrappers[key] = wrapper
+    if wrapper is None:
+        wrapper = _resume_wrappers[key] = OptimizedFunction(fn, backend)
     return wrapper
+
+
+def _call_module(module: nn.Module, compiled_forward: "OptimizedFunction", *args, **kwargs):
+    """``module(*args)`` at a graph break: the compiled forward, unless hooks ask for Module.__call__."""
+    from tinydynamo.variables.nn_module import _has_hooks
+
+    if _has_hooks(module):
+        return module(*args, **kwargs)
+    return compiled_forward(module, *args, **kwargs)
 
 
 _current_backend: list = [None]
@@ -337,6 +361,12 @@ class OptimizedModule(nn.Module):
         super().__init__()
         self._orig_mod = mod
         self._compiled_forward = OptimizedFunction(mod.forward, backend, nopython)
+
+    def __deepcopy__(self, memo: dict) -> "OptimizedModule":
+        """A compiled copy of a copy of the module (same backend and fullgraph setting; compiled caches are
+        per code object, so the copy reuses them where its guards pass)."""
+        fn = self._compiled_forward
+        return OptimizedModule(copy.deepcopy(self._orig_mod, memo), fn._backend, fn._nopython)
 
     def forward(self, *args, **kwargs):
         from torch.nn.modules import module as module_mod

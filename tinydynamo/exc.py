@@ -35,6 +35,21 @@ def unimplemented(reason: str, hint: str | None = None):
     raise Unsupported(reason, hint)
 
 
+class ObservedException(Unsupported):
+    """A Python exception that the traced code itself raises at trace time (a missing dict key, a missing
+    attribute, a ``raise`` of a constant exception). A ``try``/``except`` around it in traced code catches it
+    (the translator follows the code's exception table, as CPython would); uncaught, it is Unsupported."""
+
+    def __init__(self, exc_type: type, message: str = ""):
+        super().__init__(f"{exc_type.__name__} raised in traced code: {message}")
+        self.exc_type = exc_type
+        self.message = message
+
+
+def raise_observed(exc_type: type, message: str = ""):
+    raise ObservedException(exc_type, message)
+
+
 class BackendCompilerFailed(TinyDynamoError):
     """The backend raised while compiling a captured graph (torch._dynamo's exception of that name).
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import weakref
 from typing import Any, Callable, Iterator
 
 import torch
@@ -161,12 +162,19 @@ register_guard_kind(
     lambda g: f"{g.name} is {_short(g.expected)}",
 )
 
+def _deref(expected: Any) -> Any:
+    """A guard's expected object, kept as a weak reference where it is one (a module: compiled code must
+    not keep the user's modules alive; once the module is gone the guard fails)."""
+    return expected() if isinstance(expected, weakref.ref) else expected
+
+
 register_guard_kind(
     "NN_MODULE",
-    lambda g, ref, scope: [f"{ref} is {scope.constant(g.expected, 'mod')}"],
-    lambda g, v: None if v is g.expected
-    else f"module {g.name} was replaced: expected {_short(g.expected)}, actual {_short(v)}",
-    lambda g: f"{g.name} is {_short(g.expected)}  # the module (and so its parameters' owner)",
+    lambda g, ref, scope: ([f"{ref} is {scope.constant(g.expected, 'mod')}()"] if isinstance(g.expected, weakref.ref)
+                           else [f"{ref} is {scope.constant(g.expected, 'mod')}"]),
+    lambda g, v: None if v is _deref(g.expected)
+    else f"module {g.name} was replaced: expected {_short(_deref(g.expected))}, actual {_short(v)}",
+    lambda g: f"{g.name} is {_short(_deref(g.expected))}  # the module (and so its parameters' owner)",
 )
 
 # ---- CONSTANT_MATCH --------------------------------------------------------------------------

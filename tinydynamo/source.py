@@ -119,6 +119,38 @@ class GetItemSource(Source):
 
 
 @dataclasses.dataclass(frozen=True)
+class BaseMethodSource(Source):
+    """``dict.get(base, key)``: a read-only method of a builtin base class on a subclass instance
+    (what ``super().get(key)`` reads), bypassing the subclass's overrides."""
+
+    base: Source
+    method: str  # "dict.get", "dict.__getitem__", ...
+    args: tuple  # constant arguments
+
+    def name(self) -> str:
+        return f"{self.method}({', '.join([self.base.name(), *map(repr, self.args)])})"
+
+    def code(self) -> str:
+        return f"{self.method}({', '.join([self.base.code(), *map(repr, self.args)])})"
+
+
+@dataclasses.dataclass(frozen=True)
+class CallSource(Source):
+    """``fn(*args)`` with constant arguments, ``fn`` bound to a scope name: the value a folded read-only
+    call returned (``os.environ.get('X', '0')``), so that a guard can read it again."""
+
+    fn_name: str  # the scope name bound to the function
+    label: str  # what people read: "os.environ.get"
+    args: tuple
+
+    def name(self) -> str:
+        return f"{self.label}({', '.join(map(repr, self.args))})"
+
+    def code(self) -> str:
+        return f"{self.fn_name}({', '.join(map(repr, self.args))})"
+
+
+@dataclasses.dataclass(frozen=True)
 class ConstSource(Source):
     """A value referred to by a scope name (e.g. a closure cell of an inlined function)."""
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import builtins
 import contextlib
+import dis
 import inspect
 import linecache
 import types
@@ -23,7 +24,7 @@ import torch
 from tinydynamo import bytecode as bc
 from tinydynamo.bytecode import Instruction
 from tinydynamo import config
-from tinydynamo.exc import Unsupported, unimplemented
+from tinydynamo.exc import ObservedException, Unsupported, unimplemented
 from tinydynamo.output_graph import OutputGraph
 from tinydynamo.source import GlobalSource, LocalSource
 from tinydynamo.variables import (
@@ -47,6 +48,9 @@ from tinydynamo.variables.ctx_manager import (
     prune_grad_mode_nodes,
     set_grad_enabled,
 )
+
+#: classes whose construction from constants is a constant (folded at trace time)
+FOLDABLE_CLASSES = (torch.finfo, torch.iinfo, torch.device)
 
 OPCODE_HANDLERS: dict[str, Callable[["InstructionTranslatorBase", Instruction], None]] = {}
 
@@ -130,9 +134,27 @@ class InstructionTranslatorBase:
             if handler is None:
                 unimplemented(f"opcode {inst.opname} is not supported")
             handler(self, inst)
+        except ObservedException as e:
+            if not self.handle_observed_exception(inst, e):
+                e.user_stack.append(self.frame_summary(inst))
+                raise
         except Unsupported as e:
             e.user_stack.append(self.frame_summary(inst))
             raise
+
+    def handle_observed_exception(self, inst: Instruction, exc: ObservedException) -> bool:
+        """An exception raised by the traced code at ``inst``: jump to its handler, as CPython would (the
+        exception table entry covering the instruction: cut the stack to its depth, push the exception).
+        False when no handler covers it (the caller's frame may catch it)."""
+        for entry in getattr(dis.Bytecode(self.code), "exception_entries", ()):
+            if entry.start <= inst.offset < entry.end:
+                del self.stack[entry.depth:]
+                if entry.lasti:
+                    self.push(ConstantVariable(inst.offset))
+                self.push(ExceptionVariable(exc))
+                self.ip = next(i for i, ins in enumerate(self.instructions) if ins.offset >= entry.target)
+                return True
+        return False
 
     def frame_summary(self, inst: Instruction) -> str:
         line = linecache.getline(self.code.co_filename, inst.lineno or 0).strip()
@@ -153,7 +175,33 @@ class InstructionTranslatorBase:
         unimplemented(f"name {name!r} is not defined")
 
     def call(self, fn: VariableTracker, args: list[VariableTracker], kwargs: dict[str, VariableTracker]) -> VariableTracker:
+        if isinstance(fn, ConstantVariable) and fn.value is super:
+            return self.make_super(args)
+        if isinstance(fn, ConstantVariable) and fn.value in FOLDABLE_CLASSES and not kwargs \
+                and all(a.is_python_constant() for a in args):  # torch.finfo(x.dtype): a constant
+            return ConstantVariable(fn.value(*[a.as_python_constant() for a in args]))
+        if isinstance(fn, ConstantVariable) and isinstance(fn.value, type):
+            from tinydynamo.variables.dataclasses import DataclassVariable, can_model
+
+            if can_model(fn.value):  # a dataclass built in the frame (a model's output record)
+                return DataclassVariable.create(self, fn.value, args, kwargs)
         return fn.call_function(self, args, kwargs)
+
+    def make_super(self, args: list[VariableTracker]) -> VariableTracker:
+        """``super()`` (zero arguments: this frame's ``__class__`` cell and first argument) or ``super(cls, obj)``."""
+        from tinydynamo.variables.user_defined import SuperVariable
+
+        if len(args) == 2:
+            return SuperVariable(args[0].as_python_constant(), args[1])
+        if args:
+            unimplemented("super() with one argument")
+        if "__class__" not in self.cells or not self.code.co_argcount:
+            unimplemented("super() outside a method (no __class__ cell or first argument)")
+        first = self.code.co_varnames[0]
+        obj = self.cells[first].get() if first in self.cells else self.symbolic_locals.get(first)
+        if obj is None:
+            unimplemented("super(): the method's first argument is not available")
+        return SuperVariable(self.cells["__class__"].get().as_python_constant(), obj)
 
     def inline_user_function(self, fn_var, args, kwargs) -> VariableTracker:
         """Trace a user function's bytecode in a nested translator sharing this graph."""
@@ -579,6 +627,83 @@ def YIELD_VALUE(tx: T, inst):
 
 
 @_handler
+def IMPORT_NAME(tx: T, inst):
+    """``import m`` / ``from m import x`` inside traced code: imported at trace time (already imported,
+    almost always), like TorchDynamo; the module is a constant of the frame."""
+    fromlist, level = tx.pop().as_python_constant(), tx.pop().as_python_constant()
+    try:
+        module = builtins.__import__(inst.argval, tx.f_globals, None, fromlist, level)
+    except ImportError as e:
+        unimplemented(f"import {inst.argval}: {e}")
+    tx.push(VariableBuilder(tx, None).wrap(module))
+
+
+@_handler
+def IMPORT_FROM(tx: T, inst):
+    module = tx.stack[-1].as_python_constant()
+    try:
+        value = getattr(module, inst.argval)
+    except AttributeError:
+        import importlib
+
+        try:
+            value = importlib.import_module(f"{module.__name__}.{inst.argval}")
+        except ImportError as e:
+            unimplemented(f"from {module.__name__} import {inst.argval}: {e}")
+    tx.push(VariableBuilder(tx, None).wrap(value))
+
+
+@_handler
+def LOAD_SUPER_ATTR(tx: T, inst):  # 3.12+: stack super, class, self -> super(class, self).name
+    obj, cls, super_fn = tx.pop(), tx.pop(), tx.pop()
+    value = tx.call(super_fn, [cls, obj], {}).var_getattr(tx, inst.argval)
+    for v in (bc.with_null(value, NULL) if inst.push_null else [value]):
+        tx.push(v)
+
+
+# ---- f-strings: folded at trace time when the formatted values are constants ---------------------------
+_CONVERSIONS = {None: None, "str": str, "repr": repr, "ascii": ascii, 1: str, 2: repr, 3: ascii}
+
+
+def _format(tx: T, value: VariableTracker, spec: str = "", conversion=None) -> VariableTracker:
+    if not value.is_python_constant():
+        unimplemented(f"formatting {value} in an f-string (only values known at trace time are folded)")
+    v = value.as_python_constant()
+    if conversion is not None:
+        v = conversion(v)
+    return ConstantVariable(format(v, spec))
+
+
+@_handler
+def FORMAT_VALUE(tx: T, inst):  # 3.11/3.12: argval (conversion function or None, has a format spec)
+    convert, has_spec = inst.argval if isinstance(inst.argval, tuple) else (None, False)
+    spec = tx.pop().as_python_constant() if has_spec else ""
+    tx.push(_format(tx, tx.pop(), spec, convert))
+
+
+@_handler
+def FORMAT_SIMPLE(tx: T, inst): tx.push(_format(tx, tx.pop()))
+
+
+@_handler
+def FORMAT_WITH_SPEC(tx: T, inst):
+    spec = tx.pop().as_python_constant()
+    tx.push(_format(tx, tx.pop(), spec))
+
+
+@_handler
+def CONVERT_VALUE(tx: T, inst):  # 3.13: str/repr/ascii before FORMAT_SIMPLE
+    v = tx.pop()
+    convert = _CONVERSIONS.get(inst.argval) or _CONVERSIONS.get(getattr(inst.argval, "__name__", None))
+    tx.push(_format(tx, v, "", convert) if convert else v)
+
+
+@_handler
+def BUILD_STRING(tx: T, inst):
+    tx.push(ConstantVariable("".join(p.as_python_constant() for p in tx.popn(inst.argval))))
+
+
+@_handler
 def BEFORE_WITH(tx: T, inst):
     """``with ctx:`` pushes ``ctx.__exit__`` (called at the end of the block) and ``ctx.__enter__()``."""
     ctx = tx.pop()
@@ -589,14 +714,70 @@ def BEFORE_WITH(tx: T, inst):
     tx.push(ctx.enter(tx))
 
 
+class ExceptionVariable(VariableTracker):
+    """An exception raised (and maybe caught) inside traced code: its type and message."""
+
+    def __init__(self, exc: ObservedException):
+        super().__init__(None)
+        self.exc = exc
+
+    def python_type(self):
+        return self.exc.exc_type
+
+    def __repr__(self) -> str:
+        return f"ExceptionVariable({self.exc.exc_type.__name__})"
+
+
+# ---- exceptions raised and caught inside traced code (the handler path of try/except) --------------------
+@_handler
+def PUSH_EXC_INFO(tx: T, inst):
+    exc = tx.pop()
+    tx.push(ConstantVariable(None))  # the previous "current exception" (sys.exc_info()), restored by POP_EXCEPT
+    tx.push(exc)
+
+
+@_handler
+def CHECK_EXC_MATCH(tx: T, inst):
+    expected = tx.pop().as_python_constant()
+    exc = tx.stack[-1]
+    if not isinstance(exc, ExceptionVariable):
+        unimplemented(f"except clause on {exc}")
+    tx.push(ConstantVariable(issubclass(exc.exc.exc_type, expected)))
+
+
+@_handler
+def POP_EXCEPT(tx: T, inst): tx.pop()
+
+
+@_handler
+def RERAISE(tx: T, inst):
+    exc = tx.pop()
+    if not isinstance(exc, ExceptionVariable):
+        unimplemented(f"re-raising {exc}")
+    raise exc.exc
+
+
+@_handler
+def RAISE_VARARGS(tx: T, inst):
+    """``raise E`` / ``raise E("msg")`` with a constant exception class or message: observed, so an enclosing
+    ``try`` in traced code can catch it; anything else (and an uncaught raise) is Unsupported."""
+    if inst.argval != 1:
+        unimplemented("raise statement (bare re-raise or raise ... from ...)")
+    exc = tx.pop()
+    if isinstance(exc, ExceptionVariable):
+        raise exc.exc
+    value = exc.as_python_constant() if exc.is_python_constant() else None
+    if isinstance(value, type) and issubclass(value, BaseException):
+        raise ObservedException(value)
+    unimplemented(f"raise statement ({exc})")
+
+
 _UNSUPPORTED_OPS = {
-    "RAISE_VARARGS": "raise statement", "RERAISE": "re-raise", "LOAD_ASSERTION_ERROR": "assert statement failing path",
-    "PUSH_EXC_INFO": "try/except blocks",
-    "SETUP_ANNOTATIONS": "annotations", "IMPORT_NAME": "import inside a compiled function",
+    "LOAD_ASSERTION_ERROR": "assert statement failing path",
+    "SETUP_ANNOTATIONS": "annotations",
     "YIELD_VALUE": "generators", "RETURN_GENERATOR": "generators", "GET_AWAITABLE": "async code",
-    "FORMAT_VALUE": "f-strings are not supported yet", "FORMAT_SIMPLE": "f-strings are not supported yet",
     "BUILD_SET": "set displays", "DELETE_ATTR": "del obj.attr",
-    "LOAD_SUPER_ATTR": "super()", "CALL_INTRINSIC_1": "intrinsic", "STORE_SLICE": "slice assignment",
+"CALL_INTRINSIC_1": "intrinsic", "STORE_SLICE": "slice assignment",
 }
 for _name, _reason in _UNSUPPORTED_OPS.items():
     OPCODE_HANDLERS.setdefault(_name, lambda tx, inst, _r=_reason: unimplemented(_r))
@@ -669,17 +850,20 @@ class InstructionTranslator(InstructionTranslatorBase):
             if blocks != ["with"] * len(contexts) or self.code.co_cellvars or self.code.co_freevars:
                 raise  # inside try (or a `with` we did not trace): not resumable, the frame runs eagerly
             self.stack, self.symbolic_locals = stack, local_vars
-            self._undo_grad_mode_changes(last_node, contexts, grad_mode)
+            self._undo_instruction(last_node, contexts, grad_mode)
             if contexts:  # the graph leaves the `with` blocks; the transformed code re-enters them
                 set_grad_enabled(self, contexts[0].initial_mode)
             self.graph_break = GraphBreak(inst, e, stack, local_vars)
 
-    def _undo_grad_mode_changes(self, last_node, contexts, grad_mode: bool) -> None:
-        """Forget grad-mode switches made by the instruction that broke (e.g. in a function it inlined)."""
+    def _undo_instruction(self, last_node, contexts, grad_mode: bool) -> None:
+        """Forget what the instruction that broke added to the graph. It runs natively instead (a call
+        it inlined runs again in full, as its own frame), so ops it traced before the break must not
+        also run in this graph (an in-place ``num_batches_tracked += 1`` would count twice), and
+        grad-mode switches it made are undone."""
         nodes = list(self.output.graph.nodes)
         start = nodes.index(last_node) + 1 if last_node is not None else 0
         for node in reversed(nodes[start:]):
-            if is_grad_mode_node(node) and not node.users:
+            if node.op != "placeholder":  # new inputs stay (placed before the ops); unused ones are harmless
                 self.output.graph.erase_node(node)
         self.grad_contexts = contexts
         torch._C._set_grad_enabled(grad_mode)

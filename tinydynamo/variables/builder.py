@@ -12,7 +12,9 @@ import collections
 import enum
 import math
 import operator
+import os
 import types
+import weakref
 from typing import Any
 
 import torch
@@ -65,7 +67,7 @@ class VariableBuilder:
         if isinstance(value, torch.Tensor):
             return self.tx.output.lift_tensor(value, src)
         if isinstance(value, nn.Module):
-            self.guard("NN_MODULE", value)
+            self.guard("NN_MODULE", weakref.ref(value))  # weak: compiled code does not keep modules alive
             return NNModuleVariable(value, src)
         if type(value) is torch.Size:
             self.guard("CONSTANT_MATCH", value)
@@ -144,6 +146,10 @@ class VariableBuilder:
         if isinstance(value, (frozenset,)):
             self.guard("CONSTANT_MATCH", value)
             return ConstantVariable(value, src)
+        if value is os.environ:
+            from tinydynamo.variables.misc import EnvironVariable
+
+            return EnvironVariable(src)
         if isinstance(value, (set, types.GeneratorType)):
             unimplemented(f"{type(value).__name__} values are not supported")
         self.guard("TYPE_MATCH", type(value))

@@ -46,6 +46,16 @@ def is_foldable(fn: Any) -> bool:
             or getattr(fn, "__self__", None) is math)
 
 
+#: ``a op= b`` where ``a`` is not a tensor (nor mutable) is ``a = a op b``
+INPLACE_TO_OUT_OF_PLACE = {
+    operator.iadd: operator.add, operator.isub: operator.sub, operator.imul: operator.mul,
+    operator.itruediv: operator.truediv, operator.ifloordiv: operator.floordiv, operator.imod: operator.mod,
+    operator.ipow: operator.pow, operator.imatmul: operator.matmul, operator.iand: operator.and_,
+    operator.ior: operator.or_, operator.ixor: operator.xor, operator.ilshift: operator.lshift,
+    operator.irshift: operator.rshift,
+}
+
+
 class BuiltinVariable(VariableTracker):
     def __init__(self, fn: Callable, source=None):
         super().__init__(source)
@@ -69,6 +79,8 @@ class BuiltinVariable(VariableTracker):
         from tinydynamo.variables.builder import wrap_constant_result
 
         if isinstance(a, TensorVariable) or isinstance(b, TensorVariable):
+            if not isinstance(a, TensorVariable) and fn in INPLACE_TO_OUT_OF_PLACE:
+                fn = INPLACE_TO_OUT_OF_PLACE[fn]  # ``total = 0; total += t``: a number has no in-place add
             if isinstance(a, BaseListVariable) or isinstance(b, BaseListVariable):
                 if not (a.is_python_constant() or b.is_python_constant()):
                     unimplemented(f"{fn.__name__} of a tensor and a sequence of tensors")

@@ -4,13 +4,16 @@ Operations on constants are folded: the interpreter simply runs them.
 """
 from __future__ import annotations
 
+import inspect
+import types
 from typing import Any
 
-from tinydynamo.exc import unimplemented
+from tinydynamo.exc import raise_observed, unimplemented
 from tinydynamo.variables.base import VariableTracker
 
 #: methods of constants safe to run at trace time (no side effects on shared state)
-_PURE_TYPES = (int, float, bool, str, bytes, complex, type(None), range, slice, tuple, frozenset, type(Ellipsis))
+_PURE_TYPES = (int, float, bool, str, bytes, complex, type(None), range, slice, tuple, frozenset, type(Ellipsis),
+               types.MappingProxyType, inspect.Signature, inspect.Parameter)
 
 
 class ConstantVariable(VariableTracker):
@@ -36,7 +39,16 @@ class ConstantVariable(VariableTracker):
         try:
             value = getattr(self.value, name)
         except AttributeError as e:
-            unimplemented(f"{type(self.value).__name__} has no attribute {name!r}: {e}")
+            raise_observed(AttributeError, f"{type(self.value).__name__} has no attribute {name!r}: {e}")
+        if isinstance(value, (types.MappingProxyType, inspect.Signature, inspect.Parameter)):
+            return ConstantVariable(value)  # read-only views of a signature: constants like their owner
+        if isinstance(self.value, type) and not isinstance(value, (types.BuiltinFunctionType, types.WrapperDescriptorType,
+                                                                   types.MethodDescriptorType)):
+            # a class's attribute (a function, a classmethod bound to it, a class constant): the real value
+            from tinydynamo.source import AttrSource
+            from tinydynamo.variables.builder import VariableBuilder
+
+            return VariableBuilder(tx, AttrSource(self.source, name) if self.source is not None else None).wrap(value)
         if callable(value) and not isinstance(value, type):
             from tinydynamo.variables.misc import GetAttrVariable
 

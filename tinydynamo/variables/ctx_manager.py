@@ -178,10 +178,11 @@ def unwrap_grad_mode_decorator(fn) -> tuple[bool, types.FunctionType] | None:
 class GradModeDecoratedFunctionVariable(VariableTracker):
     """``@torch.no_grad()``-decorated function: called = enter, inline the function, exit."""
 
-    def __init__(self, mode: bool, fn: types.FunctionType, source=None):
+    def __init__(self, mode: bool, fn: types.FunctionType, source=None, self_obj=None):
         super().__init__(source)
         self.mode = mode
         self.fn = fn
+        self.self_obj = self_obj  # the object of a decorated method (passed as its first argument)
 
     def python_type(self):
         return types.FunctionType
@@ -191,6 +192,8 @@ class GradModeDecoratedFunctionVariable(VariableTracker):
 
         ctx = GradModeVariable(self.mode)
         ctx.enter(tx)
+        if self.self_obj is not None:
+            args = [self.self_obj, *args]
         result = tx.inline_user_function(UserFunctionVariable(self.fn), args, kwargs)
         ctx.exit(tx)
         return result

@@ -1,7 +1,7 @@
 """DictVariable: a dict with constant keys whose values are variables."""
 from __future__ import annotations
 
-from tinydynamo.exc import unimplemented
+from tinydynamo.exc import raise_observed, unimplemented
 from tinydynamo.variables.base import VariableTracker
 from tinydynamo.variables.constant import ConstantVariable
 
@@ -49,7 +49,7 @@ class DictVariable(VariableTracker):
         if name == "__getitem__":
             key = self._key(args[0])
             if key not in self.items:
-                unimplemented(f"dict has no key {key!r}")
+                raise_observed(KeyError, f"dict has no key {key!r}")
             return self.items[key]
         if name == "get":
             return self.items.get(self._key(args[0]), args[1] if len(args) > 1 else ConstantVariable(None))

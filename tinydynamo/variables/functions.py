@@ -9,7 +9,7 @@ import inspect
 import types
 from typing import Any
 
-from tinydynamo.exc import unimplemented
+from tinydynamo.exc import raise_observed, unimplemented
 from tinydynamo.source import AttrSource, GetItemSource
 from tinydynamo.variables.base import VariableTracker
 from tinydynamo.variables.constant import ConstantVariable
@@ -87,6 +87,10 @@ def bind_arguments(
     return bound
 
 
+#: attributes of a function that are plain constants (no guard needed beyond the function's identity)
+FUNCTION_CONSTANT_ATTRS = frozenset({"__code__", "__module__", "__name__", "__qualname__", "__doc__"})
+
+
 class BaseUserFunctionVariable(VariableTracker):
     def get_code(self) -> types.CodeType:
         raise NotImplementedError
@@ -142,6 +146,17 @@ class UserFunctionVariable(BaseUserFunctionVariable):
         }
         return bind_arguments(self.get_code(), args, kwargs, defaults, kwdefaults, self.fn.__qualname__)
 
+    def var_getattr(self, tx, name: str) -> VariableTracker:
+        """``fn.__code__``, ``fn.__module__``, ``fn.__name__``...: read from the real function (it is
+        guarded by identity, and these do not change); other attributes are guarded by their source."""
+        try:
+            value = getattr(self.fn, name)
+        except AttributeError:
+            raise_observed(AttributeError, f"function {self.fn.__qualname__} has no attribute {name!r}")
+        if name in FUNCTION_CONSTANT_ATTRS:
+            return ConstantVariable(value)
+        return self._wrap(tx, value, AttrSource(self.source, name) if self.source is not None else None)
+
     def closure_cells(self, tx):
         cells = {}
         for i, (name, cell) in enumerate(zip(self.get_code().co_freevars, self.fn.__closure__ or ())):
@@ -168,6 +183,13 @@ class UserMethodVariable(UserFunctionVariable):
     def __init__(self, fn: types.FunctionType, obj: VariableTracker, source=None):
         super().__init__(fn, source)
         self.obj = obj
+
+    def var_getattr(self, tx, name: str) -> VariableTracker:
+        if name == "__self__":
+            return self.obj
+        if name == "__func__":
+            return UserFunctionVariable(self.fn)
+        return super().var_getattr(tx, name)
 
     def call_function(self, tx, args, kwargs):
         return tx.inline_user_function(self, [self.obj, *args], kwargs)
@@ -208,6 +230,17 @@ class NestedUserFunctionVariable(BaseUserFunctionVariable):
     def get_globals(self):
         return self.f_globals
 
+    def var_getattr(self, tx, name: str) -> VariableTracker:
+        known = {"__code__": self.code, "__name__": self.code.co_name, "__qualname__": self.qualname,
+                 "__module__": self.f_globals.get("__name__")}
+        if name in known:
+            return ConstantVariable(known[name])
+        if name == "__defaults__":
+            from tinydynamo.variables.lists import TupleVariable
+
+            return TupleVariable(list(self.defaults)) if self.defaults else ConstantVariable(None)
+        unimplemented(f"attribute {name!r} of the nested function {self.qualname}")
+
     def bind(self, tx, args, kwargs):
         return bind_arguments(self.code, args, kwargs, self.defaults, self.kwdefaults, self.qualname)
 
@@ -221,24 +254,70 @@ class NestedUserFunctionVariable(BaseUserFunctionVariable):
         return f"NestedUserFunctionVariable({self.qualname})"
 
 
-def _library_dirs() -> tuple[str, ...]:
+def _dirs() -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
+    """(the standard library, site-packages folders, PyTorch's own package folders), real paths with a slash."""
+    import os
+    import site
     import sysconfig
 
+    import torch
+
+    def norm(p):
+        return os.path.join(os.path.realpath(p), "")
+
     paths = sysconfig.get_paths()
-    return tuple({paths["stdlib"], paths["purelib"], paths["platlib"]})
+    sites = {paths["purelib"], paths["platlib"], *site.getsitepackages()}
+    try:
+        sites.add(site.getusersitepackages())
+    except AttributeError:
+        pass
+    torch_dirs = {os.path.dirname(torch.__file__)}
+    return (tuple({norm(paths["stdlib"]), norm(paths["platstdlib"])}), tuple(sorted({norm(p) for p in sites})),
+            tuple(norm(p) for p in torch_dirs))
 
 
-LIBRARY_DIRS = _library_dirs()
+STDLIB_DIRS, SITE_PACKAGES_DIRS, TORCH_DIRS = _dirs()
+#: installed packages never traced into (TorchDynamo keeps a similar skip list): their calls are breaks
+SKIP_PACKAGES = frozenset({"numpy", "scipy", "pandas", "sympy", "networkx", "matplotlib", "IPython", "triton",
+                           "_pytest", "pytest", "pluggy", "tqdm", "PIL", "tinydynamo", "tininductor"})
+
+
+def _real_file(code) -> str:
+    import os
+
+    return os.path.realpath(code.co_filename)
+
+
+def package_of(filename: str) -> str | None:
+    """The top-level package an installed file belongs to (``transformers``), or None outside site-packages."""
+    for d in SITE_PACKAGES_DIRS:
+        if filename.startswith(d):
+            return filename[len(d):].split("/", 1)[0].removesuffix(".py")
+    return None
+
+
+def is_torch_internal(fn) -> bool:
+    """Is ``fn`` PyTorch's own Python code? Decided by where its code lives, not by a module name's
+    prefix (a user package ``torchfoo`` is user code)."""
+    code = getattr(fn, "__code__", None)
+    return code is not None and _real_file(code).startswith(TORCH_DIRS)
 
 
 def is_library_function(fn) -> bool:
-    """A function of the standard library or an installed package (not torch): not traced, like
-    TorchDynamo's skip files. Calling one from traced code is a graph break."""
+    """A function tinydynamo does not trace into, like TorchDynamo's skip rules: the standard library and
+    a short list of installed packages (SKIP_PACKAGES). Other third-party Python (transformers, timm,
+    torchvision...) is traced like user code. Calling a library function from traced code is a graph break.
+    PyTorch's own functions are not "library" here: they become graph ops (variables.torch)."""
     code = getattr(fn, "__code__", None)
-    module = getattr(fn, "__module__", "") or ""
-    if code is None or module.startswith("torch") or module.startswith(("tinydynamo", "tininductor")):
+    if code is None:
         return False
-    return code.co_filename.startswith(LIBRARY_DIRS)
+    filename = _real_file(code)
+    if filename.startswith(TORCH_DIRS):
+        return False
+    package = package_of(filename)
+    if package is not None:
+        return package in SKIP_PACKAGES
+    return filename.startswith(STDLIB_DIRS)
 
 
 class SkippedFunctionVariable(VariableTracker):
@@ -252,8 +331,45 @@ class SkippedFunctionVariable(VariableTracker):
         return self.fn
 
     def call_function(self, tx, args, kwargs):
+        if self.fn in FOLDABLE_LIBRARY_FUNCTIONS:
+            real_args = [real_python_value(a) for a in args]
+            real_kwargs = {k: real_python_value(v) for k, v in kwargs.items()}
+            if all(a is not _UNKNOWN for a in [*real_args, *real_kwargs.values()]):
+                try:
+                    return ConstantVariable(self.fn(*real_args, **real_kwargs))
+                except Exception as e:
+                    unimplemented(f"{self.fn.__qualname__}(...) raised {e!r} at trace time")
         unimplemented(f"call to {getattr(self.fn, '__module__', '?')}.{getattr(self.fn, '__qualname__', self.fn)}, "
                       "a library function tinydynamo does not trace")
+
+
+_UNKNOWN = object()
+
+
+def real_python_value(var: VariableTracker):
+    """The real object a (non-tensor) variable stands for, or _UNKNOWN: a bound method is rebuilt, so that
+    ``inspect.signature(self.forward)`` leaves out ``self`` as Python does."""
+    if isinstance(var, UserMethodVariable):
+        obj = real_python_value(var.obj)
+        return _UNKNOWN if obj is _UNKNOWN else types.MethodType(var.fn, obj)
+    if isinstance(var, UserFunctionVariable):
+        return var.fn
+    for attr in ("module", "value"):  # NNModuleVariable, UserDefinedObjectVariable
+        if hasattr(var, attr) and not hasattr(var, "node"):
+            return getattr(var, attr)
+    if var.is_python_constant():
+        return var.as_python_constant()
+    return _UNKNOWN
+
+
+def _foldable_library_functions() -> frozenset:
+    return frozenset({inspect.signature, inspect.isclass, inspect.isfunction, inspect.ismethod,
+                      inspect.isgeneratorfunction, inspect.iscoroutinefunction, inspect.getfullargspec})
+
+
+#: standard-library functions of a function's or class's definition: run at trace time on the real
+#: object (guarded by identity where it has a source); the result is a constant
+FOLDABLE_LIBRARY_FUNCTIONS = _foldable_library_functions()
 
 
 class DisabledFunctionVariable(VariableTracker):

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import types
 
-from tinydynamo.exc import unimplemented
+from tinydynamo.exc import raise_observed, unimplemented
 from tinydynamo.source import AttrSource
 from tinydynamo.variables.base import VariableTracker
 
@@ -53,10 +53,52 @@ class PythonModuleVariable(VariableTracker):
         try:
             value = getattr(self.module, name)
         except AttributeError:
-            unimplemented(f"module {self.module.__name__!r} has no attribute {name!r}")
+            raise_observed(AttributeError, f"module {self.module.__name__!r} has no attribute {name!r}")
         if self.trusted or self.source is None:
             return VariableBuilder(tx, None).wrap(value)
         return VariableBuilder(tx, AttrSource(self.source, name)).wrap(value)
 
     def __repr__(self) -> str:
         return f"PythonModuleVariable({self.module.__name__})"
+
+
+class EnvironVariable(VariableTracker):
+    """``os.environ``: reads with constant keys are folded, each guarded by reading the variable again
+    (``os.environ.get('X', '0') == '0'``), so a changed environment recompiles."""
+
+    def python_type(self):
+        import os
+
+        return type(os.environ)
+
+    def var_getattr(self, tx, name: str) -> VariableTracker:
+        if name in ("get", "__getitem__", "__contains__"):
+            return GetAttrVariable(self, name)
+        unimplemented(f"os.environ.{name}")
+
+    def call_method(self, tx, name, args, kwargs):
+        import os
+
+        from tinydynamo.exc import raise_observed
+        from tinydynamo.source import CallSource
+        from tinydynamo.variables.builder import VariableBuilder
+
+        if kwargs or not all(a.is_python_constant() for a in args) or name not in ("get", "__getitem__", "__contains__"):
+            unimplemented(f"os.environ.{name} with non-constant arguments")
+        key, *rest = [a.as_python_constant() for a in args]
+        default = rest[0] if rest else None
+        get = CallSource(tx.output.scope.constant(os.environ.get, "fn"), "os.environ.get", (key, default))
+        value = VariableBuilder(tx, get).wrap(os.environ.get(key, default))  # guarded: CONSTANT_MATCH
+        if name == "get":
+            return value
+        present = os.environ.get(key) is not None
+        if name == "__contains__":
+            from tinydynamo.variables.constant import ConstantVariable
+
+            return ConstantVariable(present)
+        if not present:
+            raise_observed(KeyError, key)
+        return value
+
+    def __repr__(self) -> str:
+        return "EnvironVariable()"

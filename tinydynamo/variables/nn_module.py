@@ -8,14 +8,16 @@ ParameterList) can be indexed and iterated.
 """
 from __future__ import annotations
 
+import inspect
 import types
 
 from torch import nn
 
-from tinydynamo.exc import unimplemented
+from tinydynamo.exc import raise_observed, unimplemented
 from tinydynamo.source import GetItemSource, module_member_source
 from tinydynamo.variables.base import VariableTracker
 from tinydynamo.variables.constant import ConstantVariable
+from tinydynamo.variables.user_defined import MISSING, class_attribute_variable, is_data_descriptor
 
 
 def _has_hooks(m: nn.Module) -> bool:
@@ -65,29 +67,26 @@ class NNModuleVariable(VariableTracker):
             return stored
         if name in SPECIAL_METHODS:
             return GetAttrVariable(self, name)  # answered by call_method, not by inlining nn.Module's code
+        # Python's precedence: class data descriptors (properties), the instance __dict__, other class
+        # attributes (a method ``linear`` wins over a submodule ``linear``), then Module.__getattr__'s tables
+        cls = type(m)
+        cls_attr = inspect.getattr_static(cls, name, MISSING)
+        if cls_attr is not MISSING and is_data_descriptor(cls_attr):
+            if isinstance(cls_attr, property):
+                return class_attribute_variable(tx, self, cls, name, cls_attr)
+            return self._wrap_child(tx, name, getattr(m, name))  # __class__, a __slots__ member
+        if name in d:
+            return self._wrap_child(tx, name, d[name])
+        if cls_attr is not MISSING:
+            if isinstance(cls_attr, (types.FunctionType, staticmethod, classmethod)) or hasattr(type(cls_attr), "__get__"):
+                return class_attribute_variable(tx, self, cls, name, cls_attr)
+            return self._wrap_child(tx, name, getattr(m, name))
         for table in ("_parameters", "_buffers", "_modules"):
             if name in d.get(table, {}):
                 return self._wrap_child(tx, name, d[table][name])
-        if name in d:
-            return self._wrap_child(tx, name, d[name])
-        try:
-            cls_attr = getattr(type(m), name)
-        except AttributeError:
-            unimplemented(f"{type(m).__name__} has no attribute {name!r}")
-        if isinstance(cls_attr, (property, types.FunctionType)):
-            from tinydynamo.variables.builder import guard_class_lookup
-
-            cls_source = guard_class_lookup(tx, m, self.source, name, cls_attr)
-        if isinstance(cls_attr, property):  # inline the getter: its reads are guarded as they happen
-            from tinydynamo.source import AttrSource
-
-            fget_source = AttrSource(cls_source, "fget") if cls_source is not None else None
-            return UserFunctionVariable(cls_attr.fget, fget_source).call_function(tx, [self], {})
-        if isinstance(cls_attr, types.FunctionType):
-            return UserMethodVariable(cls_attr, self, cls_source)
-        if isinstance(cls_attr, (staticmethod, classmethod)):
-            unimplemented(f"static/class method {type(m).__name__}.{name}")
-        return self._wrap_child(tx, name, getattr(m, name))
+        if cls.__getattr__ is not nn.Module.__getattr__:
+            unimplemented(f"{cls.__name__} defines its own __getattr__ (reading {name!r})")
+        raise_observed(AttributeError, f"{type(m).__name__} has no attribute {name!r}")
 
     def var_setattr(self, tx, name: str, value: VariableTracker) -> None:
         """``self.count = ...`` / ``self.cache = t``: a plain attribute (or buffer), replayed after the
@@ -108,15 +107,7 @@ class NNModuleVariable(VariableTracker):
 
         if _has_hooks(self.module):
             unimplemented(f"{type(self.module).__name__} has forward hooks (not captured yet)")
-        if "forward" in self.module.__dict__:  # ``m.forward = fn`` on the instance: what __call__ runs
-            return self.var_getattr(tx, "forward").call_function(tx, args, kwargs)
-        forward = type(self.module).forward
-        if not isinstance(forward, types.FunctionType):
-            unimplemented(f"{type(self.module).__name__}.forward is not a Python function")
-        from tinydynamo.variables.builder import guard_class_lookup
-
-        source = guard_class_lookup(tx, self.module, self.source, "forward", forward)
-        return UserMethodVariable(forward, self, source).call_function(tx, args, kwargs)
+        return self.var_getattr(tx, "forward").call_function(tx, args, kwargs)  # also a @no_grad() forward
 
     # ---- containers and iteration ------------------------------------------------------------------
     def _items(self, tx=None) -> list[tuple[str, object]]:

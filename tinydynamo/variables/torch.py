@@ -26,6 +26,19 @@ for _name in ("manual_seed", "manual_seed_all", "seed", "seed_all", "set_rng_sta
         UNSUPPORTED_TORCH[getattr(torch.cuda, _name)] = f"torch.cuda.{_name} reads or changes CUDA RNG state"
 
 
+def _compiling_queries() -> tuple:
+    import torch._dynamo
+    import torch.compiler
+
+    names = [(torch.compiler, "is_compiling"), (torch.compiler, "is_dynamo_compiling"),
+             (torch._dynamo, "is_compiling"), (torch._utils, "is_compiling")]
+    return tuple(getattr(mod, name) for mod, name in names if hasattr(mod, name))
+
+
+#: torch.compiler.is_compiling() & co.: True while tinydynamo traces (as under torch.compile)
+COMPILING_QUERIES = _compiling_queries()
+
+
 def is_torch_callable(value) -> bool:
     """Is ``value`` a function of the torch namespace that should become a graph node?"""
     if isinstance(value, type):
@@ -57,6 +70,8 @@ class TorchVariable(VariableTracker):
         fn = self.fn
         if fn in UNSUPPORTED_TORCH:
             unimplemented(UNSUPPORTED_TORCH[fn])
+        if fn in COMPILING_QUERIES:  # code that asks "am I being compiled?" takes its compile path
+            return ConstantVariable(True)
         if fn is torch.is_grad_enabled:  # the frame's GRAD_MODE guard fixes the mode at entry; traced
             return ConstantVariable(torch.is_grad_enabled())  # `with no_grad()` blocks set it from there
         if fn in (torch.is_tensor,) and len(args) == 1:

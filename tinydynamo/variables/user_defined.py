@@ -5,9 +5,10 @@ objects are side effects, recorded by the OutputGraph's SideEffects and replayed
 """
 from __future__ import annotations
 
+import inspect
 import types
 
-from tinydynamo.exc import unimplemented
+from tinydynamo.exc import raise_observed, unimplemented
 from tinydynamo.source import AttrSource
 from tinydynamo.variables.base import VariableTracker
 
@@ -27,24 +28,33 @@ class UserDefinedObjectVariable(VariableTracker):
         unimplemented(f"truth value of a {cls.__name__} (it defines __bool__ or __len__)")
 
     def var_getattr(self, tx, name: str) -> VariableTracker:
-        from tinydynamo.variables.builder import VariableBuilder, guard_class_lookup
-        from tinydynamo.variables.functions import UserFunctionVariable, UserMethodVariable
+        """``obj.name`` with Python's precedence: a data descriptor of the class (property), the instance
+        ``__dict__``, other class attributes (methods, static/class methods, constants), then absent."""
+        from tinydynamo.variables.builder import VariableBuilder
 
         stored = tx.output.side_effects.load_attr(self, self.value, name)
         if stored is not None:  # written earlier in this frame
             return stored
-        cls_attr = getattr(type(self.value), name, None)
-        if isinstance(cls_attr, property):  # inline the getter: its reads are guarded as they happen
-            cls_source = guard_class_lookup(tx, self.value, self.source, name, cls_attr)
-            fget_source = AttrSource(cls_source, "fget") if cls_source is not None else None
-            return UserFunctionVariable(cls_attr.fget, fget_source).call_function(tx, [self], {})
-        if name not in getattr(self.value, "__dict__", {}) and isinstance(cls_attr, types.FunctionType):
-            return UserMethodVariable(cls_attr, self, guard_class_lookup(tx, self.value, self.source, name, cls_attr))
-        try:
-            value = getattr(self.value, name)
-        except AttributeError:
-            unimplemented(f"{type(self.value).__name__} has no attribute {name!r}")
-        return VariableBuilder(tx, AttrSource(self.source, name) if self.source else None).wrap(value)
+        cls = type(self.value)
+        source = AttrSource(self.source, name) if self.source else None
+        if cls.__getattribute__ is not object.__getattribute__ or hasattr(cls, "__getattr__"):
+            cls_attr = inspect.getattr_static(cls, name, MISSING)  # custom lookup: only methods are inlined
+            if isinstance(cls_attr, (types.FunctionType, staticmethod, classmethod)):
+                return class_attribute_variable(tx, self, cls, name, cls_attr)
+            try:
+                value = getattr(self.value, name)
+            except AttributeError:
+                raise_observed(AttributeError, f"{cls.__name__} has no attribute {name!r}")
+            return VariableBuilder(tx, source).wrap(value)
+        cls_attr = inspect.getattr_static(cls, name, MISSING)
+        instance_dict = getattr(self.value, "__dict__", {})
+        if cls_attr is not MISSING and is_data_descriptor(cls_attr) and not isinstance(cls_attr, property):
+            return VariableBuilder(tx, source).wrap(getattr(self.value, name))  # __slots__ member, getset
+        if cls_attr is not MISSING and (isinstance(cls_attr, property) or name not in instance_dict):
+            return class_attribute_variable(tx, self, cls, name, cls_attr, source)
+        if name in instance_dict:
+            return VariableBuilder(tx, source).wrap(instance_dict[name])
+        raise_observed(AttributeError, f"{cls.__name__} has no attribute {name!r}")
 
     def var_setattr(self, tx, name: str, value: VariableTracker) -> None:
         check_plain_setattr(self.value, name, object.__setattr__)
@@ -58,6 +68,122 @@ class UserDefinedObjectVariable(VariableTracker):
 
     def __repr__(self) -> str:
         return f"UserDefinedObjectVariable({type(self.value).__name__})"
+
+
+class SuperVariable(VariableTracker):
+    """``super(cls, obj)``: attribute lookup starts after ``cls`` in the MRO of ``obj``'s type."""
+
+    def __init__(self, cls: type, obj: VariableTracker):
+        super().__init__(None)
+        self.cls = cls
+        self.obj = obj
+
+    def var_getattr(self, tx, name: str) -> VariableTracker:
+        from tinydynamo.variables.builder import VariableBuilder
+        from tinydynamo.variables.constant import ConstantVariable
+        from tinydynamo.variables.functions import UserFunctionVariable, UserMethodVariable
+
+        obj_value = self.obj.as_python_constant() if isinstance(self.obj, ConstantVariable) else None
+        owner = obj_value if isinstance(obj_value, type) else self.obj.python_type()  # super() in a classmethod
+        mro = owner.__mro__
+        if self.cls not in mro:
+            unimplemented(f"super({self.cls.__name__}, obj): obj is not an instance or subtype")
+        for klass in mro[mro.index(self.cls) + 1:]:
+            if name in vars(klass):
+                attr = vars(klass)[name]
+                break
+        else:
+            unimplemented(f"super().{name}: no class after {self.cls.__name__} defines it")
+        if isinstance(attr, staticmethod):
+            return UserFunctionVariable(attr.__func__)
+        if isinstance(attr, classmethod):
+            return UserMethodVariable(attr.__func__, ConstantVariable(owner))
+        if isinstance(attr, property):
+            return UserFunctionVariable(attr.fget).call_function(tx, [self.obj], {})
+        if isinstance(attr, types.FunctionType):
+            if isinstance(obj_value, type):  # super().method in a classmethod-free context: unbound
+                return UserFunctionVariable(attr)
+            return UserMethodVariable(attr, self.obj)
+        if (klass, name) in READ_ONLY_BASE_METHODS and isinstance(self.obj, UserDefinedObjectVariable):
+            return BaseMethodVariable(klass, name, self.obj)
+        if callable(attr) or hasattr(attr, "__get__"):
+            unimplemented(f"super().{name}: {type(attr).__name__} of {klass.__name__} (a C method or descriptor)")
+        return VariableBuilder(tx, None).wrap(attr)
+
+    def call_method(self, tx, name, args, kwargs):
+        return self.var_getattr(tx, name).call_function(tx, args, kwargs)
+
+    def __repr__(self) -> str:
+        return f"SuperVariable({self.cls.__name__}, {self.obj!r})"
+
+
+#: C methods of builtin base classes that only read: ``super().get(key)`` in a dict subclass is folded
+READ_ONLY_BASE_METHODS = {(dict, "get"), (dict, "__getitem__"), (dict, "__contains__"), (dict, "__len__"),
+                          (list, "__getitem__"), (list, "__len__"), (tuple, "__getitem__"), (tuple, "__len__")}
+
+
+class BaseMethodVariable(VariableTracker):
+    """``super().get`` where the base is dict (list, tuple): called at trace time on the real object with
+    constant arguments; the result is guarded through a source that calls the base method again."""
+
+    def __init__(self, klass: type, name: str, obj: "UserDefinedObjectVariable"):
+        super().__init__(None)
+        self.klass, self.name, self.obj = klass, name, obj
+
+    def call_function(self, tx, args, kwargs):
+        from tinydynamo.source import BaseMethodSource
+        from tinydynamo.variables.builder import VariableBuilder
+
+        if kwargs or not all(a.is_python_constant() for a in args):
+            unimplemented(f"{self.klass.__name__}.{self.name} with non-constant arguments")
+        consts = tuple(a.as_python_constant() for a in args)
+        try:
+            value = getattr(self.klass, self.name)(self.obj.value, *consts)
+        except Exception as e:
+            unimplemented(f"{self.klass.__name__}.{self.name} raised {type(e).__name__}: {e}")
+        source = None
+        if self.obj.source is not None:
+            source = BaseMethodSource(self.obj.source, f"{self.klass.__name__}.{self.name}", consts)
+        return VariableBuilder(tx, source).wrap(value)
+
+
+MISSING = object()
+
+
+def is_data_descriptor(attr) -> bool:
+    return hasattr(type(attr), "__set__") or hasattr(type(attr), "__delete__")
+
+
+def class_attribute_variable(tx, obj: VariableTracker, cls: type, name: str, attr, source=None) -> VariableTracker:
+    """``obj.name`` found on the class as ``attr`` (``inspect.getattr_static``): a method bound to ``obj``,
+    a static or class method, a property's value, a decorated ``@torch.no_grad()`` method, or a plain value."""
+    from tinydynamo.variables.builder import VariableBuilder, guard_class_lookup
+    from tinydynamo.variables.constant import ConstantVariable
+    from tinydynamo.variables.ctx_manager import GradModeDecoratedFunctionVariable, unwrap_grad_mode_decorator
+    from tinydynamo.variables.functions import UserFunctionVariable, UserMethodVariable
+
+    # guard the lookup (a method monkeypatched on the class, or shadowed on the instance, is a miss)
+    real = getattr(obj, "module", None) if hasattr(obj, "module") else getattr(obj, "value", None)
+    cls_source = None
+    if isinstance(attr, (property, types.FunctionType)) and real is not None:
+        cls_source = guard_class_lookup(tx, real, obj.source, name, attr)
+    if isinstance(attr, staticmethod):
+        return VariableBuilder(tx, None).wrap(attr.__func__)
+    if isinstance(attr, classmethod):
+        return UserMethodVariable(attr.__func__, ConstantVariable(cls))
+    if isinstance(attr, property):
+        if not isinstance(attr.fget, types.FunctionType):
+            unimplemented(f"property {cls.__name__}.{name} whose getter is not a Python function")
+        fget_source = AttrSource(cls_source, "fget") if cls_source is not None else None
+        return UserFunctionVariable(attr.fget, fget_source).call_function(tx, [obj], {})
+    if isinstance(attr, types.FunctionType):
+        decorated = unwrap_grad_mode_decorator(attr)  # @torch.no_grad() def forward(self, ...)
+        if decorated is not None:
+            return GradModeDecoratedFunctionVariable(*decorated, self_obj=obj)
+        return UserMethodVariable(attr, obj, cls_source)
+    if hasattr(type(attr), "__get__") and not isinstance(attr, type):
+        unimplemented(f"{cls.__name__}.{name} is a {type(attr).__name__} descriptor")
+    return VariableBuilder(tx, source).wrap(attr)
 
 
 def check_plain_setattr(obj, name: str, expected_setattr) -> None:

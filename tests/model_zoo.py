@@ -1,0 +1,242 @@
+"""Small real models from torchvision, timm and transformers, built from configs with random init.
+
+Nothing is downloaded (``HF_HUB_OFFLINE=1``; no pretrained weights). Each entry of ``MODELS`` is a
+``ZooModel``: a builder returning ``(model, example_inputs)`` and how to turn the output into one
+tensor to differentiate. ``import_torchvision()`` & co. return the library or None when it is not
+installed, so tests can skip cleanly.
+
+torchvision's C extension (``torchvision::nms``...) does not load against every torch build; its
+Python modules still work, but importing them registers fake kernels for ``torchvision::nms`` and
+``torchvision::qnms``, which fails unless the ops exist. ``_define_torchvision_ops`` defines their
+schemas with ``torch.library`` first (only when the C ops are missing), as the real extension would.
+"""
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import os
+from typing import Any, Callable
+
+import torch
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
+
+_torchvision_lib = None  # keeps the torch.library.Library alive (its definitions die with it)
+
+
+def _define_torchvision_ops() -> None:
+    """Define the schemas torchvision's Python code registers fake kernels for, if its C ops are absent."""
+    global _torchvision_lib
+    try:
+        torch.ops.torchvision.nms  # noqa: B018  (raises when the op does not exist)
+        return
+    except (AttributeError, RuntimeError):
+        pass
+    if _torchvision_lib is None:
+        _torchvision_lib = torch.library.Library("torchvision", "DEF")
+        _torchvision_lib.define("nms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
+        _torchvision_lib.define("qnms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
+
+
+def _import(name: str):
+    try:
+        importlib.util.find_spec(name)
+    except (ImportError, ValueError):
+        return None
+    if importlib.util.find_spec(name) is None:
+        return None
+    _define_torchvision_ops()
+    try:
+        return importlib.import_module(name)
+    except ImportError:
+        return None
+
+
+def import_torchvision():
+    """``torchvision`` (its models), or None when it is not installed."""
+    return _import("torchvision")
+
+
+def import_timm():
+    return _import("timm")
+
+
+def import_transformers():
+    mod = _import("transformers")
+    if mod is not None:
+        mod.logging.set_verbosity_error()
+    return mod
+
+
+@dataclasses.dataclass
+class ZooModel:
+    name: str
+    library: str  # "torchvision" / "timm" / "transformers": the test skips when it is missing
+    build: Callable[[Any], tuple[torch.nn.Module, tuple]]  # (library module) -> (model, example inputs)
+    loss: Callable[[Any], torch.Tensor] = None  # output -> tensor to backprop (default: first tensor)
+    train: bool = True  # train mode (BatchNorm running stats, dropout off via configs)
+
+    def make(self):
+        lib = {"torchvision": import_torchvision, "timm": import_timm,
+               "transformers": import_transformers}[self.library]()
+        if lib is None:
+            return None
+        torch.manual_seed(0)
+        model, inputs = self.build(lib)
+        model.train(self.train)
+        return model, inputs
+
+
+def first_tensor(out) -> torch.Tensor:
+    """The first tensor of a model output (a tensor, tuple, or transformers ModelOutput)."""
+    if isinstance(out, torch.Tensor):
+        return out
+    if isinstance(out, dict):
+        out = list(out.values())
+    for item in out:
+        if isinstance(item, torch.Tensor):
+            return item
+        if isinstance(item, (tuple, list, dict)):
+            t = first_tensor(item)
+            if t is not None:
+                return t
+    return None
+
+
+def flat_tensors(out) -> list[torch.Tensor]:
+    """Every tensor of a (nested) model output, in order."""
+    if isinstance(out, torch.Tensor):
+        return [out]
+    if isinstance(out, dict):
+        out = list(out.values())
+    if isinstance(out, (tuple, list)):
+        return [t for item in out for t in flat_tensors(item)]
+    return []
+
+
+def _image(n=2, c=3, hw=32):
+    return (torch.randn(n, c, hw, hw),)
+
+
+def _tokens(vocab=99, batch=2, seq=8):
+    return torch.randint(1, vocab, (batch, seq))
+
+
+# ---- torchvision ---------------------------------------------------------------------------------
+def _resnet18(tv):
+    from torchvision.models.resnet import BasicBlock, ResNet
+
+    return ResNet(BasicBlock, [1, 1, 1, 1], num_classes=10), _image()  # ResNet-18's blocks, one per stage
+
+
+def _mobilenet_v2(tv):
+    return tv.models.mobilenet_v2(num_classes=10, width_mult=0.25, dropout=0.0), _image()
+
+
+def _mobilenet_v3(tv):
+    return tv.models.mobilenet_v3_small(num_classes=10, width_mult=0.25, dropout=0.0), _image()
+
+
+def _efficientnet_b0(tv):
+    return tv.models.efficientnet_b0(num_classes=10, stochastic_depth_prob=0.0, dropout=0.0), _image()
+
+
+def _regnet(tv):
+    from torchvision.models.regnet import BlockParams, RegNet
+
+    params = BlockParams.from_init_params(depth=3, w_0=8, w_a=8.0, w_m=2.0, group_width=8)
+    return RegNet(params, num_classes=10), _image()
+
+
+def _convnext(tv):
+    from torchvision.models.convnext import CNBlockConfig, ConvNeXt
+
+    settings = [CNBlockConfig(16, 32, 1), CNBlockConfig(32, 64, 1), CNBlockConfig(64, None, 1)]
+    return ConvNeXt(settings, stochastic_depth_prob=0.0, num_classes=10), _image()
+
+
+# ---- timm ----------------------------------------------------------------------------------------
+def _timm_vit(timm):
+    from timm.models.vision_transformer import VisionTransformer
+
+    return VisionTransformer(img_size=32, patch_size=8, embed_dim=32, depth=2, num_heads=2, num_classes=10), _image()
+
+
+def _timm_convnext(timm):
+    from timm.models.convnext import ConvNeXt
+
+    return ConvNeXt(depths=(1, 1, 1, 1), dims=(8, 16, 32, 64), num_classes=10), _image()
+
+
+# ---- transformers ---------------------------------------------------------------------------------
+_TINY = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64, vocab_size=99,
+             max_position_embeddings=64, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+
+
+def _bert(tr):
+    model = tr.BertModel(tr.BertConfig(**_TINY, attn_implementation="eager"))
+    return model, (_tokens(),)
+
+
+def _gpt2(tr):
+    cfg = tr.GPT2Config(n_embd=32, n_layer=2, n_head=2, vocab_size=99, n_positions=64, resid_pdrop=0.0,
+                        embd_pdrop=0.0, attn_pdrop=0.0, use_cache=False)
+    return tr.GPT2LMHeadModel(cfg), (_tokens(),)
+
+
+def _llama(tr):
+    cfg = tr.LlamaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
+                         num_key_value_heads=1, vocab_size=99, max_position_embeddings=64, use_cache=False)
+    return tr.LlamaForCausalLM(cfg), (_tokens(),)
+
+
+def _t5(tr):
+    cfg = tr.T5Config(d_model=32, d_kv=16, d_ff=64, num_layers=1, num_decoder_layers=1, num_heads=2, vocab_size=99,
+                      dropout_rate=0.0, use_cache=False)
+    ids = _tokens()
+    return tr.T5Model(cfg), (ids, None, ids[:, :4])  # input_ids, attention_mask, decoder_input_ids
+
+
+def _bart(tr):
+    cfg = tr.BartConfig(d_model=32, encoder_layers=1, decoder_layers=1, encoder_attention_heads=2,
+                        decoder_attention_heads=2, encoder_ffn_dim=64, decoder_ffn_dim=64, vocab_size=99,
+                        max_position_embeddings=64, dropout=0.0, attention_dropout=0.0, activation_dropout=0.0,
+                        use_cache=False)
+    return tr.BartModel(cfg), (_tokens(),)
+
+
+def _vit_hf(tr):
+    cfg = tr.ViTConfig(image_size=32, patch_size=8, num_channels=3, **{k: v for k, v in _TINY.items()
+                                                                         if k not in ("vocab_size", "max_position_embeddings")})
+    return tr.ViTModel(cfg, add_pooling_layer=False), _image()
+
+
+def _whisper(tr):
+    cfg = tr.WhisperConfig(d_model=32, encoder_layers=1, decoder_layers=1, encoder_attention_heads=2,
+                           decoder_attention_heads=2, encoder_ffn_dim=64, decoder_ffn_dim=64, vocab_size=99,
+                           num_mel_bins=8, max_source_positions=16, max_target_positions=16, dropout=0.0,
+                           use_cache=False, pad_token_id=0, bos_token_id=1, eos_token_id=2, decoder_start_token_id=1)
+    return tr.WhisperModel(cfg), (torch.randn(2, 8, 32), None, _tokens(seq=4))  # features, mask, decoder ids
+
+
+MODELS: list[ZooModel] = [
+    ZooModel("resnet18", "torchvision", _resnet18),
+    ZooModel("mobilenet_v2", "torchvision", _mobilenet_v2),
+    ZooModel("mobilenet_v3_small", "torchvision", _mobilenet_v3),
+    ZooModel("efficientnet_b0", "torchvision", _efficientnet_b0),
+    ZooModel("regnet", "torchvision", _regnet),
+    ZooModel("convnext_tv", "torchvision", _convnext),
+    ZooModel("vit_timm", "timm", _timm_vit),
+    ZooModel("convnext_timm", "timm", _timm_convnext),
+    ZooModel("bert", "transformers", _bert),
+    ZooModel("gpt2", "transformers", _gpt2),
+    ZooModel("llama", "transformers", _llama),
+    ZooModel("t5", "transformers", _t5),
+    ZooModel("bart", "transformers", _bart),
+    ZooModel("vit_hf", "transformers", _vit_hf),
+    ZooModel("whisper", "transformers", _whisper),
+]
+
+BY_NAME = {m.name: m for m in MODELS}

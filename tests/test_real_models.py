@@ -1,0 +1,175 @@
+"""Real models (torchvision, timm, transformers; tests/model_zoo.py) through tinydynamo, checked against eager.
+
+For every model and backend: a deep copy of the same randomly initialised model is run eagerly and
+through ``tinydynamo.compile``; the forward outputs and every parameter's ``.grad`` must match
+(fp32, rtol=atol=1e-4 for eager/aot_eager, 1e-3 for tininductor's generated kernels), a parameter
+with a gradient in eager must have one compiled (a dropped gradient fails), buffers (BatchNorm's
+running stats, ``num_batches_tracked``) must match, and a second call (served from the cache) must
+match too. Graph and break counts are recorded next to torch.compile's on the same model.
+
+CI runs eager and aot_eager on every model, tininductor (C++) on a few; ``--runslow`` runs
+tininductor on all. The table:  ``python -m tests.test_real_models [names...] [--backends eager,...]``
+"""
+from __future__ import annotations
+
+import copy
+import dataclasses
+import sys
+import warnings
+
+import pytest
+import torch
+
+import tinydynamo
+from tinydynamo.eval_frame import counters
+from tinydynamo.testing import CompileCounterWithBackend
+from tests.model_zoo import BY_NAME, MODELS, first_tensor, flat_tensors
+
+TOLERANCE = {"eager": 1e-4, "aot_eager": 1e-4, "tininductor": 1e-3}
+CI_TININDUCTOR = ("resnet18", "mobilenet_v3_small", "gpt2", "llama")  # tininductor in CI; all with --runslow
+
+
+@dataclasses.dataclass
+class Result:
+    model: str
+    backend: str
+    status: str  # "ok" or what went wrong
+    graphs: int = 0
+    breaks: int = 0
+    eager_frames: int = 0  # frames that ran eagerly (not resumable / unsupported)
+    torch_graphs: int | None = None
+    torch_breaks: int | None = None
+
+
+def _run_step(model, inputs, loss_fn=None):
+    """One forward and backward: (outputs, {parameter name: grad}, {buffer name: value})."""
+    model.zero_grad(set_to_none=True)
+    torch.manual_seed(1)  # the same random stream for eager and compiled (models are built without dropout)
+    out = model(*inputs)
+    loss = first_tensor(out)
+    loss.float().pow(2).mean().backward()  # every output element contributes, with a non-uniform gradient
+    grads = {n: (None if p.grad is None else p.grad.detach().clone()) for n, p in model.named_parameters()}
+    buffers = {n: b.detach().clone() for n, b in model.named_buffers()}
+    return [t.detach().clone() for t in flat_tensors(out)], grads, buffers
+
+
+def _compare(what: str, expected, actual, tol: float) -> list[str]:
+    problems = []
+    if isinstance(expected, list):
+        if len(expected) != len(actual):
+            return [f"{what}: {len(actual)} output tensors, eager has {len(expected)}"]
+        expected, actual = dict(enumerate(expected)), dict(enumerate(actual))
+    for name, e in expected.items():
+        a = actual.get(name)
+        if e is None and a is None:
+            continue
+        if e is None or a is None:
+            problems.append(f"{what} {name}: {'missing (None)' if a is None else 'not None'} where eager has "
+                            f"{'a value' if a is None else 'None'}")
+            continue
+        if e.shape != a.shape or e.dtype != a.dtype:
+            problems.append(f"{what} {name}: {a.dtype}{list(a.shape)} vs eager {e.dtype}{list(e.shape)}")
+        elif not torch.allclose(a.float(), e.float(), rtol=tol, atol=tol, equal_nan=True):
+            diff = (a.float() - e.float()).abs().max().item()
+            problems.append(f"{what} {name}: max abs diff {diff:.3g} (tol {tol})")
+    return problems
+
+
+def torch_compile_counts(name: str) -> tuple[int, int]:
+    """(graphs, breaks) torch.compile makes of the same model and step (CompileCounter backend)."""
+    import torch._dynamo
+    from torch._dynamo.testing import CompileCounter
+    from torch._dynamo.utils import counters as torch_counters
+
+    made = BY_NAME[name].make()
+    model, inputs = made
+    torch._dynamo.reset()
+    torch_counters.clear()
+    cnt = CompileCounter()
+    compiled = torch.compile(model, backend=cnt)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        _run_step(compiled, inputs)
+    breaks = sum(torch_counters["graph_break"].values())
+    torch._dynamo.reset()
+    return cnt.frame_count, breaks
+
+
+def check_model(name: str, backend: str, with_torch: bool = False) -> Result:
+    """Run ``name`` eagerly and through tinydynamo with ``backend`` twice; a Result (status 'ok' or the problems)."""
+    zm = BY_NAME[name]
+    made = zm.make()
+    if made is None:
+        return Result(name, backend, f"skipped: {zm.library} is not installed")
+    model, inputs = made
+    compiled_model = copy.deepcopy(model)
+    tinydynamo.reset()
+    counter = CompileCounterWithBackend(backend)
+    compiled = tinydynamo.compile(compiled_model, backend=counter)
+    problems = []
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for step in (1, 2):  # the second call is a cache hit
+            expected = _run_step(model, inputs)
+            actual = _run_step(compiled, inputs)
+            tol = TOLERANCE.get(backend, 1e-4)
+            for what, e, a in zip(("output", "grad", "buffer"), expected, actual):
+                problems += [f"call {step}: {p}" for p in _compare(what, e, a, tol)]
+            if step == 1:
+                graphs = counter.frame_count
+            if problems:
+                break
+    problems += [f"warning: {w.message}" for w in caught if "tinydynamo" in str(w.message)]
+    result = Result(name, backend, "; ".join(problems[:4]) or "ok", graphs,
+                    sum(counters["graph_breaks"].values()), counters["frames"]["unsupported"] + counters["frames"]["failed"])
+    if counter.frame_count != graphs:
+        result.status = (result.status if problems else "") + f" recompiled on the second call ({counter.frame_count} graphs)"
+    if graphs == 0 and result.status == "ok":
+        result.status = "no graph: ran 100% eagerly"
+    if with_torch:
+        result.torch_graphs, result.torch_breaks = torch_compile_counts(name)
+    tinydynamo.reset()
+    return result
+
+
+def _params():
+    for zm in MODELS:
+        for backend in ("eager", "aot_eager", "tininductor"):
+            marks = []
+            if backend == "tininductor" and zm.name not in CI_TININDUCTOR:
+                marks.append(pytest.mark.slow)
+            yield pytest.param(zm.name, backend, id=f"{zm.name}-{backend}", marks=marks)
+
+
+@pytest.mark.parametrize("name,backend", list(_params()))
+def test_real_model_matches_eager(name, backend):
+    result = check_model(name, backend)
+    if result.status.startswith("skipped"):
+        pytest.skip(result.status)
+    assert result.status == "ok", f"{name} under {backend}: {result.status}"
+    assert result.graphs > 0, f"{name}: no graph captured"
+
+
+def print_table(names, backends) -> None:
+    header = f"{'model':20} {'backend':12} {'graphs':>6} {'breaks':>6} {'eager':>5} {'torch g/b':>9}  status"
+    print(header)
+    print("-" * len(header))
+    torch_counts = {}
+    for name in names:
+        for backend in backends:
+            r = check_model(name, backend)
+            if name not in torch_counts:
+                torch_counts[name] = torch_compile_counts(name)
+            tg, tb = torch_counts[name]
+            print(f"{name:20} {backend:12} {r.graphs:6} {r.breaks:6} {r.eager_frames:5} {f'{tg}/{tb}':>9}  {r.status}",
+                  flush=True)
+
+
+if __name__ == "__main__":
+    args = sys.argv[1:]
+    backends = ["eager", "aot_eager", "tininductor"]
+    if "--backends" in args:
+        i = args.index("--backends")
+        backends = args[i + 1].split(",")
+        del args[i:i + 2]
+    print_table(args or [m.name for m in MODELS], backends)
