@@ -582,6 +582,12 @@ def YIELD_VALUE(tx: T, inst):
 def BEFORE_WITH(tx: T, inst):
     """``with ctx:`` pushes ``ctx.__exit__`` (called at the end of the block) and ``ctx.__enter__()``."""
     ctx = tx.pop()
+    from tinydynamo.variables.misc_ctx import NullContextVariable
+
+    if isinstance(ctx, NullContextVariable):  # record_function, nullcontext: nothing to capture
+        tx.push(WithExitFunctionVariable(ctx))
+        tx.push(ctx.enter(tx))
+        return
     if not isinstance(ctx, GradModeVariable):
         unimplemented(f"`with` blocks are not captured yet, except grad-mode ones (torch.no_grad(), "
                       f"torch.enable_grad(), torch.set_grad_enabled(b)); got {ctx}")
@@ -600,6 +606,97 @@ _UNSUPPORTED_OPS = {
 }
 for _name, _reason in _UNSUPPORTED_OPS.items():
     OPCODE_HANDLERS.setdefault(_name, lambda tx, inst, _r=_reason: unimplemented(_r))
+
+
+# ---- f-strings, sets, imports, super() (issue 15) ------------------------------------------------------------
+def _format(tx: T, value: VariableTracker, spec: str, convert=None) -> VariableTracker:
+    """``format(value, spec)`` at trace time (f-string pieces): only constants can be formatted."""
+    if not value.is_python_constant():
+        unimplemented(f"formatting {value} in an f-string (its text is only known at run time)",
+                      hint="format constants (shapes, dtypes, config values), or move the f-string out")
+    v = value.as_python_constant()
+    return ConstantVariable(format(convert(v) if convert is not None else v, spec))
+
+
+@_handler
+def CONVERT_VALUE(tx: T, inst):
+    value = tx.pop()
+    if not value.is_python_constant():
+        unimplemented(f"{inst.argval.__name__}() of {value} in an f-string")
+    tx.push(ConstantVariable(inst.argval(value.as_python_constant())))
+
+
+@_handler
+def FORMAT_SIMPLE(tx: T, inst): tx.push(_format(tx, tx.pop(), ""))
+
+
+@_handler
+def FORMAT_WITH_SPEC(tx: T, inst):
+    spec = tx.pop().as_python_constant()
+    tx.push(_format(tx, tx.pop(), spec, inst.argval))
+
+
+@_handler
+def BUILD_STRING(tx: T, inst):
+    tx.push(ConstantVariable("".join(p.as_python_constant() for p in tx.popn(inst.argval))))
+
+
+@_handler
+def BUILD_SET(tx: T, inst):
+    from tinydynamo.variables.iter import SetVariable
+
+    tx.push(SetVariable(tx.popn(inst.argval)))
+
+
+@_handler
+def SET_ADD(tx: T, inst):
+    v = tx.pop()
+    tx.stack[-inst.argval].call_method(tx, "add", [v], {})
+
+
+@_handler
+def SET_UPDATE(tx: T, inst):
+    v = tx.pop()
+    tx.stack[-inst.argval].call_method(tx, "update", [v], {})
+
+
+@_handler
+def IMPORT_NAME(tx: T, inst):
+    """``import a.b`` / ``from a import b`` inside the frame: imported at trace time (as TorchDynamo does;
+    importing is idempotent), the module becomes a constant of the trace."""
+    fromlist, level = tx.pop().as_python_constant(), tx.pop().as_python_constant()
+    try:
+        module = __import__(inst.argval, tx.f_globals, None, fromlist, level)
+    except ImportError as e:
+        unimplemented(f"import {inst.argval} failed at trace time: {e}")
+    tx.push(VariableBuilder(tx, None).wrap(module))
+
+
+@_handler
+def IMPORT_FROM(tx: T, inst):
+    module = tx.stack[-1]
+    real = module.as_python_constant()
+    if not hasattr(real, inst.argval):  # a submodule not imported yet
+        import importlib
+
+        try:
+            importlib.import_module(f"{real.__name__}.{inst.argval}")
+        except ImportError as e:
+            unimplemented(f"from {real.__name__} import {inst.argval} failed at trace time: {e}")
+    tx.push(VariableBuilder(tx, None).wrap(getattr(real, inst.argval)))
+
+
+@_handler
+def LOAD_SUPER_ATTR(tx: T, inst):
+    """3.12+: ``super().name`` in one instruction (stack: ``super``, the class, the first argument)."""
+    from tinydynamo.variables.objects import SuperVariable
+
+    obj, cls, fn = tx.pop(), tx.pop(), tx.pop()
+    if not (fn.is_python_constant() and fn.as_python_constant() is super):
+        unimplemented(f"LOAD_SUPER_ATTR with {fn} rebound from `super`")
+    value = SuperVariable(cls.as_python_constant(), obj).var_getattr(tx, inst.argval)
+    for v in (bc.with_null(value, NULL) if inst.push_null else [value]):
+        tx.push(v)
 
 
 #: instructions a graph break can split a frame at (run natively, then resume after them)

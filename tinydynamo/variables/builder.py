@@ -110,6 +110,12 @@ class VariableBuilder:
         if getattr(value, "_tinydynamo_disabled", False):
             self.guard("ID_MATCH", value)
             return DisabledFunctionVariable(value, src)
+        from tinydynamo import polyfills
+
+        replacement = polyfills.variable_for(value, src)  # a C/library function done another way
+        if replacement is not None:
+            self.guard("ID_MATCH", value)
+            return replacement
         if _is_builtin(value):
             self.guard("ID_MATCH", value)
             return BuiltinVariable(value, src)
@@ -177,6 +183,10 @@ def wrap_constant_result(value: Any) -> VariableTracker:
         return DictVariable({k: wrap_constant_result(v) for k, v in value.items()})
     if isinstance(value, CONSTANT_TYPES) or isinstance(value, type):
         return ConstantVariable(value)
+    if type(value) in (set, frozenset):
+        from tinydynamo.variables.iter import SetVariable
+
+        return SetVariable([wrap_constant_result(v) for v in value], frozen=type(value) is frozenset)
     if isinstance(value, (map, filter, zip, enumerate, reversed, type(iter([])), type(iter(range(0))))):
         from tinydynamo.variables.lists import ListIteratorVariable
 

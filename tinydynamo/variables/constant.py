@@ -4,6 +4,7 @@ Operations on constants are folded: the interpreter simply runs them.
 """
 from __future__ import annotations
 
+import types
 from typing import Any
 
 from tinydynamo.exc import unimplemented
@@ -37,6 +38,8 @@ class ConstantVariable(VariableTracker):
             value = getattr(self.value, name)
         except AttributeError as e:
             unimplemented(f"{type(self.value).__name__} has no attribute {name!r}: {e}")
+        if isinstance(self.value, type) and not _is_torch_constant(self.value):
+            return _class_attribute(tx, self, name, value)
         if callable(value) and not isinstance(value, type):
             from tinydynamo.variables.misc import GetAttrVariable
 
@@ -54,6 +57,13 @@ class ConstantVariable(VariableTracker):
             return wrap_constant_result(result)
         unimplemented(f"{type(self.value).__name__}.{name} with non-constant arguments")
 
+    def call_function(self, tx, args, kwargs):
+        if isinstance(self.value, type):  # calling a class: a new object, a folded constant... (see objects.py)
+            from tinydynamo.variables.objects import call_class
+
+            return call_class(tx, self, args, kwargs)
+        return super().call_function(tx, args, kwargs)
+
     def unpack_var_sequence(self, tx):
         if isinstance(self.value, (range, tuple, str, frozenset, bytes)):
             return [ConstantVariable(v) for v in self.value]
@@ -67,3 +77,25 @@ def _is_torch_constant(v: Any) -> bool:
     import torch
 
     return isinstance(v, (torch.dtype, torch.device, torch.layout, torch.memory_format))
+
+
+def _class_attribute(tx, cls_var: ConstantVariable, name: str, value: Any):
+    """``Cls.name``: functions, classmethods and staticmethods are wrapped to be inlined (with a
+    guarded source when the class has one); other attributes as values."""
+    from tinydynamo.source import AttrSource
+    from tinydynamo.variables.builder import VariableBuilder, wrap_constant_result
+    from tinydynamo.variables.misc import GetAttrVariable
+
+    cls = cls_var.value
+    source = AttrSource(cls_var.source, name) if cls_var.source is not None else None
+    if isinstance(value, (types.FunctionType, types.MethodType)) or (
+            not callable(value) and source is not None):
+        return VariableBuilder(tx, source).wrap(value)
+    if callable(value) and not isinstance(value, type):
+        from tinydynamo import polyfills
+
+        replacement = polyfills.variable_for(value, source)
+        if replacement is not None:
+            return replacement
+        return GetAttrVariable(cls_var, name)
+    return wrap_constant_result(value)
