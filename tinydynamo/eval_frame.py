@@ -311,6 +311,11 @@ def compile(model: Callable | None = None, *, backend: Any = None, fullgraph: bo
     return optimize(lookup_backend_with_options(backend, mode, options), nopython=fullgraph)(model)
 
 
+def _call_module(module, *args, **kwargs):
+    """What a compiled module with forward hooks traces: the call itself (hooks + forward)."""
+    return module(*args, **kwargs)
+
+
 class OptimizedModule(nn.Module):
     """A compiled ``nn.Module``: calls go through the compiled ``forward``; everything else
     (parameters, state_dict, attributes, train/eval) is the original module's, with the same names."""
@@ -324,12 +329,17 @@ class OptimizedModule(nn.Module):
         from torch.nn.modules import module as module_mod
 
         m = self._orig_mod
-        if m._forward_hooks or m._forward_pre_hooks or module_mod._global_forward_hooks:
-            return m(*args, **kwargs)  # hooks are not captured: run the module as usual
+        if m._forward_hooks or m._forward_pre_hooks:  # compile the call with its hooks (inlined around forward)
+            if getattr(self, "_compiled_call", None) is None:
+                self._compiled_call = OptimizedFunction(_call_module, self._compiled_forward._backend,
+                                                        self._compiled_forward._nopython)
+            return self._compiled_call(m, *args, **kwargs)
+        if module_mod._global_forward_hooks:
+            return m(*args, **kwargs)  # global hooks are not captured: run the module as usual
         return self._compiled_forward(*args, **kwargs)
 
     def __getattr__(self, name: str):
-        if name in ("_orig_mod", "_compiled_forward"):
+        if name in ("_orig_mod", "_compiled_forward", "_compiled_call"):
             return super().__getattr__(name)
         return getattr(self._orig_mod, name)
 

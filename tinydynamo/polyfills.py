@@ -135,6 +135,28 @@ def _deepcopy_atom(x):
     return copy.deepcopy(x)
 
 
+def itemgetter(*items):
+    if len(items) == 1:
+        item = items[0]
+        return lambda obj: obj[item]
+    return lambda obj: tuple(obj[i] for i in items)
+
+
+def attrgetter(*names):
+    def resolve(obj, name):
+        for part in name.split("."):
+            obj = getattr(obj, part)
+        return obj
+
+    if len(names) == 1:
+        return lambda obj: resolve(obj, names[0])
+    return lambda obj: tuple(resolve(obj, n) for n in names)
+
+
+def methodcaller(name, *args, **kwargs):
+    return lambda obj: getattr(obj, name)(*args, **kwargs)
+
+
 FUNCTION_POLYFILLS = {
     functools.reduce: reduce,
     itertools.chain.from_iterable: chain_from_iterable,
@@ -175,7 +197,43 @@ def _class_handlers() -> dict:
         itertools.chain: _inline(chain), itertools.product: _inline(product),
         itertools.accumulate: _inline(accumulate), itertools.starmap: _inline(starmap),
         itertools.pairwise: _inline(pairwise), itertools.zip_longest: _inline(zip_longest),
+        operator.itemgetter: _inline(itemgetter), operator.attrgetter: _inline(attrgetter),
+        operator.methodcaller: _inline(methodcaller),
+        **{t: _numpy_scalar(t) for t in _numpy_scalar_types()},
     }
+
+
+def _numpy_scalar_types() -> tuple:
+    try:
+        import numpy as np
+    except ImportError:
+        return ()
+    return (np.float16, np.float32, np.float64, np.int8, np.int16, np.int32, np.int64, np.uint8, np.bool_)
+
+
+def _numpy_scalar(t):
+    """``np.float32(2.0)`` over a constant: folded to the Python number it holds (rounded to the numpy
+    type), a constant of the trace that FX can print into the graph's code."""
+
+    def handler(tx, args, kwargs):
+        from tinydynamo.variables.constant import ConstantVariable
+        from tinydynamo.exc import unimplemented
+
+        if not all(a.is_python_constant() for a in args) or kwargs:
+            unimplemented(f"numpy.{t.__name__}() of a value not known at trace time")
+        return ConstantVariable(t(*[a.as_python_constant() for a in args]).item())  # a Python number in the graph
+
+    return handler
+
+
+def constant_object_types() -> tuple:
+    """Immutable library objects kept as constants of the trace (attributes and methods run at trace time)."""
+    import types
+
+    import torch
+
+    return (inspect.Signature, inspect.Parameter, types.MappingProxyType, dataclasses.Field, torch.finfo,
+            torch.iinfo) + _numpy_scalar_types()
 
 
 def _inline(fn):

@@ -183,6 +183,10 @@ def wrap_constant_result(value: Any) -> VariableTracker:
         return DictVariable({k: wrap_constant_result(v) for k, v in value.items()})
     if isinstance(value, CONSTANT_TYPES) or isinstance(value, type):
         return ConstantVariable(value)
+    from tinydynamo.polyfills import constant_object_types
+
+    if isinstance(value, constant_object_types()):  # inspect.Signature, dataclasses.Field, numpy scalars...
+        return ConstantVariable(value)
     if type(value) in (set, frozenset):
         from tinydynamo.variables.iter import SetVariable
 

@@ -49,7 +49,9 @@ class ConstantVariable(VariableTracker):
     def call_method(self, tx, name, args, kwargs):
         from tinydynamo.variables.builder import wrap_constant_result
 
-        if not isinstance(self.value, _PURE_TYPES) and not _is_torch_constant(self.value):
+        from tinydynamo.polyfills import constant_object_types
+
+        if not isinstance(self.value, _PURE_TYPES + constant_object_types()) and not _is_torch_constant(self.value):
             unimplemented(f"method {name!r} of constant {type(self.value).__name__}")
         if all(a.is_python_constant() for a in args) and all(v.is_python_constant() for v in kwargs.values()):
             result = getattr(self.value, name)(*[a.as_python_constant() for a in args],
@@ -88,6 +90,11 @@ def _class_attribute(tx, cls_var: ConstantVariable, name: str, value: Any):
 
     cls = cls_var.value
     source = AttrSource(cls_var.source, name) if cls_var.source is not None else None
+    if name == "apply" and _is_autograd_function(cls):
+        from tinydynamo.variables.objects import OpaqueCallVariable
+
+        return OpaqueCallVariable(value, f"{cls.__name__}.apply: a custom torch.autograd.Function runs outside "
+                                         "the graph (its backward must stay the one autograd calls)")
     if isinstance(value, (types.FunctionType, types.MethodType)) or (
             not callable(value) and source is not None):
         return VariableBuilder(tx, source).wrap(value)
@@ -99,3 +106,9 @@ def _class_attribute(tx, cls_var: ConstantVariable, name: str, value: Any):
             return replacement
         return GetAttrVariable(cls_var, name)
     return wrap_constant_result(value)
+
+
+def _is_autograd_function(cls: type) -> bool:
+    import torch
+
+    return issubclass(cls, torch.autograd.Function)

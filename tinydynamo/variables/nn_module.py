@@ -100,7 +100,9 @@ class NNModuleVariable(VariableTracker):
         from tinydynamo.variables.functions import UserMethodVariable
 
         if _has_hooks(self.module):
-            unimplemented(f"{type(self.module).__name__} has forward hooks (not captured yet)")
+            from tinydynamo.variables.module_hooks import call_with_hooks
+
+            return call_with_hooks(tx, self, args, kwargs)
         forward = type(self.module).forward
         if not isinstance(forward, types.FunctionType):
             unimplemented(f"{type(self.module).__name__}.forward is not a Python function")

@@ -273,3 +273,18 @@ def _new_module(tx, cls, args, kwargs, constant_args: bool) -> VariableTracker:
                       "(new random weights on every call)", hint="build it in __init__")
     tx.output.side_effects._keepalive.append(module)
     return NNModuleVariable(module, None)
+
+
+class OpaqueCallVariable(VariableTracker):
+    """A callable that is never traced into, with the reason (a graph break where the call happens)."""
+
+    def __init__(self, fn, reason: str):
+        super().__init__(None)
+        self.fn = fn
+        self.reason = reason
+
+    def as_python_constant(self):
+        return self.fn
+
+    def call_function(self, tx, args, kwargs):
+        unimplemented(self.reason)
