@@ -135,6 +135,8 @@ class OptimizedFunction:
         return L
 
     def __call__(self, *args, **kwargs):
+        if config.disable or getattr(self._orig_fn, "_tinydynamo_disabled", False):  # TINY_DISABLE=1 / disable(fn)
+            return self._orig_fn(*args, **kwargs)
         L = self._bind(args, kwargs)
         G = self._globals
         cache = _caches.get(self._code) or get_cache(self._code)
@@ -289,11 +291,33 @@ def optimize(backend: Any = None, nopython: bool = False) -> Callable[[Callable]
     backend_fn = lookup_backend(backend)
 
     def decorator(fn):
+        if isinstance(fn, OptimizedModule):  # optimizing again: the original with the new backend
+            fn = fn._orig_mod
+        elif isinstance(fn, OptimizedFunction):
+            fn = fn._orig_fn
         if isinstance(fn, nn.Module):
             return OptimizedModule(fn, backend_fn, nopython)
         return OptimizedFunction(fn, backend_fn, nopython)
 
-    return decorator
+    return _OptimizeDecorator(decorator)
+
+
+class _OptimizeDecorator:
+    """What ``optimize(backend)`` returns: a decorator. Like torch 2.x, not a context manager."""
+
+    def __init__(self, decorator):
+        self._decorator = decorator
+
+    def __call__(self, fn):
+        return self._decorator(fn)
+
+    def __enter__(self):
+        raise RuntimeError("tinydynamo.optimize(...) is used as a context manager; like torch._dynamo.optimize "
+                           "in torch 2.x it is a decorator only: use tinydynamo.optimize(backend)(fn) or "
+                           "tinydynamo.compile(fn)")
+
+    def __exit__(self, *exc):
+        return False
 
 
 def compile(model: Callable | None = None, *, backend: Any = None, fullgraph: bool = False,
@@ -370,10 +394,22 @@ class OptimizedModule(nn.Module):
         return f"OptimizedModule({self._orig_mod!r})"
 
 
-def disable(fn: Callable | None = None):
-    """Never trace ``fn``: it always runs eagerly (a call to it from traced code is Unsupported)."""
+def disable(fn: Callable | None = None, recursive: bool = True, *, reason: str | None = None):
+    """Never trace ``fn``: it always runs eagerly (a call to it from traced code is a graph break).
+
+    On an ``nn.Module`` its ``forward`` is disabled (the module itself is returned, as torch does).
+    ``recursive=False`` (torch: skip only this frame, still compile the functions it calls) is treated
+    like ``recursive=True`` here: without a frame-evaluation hook, calls made by eager code are not seen.
+    """
     if fn is None:
-        return disable
+        return functools.partial(disable, recursive=recursive, reason=reason)
+    if isinstance(fn, OptimizedModule):
+        fn = fn._orig_mod
+    if isinstance(fn, OptimizedFunction):
+        fn = fn._orig_fn
+    if isinstance(fn, nn.Module):
+        fn.forward = disable(fn.forward, recursive, reason=reason)
+        return fn
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):

@@ -260,6 +260,11 @@ def class_handler(cls):
 
 def variable_for(value: Any, source) -> Any:
     """The VariableTracker to use for ``value`` instead of the usual wrapping, or None."""
+    from tinydynamo import api
+
+    special = api.special_variable(value, source)  # allow_in_graph, disallow_in_graph, graph_break...
+    if special is not None:
+        return special
     try:
         if value in PURE_FUNCTIONS:
             from tinydynamo.variables.iter import PureFunctionVariable

@@ -99,6 +99,8 @@ class NNModuleVariable(VariableTracker):
     def call_function(self, tx, args, kwargs):
         from tinydynamo.variables.functions import UserMethodVariable
 
+        if getattr(self.module.__dict__.get("forward"), "_tinydynamo_disabled", False):
+            unimplemented(f"{type(self.module).__name__}.forward is marked tinydynamo.disable")
         if _has_hooks(self.module):
             from tinydynamo.variables.module_hooks import call_with_hooks
 

@@ -288,3 +288,20 @@ class OpaqueCallVariable(VariableTracker):
 
     def call_function(self, tx, args, kwargs):
         unimplemented(self.reason)
+
+
+class InGraphFunctionVariable(VariableTracker):
+    """A function called as one node of the graph (``allow_in_graph``), or folded to ``constant``."""
+
+    def __init__(self, fn, constant: VariableTracker | None = None):
+        super().__init__(None)
+        self.fn = fn
+        self.constant = constant
+
+    def as_python_constant(self):
+        return self.fn
+
+    def call_function(self, tx, args, kwargs):
+        if self.constant is not None:
+            return self.constant
+        return tx.output.create_node("call_function", self.fn, list(args), dict(kwargs))
