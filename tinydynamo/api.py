@@ -48,10 +48,6 @@ def is_compiling() -> bool:
     return False
 
 
-class AllowedFunctionVariable:
-    """Built lazily (VariableTracker subclasses import torch-heavy modules)."""
-
-
 def special_variable(value: Any, source) -> Any:
     """The variable for a function marked by this module (or ``is_compiling``), else None."""
     from tinydynamo.variables.constant import ConstantVariable
@@ -59,7 +55,7 @@ def special_variable(value: Any, source) -> Any:
 
     if value is graph_break:
         return OpaqueCallVariable(value, "graph_break() called")
-    if value in _IS_COMPILING:
+    if any(value is f for f in _IS_COMPILING):
         return InGraphFunctionVariable(lambda *a, **k: True, constant=ConstantVariable(True))
     if id(value) in DISALLOWED_IN_GRAPH and DISALLOWED_IN_GRAPH[id(value)] is value:
         return OpaqueCallVariable(value, f"{getattr(value, '__qualname__', value)} is marked disallow_in_graph")

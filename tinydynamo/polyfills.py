@@ -258,23 +258,28 @@ def class_handler(cls):
         return None
 
 
+_BY_ID: dict[int, tuple[Any, Any]] = {}  # id(function) -> (function, its polyfill or None for a pure one)
+
+
 def variable_for(value: Any, source) -> Any:
-    """The VariableTracker to use for ``value`` instead of the usual wrapping, or None."""
+    """The VariableTracker to use for ``value`` instead of the usual wrapping, or None.
+
+    Looked up by identity (``id``), never by ``==``: values such as numpy arrays compare elementwise."""
     from tinydynamo import api
 
     special = api.special_variable(value, source)  # allow_in_graph, disallow_in_graph, graph_break...
     if special is not None:
         return special
-    try:
-        if value in PURE_FUNCTIONS:
-            from tinydynamo.variables.iter import PureFunctionVariable
-
-            return PureFunctionVariable(value, source)
-        poly = FUNCTION_POLYFILLS.get(value)
-    except TypeError:  # unhashable
+    if not _BY_ID:
+        _BY_ID.update({id(f): (f, None) for f in PURE_FUNCTIONS})
+        _BY_ID.update({id(f): (f, poly) for f, poly in FUNCTION_POLYFILLS.items()})
+    entry = _BY_ID.get(id(value))
+    if entry is None or entry[0] is not value:
         return None
-    if poly is not None:
-        from tinydynamo.variables.functions import UserFunctionVariable
+    if entry[1] is None:
+        from tinydynamo.variables.iter import PureFunctionVariable
 
-        return UserFunctionVariable(poly)
-    return None
+        return PureFunctionVariable(value, source)
+    from tinydynamo.variables.functions import UserFunctionVariable
+
+    return UserFunctionVariable(entry[1])
