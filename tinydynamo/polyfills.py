@@ -271,10 +271,10 @@ def variable_for(value: Any, source) -> Any:
     if special is not None:
         return special
     if not _BY_ID:
-        _BY_ID.update({id(f): (f, None) for f in PURE_FUNCTIONS})
-        _BY_ID.update({id(f): (f, poly) for f, poly in FUNCTION_POLYFILLS.items()})
-    entry = _BY_ID.get(id(value))
-    if entry is None or entry[0] is not value:
+        _BY_ID.update({_key(f): (f, None) for f in PURE_FUNCTIONS})
+        _BY_ID.update({_key(f): (f, poly) for f, poly in FUNCTION_POLYFILLS.items()})
+    entry = _BY_ID.get(_key(value))
+    if entry is None or (entry[0] is not value and _key(value) == id(value)):
         return None
     if entry[1] is None:
         from tinydynamo.variables.iter import PureFunctionVariable
@@ -283,3 +283,12 @@ def variable_for(value: Any, source) -> Any:
     from tinydynamo.variables.functions import UserFunctionVariable
 
     return UserFunctionVariable(entry[1])
+
+
+def _key(value: Any):
+    """Identity of a function; a classmethod of a C class (``itertools.chain.from_iterable``) is a new
+    bound object at each attribute read, so it is known by (its class, its name)."""
+    owner = getattr(value, "__self__", None)
+    if isinstance(owner, type) and type(value).__name__ == "builtin_function_or_method":
+        return (id(owner), value.__name__)
+    return id(value)

@@ -342,8 +342,18 @@ def _call_extra(tx, fn, args, kwargs):
         return args[1] if item is None else item
     if fn is iter and len(args) == 1 and isinstance(args[0], ListIteratorVariable):
         return args[0]
+    if fn in (zip, enumerate) and any(type(a).__name__ == "LazyIteratorVariable" for a in args):
+        from tinydynamo.variables import iter as it
+        from tinydynamo.variables.lists import TupleVariable
+
+        if fn is zip and not kwargs:
+            return it.LazyIteratorVariable((TupleVariable(list(t)) for t in zip(*[it.iterate(tx, a) for a in args])), "zip")
+        if fn is enumerate:
+            start = (args[1] if len(args) > 1 else kwargs.get("start", ConstantVariable(0))).as_python_constant()
+            return it.LazyIteratorVariable((TupleVariable([ConstantVariable(i), v]) for i, v in
+                                            enumerate(it.iterate(tx, args[0]), start)), "enumerate")
     if fn is id and len(args) == 1:
-        value = getattr(args[0], "module", None) or getattr(args[0], "value", None)
+        value = getattr(args[0], "module", None) or getattr(args[0], "value", None) or getattr(args[0], "fn", None)
         if value is not None and not isinstance(args[0], ConstantVariable):
             if args[0].source is not None:
                 tx.output.add_guard("ID_MATCH", args[0].source, value)

@@ -101,7 +101,7 @@ class TupleVariable(BaseListVariable):
                 index = None
             if isinstance(index, int):
                 return self.items[index]
-        unimplemented(f"tuple attribute {name!r}")
+        return super().var_getattr(tx, name)  # methods (count, index, torch.Size.numel)
 
 
 class ListVariable(BaseListVariable):
