@@ -119,8 +119,9 @@ class OptimizedFunction:
         self._fast_names = code.co_varnames[:code.co_argcount] if simple else None
         functools.update_wrapper(self, self._fn)
 
-    def _bind(self, args: tuple, kwargs: dict) -> dict[str, Any]:
-        """The frame's locals ``L``: arguments by name (+ closure contents by name)."""
+    def _bind(self, args: tuple, kwargs: dict, closure: tuple | None = None) -> dict[str, Any]:
+        """The frame's locals ``L``: arguments by name (+ closure contents by name, and the cells
+        themselves as ``L['___closure']`` for resume functions that need the real cells)."""
         if self._self is not None:
             args = (self._self, *args)
         if not kwargs and self._fast_names is not None and len(args) == len(self._fast_names):
@@ -129,24 +130,39 @@ class OptimizedFunction:
             bound = self._signature.bind(*args, **kwargs)
             bound.apply_defaults()
             L = dict(bound.arguments)
-        if self._fn.__closure__:
-            for name, cell in zip(self._code.co_freevars, self._fn.__closure__):
-                L[name] = cell.cell_contents
+        closure = self._fn.__closure__ if closure is None else closure
+        if closure:
+            for name, cell in zip(self._code.co_freevars, closure):
+                try:
+                    L[name] = cell.cell_contents
+                except ValueError:  # an empty cell: the frame assigns it later
+                    pass
+            L["___closure"] = closure
         return L
 
     def __call__(self, *args, **kwargs):
+        return self._call(args, kwargs, None)
+
+    def call_with_closure(self, closure: tuple, *args):
+        """Call with these cells as the function's closure (a resume function of a frame with cells:
+        one compiled function per code object, the cells of each call passed in)."""
+        return self._call(args, {}, closure)
+
+    def _call(self, args: tuple, kwargs: dict, closure: tuple | None):
+        eager = self._orig_fn if closure is None else \
+            types.FunctionType(self._code, self._globals, self._code.co_name, None, closure)
         if config.disable or getattr(self._orig_fn, "_tinydynamo_disabled", False):  # TINY_DISABLE=1 / disable(fn)
-            return self._orig_fn(*args, **kwargs)
-        L = self._bind(args, kwargs)
+            return eager(*args, **kwargs)
+        L = self._bind(args, kwargs, closure)
         G = self._globals
         cache = _caches.get(self._code) or get_cache(self._code)
         entry = _lookup["fn"](cache.entries, L, G, self._backend)  # newest entry whose guards pass
         if entry is None:
             if cache.run_eagerly is not None:
-                return self._orig_fn(*args, **kwargs)
+                return eager(*args, **kwargs)
             entry = self._compile(cache, L, G)
             if entry is None:
-                return self._orig_fn(*args, **kwargs)
+                return eager(*args, **kwargs)
         if entry.break_reason is None:  # one graph and no native calls: nothing asks for the backend
             return entry.run(L, G)
         _current_backend.append(self._backend)  # for the functions called natively at the break
@@ -427,3 +443,10 @@ def cache_info(fn: Callable) -> FrameCache:
         return get_cache(fn._code)
     return get_cache(_user_function(fn)[0].__code__)
 
+
+
+def call_resume_with_closure(resume: Any, closure: tuple, *args):
+    """What compiled code calls for a resume function that takes the frame's cells as its closure."""
+    if isinstance(resume, OptimizedFunction):
+        return resume.call_with_closure(closure, *args)
+    return types.FunctionType(resume.__code__, resume.__globals__, resume.__name__, None, closure)(*args)

@@ -25,7 +25,7 @@ from tinydynamo.bytecode import Instruction
 from tinydynamo import config
 from tinydynamo.exc import Unsupported, unimplemented
 from tinydynamo.output_graph import OutputGraph
-from tinydynamo.source import GlobalSource, LocalSource
+from tinydynamo.source import GetItemSource, GlobalSource, LocalSource
 from tinydynamo.variables import (
     NULL,
     BuiltinVariable,
@@ -735,9 +735,11 @@ class InstructionTranslator(InstructionTranslatorBase):
         for name in code.co_varnames[:_n_args(code)]:
             if name in f_locals:
                 self.symbolic_locals[name] = VariableBuilder(self, LocalSource(name)).wrap(f_locals[name])
-        for name in code.co_freevars:  # the wrapper puts closure contents into L under their names
-            cell = CellVariable(VariableBuilder(self, LocalSource(name)).wrap(f_locals[name]))
+        for i, name in enumerate(code.co_freevars):  # the wrapper puts closure contents into L under their names
+            value = VariableBuilder(self, LocalSource(name)).wrap(f_locals[name]) if name in f_locals else None
+            cell = CellVariable(value)  # (an empty cell: a resume function's cell not assigned yet)
             cell.external = True
+            cell.cell_source = GetItemSource(LocalSource("___closure"), i)  # the real cell (L['___closure'][i])
             self.cells[name] = cell
 
     def run(self) -> VariableTracker | None:
@@ -763,13 +765,14 @@ class InstructionTranslator(InstructionTranslatorBase):
             super().dispatch(inst)
         except Unsupported as e:
             blocks = enclosing_blocks(self.code, inst.offset)
-            if blocks != ["with"] * len(contexts) or self.code.co_cellvars or self.code.co_freevars:
+            if blocks != ["with"] * len(contexts):
                 raise  # inside try (or a `with` we did not trace): not resumable, the frame runs eagerly
             self.stack, self.symbolic_locals = stack, local_vars
             self._undo_grad_mode_changes(last_node, contexts, grad_mode)
             if contexts:  # the graph leaves the `with` blocks; the transformed code re-enters them
                 set_grad_enabled(self, contexts[0].initial_mode)
             self.graph_break = GraphBreak(inst, e, stack, local_vars)
+            self.graph_break.cells = dict(self.cells)  # closures rebuilt at the break share these
 
     def _undo_grad_mode_changes(self, last_node, contexts, grad_mode: bool) -> None:
         """Forget grad-mode switches made by the instruction that broke (e.g. in a function it inlined)."""

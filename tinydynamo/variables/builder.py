@@ -129,6 +129,13 @@ class VariableBuilder:
             self.guard("ID_MATCH", value)
             return TorchVariable(value, src)
         if isinstance(value, types.FunctionType):
+            if getattr(value, "_tinydynamo_rebuilt", False) and src is not None:
+                # a function the compiled code rebuilt from a frame's lambda/def: a new object each call,
+                # the same code; its closure cells and defaults are read (and guarded) through sources
+                from tinydynamo.source import AttrSource
+
+                self.tx.output.add_guard("ID_MATCH", AttrSource(src, "__code__"), value.__code__)
+                return UserFunctionVariable(value, src)
             self.guard("ID_MATCH", value)
             decorated = unwrap_grad_mode_decorator(value)  # @torch.no_grad() def f(...)
             if decorated is not None:

@@ -19,10 +19,24 @@ class CellVariable(VariableTracker):
     """A closure cell: a mutable box shared by a frame and the nested functions that capture it."""
 
     external = False  # True for real cells from outside the trace: writing them would be a lost side effect
+    cell_source = None  # where the real cell object is (for an external cell), to rebuild closures
 
     def __init__(self, value: VariableTracker | None = None):
         super().__init__(None)
         self.value = value
+
+    def reconstruct(self, codegen) -> str:
+        """The real cell: the outside one, or a new cell made once (every closure rebuilt from this
+        tracker shares it, as the nested functions of the frame shared the frame's cell)."""
+        if self.cell_source is not None:
+            return codegen.source_expr(self.cell_source)
+        if self.external:
+            unimplemented("rebuilding a closure cell from outside the frame whose location is unknown")
+        import types as _types
+
+        make = codegen.constant(_types.CellType, "CellType")
+        return codegen.shared(self, lambda: f"{make}({self.value.reconstruct(codegen)})" if self.value is not None
+                              else f"{make}()")
 
     def get(self) -> VariableTracker:
         if self.value is None:
@@ -156,6 +170,8 @@ class UserFunctionVariable(BaseUserFunctionVariable):
 
             cells[name] = CellVariable(VariableBuilder(tx, src).wrap(value))
             cells[name].external = True
+            if self.source is not None:
+                cells[name].cell_source = GetItemSource(AttrSource(self.source, "__closure__"), i)
         return cells
 
     def __repr__(self) -> str:
@@ -215,10 +231,27 @@ class NestedUserFunctionVariable(BaseUserFunctionVariable):
         return dict(zip(self.code.co_freevars, self.closure))
 
     def reconstruct(self, codegen) -> str:
-        unimplemented(f"returning the nested function {self.qualname} from a compiled frame")
+        """A real function with the same code, defaults and (shared) closure cells."""
+        def build() -> str:
+            defaults = "(" + "".join(f"{d.reconstruct(codegen)}, " for d in self.defaults) + ")" if self.defaults else "None"
+            kwdefaults = "{" + ", ".join(f"{k!r}: {v.reconstruct(codegen)}" for k, v in self.kwdefaults.items()) + "}"
+            closure = "(" + "".join(f"{c.reconstruct(codegen)}, " for c in self.closure) + ")" if self.closure else "None"
+            return (f"{codegen.constant(make_function, 'make_function')}({codegen.constant(self.code, 'code')}, "
+                    f"{codegen.constant(self.f_globals, 'globals')}, {self.qualname!r}, {defaults}, {kwdefaults}, {closure})")
+
+        return codegen.shared(self, build)
 
     def __repr__(self) -> str:
         return f"NestedUserFunctionVariable({self.qualname})"
+
+
+def make_function(code, f_globals, qualname, defaults, kwdefaults, closure):
+    """What compiled code calls to rebuild a function made in the frame (a lambda, a local ``def``)."""
+    fn = types.FunctionType(code, f_globals, code.co_name, defaults, closure)
+    fn.__qualname__ = qualname
+    fn.__kwdefaults__ = kwdefaults or None
+    fn._tinydynamo_rebuilt = True  # guarded by its code, not its identity (see VariableBuilder)
+    return fn
 
 
 def _library_dirs() -> tuple[str, ...]:
