@@ -157,7 +157,18 @@ def methodcaller(name, *args, **kwargs):
     return lambda obj: getattr(obj, name)(*args, **kwargs)
 
 
+def wraps(wrapped, assigned=functools.WRAPPER_ASSIGNMENTS, updated=functools.WRAPPER_UPDATES):
+    """functools.wraps: remembers ``wrapped`` on the new function (its name, docstring... are copied by
+    functools.update_wrapper when the function is rebuilt after the graph)."""
+    def decorator(wrapper):
+        wrapper.__wrapped__ = wrapped
+        return wrapper
+
+    return decorator
+
+
 FUNCTION_POLYFILLS = {
+    functools.wraps: wraps,
     functools.reduce: reduce,
     itertools.chain.from_iterable: chain_from_iterable,
     copy.copy: copy_copy,

@@ -293,6 +293,13 @@ def LOAD_DEREF(tx: T, inst):
 @_handler
 def STORE_DEREF(tx: T, inst):
     cell = tx.cells.get(inst.argval)
+    if cell is not None and cell.external and cell.real_cell is not None and cell.cell_source is not None:
+        # a real cell from outside (``nonlocal n; n += 1`` in a compiled closure): a side effect,
+        # replayed after the graph as ``cell.cell_contents = value``; later reads see the new value
+        value = tx.pop()
+        tx.output.side_effects.store_attr(VariableTracker(cell.cell_source), cell.real_cell, "cell_contents", value)
+        cell.value = value
+        return
     if cell is None or getattr(cell, "external", False):
         unimplemented(f"assigning nonlocal {inst.argval!r} of an enclosing function outside the graph")
     cell.value = tx.pop()
@@ -740,6 +747,11 @@ class InstructionTranslator(InstructionTranslatorBase):
             cell = CellVariable(value)  # (an empty cell: a resume function's cell not assigned yet)
             cell.external = True
             cell.cell_source = GetItemSource(LocalSource("___closure"), i)  # the real cell (L['___closure'][i])
+            if "___closure" in f_locals:
+                from tinydynamo.variables.functions import shared_cell_tracker
+
+                cell.real_cell = f_locals["___closure"][i]
+                shared_cell_tracker(self, cell.real_cell, cell)
             self.cells[name] = cell
 
     def run(self) -> VariableTracker | None:
