@@ -31,8 +31,22 @@ class ConstantVariable(VariableTracker):
     def truth(self, tx) -> bool:
         return bool(self.value)
 
+    def var_setattr(self, tx, name: str, value) -> None:
+        """``Cls.count += 1``: a store on a class from outside the frame, replayed after the graph."""
+        if not isinstance(self.value, type) or self.source is None:
+            return super().var_setattr(tx, name, value)
+        from tinydynamo.variables.user_defined import check_plain_setattr
+
+        check_plain_setattr(self.value, name, type.__setattr__)
+        tx.output.side_effects.store_attr(self, self.value, name, value)
+
     def var_getattr(self, tx, name: str):
         from tinydynamo.variables.builder import wrap_constant_result
+
+        if isinstance(self.value, type) and tx is not None:
+            stored = tx.output.side_effects.load_attr(self, self.value, name)
+            if stored is not None:  # ``Cls.count`` written earlier in this frame
+                return stored
 
         try:
             value = getattr(self.value, name)

@@ -77,6 +77,8 @@ class TensorVariable(VariableTracker):
             return tx.output.create_node("call_function", getattr, [self, ConstantVariable(name)], {})
         if name == "grad":
             return _grad_of(tx, self)
+        if name == "__class__":
+            return ConstantVariable(self.python_type())
         if name in ("grad", "data", "_version", "grad_fn"):
             unimplemented(f"Tensor.{name} inside a compiled frame")
         if callable(getattr(torch.Tensor, name, None)):
