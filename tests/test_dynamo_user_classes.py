@@ -257,3 +257,23 @@ def test_tensor_subclass_with_torch_function_falls_back_cleanly():
     tinydynamo.reset()
     out = tinydynamo.optimize(CompileCounter())(f)(x)
     torch.testing.assert_close(torch.Tensor(out), torch.Tensor(f(x)))
+
+
+def test_identity_of_objects_made_in_the_frame():
+    def f(x):
+        p, q = Point(x, 1), Point(x, 1)
+        r = p
+        return x * ((p is r) + 2 * (p is q) + 4 * (p is not q) + 8 * (p is None))
+
+    assert compare(f, torch.randn(3)) == (1, 1)
+
+
+def test_self_referencing_object_escaping_is_a_clean_error():
+    def f(x):
+        p = Point(x, 1)
+        p.me = p
+        return p
+
+    tinydynamo.reset()
+    with pytest.raises(tinydynamo.Unsupported, match="refers to itself"):
+        tinydynamo.optimize(CompileCounter(), nopython=True)(f)(torch.randn(3))

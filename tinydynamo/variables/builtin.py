@@ -106,6 +106,10 @@ class BuiltinVariable(VariableTracker):
             return a.as_python_constant() is b.as_python_constant()
         if a is b:
             return True
+        from tinydynamo.variables.objects import NewObjectVariable
+
+        if isinstance(a, NewObjectVariable) or isinstance(b, NewObjectVariable):
+            return False  # an object made in the frame has one tracker: another tracker is another object
         from tinydynamo.variables.tensor import TensorVariable
 
         if isinstance(a, TensorVariable) and isinstance(b, TensorVariable):

@@ -41,7 +41,7 @@ def rebuild_object(cls: type, attrs: dict) -> Any:
 def is_plain_python_class(cls: type) -> bool:
     """Instances are plain ``__dict__`` objects made by ``object.__new__``: every base but ``object`` is a
     Python class without ``__slots__``, no custom ``__new__``/``__setattr__``/metaclass ``__call__``."""
-    if not isinstance(cls, type) or type(cls).__call__ is not type.__call__:
+    if not isinstance(cls, type) or cls is object or type(cls).__call__ is not type.__call__:
         return False
     for base in cls.__mro__[:-1]:
         if not base.__flags__ & _HEAPTYPE or "__slots__" in vars(base):
@@ -88,10 +88,13 @@ class NewObjectVariable(UserDefinedObjectVariable):
 
     def __init__(self, cls: type, cls_source=None):
         VariableTracker.__init__(self, None)
-        self.value = None
         self.cls = cls
         self.cls_source = cls_source
         self.items: dict[str, VariableTracker] = {}
+
+    @property
+    def value(self):
+        raise AttributeError("an object made in the frame has no real value at trace time")
 
     def python_type(self):
         return self.cls
@@ -135,7 +138,11 @@ class NewObjectVariable(UserDefinedObjectVariable):
 
     def reconstruct(self, codegen) -> str:
         def build():
+            if getattr(self, "_rebuilding", False):
+                unimplemented(f"a {self.cls.__name__} made in the frame that refers to itself escapes the graph")
+            self._rebuilding = True
             attrs = ", ".join(f"{k!r}: {v.reconstruct(codegen)}" for k, v in self.items.items())
+            self._rebuilding = False
             return (f"{codegen.constant(rebuild_object, 'rebuild_object')}"
                     f"({codegen.constant(self.cls, 'cls')}, {{{attrs}}})")
 
@@ -205,8 +212,7 @@ def zero_arg_super(tx) -> SuperVariable:
 
 #: classes folded at trace time when every argument is a constant (pure: no state, no side effects)
 PURE_CLASSES = {
-    torch.finfo, torch.iinfo, torch.device, torch.Size, torch.dtype, slice, range, frozenset, complex,
-    bytes, object,
+    torch.finfo, torch.iinfo, torch.device, torch.Size, torch.dtype, slice, range, frozenset, complex, bytes,
 }
 
 
