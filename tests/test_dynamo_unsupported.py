@@ -1,4 +1,6 @@
 """What tinydynamo cannot capture yet: a precise reason, eager fallback, or an error with nopython."""
+import threading
+
 import pytest
 import torch
 
@@ -30,19 +32,11 @@ def in_try(x):
         return x
 
 
-class Ctx:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
+CTX = threading.Lock()  # a context manager written in C: its __enter__/__exit__ cannot be inlined
 
 
-CTX = Ctx()
-
-
-def in_with(x):  # grad-mode `with` blocks are captured (tests/test_dynamo_ctx_managers.py); others are not
-    with CTX:
+def in_with(x):  # grad-mode and Python-defined `with` blocks are captured (test_dynamo_ctx_managers.py,
+    with CTX:    # test_dynamo_statements.py); C ones are not
         return x + 1
 
 

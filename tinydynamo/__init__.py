@@ -28,6 +28,13 @@ _LAZY = {
     "explain": "tinydynamo.explanation:explain",
     "show": "tinydynamo.instructor_view:show",
     "ExplainOutput": "tinydynamo.explanation:ExplainOutput",
+    "allow_in_graph": "tinydynamo.api:allow_in_graph",
+    "disallow_in_graph": "tinydynamo.api:disallow_in_graph",
+    "graph_break": "tinydynamo.api:graph_break",
+    "run": "tinydynamo.api:run",
+    "export": "tinydynamo.api:export",
+    "is_compiling": "tinydynamo.api:is_compiling",
+    "compiler": "tinydynamo.compiler:",
 }
 
 __getattr__, __dir__ = lazy_attributes(globals(), _LAZY)

@@ -38,6 +38,10 @@ CPython difference                 what :func:`get_instructions` gives instead
 ``STORE_FAST_LOAD_FAST``
 3.13 ``LOAD_FAST`` of a cell      ``LOAD_CLOSURE`` (as 3.11/3.12 emit it)
 variable (building a closure)
+3.11/3.12 ``FORMAT_VALUE``       3.13's ``CONVERT_VALUE`` (argval = ``str``/``repr``/
+                                   ``ascii``) + ``FORMAT_SIMPLE``; with a format spec
+                                   ``FORMAT_WITH_SPEC`` (argval = the conversion or None)
+3.12+ ``LOAD_SUPER_ATTR``          argval = the name, ``push_null`` for a method load
 3.13 ``TO_BOOL``                   dropped: its only consumers (``POP_JUMP_IF_*``,
                                    ``UNARY_NOT``) take the truth value themselves
 ``FOR_ITER`` exit target           ``target`` = where execution goes on once the iterator
@@ -273,6 +277,21 @@ def get_instructions(code_or_fn: Any) -> list[Instruction]:
                     emit("SET_FUNCTION_ATTRIBUTE", _FUNCTION_ATTRS[bit], _FUNCTION_ATTRS[bit])
         elif name == "SET_FUNCTION_ATTRIBUTE":
             emit(name, _FUNCTION_ATTRS[ins.arg], _FUNCTION_ATTRS[ins.arg])
+        elif name == "FORMAT_VALUE":  # 3.11/3.12 -> 3.13's CONVERT_VALUE + FORMAT_SIMPLE / FORMAT_WITH_SPEC
+            convert, has_spec = ins.argval
+            if has_spec:  # the spec is on top of the value: the conversion goes with the formatting
+                emit("FORMAT_WITH_SPEC", convert, getattr(convert, "__name__", ""))
+            else:
+                if convert is not None:
+                    emit("CONVERT_VALUE", convert, convert.__name__)
+                emit("FORMAT_SIMPLE")
+        elif name == "CONVERT_VALUE":  # 3.13: argval = the conversion function (str, repr, ascii)
+            convert = (None, str, repr, ascii)[ins.arg]
+            emit(name, convert, getattr(convert, "__name__", ""))
+        elif name == "FORMAT_WITH_SPEC":
+            emit(name, None, "")
+        elif name == "LOAD_SUPER_ATTR":  # 3.12+: low bit = method load (push_null, like LOAD_ATTR)
+            emit(name, ins.argval, ins.argval, push_null=bool(ins.arg & 1), is_method=bool(ins.arg & 1))
         elif name == "CALL_FUNCTION_EX":
             emit(name, bool(ins.argval & 1), "kwargs" if ins.argval & 1 else "")
         elif jump is not None:

@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import sys
 from typing import Any, Iterator
 
@@ -20,7 +21,10 @@ max_instructions: int = 200_000
 #: the backend ``compile``/``optimize`` use when none is given
 default_backend: str = "tininductor"
 
-_SETTINGS = ("recompile_limit", "suppress_errors", "max_inline_depth", "max_instructions", "default_backend")
+#: never compile: every optimized function runs eagerly (env TINY_DISABLE=1, like TORCHDYNAMO_DISABLE=1)
+disable: bool = os.environ.get("TINY_DISABLE", "0") not in ("", "0")
+
+_SETTINGS = ("disable", "recompile_limit", "suppress_errors", "max_inline_depth", "max_instructions", "default_backend")
 _this = sys.modules[__name__]
 
 

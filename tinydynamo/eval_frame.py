@@ -123,8 +123,9 @@ class OptimizedFunction:
         self._fast_names = code.co_varnames[:code.co_argcount] if simple else None
         functools.update_wrapper(self, self._fn)
 
-    def _bind(self, args: tuple, kwargs: dict) -> dict[str, Any]:
-        """The frame's locals ``L``: arguments by name (+ closure contents by name)."""
+    def _bind(self, args: tuple, kwargs: dict, closure: tuple | None = None) -> dict[str, Any]:
+        """The frame's locals ``L``: arguments by name (+ closure contents by name, and the cells
+        themselves as ``L['___closure']`` for resume functions that need the real cells)."""
         if self._self is not None:
             args = (self._self, *args)
         if not kwargs and self._fast_names is not None and len(args) == len(self._fast_names):
@@ -137,22 +138,39 @@ class OptimizedFunction:
             bound = self._signature.bind(*args, **kwargs)
             bound.apply_defaults()
             L = dict(bound.arguments)
-        if self._fn.__closure__:
-            for name, cell in zip(self._code.co_freevars, self._fn.__closure__):
-                L[name] = cell.cell_contents
+        closure = self._fn.__closure__ if closure is None else closure
+        if closure:
+            for name, cell in zip(self._code.co_freevars, closure):
+                try:
+                    L[name] = cell.cell_contents
+                except ValueError:  # an empty cell: the frame assigns it later
+                    pass
+            L["___closure"] = closure
         return L
 
     def __call__(self, *args, **kwargs):
-        L = self._bind(args, kwargs)
+        return self._call(args, kwargs, None)
+
+    def call_with_closure(self, closure: tuple, *args):
+        """Call with these cells as the function's closure (a resume function of a frame with cells:
+        one compiled function per code object, the cells of each call passed in)."""
+        return self._call(args, {}, closure)
+
+    def _call(self, args: tuple, kwargs: dict, closure: tuple | None):
+        eager = self._orig_fn if closure is None else \
+            types.FunctionType(self._code, self._globals, self._code.co_name, None, closure)
+        if config.disable or getattr(self._orig_fn, "_tinydynamo_disabled", False):  # TINY_DISABLE=1 / disable(fn)
+            return eager(*args, **kwargs)
+        L = self._bind(args, kwargs, closure)
         G = self._globals
         cache = _caches.get(self._code) or get_cache(self._code)
         entry = _lookup["fn"](cache.entries, L, G, self._backend)  # newest entry whose guards pass
         if entry is None:
             if cache.run_eagerly is not None:
-                return self._orig_fn(*args, **kwargs)
+                return eager(*args, **kwargs)
             entry = self._compile(cache, L, G)
             if entry is None:
-                return self._orig_fn(*args, **kwargs)
+                return eager(*args, **kwargs)
         if entry.break_reason is None:  # one graph and no native calls: nothing asks for the backend
             return entry.run(L, G)
         _current_backend.append(self._backend)  # for the functions called natively at the break
@@ -331,11 +349,33 @@ def optimize(backend: Any = None, nopython: bool = False) -> Callable[[Callable]
     backend_fn = lookup_backend(backend)
 
     def decorator(fn):
+        if isinstance(fn, OptimizedModule):  # optimizing again: the original with the new backend
+            fn = fn._orig_mod
+        elif isinstance(fn, OptimizedFunction):
+            fn = fn._orig_fn
         if isinstance(fn, nn.Module):
             return OptimizedModule(fn, backend_fn, nopython)
         return OptimizedFunction(fn, backend_fn, nopython)
 
-    return decorator
+    return _OptimizeDecorator(decorator)
+
+
+class _OptimizeDecorator:
+    """What ``optimize(backend)`` returns: a decorator. Like torch 2.x, not a context manager."""
+
+    def __init__(self, decorator):
+        self._decorator = decorator
+
+    def __call__(self, fn):
+        return self._decorator(fn)
+
+    def __enter__(self):
+        raise RuntimeError("tinydynamo.optimize(...) is used as a context manager; like torch._dynamo.optimize "
+                           "in torch 2.x it is a decorator only: use tinydynamo.optimize(backend)(fn) or "
+                           "tinydynamo.compile(fn)")
+
+    def __exit__(self, *exc):
+        return False
 
 
 def compile(model: Callable | None = None, *, backend: Any = None, fullgraph: bool = False,
@@ -351,6 +391,11 @@ def compile(model: Callable | None = None, *, backend: Any = None, fullgraph: bo
     if model is None:
         return lambda m: compile(m, backend=backend, fullgraph=fullgraph, dynamic=dynamic, mode=mode, options=options)
     return optimize(lookup_backend_with_options(backend, mode, options), nopython=fullgraph)(model)
+
+
+def _call_module(module, *args, **kwargs):
+    """What a compiled module with forward hooks traces: the call itself (hooks + forward)."""
+    return module(*args, **kwargs)
 
 
 class OptimizedModule(nn.Module):
@@ -372,8 +417,13 @@ class OptimizedModule(nn.Module):
         from torch.nn.modules import module as module_mod
 
         m = self._orig_mod
-        if m._forward_hooks or m._forward_pre_hooks or module_mod._global_forward_hooks:
-            return m(*args, **kwargs)  # hooks are not captured: run the module as usual
+        if m._forward_hooks or m._forward_pre_hooks:  # compile the call with its hooks (inlined around forward)
+            if getattr(self, "_compiled_call", None) is None:
+                self._compiled_call = OptimizedFunction(_call_module, self._compiled_forward._backend,
+                                                        self._compiled_forward._nopython)
+            return self._compiled_call(m, *args, **kwargs)
+        if module_mod._global_forward_hooks:
+            return m(*args, **kwargs)  # global hooks are not captured: run the module as usual
         compiled = self._compiled_forward
         forward = m.__dict__.get("forward") or type(m).forward
         if forward is not compiled._orig_fn and forward is not compiled._fn:
@@ -385,7 +435,7 @@ class OptimizedModule(nn.Module):
         return compiled(*args, **kwargs)
 
     def __getattr__(self, name: str):
-        if name in ("_orig_mod", "_compiled_forward"):
+        if name in ("_orig_mod", "_compiled_forward", "_compiled_call"):
             return super().__getattr__(name)
         return getattr(self._orig_mod, name)
 
@@ -416,10 +466,22 @@ class OptimizedModule(nn.Module):
         return f"OptimizedModule({self._orig_mod!r})"
 
 
-def disable(fn: Callable | None = None):
-    """Never trace ``fn``: it always runs eagerly (a call to it from traced code is Unsupported)."""
+def disable(fn: Callable | None = None, recursive: bool = True, *, reason: str | None = None):
+    """Never trace ``fn``: it always runs eagerly (a call to it from traced code is a graph break).
+
+    On an ``nn.Module`` its ``forward`` is disabled (the module itself is returned, as torch does).
+    ``recursive=False`` (torch: skip only this frame, still compile the functions it calls) is treated
+    like ``recursive=True`` here: without a frame-evaluation hook, calls made by eager code are not seen.
+    """
     if fn is None:
-        return disable
+        return functools.partial(disable, recursive=recursive, reason=reason)
+    if isinstance(fn, OptimizedModule):
+        fn = fn._orig_mod
+    if isinstance(fn, OptimizedFunction):
+        fn = fn._orig_fn
+    if isinstance(fn, nn.Module):
+        fn.forward = disable(fn.forward, recursive, reason=reason)
+        return fn
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
@@ -437,3 +499,10 @@ def cache_info(fn: Callable) -> FrameCache:
         return get_cache(fn._code)
     return get_cache(_user_function(fn)[0].__code__)
 
+
+
+def call_resume_with_closure(resume: Any, closure: tuple, *args):
+    """What compiled code calls for a resume function that takes the frame's cells as its closure."""
+    if isinstance(resume, OptimizedFunction):
+        return resume.call_with_closure(closure, *args)
+    return types.FunctionType(resume.__code__, resume.__globals__, resume.__name__, None, closure)(*args)

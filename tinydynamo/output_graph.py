@@ -339,6 +339,16 @@ class OutputGraph:
             local_exprs = [brk.symbolic_locals[n].reconstruct(codegen) for n in local_names]
             resume_code = make_resume_code(code, offset, kinds, local_names)
             codegen.resume_codes.append(resume_code)
+            if resume_code.co_freevars:  # the frame's cells travel as the resume function's closure
+                from tinydynamo.eval_frame import call_resume_with_closure
+
+                cells = [brk.cells[n] for n in resume_code.co_freevars]
+                template = types.FunctionType(resume_code, self.scope.f_globals, resume_code.co_name, None,
+                                              tuple(types.CellType() for _ in cells))
+                name = self.scope.constant(wrap_for_resume(template, backend), "resume")
+                closure = "(" + "".join(f"{c.reconstruct(codegen)}, " for c in cells) + ")"
+                call = self.scope.constant(call_resume_with_closure, "call_resume")
+                return f"return {call}({name}, {closure}, {', '.join(exprs + local_exprs)})"
             fn = types.FunctionType(resume_code, self.scope.f_globals, resume_code.co_name)
             name = self.scope.constant(wrap_for_resume(fn, backend), "resume")
             return f"return {name}({', '.join(exprs + local_exprs)})"

@@ -111,8 +111,6 @@ def make_resume_code(code: types.CodeType, resume_offset: int, stack_slots: list
     Arguments: ``___stack0 ...`` for the non-NULL slots, then ``local_names``. (``True``/``False`` are accepted for null/value.)
     """
     stack_slots = [NULL_SLOT if s is True else VALUE_SLOT if s is False else s for s in stack_slots]
-    if code.co_freevars or code.co_cellvars:
-        unimplemented("graph break in a function with closures (cell variables) is not resumable yet")
     raw = [i for i in dis.get_instructions(code) if i.opname not in ("CACHE", "EXTENDED_ARG")]
     try:
         k = next(n for n, i in enumerate(raw) if i.offset == resume_offset)
@@ -147,7 +145,12 @@ def make_resume_code(code: types.CodeType, resume_offset: int, stack_slots: list
                 prologue.append(Instr("POP_TOP", lineno=lineno))
             j += 1
     prologue.append(Instr("JUMP_FORWARD", label, lineno=lineno))
+    if code.co_freevars or code.co_cellvars:
+        body, n_prefix = _cells_to_free_vars(body, n_prefix, code)
     new = Bytecode(body[:n_prefix] + prologue + body[n_prefix:])
+    if code.co_freevars or code.co_cellvars:
+        new.freevars = list(code.co_freevars) + list(code.co_cellvars)
+        new.cellvars = []
     new.argnames = stack_args + list(local_names)
     new.argcount = len(new.argnames)
     new.posonlyargcount = 0
@@ -160,3 +163,31 @@ def make_resume_code(code: types.CodeType, resume_offset: int, stack_slots: list
     new.first_lineno = bc.first_lineno
     new.docstring = None
     return new.to_code()
+
+
+def closure_names(code: types.CodeType) -> list[str]:
+    """The free variables of a resume function made from ``code``: the original's free variables,
+    then its cell variables (the cells the original frame made, passed in as a closure)."""
+    return list(code.co_freevars) + list(code.co_cellvars)
+
+
+def _cells_to_free_vars(body: list, n_prefix: int, code: types.CodeType) -> tuple[list, int]:
+    """A resume function does not make its cells: the frame's cells come in as its closure (as
+    TorchDynamo's resume functions receive them). So every cell variable becomes a free variable,
+    MAKE_CELL goes, and COPY_FREE_VARS copies all of them."""
+    from bytecode import CellVar, FreeVar
+
+    out, prefix_left = [], n_prefix
+    for k, item in enumerate(body):
+        if isinstance(item, Instr):
+            if item.name in ("MAKE_CELL", "COPY_FREE_VARS"):
+                if k < n_prefix:
+                    prefix_left -= 1
+                continue
+            if isinstance(item.arg, CellVar):
+                item = Instr(item.name, FreeVar(item.arg.name), lineno=item.lineno)
+        out.append(item)
+    n_free = len(code.co_freevars) + len(code.co_cellvars)
+    first = out[0] if out else None
+    lineno = first.lineno if isinstance(first, Instr) else code.co_firstlineno
+    return [Instr("COPY_FREE_VARS", n_free, lineno=lineno)] + out, prefix_left + 1

@@ -26,7 +26,7 @@ from tinydynamo.bytecode import Instruction
 from tinydynamo import config
 from tinydynamo.exc import ObservedException, Unsupported, unimplemented
 from tinydynamo.output_graph import OutputGraph
-from tinydynamo.source import GlobalSource, LocalSource
+from tinydynamo.source import GetItemSource, GlobalSource, LocalSource
 from tinydynamo.variables import (
     NULL,
     BuiltinVariable,
@@ -341,6 +341,13 @@ def LOAD_DEREF(tx: T, inst):
 @_handler
 def STORE_DEREF(tx: T, inst):
     cell = tx.cells.get(inst.argval)
+    if cell is not None and cell.external and cell.real_cell is not None and cell.cell_source is not None:
+        # a real cell from outside (``nonlocal n; n += 1`` in a compiled closure): a side effect,
+        # replayed after the graph as ``cell.cell_contents = value``; later reads see the new value
+        value = tx.pop()
+        tx.output.side_effects.store_attr(VariableTracker(cell.cell_source), cell.real_cell, "cell_contents", value)
+        cell.value = value
+        return
     if cell is None or getattr(cell, "external", False):
         unimplemented(f"assigning nonlocal {inst.argval!r} of an enclosing function outside the graph")
     cell.value = tx.pop()
@@ -707,6 +714,16 @@ def BUILD_STRING(tx: T, inst):
 def BEFORE_WITH(tx: T, inst):
     """``with ctx:`` pushes ``ctx.__exit__`` (called at the end of the block) and ``ctx.__enter__()``."""
     ctx = tx.pop()
+    from tinydynamo.variables.misc_ctx import NullContextVariable, UserContextManagerVariable
+    from tinydynamo.variables.user_defined import UserDefinedObjectVariable, _python_dunder
+
+    if isinstance(ctx, UserDefinedObjectVariable) and _python_dunder(ctx.python_type(), "__enter__") \
+            and _python_dunder(ctx.python_type(), "__exit__"):
+        ctx = UserContextManagerVariable(ctx)  # a class with Python __enter__/__exit__: both inlined
+    if isinstance(ctx, (NullContextVariable, UserContextManagerVariable)):  # nothing the graph must hold
+        tx.push(WithExitFunctionVariable(ctx))
+        tx.push(ctx.enter(tx))
+        return
     if not isinstance(ctx, GradModeVariable):
         unimplemented(f"`with` blocks are not captured yet, except grad-mode ones (torch.no_grad(), "
                       f"torch.enable_grad(), torch.set_grad_enabled(b)); got {ctx}")
@@ -783,6 +800,97 @@ for _name, _reason in _UNSUPPORTED_OPS.items():
     OPCODE_HANDLERS.setdefault(_name, lambda tx, inst, _r=_reason: unimplemented(_r))
 
 
+# ---- f-strings, sets, imports, super() (issue 15) ------------------------------------------------------------
+def _format(tx: T, value: VariableTracker, spec: str, convert=None) -> VariableTracker:
+    """``format(value, spec)`` at trace time (f-string pieces): only constants can be formatted."""
+    if not value.is_python_constant():
+        unimplemented(f"formatting {value} in an f-string (its text is only known at run time)",
+                      hint="format constants (shapes, dtypes, config values), or move the f-string out")
+    v = value.as_python_constant()
+    return ConstantVariable(format(convert(v) if convert is not None else v, spec))
+
+
+@_handler
+def CONVERT_VALUE(tx: T, inst):
+    value = tx.pop()
+    if not value.is_python_constant():
+        unimplemented(f"{inst.argval.__name__}() of {value} in an f-string")
+    tx.push(ConstantVariable(inst.argval(value.as_python_constant())))
+
+
+@_handler
+def FORMAT_SIMPLE(tx: T, inst): tx.push(_format(tx, tx.pop(), ""))
+
+
+@_handler
+def FORMAT_WITH_SPEC(tx: T, inst):
+    spec = tx.pop().as_python_constant()
+    tx.push(_format(tx, tx.pop(), spec, inst.argval))
+
+
+@_handler
+def BUILD_STRING(tx: T, inst):
+    tx.push(ConstantVariable("".join(p.as_python_constant() for p in tx.popn(inst.argval))))
+
+
+@_handler
+def BUILD_SET(tx: T, inst):
+    from tinydynamo.variables.iter import SetVariable
+
+    tx.push(SetVariable(tx.popn(inst.argval)))
+
+
+@_handler
+def SET_ADD(tx: T, inst):
+    v = tx.pop()
+    tx.stack[-inst.argval].call_method(tx, "add", [v], {})
+
+
+@_handler
+def SET_UPDATE(tx: T, inst):
+    v = tx.pop()
+    tx.stack[-inst.argval].call_method(tx, "update", [v], {})
+
+
+@_handler
+def IMPORT_NAME(tx: T, inst):
+    """``import a.b`` / ``from a import b`` inside the frame: imported at trace time (as TorchDynamo does;
+    importing is idempotent), the module becomes a constant of the trace."""
+    fromlist, level = tx.pop().as_python_constant(), tx.pop().as_python_constant()
+    try:
+        module = __import__(inst.argval, tx.f_globals, None, fromlist, level)
+    except ImportError as e:
+        unimplemented(f"import {inst.argval} failed at trace time: {e}")
+    tx.push(VariableBuilder(tx, None).wrap(module))
+
+
+@_handler
+def IMPORT_FROM(tx: T, inst):
+    module = tx.stack[-1]
+    real = module.as_python_constant()
+    if not hasattr(real, inst.argval):  # a submodule not imported yet
+        import importlib
+
+        try:
+            importlib.import_module(f"{real.__name__}.{inst.argval}")
+        except ImportError as e:
+            unimplemented(f"from {real.__name__} import {inst.argval} failed at trace time: {e}")
+    tx.push(VariableBuilder(tx, None).wrap(getattr(real, inst.argval)))
+
+
+@_handler
+def LOAD_SUPER_ATTR(tx: T, inst):
+    """3.12+: ``super().name`` in one instruction (stack: ``super``, the class, the first argument)."""
+    from tinydynamo.variables.objects import SuperVariable
+
+    obj, cls, fn = tx.pop(), tx.pop(), tx.pop()
+    if not (fn.is_python_constant() and fn.as_python_constant() is super):
+        unimplemented(f"LOAD_SUPER_ATTR with {fn} rebound from `super`")
+    value = SuperVariable(cls.as_python_constant(), obj).var_getattr(tx, inst.argval)
+    for v in (bc.with_null(value, NULL) if inst.push_null else [value]):
+        tx.push(v)
+
+
 #: instructions a graph break can split a frame at (run natively, then resume after them)
 BREAKABLE = ("CALL", "CALL_FUNCTION_EX", "POP_JUMP_IF_FALSE", "POP_JUMP_IF_TRUE",
              "STORE_ATTR", "STORE_SUBSCR", "STORE_GLOBAL", "DELETE_SUBSCR")
@@ -819,9 +927,16 @@ class InstructionTranslator(InstructionTranslatorBase):
         for name in code.co_varnames[:_n_args(code)]:
             if name in f_locals:
                 self.symbolic_locals[name] = VariableBuilder(self, LocalSource(name)).wrap(f_locals[name])
-        for name in code.co_freevars:  # the wrapper puts closure contents into L under their names
-            cell = CellVariable(VariableBuilder(self, LocalSource(name)).wrap(f_locals[name]))
+        for i, name in enumerate(code.co_freevars):  # the wrapper puts closure contents into L under their names
+            value = VariableBuilder(self, LocalSource(name)).wrap(f_locals[name]) if name in f_locals else None
+            cell = CellVariable(value)  # (an empty cell: a resume function's cell not assigned yet)
             cell.external = True
+            cell.cell_source = GetItemSource(LocalSource("___closure"), i)  # the real cell (L['___closure'][i])
+            if "___closure" in f_locals:
+                from tinydynamo.variables.functions import shared_cell_tracker
+
+                cell.real_cell = f_locals["___closure"][i]
+                shared_cell_tracker(self, cell.real_cell, cell)
             self.cells[name] = cell
 
     def run(self) -> VariableTracker | None:
@@ -847,13 +962,14 @@ class InstructionTranslator(InstructionTranslatorBase):
             super().dispatch(inst)
         except Unsupported as e:
             blocks = enclosing_blocks(self.code, inst.offset)
-            if blocks != ["with"] * len(contexts) or self.code.co_cellvars or self.code.co_freevars:
+            if blocks != ["with"] * len(contexts):
                 raise  # inside try (or a `with` we did not trace): not resumable, the frame runs eagerly
             self.stack, self.symbolic_locals = stack, local_vars
             self._undo_instruction(last_node, contexts, grad_mode)
             if contexts:  # the graph leaves the `with` blocks; the transformed code re-enters them
                 set_grad_enabled(self, contexts[0].initial_mode)
             self.graph_break = GraphBreak(inst, e, stack, local_vars)
+            self.graph_break.cells = dict(self.cells)  # closures rebuilt at the break share these
 
     def _undo_instruction(self, last_node, contexts, grad_mode: bool) -> None:
         """Forget what the instruction that broke added to the graph. It runs natively instead (a call

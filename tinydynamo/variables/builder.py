@@ -112,6 +112,12 @@ class VariableBuilder:
         if getattr(value, "_tinydynamo_disabled", False):
             self.guard("ID_MATCH", value)
             return DisabledFunctionVariable(value, src)
+        from tinydynamo import polyfills
+
+        replacement = polyfills.variable_for(value, src)  # a C/library function done another way
+        if replacement is not None:
+            self.guard("ID_MATCH", value)
+            return replacement
         if _is_builtin(value):
             self.guard("ID_MATCH", value)
             return BuiltinVariable(value, src)
@@ -125,6 +131,13 @@ class VariableBuilder:
             self.guard("ID_MATCH", value)
             return TorchVariable(value, src)
         if isinstance(value, types.FunctionType):
+            if getattr(value, "_tinydynamo_rebuilt", False) and src is not None:
+                # a function the compiled code rebuilt from a frame's lambda/def: a new object each call,
+                # the same code; its closure cells and defaults are read (and guarded) through sources
+                from tinydynamo.source import AttrSource
+
+                self.tx.output.add_guard("ID_MATCH", AttrSource(src, "__code__"), value.__code__)
+                return UserFunctionVariable(value, src)
             self.guard("ID_MATCH", value)
             decorated = unwrap_grad_mode_decorator(value)  # @torch.no_grad() def f(...)
             if decorated is not None:
@@ -203,6 +216,14 @@ def wrap_constant_result(value: Any) -> VariableTracker:
         return DictVariable({k: wrap_constant_result(v) for k, v in value.items()})
     if isinstance(value, CONSTANT_TYPES) or isinstance(value, type):
         return ConstantVariable(value)
+    from tinydynamo.polyfills import constant_object_types
+
+    if isinstance(value, constant_object_types()):  # inspect.Signature, dataclasses.Field, numpy scalars...
+        return ConstantVariable(value)
+    if type(value) in (set, frozenset):
+        from tinydynamo.variables.iter import SetVariable
+
+        return SetVariable([wrap_constant_result(v) for v in value], frozen=type(value) is frozenset)
     if isinstance(value, (map, filter, zip, enumerate, reversed, type(iter([])), type(iter(range(0))))):
         from tinydynamo.variables.lists import ListIteratorVariable
 

@@ -78,6 +78,9 @@ class BuiltinVariable(VariableTracker):
         from tinydynamo.variables.tensor import TensorVariable
         from tinydynamo.variables.builder import wrap_constant_result
 
+        user = _user_binop(tx, fn, a, b)  # a user class's __add__ / __radd__ / __eq__ ...
+        if user is not None:
+            return user
         if isinstance(a, TensorVariable) or isinstance(b, TensorVariable):
             if not isinstance(a, TensorVariable) and fn in INPLACE_TO_OUT_OF_PLACE:
                 fn = INPLACE_TO_OUT_OF_PLACE[fn]  # ``total = 0; total += t``: a number has no in-place add
@@ -115,6 +118,10 @@ class BuiltinVariable(VariableTracker):
             return a.as_python_constant() is b.as_python_constant()
         if a is b:
             return True
+        from tinydynamo.variables.objects import NewObjectVariable
+
+        if isinstance(a, NewObjectVariable) or isinstance(b, NewObjectVariable):
+            return False  # an object made in the frame has one tracker: another tracker is another object
         from tinydynamo.variables.tensor import TensorVariable
 
         if isinstance(a, TensorVariable) and isinstance(b, TensorVariable):
@@ -147,6 +154,9 @@ class BuiltinVariable(VariableTracker):
         from tinydynamo.variables.tensor import TensorVariable
 
         fn = self.fn
+        extra = _call_extra(tx, fn, args, kwargs)  # sets, sorted(key=), next(it, default), id()...
+        if extra is not None:
+            return extra
         if fn in UNSUPPORTED_BUILTINS:
             unimplemented(UNSUPPORTED_BUILTINS[fn])
         if fn is setattr and len(args) == 3 and not kwargs and args[1].is_python_constant():
@@ -300,3 +310,88 @@ def _origin(v):
     from tinydynamo.variables.lists import ListVariable
 
     return v if isinstance(v, (ListVariable, DictVariable)) else None
+
+
+#: operator -> (the left operand's dunder, the right operand's reflected dunder)
+_DUNDERS = {
+    operator.add: ("__add__", "__radd__"), operator.sub: ("__sub__", "__rsub__"),
+    operator.mul: ("__mul__", "__rmul__"), operator.truediv: ("__truediv__", "__rtruediv__"),
+    operator.floordiv: ("__floordiv__", "__rfloordiv__"), operator.mod: ("__mod__", "__rmod__"),
+    operator.pow: ("__pow__", "__rpow__"), operator.matmul: ("__matmul__", "__rmatmul__"),
+    operator.and_: ("__and__", "__rand__"), operator.or_: ("__or__", "__ror__"),
+    operator.xor: ("__xor__", "__rxor__"), operator.lshift: ("__lshift__", "__rlshift__"),
+    operator.rshift: ("__rshift__", "__rrshift__"),
+    operator.eq: ("__eq__", "__eq__"), operator.ne: ("__ne__", "__ne__"), operator.lt: ("__lt__", "__gt__"),
+    operator.le: ("__le__", "__ge__"), operator.gt: ("__gt__", "__lt__"), operator.ge: ("__ge__", "__le__"),
+}
+_INPLACE = {operator.iadd: operator.add, operator.isub: operator.sub, operator.imul: operator.mul,
+            operator.itruediv: operator.truediv, operator.ifloordiv: operator.floordiv, operator.imod: operator.mod,
+            operator.ipow: operator.pow, operator.imatmul: operator.matmul, operator.iand: operator.and_,
+            operator.ior: operator.or_, operator.ixor: operator.xor}
+
+
+def _user_binop(tx, fn, a, b):
+    """``a + b`` where an operand is a user object whose class defines the operator in Python, as
+    Python does it: ``__iadd__``, then ``a.__add__(b)``, then ``b.__radd__(a)`` (None: not applicable)."""
+    from tinydynamo.variables.user_defined import UserDefinedObjectVariable, _python_dunder
+
+    if not (isinstance(a, UserDefinedObjectVariable) or isinstance(b, UserDefinedObjectVariable)):
+        return None
+    if fn in _INPLACE:
+        if isinstance(a, UserDefinedObjectVariable) and _python_dunder(a.python_type(), "__i" + _DUNDERS[_INPLACE[fn]][0][2:]):
+            result = a.call_method(tx, "__i" + _DUNDERS[_INPLACE[fn]][0][2:], [b], {})
+            if not (result.is_python_constant() and result.as_python_constant() is NotImplemented):
+                return result
+        fn = _INPLACE[fn]
+    if fn not in _DUNDERS:
+        return None
+    name, rname = _DUNDERS[fn]
+    for obj, other, dunder in ((a, b, name), (b, a, rname)):
+        if isinstance(obj, UserDefinedObjectVariable) and _python_dunder(obj.python_type(), dunder) is not None:
+            result = obj.call_method(tx, dunder, [other], {})
+            if not (result.is_python_constant() and result.as_python_constant() is NotImplemented):
+                return result
+    if fn in (operator.eq, operator.ne):  # no __eq__ of their own: identity
+        same = a is b or (getattr(a, "value", None) is not None and getattr(a, "value", None) is getattr(b, "value", 0))
+        return ConstantVariable(same == (fn is operator.eq))
+    return None
+
+
+def _call_extra(tx, fn, args, kwargs):
+    """Builtins handled beyond folding (None: let BuiltinVariable.call_function go on)."""
+    from tinydynamo.variables.lists import ListIteratorVariable
+
+    if fn in (set, frozenset) and len(args) <= 1 and not kwargs and not all(a.is_python_constant() for a in args):
+        from tinydynamo.variables import iter as it
+
+        return (it.set_ if fn is set else it.frozenset_)(tx, args, kwargs)
+    if fn is sorted and len(args) == 1 and kwargs:
+        from tinydynamo import polyfills
+        from tinydynamo.variables.functions import UserFunctionVariable
+
+        return UserFunctionVariable(polyfills.sorted_).call_function(tx, args, kwargs)
+    if fn is next and len(args) == 2 and isinstance(args[0], ListIteratorVariable):
+        item = args[0].next_item()
+        return args[1] if item is None else item
+    if fn is iter and len(args) == 1 and isinstance(args[0], ListIteratorVariable):
+        return args[0]
+    if fn in (zip, enumerate) and any(type(a).__name__ == "LazyIteratorVariable" for a in args):
+        from tinydynamo.variables import iter as it
+        from tinydynamo.variables.lists import TupleVariable
+
+        if fn is zip and not kwargs:
+            return it.LazyIteratorVariable((TupleVariable(list(t)) for t in zip(*[it.iterate(tx, a) for a in args])), "zip")
+        if fn is enumerate:
+            start = (args[1] if len(args) > 1 else kwargs.get("start", ConstantVariable(0))).as_python_constant()
+            return it.LazyIteratorVariable((TupleVariable([ConstantVariable(i), v]) for i, v in
+                                            enumerate(it.iterate(tx, args[0]), start)), "enumerate")
+    if fn is id and len(args) == 1:
+        value = getattr(args[0], "module", None) or getattr(args[0], "value", None) or getattr(args[0], "fn", None)
+        if value is not None and not isinstance(args[0], ConstantVariable):
+            if args[0].source is not None:
+                tx.output.add_guard("ID_MATCH", args[0].source, value)
+            return ConstantVariable(id(value))
+        if args[0].is_python_constant() and isinstance(args[0].as_python_constant(), (type, type(None), bool)):
+            return ConstantVariable(id(args[0].as_python_constant()))
+        return None
+    return None

@@ -33,8 +33,22 @@ class ConstantVariable(VariableTracker):
     def truth(self, tx) -> bool:
         return bool(self.value)
 
+    def var_setattr(self, tx, name: str, value) -> None:
+        """``Cls.count += 1``: a store on a class from outside the frame, replayed after the graph."""
+        if not isinstance(self.value, type) or self.source is None:
+            return super().var_setattr(tx, name, value)
+        from tinydynamo.variables.user_defined import check_plain_setattr
+
+        check_plain_setattr(self.value, name, type.__setattr__)
+        tx.output.side_effects.store_attr(self, self.value, name, value)
+
     def var_getattr(self, tx, name: str):
         from tinydynamo.variables.builder import wrap_constant_result
+
+        if isinstance(self.value, type) and tx is not None:
+            stored = tx.output.side_effects.load_attr(self, self.value, name)
+            if stored is not None:  # ``Cls.count`` written earlier in this frame
+                return stored
 
         try:
             value = getattr(self.value, name)
@@ -42,13 +56,8 @@ class ConstantVariable(VariableTracker):
             raise_observed(AttributeError, f"{type(self.value).__name__} has no attribute {name!r}: {e}")
         if isinstance(value, (types.MappingProxyType, inspect.Signature, inspect.Parameter)):
             return ConstantVariable(value)  # read-only views of a signature: constants like their owner
-        if isinstance(self.value, type) and not isinstance(value, (types.BuiltinFunctionType, types.WrapperDescriptorType,
-                                                                   types.MethodDescriptorType)):
-            # a class's attribute (a function, a classmethod bound to it, a class constant): the real value
-            from tinydynamo.source import AttrSource
-            from tinydynamo.variables.builder import VariableBuilder
-
-            return VariableBuilder(tx, AttrSource(self.source, name) if self.source is not None else None).wrap(value)
+        if isinstance(self.value, type) and not _is_torch_constant(self.value):
+            return _class_attribute(tx, self, name, value)
         if callable(value) and not isinstance(value, type):
             from tinydynamo.variables.misc import GetAttrVariable
 
@@ -58,13 +67,22 @@ class ConstantVariable(VariableTracker):
     def call_method(self, tx, name, args, kwargs):
         from tinydynamo.variables.builder import wrap_constant_result
 
-        if not isinstance(self.value, _PURE_TYPES) and not _is_torch_constant(self.value):
+        from tinydynamo.polyfills import constant_object_types
+
+        if not isinstance(self.value, _PURE_TYPES + constant_object_types()) and not _is_torch_constant(self.value):
             unimplemented(f"method {name!r} of constant {type(self.value).__name__}")
         if all(a.is_python_constant() for a in args) and all(v.is_python_constant() for v in kwargs.values()):
             result = getattr(self.value, name)(*[a.as_python_constant() for a in args],
                                                **{k: v.as_python_constant() for k, v in kwargs.items()})
             return wrap_constant_result(result)
         unimplemented(f"{type(self.value).__name__}.{name} with non-constant arguments")
+
+    def call_function(self, tx, args, kwargs):
+        if isinstance(self.value, type):  # calling a class: a new object, a folded constant... (see objects.py)
+            from tinydynamo.variables.objects import call_class
+
+            return call_class(tx, self, args, kwargs)
+        return super().call_function(tx, args, kwargs)
 
     def unpack_var_sequence(self, tx):
         if isinstance(self.value, (range, tuple, str, frozenset, bytes)):
@@ -79,3 +97,36 @@ def _is_torch_constant(v: Any) -> bool:
     import torch
 
     return isinstance(v, (torch.dtype, torch.device, torch.layout, torch.memory_format))
+
+
+def _class_attribute(tx, cls_var: ConstantVariable, name: str, value: Any):
+    """``Cls.name``: functions, classmethods and staticmethods are wrapped to be inlined (with a
+    guarded source when the class has one); other attributes as values."""
+    from tinydynamo.source import AttrSource
+    from tinydynamo.variables.builder import VariableBuilder, wrap_constant_result
+    from tinydynamo.variables.misc import GetAttrVariable
+
+    cls = cls_var.value
+    source = AttrSource(cls_var.source, name) if cls_var.source is not None else None
+    if name == "apply" and _is_autograd_function(cls):
+        from tinydynamo.variables.objects import OpaqueCallVariable
+
+        return OpaqueCallVariable(value, f"{cls.__name__}.apply: a custom torch.autograd.Function runs outside "
+                                         "the graph (its backward must stay the one autograd calls)")
+    if isinstance(value, (types.FunctionType, types.MethodType)) or (
+            not callable(value) and source is not None):
+        return VariableBuilder(tx, source).wrap(value)
+    if callable(value) and not isinstance(value, type):
+        from tinydynamo import polyfills
+
+        replacement = polyfills.variable_for(value, source)
+        if replacement is not None:
+            return replacement
+        return GetAttrVariable(cls_var, name)
+    return wrap_constant_result(value)
+
+
+def _is_autograd_function(cls: type) -> bool:
+    import torch
+
+    return issubclass(cls, torch.autograd.Function)

@@ -123,6 +123,14 @@ class GradModeVariable(VariableTracker):
             tx.grad_contexts.remove(self)
         return ConstantVariable(None)  # exceptions are not swallowed
 
+    def call_function(self, tx, args, kwargs):
+        """``torch.no_grad()(fn)``: a decorator applied in the frame (``@torch.no_grad()`` on a local def)."""
+        if len(args) == 1 and not kwargs and not self.entered:
+            from tinydynamo.variables.misc_ctx import GradModeWrappedVariable
+
+            return GradModeWrappedVariable(self.target_mode, args[0])
+        return super().call_function(tx, args, kwargs)
+
     def call_method(self, tx, name, args, kwargs):
         if name == "__enter__":
             return self.enter(tx)

@@ -19,10 +19,25 @@ class CellVariable(VariableTracker):
     """A closure cell: a mutable box shared by a frame and the nested functions that capture it."""
 
     external = False  # True for real cells from outside the trace: writing them would be a lost side effect
+    cell_source = None  # where the real cell object is (for an external cell), to rebuild closures
+    real_cell = None  # that real cell (a nonlocal store to it is replayed after the graph)
 
     def __init__(self, value: VariableTracker | None = None):
         super().__init__(None)
         self.value = value
+
+    def reconstruct(self, codegen) -> str:
+        """The real cell: the outside one, or a new cell made once (every closure rebuilt from this
+        tracker shares it, as the nested functions of the frame shared the frame's cell)."""
+        if self.cell_source is not None:
+            return codegen.source_expr(self.cell_source)
+        if self.external:
+            unimplemented("rebuilding a closure cell from outside the frame whose location is unknown")
+        import types as _types
+
+        make = codegen.constant(_types.CellType, "CellType")
+        return codegen.shared(self, lambda: f"{make}({self.value.reconstruct(codegen)})" if self.value is not None
+                              else f"{make}()")
 
     def get(self) -> VariableTracker:
         if self.value is None:
@@ -169,8 +184,17 @@ class UserFunctionVariable(BaseUserFunctionVariable):
                 src = AttrSource(GetItemSource(AttrSource(self.source, "__closure__"), i), "cell_contents")
             from tinydynamo.variables.builder import VariableBuilder
 
+            real = self.fn.__closure__[i]
+            known = shared_cell_tracker(tx, real)
+            if known is not None:  # the same real cell met before (another closure, the frame's own): one tracker
+                cells[name] = known
+                continue
             cells[name] = CellVariable(VariableBuilder(tx, src).wrap(value))
             cells[name].external = True
+            if self.source is not None:
+                cells[name].cell_source = GetItemSource(AttrSource(self.source, "__closure__"), i)
+                cells[name].real_cell = real
+                shared_cell_tracker(tx, real, cells[name])
         return cells
 
     def __repr__(self) -> str:
@@ -213,6 +237,19 @@ class NestedUserFunctionVariable(BaseUserFunctionVariable):
         self.defaults: tuple[VariableTracker, ...] = ()
         self.kwdefaults: dict[str, VariableTracker] = {}
         self.closure: tuple[CellVariable, ...] = ()
+        self.wrapped: VariableTracker | None = None  # ``__wrapped__`` set by functools.wraps
+
+    def var_setattr(self, tx, name: str, value: VariableTracker) -> None:
+        if name != "__wrapped__":
+            unimplemented(f"setting {name!r} on the function {self.qualname} made in the frame")
+        self.wrapped = value
+
+    def var_getattr(self, tx, name: str) -> VariableTracker:
+        if name == "__wrapped__" and self.wrapped is not None:
+            return self.wrapped
+        if name in ("__name__", "__qualname__"):
+            return ConstantVariable(self.code.co_name if name == "__name__" else self.qualname)
+        return super().var_getattr(tx, name)
 
     def set_attribute(self, name: str, value: VariableTracker) -> None:
         """SET_FUNCTION_ATTRIBUTE (normalised from MAKE_FUNCTION's flags on 3.11/3.12)."""
@@ -248,10 +285,43 @@ class NestedUserFunctionVariable(BaseUserFunctionVariable):
         return dict(zip(self.code.co_freevars, self.closure))
 
     def reconstruct(self, codegen) -> str:
-        unimplemented(f"returning the nested function {self.qualname} from a compiled frame")
+        """A real function with the same code, defaults and (shared) closure cells."""
+        def build() -> str:
+            defaults = "(" + "".join(f"{d.reconstruct(codegen)}, " for d in self.defaults) + ")" if self.defaults else "None"
+            kwdefaults = "{" + ", ".join(f"{k!r}: {v.reconstruct(codegen)}" for k, v in self.kwdefaults.items()) + "}"
+            closure = "(" + "".join(f"{c.reconstruct(codegen)}, " for c in self.closure) + ")" if self.closure else "None"
+            return (f"{codegen.constant(make_function, 'make_function')}({codegen.constant(self.code, 'code')}, "
+                    f"{codegen.constant(self.f_globals, 'globals')}, {self.qualname!r}, {defaults}, {kwdefaults}, {closure}"
+                    + (f", {self.wrapped.reconstruct(codegen)})" if self.wrapped is not None else ")"))
+
+        return codegen.shared(self, build)
 
     def __repr__(self) -> str:
         return f"NestedUserFunctionVariable({self.qualname})"
+
+
+def shared_cell_tracker(tx, real_cell, tracker: "CellVariable | None" = None) -> "CellVariable | None":
+    """One CellVariable per real cell in a trace (like one tracker per real list): a write through one
+    closure is then seen by every function sharing that cell. With ``tracker``, register it."""
+    table = tx.output.__dict__.setdefault("cell_trackers", {})
+    if tracker is not None:
+        table[id(real_cell)] = (real_cell, tracker)  # the cell is kept alive with its entry (ids stay unique)
+        return tracker
+    entry = table.get(id(real_cell))
+    return entry[1] if entry is not None and entry[0] is real_cell else None
+
+
+def make_function(code, f_globals, qualname, defaults, kwdefaults, closure, wrapped=None):
+    """What compiled code calls to rebuild a function made in the frame (a lambda, a local ``def``)."""
+    import functools
+
+    fn = types.FunctionType(code, f_globals, code.co_name, defaults, closure)
+    fn.__qualname__ = qualname
+    fn.__kwdefaults__ = kwdefaults or None
+    if wrapped is not None:
+        functools.update_wrapper(fn, wrapped)
+    fn._tinydynamo_rebuilt = True  # guarded by its code, not its identity (see VariableBuilder)
+    return fn
 
 
 def _dirs() -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]:

@@ -111,7 +111,7 @@ class TupleVariable(BaseListVariable):
                 index = None
             if isinstance(index, int):
                 return self.items[index]
-        unimplemented(f"tuple attribute {name!r}")
+        return super().var_getattr(tx, name)  # methods (count, index, torch.Size.numel)
 
 
 class ListVariable(BaseListVariable):
@@ -119,7 +119,9 @@ class ListVariable(BaseListVariable):
 
     def call_method(self, tx, name, args, kwargs):
         mutating = ("append", "extend", "pop", "insert", "clear", "reverse", "__setitem__", "__delitem__", "remove")
-        if name in mutating:
+        if name == "sort":
+            pass  # journaled below, after the keys were computed
+        elif name in mutating:
             if name in ("pop", "insert", "__setitem__", "__delitem__", "remove") and not all(
                     a.is_python_constant() for a in args[:1]):
                 unimplemented(f"list.{name} with a non-constant index or value {args[:1]}")
@@ -154,6 +156,14 @@ class ListVariable(BaseListVariable):
             return ConstantVariable(None)
         if name == "__delitem__":
             del self.items[args[0].as_python_constant()]
+            return ConstantVariable(None)
+        if name == "sort":  # sorted() (a polyfill, so key= may call traced functions), then in place
+            from tinydynamo import polyfills
+            from tinydynamo.variables.functions import UserFunctionVariable
+
+            result = UserFunctionVariable(polyfills.sorted_).call_function(tx, [ListVariable(list(self.items))], kwargs)
+            tx.output.side_effects.mutation(self)
+            self.items[:] = result.unpack_var_sequence(tx)
             return ConstantVariable(None)
         if name == "remove":
             value = args[0].as_python_constant()

@@ -105,8 +105,12 @@ class NNModuleVariable(VariableTracker):
     def call_function(self, tx, args, kwargs):
         from tinydynamo.variables.functions import UserMethodVariable
 
+        if getattr(self.module.__dict__.get("forward"), "_tinydynamo_disabled", False):
+            unimplemented(f"{type(self.module).__name__}.forward is marked tinydynamo.disable")
         if _has_hooks(self.module):
-            unimplemented(f"{type(self.module).__name__} has forward hooks (not captured yet)")
+            from tinydynamo.variables.module_hooks import call_with_hooks
+
+            return call_with_hooks(tx, self, args, kwargs)
         return self.var_getattr(tx, "forward").call_function(tx, args, kwargs)  # also a @no_grad() forward
 
     # ---- containers and iteration ------------------------------------------------------------------

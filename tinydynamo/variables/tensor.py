@@ -75,6 +75,10 @@ class TensorVariable(VariableTracker):
             return ConstantVariable(value() if callable(value) else value)
         if name in TENSOR_ATTRS:
             return tx.output.create_node("call_function", getattr, [self, ConstantVariable(name)], {})
+        if name == "grad":
+            return _grad_of(tx, self)
+        if name == "__class__":
+            return ConstantVariable(self.python_type())
         if name in ("grad", "data", "_version", "grad_fn"):
             unimplemented(f"Tensor.{name} inside a compiled frame")
         if callable(getattr(torch.Tensor, name, None)):
@@ -115,3 +119,18 @@ class TensorVariable(VariableTracker):
 
     def __repr__(self) -> str:
         return f"TensorVariable({self.node.name}, {tuple(self.example.shape)}, {self.example.dtype})"
+
+
+def _grad_of(tx, var: "TensorVariable") -> VariableTracker:
+    """``x.grad``: for an input, its real ``.grad`` (a guarded input itself, or None with a guard);
+    a tensor computed in the graph is not a leaf that backward() filled: None."""
+    if var.source is None:
+        return ConstantVariable(None)
+    from tinydynamo.source import AttrSource
+    from tinydynamo.variables.builder import VariableBuilder
+
+    names = [s.name() for s in tx.output.input_sources]
+    if var.source.name() not in names:
+        unimplemented(f"Tensor.grad of {var.source.name()}, whose real tensor is not known")
+    real = tx.output.example_inputs[names.index(var.source.name())]
+    return VariableBuilder(tx, AttrSource(var.source, "grad")).wrap(real.grad)

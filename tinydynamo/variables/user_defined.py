@@ -22,10 +22,17 @@ class UserDefinedObjectVariable(VariableTracker):
         return type(self.value)
 
     def truth(self, tx) -> bool:
-        cls = type(self.value)
+        cls = self.python_type()
         if not hasattr(cls, "__bool__") and not hasattr(cls, "__len__"):
             return True  # plain objects are always true
-        unimplemented(f"truth value of a {cls.__name__} (it defines __bool__ or __len__)")
+        for name in ("__bool__", "__len__"):  # Python asks __bool__ first, then __len__
+            fn = _python_dunder(cls, name)
+            if fn is not None:
+                result = self.call_method(tx, name, [], {})
+                if result.is_python_constant():
+                    return bool(result.as_python_constant())
+                return result.truth(tx)
+        unimplemented(f"truth value of a {cls.__name__} (it defines __bool__ or __len__ in C)")
 
     def var_getattr(self, tx, name: str) -> VariableTracker:
         """``obj.name`` with Python's precedence: a data descriptor of the class (property), the instance
@@ -61,7 +68,18 @@ class UserDefinedObjectVariable(VariableTracker):
         tx.output.side_effects.store_attr(self, self.value, name, value)
 
     def call_function(self, tx, args, kwargs):
+        if _python_dunder(self.python_type(), "__call__") is not None:
+            return self.call_method(tx, "__call__", args, kwargs)
         unimplemented(*describe_opaque_call(self.value))
+
+    def unpack_var_sequence(self, tx):
+        """``for v in obj`` / ``list(obj)``: ``__iter__`` (or the ``__getitem__`` protocol is Unsupported)."""
+        if _python_dunder(self.python_type(), "__iter__") is None:
+            unimplemented(f"iterating over a {self.python_type().__name__} (no Python __iter__)")
+        it = self.call_method(tx, "__iter__", [], {})
+        if it is self:
+            unimplemented(f"{self.python_type().__name__}.__iter__ returns self (an iterator object with __next__)")
+        return it.unpack_var_sequence(tx)
 
     def call_method(self, tx, name, args, kwargs):
         return self.var_getattr(tx, name).call_function(tx, args, kwargs)
@@ -213,3 +231,12 @@ def describe_opaque_call(value) -> tuple[str, str]:
     return (f"call of a {type(value).__name__} object ({where})",
             "tinydynamo traces Python functions, torch functions and nn.Modules; wrap others with "
             "tinydynamo.disable to run them outside the graph on purpose")
+
+
+def _python_dunder(cls: type, name: str):
+    """The Python function that defines ``name`` on ``cls`` (found along the MRO), or None."""
+    for base in cls.__mro__:
+        if name in vars(base):
+            fn = vars(base)[name]
+            return fn if isinstance(fn, types.FunctionType) else None
+    return None

@@ -1,0 +1,102 @@
+"""Graph breaks resume on both sides (issue 15): a data-dependent branch, inside loops, after an
+earlier break, inside an inlined call, in frames with closures; paths that join again compile no
+more frames than torch.compile does. Each matches eager; graph counts are compared with torch.compile."""
+import pytest
+import torch
+import torch._dynamo.testing
+
+import tinydynamo
+from tests.dynamo_compare import compare
+from tinydynamo.testing import CompileCounter
+
+
+def branch(x):
+    y = x * 2
+    if y.sum() > 0:
+        y = y + 1
+    else:
+        y = y - 1
+    return y * 3
+
+
+def after_an_earlier_break(x):
+    print("", end="")
+    x = x + 1
+    if x.sum() > 0:
+        x = x * 2
+    return x
+
+
+def item_then_use(x):
+    n = x.sum().item()
+    return x * n
+
+
+def helper_with_break(y):
+    y = y + 1
+    print("", end="")
+    return y * 2
+
+
+def break_inside_inlined_call(x):
+    return helper_with_break(x * 3) - 1
+
+
+def three_ifs(x):
+    if x.sum() > 0:
+        x = x + 1
+    else:
+        x = x - 1
+    if x.mean() > 0.1:
+        x = x * 2
+    else:
+        x = x / 2
+    if x.max() > 1:
+        x = x + 3
+    return x * 5
+
+
+@pytest.mark.parametrize("sign", [1.0, -1.0], ids=["true_side", "false_side"])
+def test_branch_resumes_on_either_side(sign):
+    assert compare(branch, sign * torch.rand(4, 5) + sign) == (2, 2)
+
+
+@pytest.mark.parametrize("fn,tiny,torch_graphs", [
+    (after_an_earlier_break, 2, 2), (item_then_use, 2, 2), (break_inside_inlined_call, 4, 4),
+], ids=lambda v: getattr(v, "__name__", str(v)))
+def test_breaks(fn, tiny, torch_graphs):
+    assert compare(fn, torch.rand(4, 5) + 0.5) == (tiny, torch_graphs)
+
+
+def test_branch_inside_a_loop_resumes_every_iteration():
+    def f(x):
+        for _ in range(3):
+            if x.sum() > 0:
+                x = x - 1
+            else:
+                x = x + 1
+        return x
+
+    tinydynamo.reset()
+    cnt = CompileCounter()
+    g = tinydynamo.optimize(cnt)(f)
+    for start in (0.2, -0.2, 5.0, -5.0):
+        x = torch.full((3,), start)
+        torch.testing.assert_close(g(x), f(x))
+    assert 4 <= cnt.frame_count <= 12  # one graph per (iteration, side) reached: torch.compile runs this frame eagerly
+
+
+def test_joining_paths_compile_as_many_frames_as_torch():
+    torch.manual_seed(0)
+    inputs = [torch.randn(8) + s for s in (-2, -1, -0.3, 0, 0.3, 1, 2, 3)] * 2
+    tinydynamo.reset()
+    cnt = CompileCounter()
+    g = tinydynamo.optimize(cnt)(three_ifs)
+    for x in inputs:
+        torch.testing.assert_close(g(x), three_ifs(x))
+    torch._dynamo.reset()
+    tcnt = torch._dynamo.testing.CompileCounter()
+    h = torch.compile(three_ifs, backend=tcnt)
+    for x in inputs:
+        h(x)
+    assert cnt.frame_count == tcnt.frame_count == 7

@@ -1,0 +1,213 @@
+"""Builtins and library code in traced code (issue 15): f-strings, sets, sequence arithmetic,
+min/max/sum/sorted/map/filter/zip/enumerate, functools, itertools, collections, operator, math,
+copy, dataclasses.fields, inspect.signature, string methods, id(), numpy scalars, torch.finfo/iinfo/
+device/Size, tensor.new_*, Tensor.grad, imports, record_function. Each matches eager, and compiles
+into as many graphs as torch.compile (backend "eager")."""
+import collections
+import copy
+import functools
+import inspect
+import itertools
+import math
+import operator
+
+import numpy as np
+import pytest
+import torch
+
+import tinydynamo
+from tests.dynamo_compare import compare
+from tinydynamo.testing import CompileCounter
+
+
+def fstrings(x):
+    n, name = x.shape[0], "w"
+    s = f"{name}{n}_{3.5:.1f}_{name!r}_{n:>4}_{x.dtype}"
+    return x * len(s) + (s == "w4_3.5_'w'_   4_torch.float32")
+
+
+def sets(x):
+    s = {1, 2, 3}
+    s.add(4)
+    s.discard(1)
+    f = frozenset([1, 2])
+    u = {k * 2 for k in s}
+    return x * len(s | f) + (2 in s) + len(u - {4}) + sum(sorted(s & {2, 3, 9})) + len(set([x.shape[0], 4]))
+
+
+def sequence_arithmetic(x):
+    t = (1, 2) + (3,)
+    lst = [1] * 3 + [2]
+    xs = [x] * 2 + [x + 1]
+    return x * sum(t) + len(lst) + sum(xs) + t.index(2) + lst.count(1)
+
+
+def iteration_builtins(x):
+    xs = [x, x * 2, x * 3]
+    a = sum(xs)
+    b = [t for t in reversed(xs)]
+    c = list(filter(lambda t: True, xs)) + list(filter(None, [0, 1, 2]))
+    d = sorted([3, 1, 2], key=lambda v: -v)
+    e = max([1, 5, 3]) + min(4, 2) + max(xs[:1], key=lambda t: 1)[0].shape[0]
+    f = any([False, True]) + all(v > 0 for v in [1, 2])
+    for i, (p, q) in enumerate(zip(xs, b), start=1):
+        a = a + p * q * i
+    m = list(map(lambda p, q: p - q, xs, b))
+    return a + len(c) + d[0] + e + f + m[0]
+
+
+def functools_calls(x):
+    p = functools.partial(torch.add, alpha=2)
+    r = functools.reduce(operator.add, [x, x, x])
+    r2 = functools.reduce(lambda acc, v: acc * v, [1, 2, 3], 10)
+    return p(x, r) + r2 + p.keywords["alpha"]
+
+
+def itertools_calls(x):
+    a = list(itertools.chain([x], [x * 2]))
+    b = list(itertools.islice(itertools.count(), 3))
+    c = list(itertools.product([1, 2], [3]))
+    d = list(itertools.accumulate([1, 2, 3]))
+    e = list(itertools.repeat(x, 2))
+    z = [i * t for i, t in zip(itertools.count(1), [x, x])]
+    pairs = list(itertools.pairwise([1, 2, 3]))
+    return sum(a) + sum(b) + len(c) + d[-1] + sum(e) + sum(z) + len(pairs) + sum(itertools.chain.from_iterable([[1], [2]]))
+
+
+def collections_calls(x):
+    d = collections.defaultdict(list)
+    d["a"].append(x)
+    d["a"].append(1)
+    o = collections.OrderedDict()
+    o["k"] = x * 2
+    o["j"] = 1
+    o.move_to_end("k")
+    q = collections.deque([1, 2])
+    q.append(3)
+    q.appendleft(0)
+    q.popleft()
+    P = collections.namedtuple("P", "u v")
+    return d["a"][0] + o["k"] + len(q) + q[0] + list(o)[-1].__len__() + P(1, 2).v
+
+
+def operator_math(x):
+    g = operator.itemgetter(1)
+    a = operator.attrgetter("shape")
+    return (operator.mul(x, 2) + math.sqrt(4) + math.pi + g([1, 2]) + a(x)[0] + math.gcd(6, 4)
+            + operator.methodcaller("sum")(x) + math.floor(2.5) + math.prod([2, 3]))
+
+
+def copies(x):
+    lst = [x, 1]
+    l2 = copy.copy(lst)
+    d = copy.deepcopy({"a": 1, "b": [2, 3]})
+    l2.append(2)
+    d["b"].append(4)
+    return l2[0] * d["a"] + len(lst) + len(d["b"])
+
+
+def sig(a, b=2, *rest, c, **kw):
+    pass
+
+
+def inspect_signature(x):
+    s = inspect.signature(sig)
+    names = list(s.parameters)
+    return x * len(names) + (s.parameters["b"].default == 2) + ("c" in s.parameters)
+
+
+def string_methods(x):
+    s = "a,b,c".split(",")
+    t = "-".join(s).upper()
+    return x * len(t) + ("A" in t) + "abc".startswith("a") + len("  q ".strip()) + "x{}".format(3).count("3")
+
+
+def ids(x):
+    return x * (id(torch) == id(torch)) + (id(ids) != 0)
+
+
+def torch_constants(x):
+    fi, ii = torch.finfo(torch.float32), torch.iinfo(torch.int8)
+    d, s = torch.device("cpu"), torch.Size([2, 3])
+    return x * fi.eps + ii.max + s[1] + s.numel() + (d.type == "cpu") + (x.device == d) + torch.finfo(x.dtype).max * 0
+
+
+def tensor_new(x):
+    return x.new_zeros(3).sum() + x.new_ones((2,)).sum() + x.new_full((2,), 3.0).sum() + x.new_empty(2).shape[0] + x.new_tensor([1.0, 2.0]).sum()
+
+
+def imports_inside(x):
+    import math as m
+    from torch.nn import functional as F
+    import torch.nn.functional
+    return F.relu(x) * m.e + torch.nn.functional.gelu(x)
+
+
+def record_function_block(x):
+    with torch.profiler.record_function("block"):
+        y = x * 2
+    return y + 1
+
+
+def numpy_scalars(x):
+    return x * np.float32(2.0) + np.int64(3)
+
+
+def grad_read(x):
+    return x * 2 if x.grad is None else x * x.grad
+
+
+CASES = [
+    (fstrings, 1, 1), (sets, 1, 1), (sequence_arithmetic, 1, 1), (iteration_builtins, 1, 2),
+    (functools_calls, 1, 1), (itertools_calls, 1, 1), (collections_calls, 1, 1), (operator_math, 1, 1),
+    (copies, 1, 1), (inspect_signature, 1, 1), (string_methods, 1, 1), (ids, 1, 1), (torch_constants, 1, 1),
+    (tensor_new, 1, 1), (imports_inside, 1, 1), (record_function_block, 1, 1), (numpy_scalars, 1, 1),
+]
+
+
+@pytest.mark.parametrize("fn,tiny,torch_graphs", CASES, ids=[c[0].__name__ for c in CASES])
+def test_builtin_or_library_construct(fn, tiny, torch_graphs):
+    assert compare(fn, torch.randn(4, 5)) == (tiny, torch_graphs)
+
+
+def test_tensor_grad_reads_are_guarded():
+    x = torch.randn(3, requires_grad=True)
+    assert compare(grad_read, x) == (1, 1)
+    tinydynamo.reset()
+    cnt = CompileCounter()
+    f = tinydynamo.optimize(cnt, nopython=True)(grad_read)
+    torch.testing.assert_close(f(x), x * 2)
+    x.grad = torch.full((3,), 3.0)
+    torch.testing.assert_close(f(x), x * 3)  # .grad appeared: the None guard failed, recompiled
+    assert cnt.frame_count == 2
+
+
+def test_formatting_a_tensor_is_a_clean_break():
+    def f(x):
+        s = f"{x}"
+        return x * len(s)
+
+    tinydynamo.reset()
+    with pytest.raises(tinydynamo.Unsupported, match="f-string"):
+        tinydynamo.optimize(CompileCounter(), nopython=True)(f)(torch.randn(2))
+
+
+def test_count_is_lazy_and_unpacking_it_is_refused():
+    def f(x):
+        return x * len(list(itertools.count()))
+
+    tinydynamo.reset()
+    with tinydynamo.config.patch(max_instructions=2000), pytest.raises(tinydynamo.Unsupported, match="infinite"):
+        tinydynamo.optimize(CompileCounter(), nopython=True)(f)(torch.randn(2))
+
+
+def test_escaping_containers_keep_their_types():
+    def f(x):
+        d = collections.defaultdict(int)
+        d["a"] += 1
+        return collections.deque([x]), d, {1, 2}, functools.partial(torch.mul, 2), collections.OrderedDict(a=x)
+
+    tinydynamo.reset()
+    q, d, s, p, o = tinydynamo.optimize(CompileCounter(), nopython=True)(f)(torch.ones(2))
+    assert type(q) is collections.deque and type(d) is collections.defaultdict and d["a"] == 1 and d["zz"] == 0
+    assert s == {1, 2} and p(torch.ones(1)).item() == 2 and type(o) is collections.OrderedDict

@@ -1,0 +1,149 @@
+"""The rest of ``torch._dynamo``'s public API: ``allow_in_graph``, ``disallow_in_graph``, ``graph_break``,
+``run``, ``export``, ``is_compiling`` (``torch.compiler``-style names live in :mod:`tinydynamo.compiler`).
+
+Functions marked here are found by :func:`tinydynamo.polyfills.variable_for` (VariableBuilder asks it
+about every value it wraps), so marking takes effect at the next trace (``tinydynamo.reset()`` to
+forget graphs already compiled, as with torch).
+"""
+from __future__ import annotations
+
+import types
+from typing import Any, Callable, NamedTuple
+
+import torch
+
+from tinydynamo.exc import unimplemented
+
+#: functions called as ONE node of the graph, their insides not traced (allow_in_graph)
+ALLOWED_IN_GRAPH: dict[int, Callable] = {}
+#: functions never put in the graph: calling one is a graph break (disallow_in_graph)
+DISALLOWED_IN_GRAPH: dict[int, Callable] = {}
+
+
+def allow_in_graph(fn: Callable) -> Callable:
+    """Put calls of ``fn`` into the graph as a single ``call_function`` node (run on fake tensors at
+    trace time), as ``torch._dynamo.allow_in_graph`` does. ``fn`` must take and return tensors."""
+    if not callable(fn):
+        raise TypeError(f"allow_in_graph expects a callable, got {type(fn).__name__}")
+    DISALLOWED_IN_GRAPH.pop(id(fn), None)
+    ALLOWED_IN_GRAPH[id(fn)] = fn
+    return fn
+
+
+def disallow_in_graph(fn: Callable) -> Callable:
+    """Never put ``fn`` (e.g. a torch op) in the graph: each call is a graph break and runs eagerly."""
+    if not callable(fn):
+        raise TypeError(f"disallow_in_graph expects a callable, got {type(fn).__name__}")
+    ALLOWED_IN_GRAPH.pop(id(fn), None)
+    DISALLOWED_IN_GRAPH[id(fn)] = fn
+    return fn
+
+
+def graph_break() -> None:
+    """Force a graph break here (does nothing when run eagerly)."""
+
+
+def is_compiling() -> bool:
+    """True while tinydynamo traces the calling code, False when it runs eagerly."""
+    return False
+
+
+def special_variable(value: Any, source) -> Any:
+    """The variable for a function marked by this module (or ``is_compiling``), else None."""
+    from tinydynamo.variables.constant import ConstantVariable
+    from tinydynamo.variables.objects import InGraphFunctionVariable, OpaqueCallVariable
+
+    if value is graph_break:
+        return OpaqueCallVariable(value, "graph_break() called")
+    if any(value is f for f in _IS_COMPILING):
+        return InGraphFunctionVariable(lambda *a, **k: True, constant=ConstantVariable(True))
+    if id(value) in DISALLOWED_IN_GRAPH and DISALLOWED_IN_GRAPH[id(value)] is value:
+        return OpaqueCallVariable(value, f"{getattr(value, '__qualname__', value)} is marked disallow_in_graph")
+    if id(value) in ALLOWED_IN_GRAPH and ALLOWED_IN_GRAPH[id(value)] is value:
+        return InGraphFunctionVariable(value)
+    return None
+
+
+def _is_compiling_functions() -> tuple:
+    fns = [is_compiling, torch.compiler.is_compiling, torch._dynamo.is_compiling]
+    fns += [getattr(torch.compiler, "is_dynamo_compiling", is_compiling)]
+    return tuple(fns)
+
+
+_IS_COMPILING = _is_compiling_functions()
+
+
+# ---- run: cached code only ---------------------------------------------------------------------------------
+def run(fn: Callable | None = None):
+    """``run(compiled_fn)``: use the graphs compiled so far, never compile a new one (a cache miss runs
+    eagerly), like ``torch._dynamo.run``."""
+    from tinydynamo.eval_frame import OptimizedFunction, OptimizedModule
+
+    if fn is None:
+        return run
+    if isinstance(fn, OptimizedModule):
+        fn = fn._compiled_forward
+    if not isinstance(fn, OptimizedFunction):
+        from tinydynamo.eval_frame import _user_function
+
+        _user_function(fn)  # a clear TypeError for what cannot be compiled at all
+        fn = OptimizedFunction(fn, backend="eager")
+    return RunOnlyFunction(fn)
+
+
+class RunOnlyFunction:
+    def __init__(self, compiled):
+        self._compiled = compiled
+
+    def __call__(self, *args, **kwargs):
+        from tinydynamo.eval_frame import _current_backend, get_cache
+
+        c = self._compiled
+        L = c._bind(args, kwargs)
+        for entry in get_cache(c._code).entries:  # any backend: only cached code runs
+            if entry.check_fn(L, c._globals):
+                _current_backend.append(entry.backend)
+                try:
+                    return entry.run(L, c._globals)
+                finally:
+                    _current_backend.pop()
+        return c._orig_fn(*args, **kwargs)
+
+
+# ---- export: one graph with its guards ------------------------------------------------------------------------
+class ExportResult(NamedTuple):
+    graph_module: torch.fx.GraphModule
+    guards: list  # tinydynamo.guards.Guard: what must hold for the graph to be valid
+
+
+def export(f: Callable, *extra_args, **extra_kwargs):
+    """``export(f)(*args)`` -> ExportResult(graph_module, guards): the whole of ``f`` as ONE graph (any
+    graph break raises Unsupported, as fullgraph does). The graph's placeholders are the frame's inputs
+    (arguments, then lifted parameters/buffers), in the order ``graph_module.meta['input_sources']`` names."""
+    from tinydynamo.eval_frame import OptimizedFunction, OptimizedModule, compile_frame, _user_function
+
+    if isinstance(f, OptimizedModule):
+        f = f._orig_mod
+    if isinstance(f, OptimizedFunction):
+        f = f._orig_fn
+    if isinstance(f, torch.nn.Module):
+        f = f.forward
+
+    def inner(*args, **kwargs):
+        captured = {}
+
+        def backend(gm, example_inputs):
+            captured["gm"] = gm
+            return gm.forward
+
+        wrapper = OptimizedFunction(f, backend, nopython=True)
+        L = wrapper._bind(args, kwargs)
+        entry = compile_frame(wrapper._fn, L, wrapper._globals, wrapper._backend, f.__qualname__)
+        if entry.break_reason is not None:
+            unimplemented(f"export needs one graph; the frame breaks: {entry.break_reason}")
+        gm = captured.get("gm", entry.graph_module)
+        return ExportResult(gm, list(entry.check_fn.guards))
+
+    if extra_args or extra_kwargs:  # the old spelling export(f, *args)
+        return inner(*extra_args, **extra_kwargs)
+    return inner

@@ -1,0 +1,389 @@
+"""Iterators, ``functools.partial``, sets and the ``collections`` containers made in the frame.
+
+* :class:`LazyIteratorVariable`: an iterator whose items are produced when a loop asks for them
+  (``map``, ``filter``, ``itertools.count/repeat/islice/cycle``): ``count()`` is infinite, so it
+  cannot be unpacked up front like a list. It is a ListIteratorVariable, so FOR_ITER, ``next``,
+  ``list(...)`` and every builtin that unpacks a sequence accept it.
+* :class:`PartialVariable`: ``functools.partial(fn, *args, **kw)``; calling it calls ``fn``.
+* :class:`SetVariable`: a set of constants (``{1, 2}``, ``set(xs)``), changed in place.
+* :class:`DequeVariable`, :class:`DefaultDictVariable`, :class:`OrderedDictVariable`: a list / dict
+  with the extra methods, rebuilt as the right type if they escape the frame.
+* :class:`PureFunctionVariable`: a function from ``polyfills.PURE_FUNCTIONS``: run at trace time
+  on constant arguments.
+"""
+from __future__ import annotations
+
+import collections
+import itertools
+import operator
+from typing import Callable, Iterator
+
+from tinydynamo import config
+from tinydynamo.exc import unimplemented
+from tinydynamo.variables.base import VariableTracker
+from tinydynamo.variables.constant import ConstantVariable
+from tinydynamo.variables.dicts import DictVariable
+from tinydynamo.variables.lists import ListIteratorVariable, ListVariable, TupleVariable
+
+
+class LazyIteratorVariable(ListIteratorVariable):
+    """An iterator producing its items on demand from ``gen``, a Python generator of VariableTrackers."""
+
+    def __init__(self, gen: Iterator[VariableTracker], name: str):
+        super().__init__([])
+        self.gen = gen
+        self.name = name
+
+    def next_item(self) -> VariableTracker | None:
+        item = next(self.gen, None)
+        if item is not None:
+            self.items.append(item)
+            self.index = len(self.items)
+        return item
+
+    def unpack_var_sequence(self, tx):
+        rest = []
+        while True:
+            item = self.next_item()
+            if item is None:
+                return rest
+            rest.append(item)
+            if len(rest) > config.max_instructions:
+                unimplemented(f"unpacking the infinite iterator {self.name}")
+
+    def reconstruct(self, codegen) -> str:
+        unimplemented(f"a {self.name} iterator alive at the end of the graph")
+
+    def __repr__(self) -> str:
+        return f"LazyIteratorVariable({self.name})"
+
+
+def iterate(tx, v: VariableTracker) -> Iterator[VariableTracker]:
+    """The items of ``v``, lazily when ``v`` is itself a lazy iterator."""
+    if isinstance(v, ListIteratorVariable):
+        while True:
+            item = v.next_item()
+            if item is None:
+                return
+            yield item
+    else:
+        yield from v.unpack_var_sequence(tx)
+
+
+def map_(tx, args, kwargs):
+    fn, iters = args[0], [iterate(tx, a) for a in args[1:]]
+
+    def gen():
+        for items in zip(*iters):
+            yield fn.call_function(tx, list(items), {})
+
+    return LazyIteratorVariable(gen(), "map")
+
+
+def filter_(tx, args, kwargs):
+    fn, it = args[0], iterate(tx, args[1])
+    is_none = fn.is_python_constant() and fn.as_python_constant() is None
+
+    def gen():
+        for item in it:
+            keep = item if is_none else fn.call_function(tx, [item], {})
+            if keep.truth(tx):
+                yield item
+
+    return LazyIteratorVariable(gen(), "filter")
+
+
+def count(tx, args, kwargs):
+    from tinydynamo.variables.builtin import BuiltinVariable
+
+    start = args[0] if args else kwargs.get("start", ConstantVariable(0))
+    step = args[1] if len(args) > 1 else kwargs.get("step", ConstantVariable(1))
+
+    def gen():
+        value = start
+        while True:
+            yield value
+            value = BuiltinVariable.binop(tx, operator.add, value, step)
+
+    return LazyIteratorVariable(gen(), "count")
+
+
+def repeat(tx, args, kwargs):
+    obj = args[0]
+    times = args[1] if len(args) > 1 else kwargs.get("times")
+    n = None if times is None else times.as_python_constant()
+    return LazyIteratorVariable(iter([obj] * n) if n is not None else itertools.repeat(obj), "repeat")
+
+
+def islice(tx, args, kwargs):
+    bounds = slice(*[a.as_python_constant() for a in args[1:]])
+    it = iterate(tx, args[0])
+    return LazyIteratorVariable(itertools.islice(it, bounds.start, bounds.stop, bounds.step), "islice")
+
+
+def cycle(tx, args, kwargs):
+    items = list(iterate(tx, args[0]))
+    return LazyIteratorVariable(itertools.cycle(items) if items else iter(()), "cycle")
+
+
+class PartialVariable(VariableTracker):
+    """``functools.partial(fn, *args, **keywords)`` made in the frame."""
+
+    def __init__(self, fn: VariableTracker, args: list[VariableTracker], keywords: dict[str, VariableTracker]):
+        super().__init__(None)
+        self.fn, self.args, self.keywords = fn, args, keywords
+
+    def python_type(self):
+        import functools
+
+        return functools.partial
+
+    def call_function(self, tx, args, kwargs):
+        return self.fn.call_function(tx, [*self.args, *args], {**self.keywords, **kwargs})
+
+    def var_getattr(self, tx, name: str):
+        if name == "func":
+            return self.fn
+        if name == "args":
+            return TupleVariable(list(self.args))
+        if name == "keywords":
+            return DictVariable(dict(self.keywords))
+        unimplemented(f"functools.partial attribute {name!r}")
+
+    def reconstruct(self, codegen) -> str:
+        import functools
+
+        parts = [self.fn.reconstruct(codegen)] + [a.reconstruct(codegen) for a in self.args]
+        parts += [f"{k}={v.reconstruct(codegen)}" for k, v in self.keywords.items()]
+        return f"{codegen.constant(functools.partial, 'partial')}({', '.join(parts)})"
+
+    def __repr__(self) -> str:
+        return f"PartialVariable({self.fn})"
+
+
+class PureFunctionVariable(VariableTracker):
+    """A function with no side effects (``polyfills.PURE_FUNCTIONS``): folded over constant arguments."""
+
+    def __init__(self, fn: Callable, source=None):
+        super().__init__(source)
+        self.fn = fn
+
+    def as_python_constant(self):
+        return self.fn
+
+    def call_function(self, tx, args, kwargs):
+        from tinydynamo.variables.builder import wrap_constant_result
+
+        def const(v):
+            if v.is_python_constant():
+                return v.as_python_constant()
+            value = getattr(v, "value", None)  # an object from outside (a dataclass instance...)
+            if value is not None and not isinstance(v, ConstantVariable):
+                return value
+            cls = v.python_type()  # an object made in the frame: enough for dataclasses.fields & co
+            if getattr(v, "cls", None) is cls:
+                return cls
+            unimplemented(f"{self.fn.__qualname__}() of {v}, which is not a constant")
+
+        try:
+            result = self.fn(*[const(a) for a in args], **{k: const(v) for k, v in kwargs.items()})
+        except Exception as e:
+            unimplemented(f"{self.fn.__qualname__}(...) raised {e!r} at trace time")
+        return wrap_constant_result(result)
+
+    def __repr__(self) -> str:
+        return f"PureFunctionVariable({self.fn.__qualname__})"
+
+
+# ---- sets ---------------------------------------------------------------------------------------------------
+class SetVariable(VariableTracker):
+    """A set (or frozenset) of constants built in the frame; ``items`` maps each element to its variable."""
+
+    version = 0
+
+    def __init__(self, items: list[VariableTracker], frozen: bool = False):
+        super().__init__(None)
+        self.frozen = frozen
+        self.items: dict = {}
+        for v in items:
+            self.items.setdefault(_element(v), v)
+
+    def python_type(self):
+        return frozenset if self.frozen else set
+
+    def as_python_constant(self):
+        return self.python_type()(self.items)
+
+    def truth(self, tx) -> bool:
+        return bool(self.items)
+
+    def unpack_var_sequence(self, tx):
+        return [ConstantVariable(k) for k in self.as_python_constant()]  # in the real set's order
+
+    def var_getattr(self, tx, name: str):
+        from tinydynamo.variables.misc import GetAttrVariable
+
+        if callable(getattr(self.python_type(), name, None)):
+            return GetAttrVariable(self, name)
+        unimplemented(f"set attribute {name!r}")
+
+    def call_method(self, tx, name, args, kwargs):
+        from tinydynamo.variables.builder import wrap_constant_result
+
+        if name in ("add", "update", "discard", "remove", "clear", "pop", "difference_update",
+                    "intersection_update", "symmetric_difference_update") and not self.frozen:
+            if name == "remove" and _element(args[0]) not in self.items:
+                unimplemented("set.remove of a missing element (a KeyError)")
+            tx.output.side_effects.mutation(self)
+            real = set(self.items)
+            result = getattr(real, name)(*[_constants(tx, a) for a in args])
+            self.items = {k: self.items.get(k, ConstantVariable(k)) for k in real}
+            return wrap_constant_result(result)
+        if name == "__len__":
+            return ConstantVariable(len(self.items))
+        if name == "__contains__":
+            return ConstantVariable(_element(args[0]) in self.items)
+        try:
+            result = getattr(self.as_python_constant(), name)(*[_constants(tx, a) for a in args])
+        except Exception as e:
+            unimplemented(f"set.{name} raised {e!r} at trace time")
+        return wrap_constant_result(result)
+
+    def reconstruct(self, codegen) -> str:
+        return codegen.constant(self.as_python_constant()) if self.frozen else \
+            codegen.shared(self, lambda: f"set({codegen.constant(tuple(self.items))})")
+
+    def __repr__(self) -> str:
+        return f"SetVariable({set(self.items)})"
+
+
+def _element(v: VariableTracker):
+    if not v.is_python_constant():
+        unimplemented(f"a set element that is not a constant ({v})")
+    return v.as_python_constant()
+
+
+def _constants(tx, v: VariableTracker):
+    if isinstance(v, SetVariable):
+        return v.as_python_constant()
+    return [_element(i) for i in v.unpack_var_sequence(tx)] if not v.is_python_constant() else v.as_python_constant()
+
+
+def set_(tx, args, kwargs):
+    return SetVariable(list(iterate(tx, args[0])) if args else [])
+
+
+def frozenset_(tx, args, kwargs):
+    return SetVariable(list(iterate(tx, args[0])) if args else [], frozen=True)
+
+
+# ---- collections --------------------------------------------------------------------------------------------
+class DequeVariable(ListVariable):
+    """``collections.deque`` without ``maxlen``: a list with the left-hand methods."""
+
+    def python_type(self):
+        return collections.deque
+
+    def as_python_constant(self):
+        return collections.deque(v.as_python_constant() for v in self.items)
+
+    def call_method(self, tx, name, args, kwargs):
+        if name in ("appendleft", "popleft", "extendleft", "rotate"):
+            tx.output.side_effects.mutation(self)
+            if name == "appendleft":
+                self.items.insert(0, args[0])
+            elif name == "popleft":
+                if not self.items:
+                    unimplemented("popleft from an empty deque (an IndexError)")
+                return self.items.pop(0)
+            elif name == "extendleft":
+                for v in list(iterate(tx, args[0])):
+                    self.items.insert(0, v)
+            else:
+                k = args[0].as_python_constant() if args else 1
+                if self.items:
+                    k %= len(self.items)
+                    self.items[:] = self.items[-k:] + self.items[:-k] if k else self.items
+            return ConstantVariable(None)
+        return super().call_method(tx, name, args, kwargs)
+
+    def rebuild(self, items):
+        return ListVariable(items)
+
+    def reconstruct(self, codegen) -> str:
+        return codegen.shared(self, lambda: f"{codegen.constant(collections.deque, 'deque')}"
+                                            f"([{', '.join(v.reconstruct(codegen) for v in self.items)}])")
+
+
+def deque(tx, args, kwargs):
+    maxlen = kwargs.get("maxlen", args[1] if len(args) > 1 else None)
+    if maxlen is not None and not (maxlen.is_python_constant() and maxlen.as_python_constant() is None):
+        unimplemented("collections.deque(maxlen=...)")
+    return DequeVariable(list(iterate(tx, args[0])) if args else [])
+
+
+class OrderedDictVariable(DictVariable):
+    def python_type(self):
+        return collections.OrderedDict
+
+    def call_method(self, tx, name, args, kwargs):
+        if name == "move_to_end":
+            tx.output.side_effects.mutation(self)
+            key = self._key(args[0])
+            value = self.items.pop(key)
+            last = kwargs.get("last", args[1] if len(args) > 1 else ConstantVariable(True)).as_python_constant()
+            self.items = {key: value, **self.items} if not last else {**self.items, key: value}
+            return ConstantVariable(None)
+        return super().call_method(tx, name, args, kwargs)
+
+    def reconstruct(self, codegen) -> str:
+        if self.source is not None:
+            return codegen.source_expr(self.source)
+        inner = DictVariable.reconstruct(self, codegen)
+        return f"{codegen.constant(collections.OrderedDict, 'OrderedDict')}({inner})"
+
+
+def ordered_dict(tx, args, kwargs):
+    from tinydynamo.variables.builtin import BuiltinVariable
+
+    plain = BuiltinVariable(dict).call_function(tx, args, kwargs)
+    return OrderedDictVariable(plain.items)
+
+
+class DefaultDictVariable(DictVariable):
+    """``collections.defaultdict(factory)``: a missing key calls ``factory()`` and stores the result."""
+
+    def __init__(self, factory: VariableTracker, items: dict, source=None):
+        super().__init__(items, source)
+        self.factory = factory
+
+    def python_type(self):
+        return collections.defaultdict
+
+    def call_method(self, tx, name, args, kwargs):
+        if name == "__getitem__" and self._key(args[0]) not in self.items:
+            if self.factory.is_python_constant() and self.factory.as_python_constant() is None:
+                unimplemented(f"defaultdict without a factory has no key {self._key(args[0])!r}")
+            value = self.factory.call_function(tx, [], {})
+            super().call_method(tx, "__setitem__", [args[0], value], {})
+            return value
+        return super().call_method(tx, name, args, kwargs)
+
+    def reconstruct(self, codegen) -> str:
+        if self.source is not None:
+            return codegen.source_expr(self.source)
+
+        def build():
+            inner = ", ".join(f"{codegen.constant(k)}: {v.reconstruct(codegen)}" for k, v in self.items.items())
+            return (f"{codegen.constant(collections.defaultdict, 'defaultdict')}"
+                    f"({self.factory.reconstruct(codegen)}, {{{inner}}})")
+
+        return codegen.shared(self, build)
+
+
+def defaultdict(tx, args, kwargs):
+    from tinydynamo.variables.builtin import BuiltinVariable
+
+    factory = args[0] if args else ConstantVariable(None)
+    plain = BuiltinVariable(dict).call_function(tx, list(args[1:]), kwargs)
+    return DefaultDictVariable(factory, plain.items)
