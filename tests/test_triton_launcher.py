@@ -111,3 +111,27 @@ def test_interpreter_and_constexpr_order_disable_the_fast_path(monkeypatch):
 
     assert not TritonLauncher(Mixed(), grid=(1,), num_warps=1, XBLOCK=8).fast
     assert TritonLauncher(FakeJIT(), grid=(1,), num_warps=1, XBLOCK=8, RBLOCK=2).fast
+
+
+def test_example_args_compile_the_kernel_in_the_background(fast_launcher, monkeypatch):
+    """A launcher given example arguments compiles its kernel (Triton's warmup: dtypes stand for
+    aligned tensors) and loads it in the compile pool, before its first launch."""
+    jit, _ = fast_launcher
+    warmups, loaded = [], []
+
+    def warmup(*args, grid, **kwargs):
+        warmups.append((args, grid, kwargs))
+        compiled = FakeCompiled()
+        compiled._init_handles = lambda: loaded.append(True)
+        return compiled
+
+    jit.warmup = warmup
+    monkeypatch.setenv("TINY_TRITON_PARALLEL_COMPILE", "1")
+    launcher = TritonLauncher(jit, grid=(7,), num_warps=4, RBLOCK=32, XBLOCK=8,
+                              example_args=(torch.float32, torch.float16, 56))
+    launcher._precompiled.result()
+    assert warmups == [((torch.float32, torch.float16, 56), (7, 1, 1), {"RBLOCK": 32, "XBLOCK": 8, "num_warps": 4})]
+    assert loaded == [True]
+    x, y = torch.zeros(56), torch.zeros(56, dtype=torch.float16)
+    launcher.run(x, y, 56)  # the first launch waits for it, then goes through Triton (a cache hit there)
+    assert launcher._precompiled is None and len(jit.front_door) == 1

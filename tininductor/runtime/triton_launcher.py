@@ -20,6 +20,7 @@ the fast one would not be exact: Triton's interpreter (CPU), Triton before 3.3 (
 """
 from __future__ import annotations
 
+import contextlib
 import inspect
 import os
 
@@ -246,7 +247,7 @@ def precompile(launcher: TritonLauncher, example_args: tuple):
         workers = int(os.environ.get("TINY_COMPILE_THREADS", 0)) or min(16, max(2, os.cpu_count() or 2))
         _compile_pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="tiny_triton_compile")
     fn, grid, constants, options = launcher.fn, launcher.grid, dict(launcher.constants), launcher._options()
-    device = torch.cuda.current_device()
+    device = torch.cuda.current_device() if torch.cuda.is_available() else None
 
     def job():
         if _driver_ready is not None:
@@ -254,7 +255,7 @@ def precompile(launcher: TritonLauncher, example_args: tuple):
                 _driver_ready.result()
             except Exception:  # the compile below makes the driver itself (and raises its error)
                 pass
-        with torch.cuda.device(device):
+        with torch.cuda.device(device) if device is not None else contextlib.nullcontext():
             compiled = fn.warmup(*example_args, grid=grid, **constants, **options)
             # load it, and build Triton's C launcher for its signature (a gcc run per new
             # signature in a cold cache): here, in parallel, not at the first launch
