@@ -338,11 +338,19 @@ class OptimizedModule(nn.Module):
         self._orig_mod = mod
         self._compiled_forward = OptimizedFunction(mod.forward, backend, nopython)
 
+    def __call__(self, *args, **kwargs):
+        # the wrapper adds nothing around forward: hooks (global ones too) run once, on the
+        # original module, as ``m(*args)`` would run them
+        if self._forward_hooks or self._forward_pre_hooks:
+            return super().__call__(*args, **kwargs)
+        return self.forward(*args, **kwargs)
+
     def forward(self, *args, **kwargs):
         from torch.nn.modules import module as module_mod
 
         m = self._orig_mod
-        if m._forward_hooks or m._forward_pre_hooks or module_mod._global_forward_hooks:
+        if m._forward_hooks or m._forward_pre_hooks or module_mod._global_forward_hooks or \
+                module_mod._global_forward_pre_hooks:
             return m(*args, **kwargs)  # hooks are not captured: run the module as usual
         compiled = self._compiled_forward
         forward = m.__dict__.get("forward") or type(m).forward

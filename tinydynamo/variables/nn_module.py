@@ -108,6 +108,9 @@ class NNModuleVariable(VariableTracker):
 
         if _has_hooks(self.module):
             unimplemented(f"{type(self.module).__name__} has forward hooks (not captured yet)")
+        if self.source is not None:  # a hook registered later would run around forward: a miss
+            tx.output.add_guard("NO_HOOKS", self.source)
+        tx.output.add_guard("NO_GLOBAL_HOOKS", None)
         if "forward" in self.module.__dict__:  # ``m.forward = fn`` on the instance: what __call__ runs
             return self.var_getattr(tx, "forward").call_function(tx, args, kwargs)
         forward = type(self.module).forward
