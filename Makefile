@@ -9,7 +9,7 @@ TORCH_SPEC ?= torch==2.13.0
 BIN := $(VENV)/bin
 PYTEST_NOTEBOOKS := --nbval --nbval-current-env --nbval-sanitize-with notebooks/nbval_sanitize.cfg
 
-.PHONY: setup course demo test exercises notebooks grade
+.PHONY: setup course demo test exercises notebooks grade reliability
 
 setup: $(VENV)/.installed
 
@@ -37,6 +37,10 @@ notebooks: setup
 
 grade: setup
 	$(BIN)/python -m course.grade
+
+# issue 13's reliability table: per family, tinydynamo's backends and torch.compile against eager
+reliability: setup
+	$(BIN)/python -m tests.reliability -v
 
 test: setup
 	$(BIN)/python -m course.exercises --check
