@@ -20,7 +20,7 @@ JUPYTER_FLAGS := $(if $(filter 0,$(shell id -u)),--allow-root) \
 	$(JUPYTER_ARGS)
 NB ?=
 
-.PHONY: setup course demo test exercises notebooks grade check-notebook
+.PHONY: setup course demo test exercises notebooks grade check-notebook reliability
 
 setup: $(VENV)/.installed
 
@@ -62,6 +62,10 @@ notebooks: setup
 
 grade: setup
 	$(BIN)/python -m course.grade
+
+# issue 13's reliability table: per family, tinydynamo's backends and torch.compile against eager
+reliability: setup
+	$(BIN)/python -m tests.reliability -v
 
 test: setup
 	$(BIN)/python -m course.exercises --check

@@ -9,7 +9,7 @@ sharing. An exception ends the run and is recorded as its type.
 Each case is run under eager (the oracle), each tinydynamo backend, and torch.compile, and
 classified: ``ok`` (every observation matches), ``wrong`` (a value differs, or eager raised
 and the compiled run did not: a silently wrong result), ``raised`` (the compiled run raised
-where eager did not). ``python -m tests.reliability`` prints the table per family.
+where eager did not, or raised another error type than eager's). ``python -m tests.reliability`` prints the table per family.
 """
 from __future__ import annotations
 
@@ -90,10 +90,19 @@ def classify(expected: list, actual: list) -> tuple[str, str]:
             continue
         if isinstance(a, Raised) and not isinstance(e, Raised):
             return "raised", f"observation {i}: raised {a.type_name}: {a.message}"
+        if isinstance(a, Raised) and isinstance(e, Raised):  # an error, of another type: not silent
+            return "raised", f"observation {i}: eager raised {e.type_name}, compiled {a.type_name}: {a.message}"
+        if _is_tensor(e) and _is_tensor(a) and e[2:4] == a[2:4] and e[4] != a[4] and \
+                torch.allclose(e[1], a[1], rtol=1e-4, atol=1e-5, equal_nan=True):
+            return "wrong", f"observation {i}: same values, requires_grad eager {e[4]}, compiled {a[4]}"
         return "wrong", f"observation {i}: eager {_short(e)}, compiled {_short(a)}"
     if len(expected) != len(actual):
         return "wrong", f"{len(expected)} observations in eager, {len(actual)} compiled"
     return "ok", ""
+
+
+def _is_tensor(v) -> bool:
+    return isinstance(v, tuple) and len(v) == 5 and v[0] == "tensor"
 
 
 def _short(v) -> str:

@@ -49,6 +49,50 @@ def case_output_requires_grad(C, rec):
     rec(out2.requires_grad)
 
 
+@case("autograd")
+def case_backward_twice_raises(C, rec):
+    x = torch.arange(3.0, requires_grad=True)
+    out = C(lambda x: (x.sin() * x).sum())(x)
+    out.backward()
+    rec(x.grad)
+    out.backward()  # eager: "Trying to backward through the graph a second time"
+    rec(x.grad)
+
+
+@case("autograd")
+def case_retain_graph(C, rec):
+    x = torch.arange(3.0, requires_grad=True)
+    out = C(lambda x: (x.exp() * x).sum())(x)
+    out.backward(retain_graph=True)
+    out.backward()
+    rec(x.grad)
+
+
+@case("autograd")
+def case_grad_fn_presence(C, rec):
+    w = torch.ones(3, requires_grad=True)
+    g = C(lambda x, w: (x * w, x * 2, (x * w).detach()))
+    a, b, c = g(X[0], w)
+    rec([t.requires_grad for t in (a, b, c)])
+    rec([t.grad_fn is None for t in (a, b, c)])
+
+
+@case("autograd")
+def case_wrong_arguments_raise(C, rec):
+    g = C(lambda x, y: x + y)
+    rec(g(X, X))
+    g(X)  # eager: TypeError (missing argument)
+
+
+@case("autograd")
+def case_autograd_grad_of_output(C, rec):
+    x = torch.arange(3.0, requires_grad=True)
+    y = C(lambda x: x.pow(3).sum())(x)
+    (gx,) = torch.autograd.grad(y, x)
+    rec(gx)
+    rec(gx.requires_grad)
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("name", sorted(CASES["autograd"]))
 def test_autograd(name, backend):

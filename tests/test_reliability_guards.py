@@ -433,6 +433,37 @@ def case_grad_mode_switch(C, rec):
 
 
 @case("guards")
+def case_hook_added_to_submodule(C, rec):
+    torch.manual_seed(0)
+    m = Net()
+    g = C(m)
+    with torch.no_grad():
+        rec(g(X))
+        handle = m.lin.register_forward_hook(lambda mod, args, out: out * 0 + 5)
+        rec(g(X))
+        handle.remove()
+        rec(g(X))
+        handle = m.lin.register_forward_pre_hook(lambda mod, args: (args[0] * 2,))
+        rec(g(X))
+        handle.remove()
+
+
+@case("guards")
+def case_global_hook_added(C, rec):
+    torch.manual_seed(0)
+    m = Net()
+    g = C(m)
+    with torch.no_grad():
+        rec(g(X))
+        handle = torch.nn.modules.module.register_module_forward_hook(lambda mod, args, out: out + 1)
+        try:
+            rec(g(X))
+        finally:
+            handle.remove()
+        rec(g(X))
+
+
+@case("guards")
 def case_default_dtype_changes(C, rec):
     g = C(lambda x: x + torch.ones(4))
     saved = torch.get_default_dtype()

@@ -483,6 +483,42 @@ def case_zero_fill_clamp_inputs(C, rec):
     rec(c)
 
 
+@case("mutation")
+def case_mutated_non_leaf_view_output_backward(C, rec):
+    def f(x, w):
+        x.mul_(w)
+        return x[1:3], (x * w).sum()
+    g = C(f)
+    a = X().requires_grad_()
+    w = torch.full((4,), 2.0, requires_grad=True)
+    x = a * 1
+    v, s = g(x, w)
+    (v.sum() * 3 + s).backward()
+    rec(v)
+    rec(s)
+    rec(a.grad)
+    rec(w.grad)
+
+
+@case("mutation")
+def case_parameter_mutated_under_outer_no_grad(C, rec):
+    class M(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = nn.Parameter(torch.ones(4))
+
+        def forward(self, x):
+            self.w.mul_(2)
+            return x * self.w
+    m = M()
+    g = C(m)
+    with torch.no_grad():
+        for _ in range(2):
+            rec(g(X()))
+            rec(m.w)
+    rec(m.w.requires_grad)
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("name", sorted(CASES["mutation"]))
 def test_mutation(name, backend):

@@ -413,6 +413,13 @@ class OptimizedModule(nn.Module):
         fn = self._compiled_forward
         return OptimizedModule(copy.deepcopy(self._orig_mod, memo), fn._backend, fn._nopython)
 
+    def __call__(self, *args, **kwargs):
+        # the wrapper adds nothing around forward: hooks (global ones too) run once, on the
+        # original module, as ``m(*args)`` would run them
+        if self._forward_hooks or self._forward_pre_hooks:
+            return super().__call__(*args, **kwargs)
+        return self.forward(*args, **kwargs)
+
     def forward(self, *args, **kwargs):
         from torch.nn.modules import module as module_mod
 
@@ -422,7 +429,7 @@ class OptimizedModule(nn.Module):
                 self._compiled_call = OptimizedFunction(_call_module, self._compiled_forward._backend,
                                                         self._compiled_forward._nopython)
             return self._compiled_call(m, *args, **kwargs)
-        if module_mod._global_forward_hooks:
+        if module_mod._global_forward_hooks or module_mod._global_forward_pre_hooks:
             return m(*args, **kwargs)  # global hooks are not captured: run the module as usual
         compiled = self._compiled_forward
         forward = m.__dict__.get("forward") or type(m).forward

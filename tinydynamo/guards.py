@@ -314,6 +314,35 @@ register_guard_kind(
 )
 
 
+# ---- NO_HOOKS: a traced module call assumed no hooks (they would run around forward) ----------
+_HOOK_DICTS = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks")
+
+
+def _global_hook_dicts() -> list:
+    from torch.nn.modules import module as module_mod
+
+    return [getattr(module_mod, name) for name in ("_global_forward_hooks", "_global_forward_pre_hooks",
+                                                   "_global_backward_hooks", "_global_backward_pre_hooks")
+            if hasattr(module_mod, name)]
+
+
+register_guard_kind(
+    "NO_HOOKS",
+    lambda g, ref, scope: [f"not {ref}.{name}" for name in _HOOK_DICTS],
+    lambda g, v: None if not any(getattr(v, name, None) for name in _HOOK_DICTS)
+    else f"module {g.name} has hooks now (registered after it was compiled)",
+    lambda g: f"{g.name} has no forward/backward hooks",
+)
+
+register_guard_kind(  # the module-global hook dicts are mutated in place: hold them as constants
+    "NO_GLOBAL_HOOKS",
+    lambda g, ref, scope: [f"not {scope.constant(d, 'hooks')}" for d in _global_hook_dicts()],
+    lambda g, v: None if not any(_global_hook_dicts())
+    else "a global module hook was registered (torch.nn.modules.module.register_module_forward_hook...)",
+    lambda g: "no global module hooks",
+)
+
+
 def generate_check_code(guards: list[Guard], scope: SourceScope) -> str:
     """The source of ``___check_guards(L, G)``: every guard's conditions, cheapest path first.
 

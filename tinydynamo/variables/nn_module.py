@@ -111,6 +111,9 @@ class NNModuleVariable(VariableTracker):
             from tinydynamo.variables.module_hooks import call_with_hooks
 
             return call_with_hooks(tx, self, args, kwargs)
+        if self.source is not None:  # a hook registered later would run around forward: a miss
+            tx.output.add_guard("NO_HOOKS", self.source)
+        tx.output.add_guard("NO_GLOBAL_HOOKS", None)
         return self.var_getattr(tx, "forward").call_function(tx, args, kwargs)  # also a @no_grad() forward
 
     # ---- containers and iteration ------------------------------------------------------------------
