@@ -58,6 +58,9 @@ exercises: setup
 	$(BIN)/python -m course.exercises
 
 notebooks: setup
+	@command -v dot >/dev/null || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null \
+		&& echo "==> installing Graphviz (dot), so graph pictures are stored as SVG" \
+		&& apt-get update && apt-get install -y graphviz; } || true
 	$(BIN)/python -m course.notebooks build
 
 grade: setup

@@ -8,8 +8,10 @@ Every script under ``bench/`` uses it the same way: build the compiled callables
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
 import json
+import os
 import platform
 import statistics
 import sys
@@ -77,6 +79,34 @@ def check_close(name: str, got: Any, expected: Any, rtol: float, atol: float) ->
 
 def bench(fn: Callable, args: tuple, device: str, warmup: int, iters: int, repeats: int = 5) -> float:
     """Median seconds per call over ``repeats`` batches of ``iters`` calls, after ``warmup`` calls."""
+    return bench_spread(fn, args, device, warmup, iters, repeats).median
+
+
+@dataclasses.dataclass(frozen=True)
+class Spread:
+    """Seconds per call of each timed batch, summarised: a median alone hides how noisy it was."""
+
+    samples: tuple[float, ...]
+
+    @property
+    def min(self) -> float:
+        return min(self.samples)
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.samples)
+
+    @property
+    def max(self) -> float:
+        return max(self.samples)
+
+    def format(self, scale: float = 1e6) -> str:
+        """``"min-max"`` scaled (default: microseconds), for a table column beside the median."""
+        return f"{_fmt(self.min * scale)}-{_fmt(self.max * scale)}"
+
+
+def bench_spread(fn: Callable, args: tuple, device: str, warmup: int, iters: int, repeats: int = 5) -> Spread:
+    """Like :func:`bench`, but keeps every batch's seconds per call (min / median / max)."""
     for _ in range(warmup):
         fn(*args)
     synchronize(device)
@@ -87,7 +117,19 @@ def bench(fn: Callable, args: tuple, device: str, warmup: int, iters: int, repea
             fn(*args)
         synchronize(device)
         samples.append((time.perf_counter() - start) / iters)
-    return statistics.median(samples)
+    return Spread(tuple(samples))
+
+
+def pin_threads(threads: int | None = None) -> int:
+    """Fix the CPU thread count (default: one per physical core, at most 8) so timings repeat.
+
+    Left alone, torch picks a count per process and a busy machine's load changes what each
+    thread gets; a fixed count at least makes runs comparable. Returns the count now in use.
+    """
+    if threads is None:
+        threads = max(1, min(8, (os.cpu_count() or 2) // 2))
+    torch.set_num_threads(threads)
+    return torch.get_num_threads()
 
 
 def bench_interleaved(fns: dict[str, Callable], args: tuple, device: str, warmup: int, iters: int,

@@ -68,6 +68,7 @@ def load(chapter: str, which: str | None = None, unfinished: str = "raise") -> M
     if unfinished == "package" and path.parent.name == "exercises":
         import course.fallbacks  # noqa: F401  (snapshots the package's handlers before any are swapped)
 
+        _announced.clear()  # a fresh load says again which exercises stand in
         _exec_with_fallbacks(module, path, path.stem[:4])
     else:
         spec.loader.exec_module(module)
@@ -153,7 +154,7 @@ _announced: set[tuple[str, Any]] = set()
 
 
 def _announce(task: str, where: str) -> None:
-    """Print the one-line note, once per task and notebook cell."""
+    """Print the one-line note, once per task and notebook cell (and load)."""
     try:
         from IPython import get_ipython
 

@@ -16,6 +16,7 @@ import argparse
 import hashlib
 import os
 import re
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -129,6 +130,8 @@ def main(argv=None) -> int:
     parser.add_argument("command", choices=("build", "check", "run"))
     parser.add_argument("--mode", default="exercises", choices=("exercises", "solutions"),
                         help="course mode for `run` (default: exercises, as a learner's Run All)")
+    parser.add_argument("--allow-text-graphs", action="store_true",
+                        help="build without Graphviz (graph pictures then stored as DOT text)")
     parser.add_argument("chapters", nargs="*", help="two-digit chapter numbers (default: all)")
     args = parser.parse_args(argv)
     paths = sources(args.chapters)
@@ -138,6 +141,10 @@ def main(argv=None) -> int:
     if args.command == "run":
         return run_all(paths, args.mode)
     if args.command == "build":
+        if shutil.which("dot") is None and not args.allow_text_graphs:
+            print("building needs Graphviz's `dot`, so that graph pictures are stored as SVG, not DOT text: "
+                  "apt-get install -y graphviz (or brew/conda install graphviz); --allow-text-graphs builds anyway")
+            return 1
         for path in paths:
             seconds = build(path)
             print(f"built {path.with_suffix('.ipynb').relative_to(ROOT)} in {seconds:.1f}s")

@@ -264,6 +264,23 @@ print("\nmin-cut saves:", ", ".join(rows[1][1].saved))
 print("default saves:", ", ".join(rows[0][1].saved))
 
 # %% [markdown]
+# The same min-cut as a picture: the forward side of the joint graph, each value coloured by
+# what the partition does with it, and the whole backward folded into one box. Yellow values
+# cross the cut (saved); purple ops run again inside the backward; blue ones only in the forward.
+
+# %%
+from course.pictures import partition_dot  # noqa: E402
+from tinydynamo import viz  # noqa: E402
+
+min_cut = rows[1][1]
+picture = partition_dot(block_joint, min_cut, f"min-cut partition of TinyBlock(64, 4): saves "
+                        f"{len(min_cut.saved)} values, {min_cut.saved_bytes:,} bytes")
+if viz.can_render():
+    display(picture)  # noqa: F821 (Jupyter's display)
+else:
+    print("install Graphviz (apt install graphviz) to see the partition drawn")
+
+# %% [markdown]
 # The min-cut keeps the inputs, the first matmul's output and the LayerNorm statistics, and
 # recomputes in the backward the LayerNorm normalisation and the whole GELU chain (`erf`, the
 # multiplies and adds): all pointwise, all cheap. `bench/partitioners.py` prints the

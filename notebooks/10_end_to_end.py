@@ -38,7 +38,9 @@ from tinydynamo.testing import CompileCounterWithBackend
 ch = load("ch10", unfinished="package")
 torch.manual_seed(0)
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
-print("device:", DEVICE)
+# A fixed thread count (one per physical core, at most 8): left to itself, torch's count and a
+# busy machine's load make CPU timings swing from run to run.
+print("device:", DEVICE, "| CPU threads:", benchmark.pin_threads())
 
 # %% [markdown]
 # ## 1. The whole stack on the seeds' block
@@ -106,10 +108,11 @@ for n in sizes:
     for name, make in backends.items():
         fn = make(chain)
         benchmark.check_close(name, fn(*args), expected, rtol=1e-5, atol=1e-5)
-        seconds = benchmark.bench(fn, args, DEVICE, warmup=3, iters=20)
-        results[name].append((seconds, nbytes / seconds))
-print(f"copy bandwidth on this machine: {peak / 1e9:.1f} GB/s")
-rows = [{"n": n, **{f"{k} us": results[k][i][0] * 1e6 for k in results},
+        timing = benchmark.bench_spread(fn, args, DEVICE, warmup=3, iters=20)
+        results[name].append((timing.median, nbytes / timing.median, timing))
+print(f"copy bandwidth on this machine: {peak / 1e9:.1f} GB/s; us per call: median, and min-max of 5 batches")
+rows = [{"n": n, **{col: val for k in results for col, val in ((f"{k} us", results[k][i][0] * 1e6),
+                                                              (f"{k} range", results[k][i][2].format()))},
          "tiny vs eager": results["eager"][i][0] / results["tiny"][i][0],
          "tiny vs torch.compile": results["torch.compile"][i][0] / results["tiny"][i][0]} for i, n in enumerate(sizes)]
 benchmark.print_table(rows, list(rows[0]))
@@ -117,8 +120,8 @@ benchmark.print_table(rows, list(rows[0]))
 # %% tags=["nbval-ignore-output"]
 fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(9, 3.5), dpi=80)
 for name, values in results.items():
-    ax1.plot(sizes, [results["eager"][i][0] / s for i, (s, _) in enumerate(values)], marker="o", label=name)
-    ax2.plot(sizes, [100 * bw / peak for _, bw in values], marker="o", label=name)
+    ax1.plot(sizes, [results["eager"][i][0] / s for i, (s, _, _) in enumerate(values)], marker="o", label=name)
+    ax2.plot(sizes, [100 * bw / peak for _, bw, _ in values], marker="o", label=name)
 ax1.set(xscale="log", xlabel="elements", ylabel="speedup over eager", title="pointwise chain")
 ax2.set(xscale="log", xlabel="elements", ylabel="% of copy bandwidth", title="bandwidth used")
 ax1.legend()
@@ -145,7 +148,7 @@ def time_block(phase: str) -> dict:
             fn = make(model.eval())
             with torch.no_grad():
                 benchmark.check_close(name, fn(x), model(x), rtol=1e-4, atol=1e-4)
-                row[f"{name} ms"] = benchmark.bench(fn, (x,), DEVICE, warmup=3, iters=10) * 1e3
+                timing = benchmark.bench_spread(fn, (x,), DEVICE, warmup=3, iters=10)
         else:
             fn = make(model.train())
 
@@ -154,13 +157,16 @@ def time_block(phase: str) -> dict:
                 fn(inp).sum().backward()
 
             step(x)
-            row[f"{name} ms"] = benchmark.bench(step, (x,), DEVICE, warmup=2, iters=5) * 1e3
+            timing = benchmark.bench_spread(step, (x,), DEVICE, warmup=2, iters=5)
+        row[f"{name} ms"], row[f"{name} range"] = timing.median * 1e3, timing.format(scale=1e3)
     row["tiny vs eager"] = row["eager ms"] / row["tiny ms"]
     return row
 
 
+print("ms per call: median, and min-max of 5 batches")
 benchmark.print_table([time_block("inference"), time_block("training")],
-                      ["phase", "eager ms", "torch.compile ms", "tiny ms", "tiny vs eager"])
+                      ["phase", "eager ms", "eager range", "torch.compile ms", "torch.compile range",
+                       "tiny ms", "tiny range", "tiny vs eager"])
 
 # %% [markdown]
 # ## 4. When compiling is slower
@@ -385,6 +391,18 @@ if stored.exists() and "rows" in gpu["results"].get("pointwise_chain", {}):
 #
 # The stored run measured both: the `call_overhead` and `block` tables above are the default
 # mode; the `reduce-overhead` ones run both compilers in that mode.
+
+# %%
+from IPython.display import display  # noqa: E402
+
+from course.pictures import cudagraph_dot  # noqa: E402
+from tinydynamo import viz  # noqa: E402
+
+if viz.can_render():
+    display(cudagraph_dot(["LayerNorm kernel", "mm", "bias + GELU kernel", "mm", "bias + residual kernel"],
+                          "one forward of the block on a GPU: 3 fused kernels and 2 matmuls"))
+else:
+    print("install Graphviz (apt install graphviz) to see CUDA graph capture and replay drawn")
 
 # %%
 if stored.exists():

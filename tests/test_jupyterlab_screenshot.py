@@ -2,7 +2,7 @@
 chapter through the *server's* kernel (REST + the kernel's websocket, as the browser does), and
 let a headless Chromium open chapter 0 in the lab and take a screenshot.
 
-Skips when Chromium is not installed (Debian: ``apt-get install -y chromium``; CI installs it).
+The screenshot skips when Chromium is not installed (Debian: ``apt-get install -y chromium``; CI installs it).
 The screenshot is kept under ``$TINY_SCREENSHOT_DIR`` when that is set, to look at.
 """
 from __future__ import annotations
@@ -23,7 +23,6 @@ import pytest
 from course.loader import ROOT
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="Chromium not installed (apt-get install -y chromium)")
 TOKEN = uuid.uuid4().hex
 
 
@@ -145,6 +144,7 @@ def _pixels(path: Path) -> tuple[tuple[int, int], float]:
         return image.size, max(ImageStat.Stat(image.convert("L")).stddev[0], 0.0)
 
 
+@pytest.mark.skipif(CHROMIUM is None, reason="Chromium not installed (apt-get install -y chromium)")
 def test_chromium_shows_chapter_0_in_the_lab(lab, tmp_path):
     port, root = lab
     shot = Path(os.environ.get("TINY_SCREENSHOT_DIR", tmp_path)) / "jupyterlab_chapter0.png"
