@@ -141,6 +141,8 @@ CASES = {
     "kthvalue": (lambda x: torch.kthvalue(x, 2, 1).values, [R(3, 5)], aten.kthvalue),
     "mode": (lambda x: torch.mode(x, 1).values, [T(3, 5)], aten.mode),
     "median_dim": (lambda x: torch.median(x, 1).values, [R(3, 5)], aten.median),
+    "median_all_ties": (lambda x: torch.median(x), [T(3, 4)], aten.median),
+    "nanmedian_all": (lambda x: torch.nanmedian(x), [R(3, 5)], aten.nanmedian),
     "nanmedian_dim": (lambda x: torch.nanmedian(x, 0).values, [R(4, 3)], aten.nanmedian),
     "cummax": (lambda x: torch.cummax(x, 1).values, [T(3, 6)], aten.cummax),
     "cummin": (lambda x: torch.cummin(x, 0).values, [T(5, 2)], aten.cummin),

@@ -546,9 +546,13 @@ def median_vjp(grads, out, x, *args, **kwargs):
     if isinstance(out, (tuple, list)):  # median.dim
         dim, keepdim = (list(args) + [False])[:2] if args else (kwargs["dim"], kwargs.get("keepdim", False))
         return (_scatter_selected(_first(grads, out[0]), x, dim, out[1], keepdim),) + (None,) * len(args)
-    # full reduction: eager puts the whole gradient on one element equal to the median
-    raise NotImplementedError("median() without dim: no VJP rule (which element gets the gradient "
-                              "is implementation-defined)")
+    # full reduction: like eager (evenly_distribute_backward), the elements equal to the median
+    # share the gradient (the NaNs, when the median is NaN)
+    grad = grads
+    out_b = aten.expand(out, list(x.shape))
+    hit = aten.where(aten.ne(out_b, out_b), aten.ne(x, x), aten.eq(x, out_b))
+    hits = prims.convert_element_type(hit, grad.dtype)
+    return (aten.div(aten.mul(aten.expand(grad, list(x.shape)), hits), aten.sum(hits)),)
 
 
 @register_vjp(aten.cummax, aten.cummin)
