@@ -426,14 +426,12 @@ def test_sum_to_size_matches_autograd(grad_shape, shape):
 
 def test_missing_rule_names_the_op():
     """An op a gradient must pass through, without a rule: a compile error naming the op."""
-    from tininductor.joint_graph import MissingVJPRule
+    from tininductor.decompositions import decompose, fake_inputs
+    from tininductor.joint_graph import MissingVJPRule, create_joint
 
     x = torch.randn(2, 3, requires_grad=True)
-    rules = {k: v for k, v in VJP_RULES.items() if k is not aten.cumsum}
+    rules = {k: v for k, v in VJP_RULES.items() if k is not aten.cumsum}  # a registry lacking cumsum
     fn = lambda x: torch.cumsum(x.exp(), 1)  # noqa: E731
-    from tininductor.aot_autograd import aot_autograd, run_with_torch_ops
-    from tininductor.joint_graph import create_joint
-    from tininductor.decompositions import decompose, fake_inputs
     fakes, mode = fake_inputs([x])
     with pytest.raises(MissingVJPRule, match="no VJP rule for aten.cumsum"):
         create_joint(decompose(fn, fakes), fakes, [True], mode, rules=rules)
