@@ -270,3 +270,29 @@ def test_cuda_attention_is_traced_with_its_logsumexp(op):
     assert decomposition(q, q, q, None, True) is NotImplemented  # already computed: keep the op
     out = decomposition(q, q, q, None, False)
     assert out[1].numel() > 0
+
+
+def test_in_place_op_on_a_value_needing_grad_falls_back():
+    """A mutation left in the prim graph would hide data flow from AD: refused, never a wrong gradient."""
+    from tininductor.decompositions import fake_inputs
+    from tininductor.joint_graph import AutogradCompileError, create_joint
+
+    aten = torch.ops.aten
+
+    def fn(x):  # an in-place op that functionalization does not see (called on the prim graph)
+        y = aten.mul.Tensor(x, 2.0)
+        aten.mul_.Tensor(y, y)
+        return aten.sum.default(y)
+
+    x = torch.randn(3, dtype=torch.float64, requires_grad=True)
+    fakes, mode = fake_inputs([x])
+    gm = torch.fx.symbolic_trace(fn)
+    with mode:
+        for node in gm.graph.nodes:
+            if node.op == "call_function":
+                node.meta["val"] = node.target(*[a.meta["val"] if isinstance(a, torch.fx.Node) else a
+                                                 for a in node.args])
+            elif node.op == "placeholder":
+                node.meta["val"] = fakes[0]
+    with pytest.raises(AutogradCompileError, match="modifies a tensor that requires grad"):
+        create_joint(gm, fakes, [True], mode)

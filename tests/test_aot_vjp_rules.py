@@ -141,6 +141,8 @@ CASES = {
     "kthvalue": (lambda x: torch.kthvalue(x, 2, 1).values, [R(3, 5)], aten.kthvalue),
     "mode": (lambda x: torch.mode(x, 1).values, [T(3, 5)], aten.mode),
     "median_dim": (lambda x: torch.median(x, 1).values, [R(3, 5)], aten.median),
+    "median_all_ties": (lambda x: torch.median(x), [T(3, 4)], aten.median),
+    "nanmedian_all": (lambda x: torch.nanmedian(x), [R(3, 5)], aten.nanmedian),
     "nanmedian_dim": (lambda x: torch.nanmedian(x, 0).values, [R(4, 3)], aten.nanmedian),
     "cummax": (lambda x: torch.cummax(x, 1).values, [T(3, 6)], aten.cummax),
     "cummin": (lambda x: torch.cummin(x, 0).values, [T(5, 2)], aten.cummin),
@@ -339,6 +341,27 @@ CASES = {
                              [R(3, 4), ("unit", (3, 4))], aten.binary_cross_entropy),
     "nll_loss_weighted": (lambda x, t, w: torch.nn.functional.nll_loss(torch.log_softmax(x, 1), t, w),
                           [R(4, 3), I(3, 4), ("unit", (3,))], aten.nll_loss_forward),
+    # more pooling, sampling, scatter-style writes
+    "adaptive_max_pool2d": (lambda x: torch.nn.functional.adaptive_max_pool2d(x, (2, 3)), [R(2, 3, 5, 7)],
+                            aten.adaptive_max_pool2d),
+    "adaptive_max_pool3d": (lambda x: torch.nn.functional.adaptive_max_pool3d(x, 2), [R(1, 2, 4, 5, 3)],
+                            aten.adaptive_max_pool3d),
+    "avg_pool3d": (lambda x: torch.nn.functional.avg_pool3d(x, 2, 1), [R(1, 2, 3, 4, 3)], aten.avg_pool3d),
+    "adaptive_avg_pool3d": (lambda x: torch.nn.functional.adaptive_avg_pool3d(x, 2), [R(1, 2, 3, 5, 4)],
+                            aten._adaptive_avg_pool3d),
+    "grid_sample": (lambda x, g: torch.nn.functional.grid_sample(x, torch.tanh(g), align_corners=False),
+                    [R(1, 2, 4, 5), R(1, 3, 2, 2)], aten.grid_sampler_2d),
+    "unfold_im2col": (lambda x: torch.nn.functional.unfold(x, 2, padding=1), [R(1, 2, 3, 4)], aten.im2col),
+    "cdist": (lambda a, b: torch.cdist(a, b), [R(2, 3, 4), R(2, 5, 4)], aten._cdist_forward),
+    "slice_scatter": (lambda x, s: torch.slice_scatter(x, s, 1, 1, 5, 2), [R(3, 6), R(3, 2)], aten.slice_scatter),
+    "select_scatter": (lambda x, s: torch.select_scatter(x, s, 0, 1), [R(3, 4), R(4)], aten.select_scatter),
+    "index_fill": (lambda x, i: torch.index_fill(x, 1, i, 2.0), [R(3, 5), I(5, 2)], aten.index_fill),
+    "index_fill_tensor": (lambda x, i, v: torch.index_fill(x, 0, i, v.sum()), [R(4, 3), I(4, 2), R(2)],
+                          aten.index_fill),
+    "index_copy": (lambda x, s: torch.index_copy(x, 0, torch.tensor([2, 0]), s), [R(4, 3), R(2, 3)],
+                   aten.index_copy),
+    "polygamma": (lambda x: torch.polygamma(2, x), [P(3, 4)], aten.polygamma),
+    "i0": (lambda x: torch.i0(x), [R(3, 4)], aten.i0),
 }
 
 #: rules for CUDA-only kernels (the fused attention forms): checked on the GPU machine by
@@ -403,14 +426,12 @@ def test_sum_to_size_matches_autograd(grad_shape, shape):
 
 def test_missing_rule_names_the_op():
     """An op a gradient must pass through, without a rule: a compile error naming the op."""
-    from tininductor.joint_graph import MissingVJPRule
+    from tininductor.decompositions import decompose, fake_inputs
+    from tininductor.joint_graph import MissingVJPRule, create_joint
 
     x = torch.randn(2, 3, requires_grad=True)
-    rules = {k: v for k, v in VJP_RULES.items() if k is not aten.cumsum}
+    rules = {k: v for k, v in VJP_RULES.items() if k is not aten.cumsum}  # a registry lacking cumsum
     fn = lambda x: torch.cumsum(x.exp(), 1)  # noqa: E731
-    from tininductor.aot_autograd import aot_autograd, run_with_torch_ops
-    from tininductor.joint_graph import create_joint
-    from tininductor.decompositions import decompose, fake_inputs
     fakes, mode = fake_inputs([x])
     with pytest.raises(MissingVJPRule, match="no VJP rule for aten.cumsum"):
         create_joint(decompose(fn, fakes), fakes, [True], mode, rules=rules)

@@ -20,6 +20,7 @@ callable taking the graph's inputs as positional tensors and returning its outpu
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from typing import Callable
 
 import torch
@@ -122,10 +123,10 @@ def double_backward(ctx, runtime: _Runtime, grad_outputs) -> list:
     differentiated again (gradient penalties, Hessian-vector products) comes from re-running
     the prim forward with torch ops on the same inputs and calling ``torch.autograd.grad`` with
     ``create_graph=True``. Slower (the forward runs twice) and said so with a warning; refused
-    when the graph draws random numbers (the re-run would draw different ones).
+    when the graph draws random numbers (the re-run would draw different ones). The re-run
+    repeats the graph's side effects on buffers (a training BatchNorm's running statistics
+    would be updated twice).
     """
-    import warnings
-
     if runtime.eager_forward is None or runtime.no_rerun_reason:
         raise RuntimeError(
             "backward(create_graph=True) through a compiled graph needs an eager re-run of its forward"

@@ -132,8 +132,9 @@ def _written_args(node: fx.Node) -> list:
 
 def check_no_differentiable_mutation(graph: fx.Graph, needs_grad: set[fx.Node]) -> None:
     """AD follows data flow; an in-place op that writes a value needing a gradient into another
-    tensor (a ``copy_`` into a slice that functionalization left in place) would hide that flow
-    and the gradient would silently be lost. Refuse such graphs (the frame then runs eagerly).
+    tensor (a ``copy_`` into a slice that functionalization left in place), or that modifies a
+    tensor needing a gradient (``add_`` in a composite's Python code), would hide that flow and
+    gradients would silently be lost or wrong. Refuse such graphs (the frame then runs eagerly).
 
     Ops whose writes are not differentiable in eager either (batch norm's running statistics,
     updated under no_grad) are fine.
@@ -149,6 +150,10 @@ def check_no_differentiable_mutation(graph: fx.Graph, needs_grad: set[fx.Node]) 
             raise AutogradCompileError(
                 f"in-place op {node.target} (node {node.name}) writes a value that requires grad into "
                 f"another tensor; AOT autograd needs a functional graph there (the gradient would be lost)")
+        if any(isinstance(a, fx.Node) and a in needs_grad for a in written):
+            raise AutogradCompileError(
+                f"in-place op {node.target} (node {node.name}) modifies a tensor that requires grad; "
+                f"AOT autograd needs a functional graph there (later readers would get wrong gradients)")
 
 
 def _accumulate(grads: dict, node: fx.Node, grad: torch.Tensor) -> None:

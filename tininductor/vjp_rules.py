@@ -483,6 +483,8 @@ NON_DIFFERENTIABLE_OUTPUTS: dict = {
     aten.log_sigmoid_forward: {1},
     aten.native_dropout: {1},
     aten.max_pool2d_with_indices: {1},
+    aten.adaptive_max_pool2d: {1},
+    aten.adaptive_max_pool3d: {1},
     aten.max_pool3d_with_indices: {1},
 }
 
@@ -552,9 +554,13 @@ def median_vjp(grads, out, x, *args, **kwargs):
     if isinstance(out, (tuple, list)):  # median.dim
         dim, keepdim = (list(args) + [False])[:2] if args else (kwargs["dim"], kwargs.get("keepdim", False))
         return (_scatter_selected(_first(grads, out[0]), x, dim, out[1], keepdim),) + (None,) * len(args)
-    # full reduction: eager puts the whole gradient on one element equal to the median
-    raise NotImplementedError("median() without dim: no VJP rule (which element gets the gradient "
-                              "is implementation-defined)")
+    # full reduction: like eager (evenly_distribute_backward), the elements equal to the median
+    # share the gradient (the NaNs, when the median is NaN)
+    grad = grads
+    out_b = aten.expand(out, list(x.shape))
+    hit = aten.where(aten.ne(out_b, out_b), aten.ne(x, x), aten.eq(x, out_b))
+    hits = prims.convert_element_type(hit, grad.dtype)
+    return (aten.div(aten.mul(aten.expand(grad, list(x.shape)), hits), aten.sum(hits)),)
 
 
 @register_vjp(aten.cummax, aten.cummin)
@@ -1185,3 +1191,84 @@ def binary_cross_entropy_vjp(grad, out, x, target, weight=None, reduction=1):
 def nll_loss_forward_vjp(grads, out, logp, target, weight, reduction, ignore_index):
     return (aten.nll_loss_backward(_first(grads, out[0]), logp, target, weight, reduction, ignore_index, out[1]),
             None, None, None, None)
+
+
+# ----------------------------------------------------------------------------- more pooling, sampling
+@register_vjp(aten.adaptive_max_pool2d, aten.adaptive_max_pool3d)
+def adaptive_max_pool_vjp(grads, out, x, output_size):
+    backward = aten.adaptive_max_pool2d_backward if len(list(output_size)) == 2 else aten.adaptive_max_pool3d_backward
+    return backward(_first(grads, out[0]), x, out[1]), None
+
+
+@register_vjp(aten.avg_pool3d)
+def avg_pool3d_vjp(grad, out, x, kernel_size, stride=(), padding=0, ceil_mode=False,
+                   count_include_pad=True, divisor_override=None):
+    return (aten.avg_pool3d_backward(grad, x, kernel_size, stride, padding, ceil_mode,
+                                     count_include_pad, divisor_override),) + (None,) * 6
+
+
+@register_vjp(aten._adaptive_avg_pool3d)
+def adaptive_avg_pool3d_vjp(grad, out, x, output_size):
+    return aten._adaptive_avg_pool3d_backward(grad, x), None
+
+
+@register_vjp(aten.grid_sampler_2d)
+def grid_sampler_2d_vjp(grad, out, x, grid, interpolation_mode, padding_mode, align_corners):
+    gx, ggrid = aten.grid_sampler_2d_backward(grad, x, grid, interpolation_mode, padding_mode,
+                                              align_corners, [True, True])
+    return gx, ggrid, None, None, None
+
+
+@register_vjp(aten.im2col)
+def im2col_vjp(grad, out, x, kernel_size, dilation, padding, stride):
+    return (aten.col2im(grad, list(x.shape[-2:]), kernel_size, dilation, padding, stride),) + (None,) * 4
+
+
+@register_vjp(aten._cdist_forward)
+def cdist_vjp(grad, out, x1, x2, p, compute_mode=None):
+    g1 = aten._cdist_backward(grad, x1, x2, p, out)
+    g2 = aten._cdist_backward(aten.permute(grad, [*range(grad.dim() - 2), grad.dim() - 1, grad.dim() - 2]),
+                              x2, x1, p, aten.permute(out, [*range(out.dim() - 2), out.dim() - 1, out.dim() - 2]))
+    return g1, g2, None, None
+
+
+# ----------------------------------------------------------------------------- scatter-style writes
+@register_vjp(aten.slice_scatter)
+def slice_scatter_vjp(grad, out, x, src, dim=0, start=None, end=None, step=1):
+    """``x`` with a slice replaced by ``src``: ``x`` gets the gradient outside the slice."""
+    zeros = _zeros_like_shape(src, grad)
+    return (aten.slice_scatter(grad, zeros, dim, start, end, step),
+            aten.slice(grad, dim, start, end, step), None, None, None, None)
+
+
+@register_vjp(aten.select_scatter)
+def select_scatter_vjp(grad, out, x, src, dim, index):
+    return (aten.select_scatter(grad, _zeros_like_shape(src, grad), dim, index),
+            aten.select(grad, dim, index), None, None)
+
+
+@register_vjp(aten.index_fill)
+def index_fill_vjp(grad, out, x, dim, index, value):
+    gv = None
+    if is_tensor(value):  # every filled position once (repeated indices fill it once)
+        filled = aten.index_fill(_zeros_like_shape(x, grad), dim, index, 1)
+        gv = aten.sum(aten.mul(grad, filled))
+    if gv is not None and gv.dtype != value.dtype:
+        gv = prims.convert_element_type(gv, value.dtype)
+    return aten.index_fill(grad, dim, index, 0), None, None, gv
+
+
+@register_vjp(aten.index_copy)
+def index_copy_vjp(grad, out, x, dim, index, source):
+    return (aten.index_fill(grad, dim, index, 0), None, None,
+            aten.index_select(grad, dim, index) if grad.dim() else grad)
+
+
+@register_vjp(aten.polygamma)
+def polygamma_vjp(grad, out, n, x):
+    return None, aten.mul(grad, aten.polygamma(n + 1, x))
+
+
+@register_vjp(aten.i0)
+def i0_vjp(grad, out, x):
+    return (aten.mul(grad, aten.special_i1(x)),)
