@@ -63,6 +63,8 @@ def _compare(what: str, expected, actual, tol: float) -> list[str]:
         a = actual.get(name)
         if e is None and a is None:
             continue
+        if e is None and what == "grad" and not a.any():
+            continue  # AOT autograd gives unused parameters zero gradients where eager leaves None (as torch.compile)
         if e is None or a is None:
             problems.append(f"{what} {name}: {'missing (None)' if a is None else 'not None'} where eager has "
                             f"{'a value' if a is None else 'None'}")
