@@ -63,6 +63,8 @@ def _compare(what: str, expected, actual, tol: float) -> list[str]:
         a = actual.get(name)
         if e is None and a is None:
             continue
+        if e is None and what == "grad" and not a.any():
+            continue  # AOT autograd gives unused parameters zero gradients where eager leaves None (as torch.compile)
         if e is None or a is None:
             problems.append(f"{what} {name}: {'missing (None)' if a is None else 'not None'} where eager has "
                             f"{'a value' if a is None else 'None'}")
@@ -132,22 +134,42 @@ def check_model(name: str, backend: str, with_torch: bool = False) -> Result:
     return result
 
 
+#: Known wrong gradients, from issue 12 items 1-2, fixed on the `ad` branch (multi-output ops such as
+#: BatchNorm's ``_native_batch_norm_legit`` and SDPA lose their gradients; some ops have no VJP rule yet).
+#: Strict: once that branch is merged these XPASS and fail, and the entries must be removed.
+AD_BUG = "issue 12 item 1 (ad branch): multi-output ops (BatchNorm, SDPA) drop gradients (.grad None)"
+NO_VJP = "issue 12 item 2 (ad branch): no VJP rule (hardswish, as_strided_, convolution): falls back with a warning"
+KNOWN_FAILURES: dict[tuple[str, str], str] = {
+    **{(m, "aot_eager"): AD_BUG for m in ("resnet18", "mobilenet_v2", "efficientnet_b0", "regnet", "gpt2", "llama",
+                                          "t5", "bart")},
+    **{(m, "aot_eager"): NO_VJP for m in ("mobilenet_v3_small", "convnext_tv", "vit_timm", "convnext_timm", "vit_hf",
+                                          "whisper")},
+    **{(m, "tininductor"): AD_BUG for m in ("resnet18", "mobilenet_v2", "efficientnet_b0", "regnet", "gpt2", "llama",
+                                            "t5", "bart")},
+}
+
+
 def _params():
     for zm in MODELS:
         for backend in ("eager", "aot_eager", "tininductor"):
             marks = []
             if backend == "tininductor" and zm.name not in CI_TININDUCTOR:
                 marks.append(pytest.mark.slow)
+            if (zm.name, backend) in KNOWN_FAILURES:
+                marks.append(pytest.mark.xfail(reason=KNOWN_FAILURES[zm.name, backend], strict=True))
             yield pytest.param(zm.name, backend, id=f"{zm.name}-{backend}", marks=marks)
 
 
 @pytest.mark.parametrize("name,backend", list(_params()))
 def test_real_model_matches_eager(name, backend):
-    result = check_model(name, backend)
+    result = check_model(name, backend, with_torch=backend == "eager")
     if result.status.startswith("skipped"):
         pytest.skip(result.status)
     assert result.status == "ok", f"{name} under {backend}: {result.status}"
     assert result.graphs > 0, f"{name}: no graph captured"
+    if result.torch_graphs is not None:  # as many graphs as torch.compile makes of the same model and step
+        assert result.graphs == result.torch_graphs, \
+            f"{name}: tinydynamo {result.graphs} graphs ({result.breaks} breaks), torch.compile {result.torch_graphs}"
 
 
 def print_table(names, backends) -> None:
