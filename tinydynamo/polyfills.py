@@ -18,6 +18,7 @@ every value it wraps) and by ``call_class`` (for classes):
 from __future__ import annotations
 
 import collections
+import contextlib
 import copy
 import dataclasses
 import functools
@@ -269,6 +270,7 @@ def class_handler(cls):
         return None
 
 
+_CONTEXTMANAGER_CODE = contextlib.contextmanager(lambda: iter(())).__code__  # the helper every decorated function shares
 _BY_ID: dict[int, tuple[Any, Any]] = {}  # id(function) -> (function, its polyfill or None for a pure one)
 
 
@@ -281,6 +283,13 @@ def variable_for(value: Any, source) -> Any:
     special = api.special_variable(value, source)  # allow_in_graph, disallow_in_graph, graph_break...
     if special is not None:
         return special
+    if getattr(value, "__code__", None) is _CONTEXTMANAGER_CODE and hasattr(value, "__wrapped__"):
+        from tinydynamo.source import AttrSource
+        from tinydynamo.variables.functions import UserFunctionVariable
+        from tinydynamo.variables.misc_ctx import ContextManagerFunctionVariable
+
+        inner = UserFunctionVariable(value.__wrapped__, AttrSource(source, "__wrapped__") if source else None)
+        return ContextManagerFunctionVariable(inner)  # @contextlib.contextmanager: its generator is inlined
     if not _BY_ID:
         _BY_ID.update({_key(f): (f, None) for f in PURE_FUNCTIONS})
         _BY_ID.update({_key(f): (f, poly) for f, poly in FUNCTION_POLYFILLS.items()})
