@@ -178,7 +178,7 @@ FUNCTION_POLYFILLS = {
 
 # ---- 1. pure functions over constants ---------------------------------------------------------------------
 PURE_FUNCTIONS = {
-    argsort, _deepcopy_atom, dataclasses.fields, dataclasses.is_dataclass, dataclasses.asdict,
+    argsort, _deepcopy_atom, dataclasses.fields, dataclasses.is_dataclass,  # (not asdict: it reads values)
     inspect.signature, inspect.isclass, inspect.isfunction, inspect.ismethod, inspect.getmro,
     math.gcd, math.prod, math.isclose, math.comb, math.perm, operator.index,
     collections.namedtuple,
