@@ -62,7 +62,7 @@ class Color(enum.Enum):
 
 def enums(x):
     c = Color.R
-    return x * c.value + (c == Color.R) + (c is Color.G)
+    return x * c.value + (c == Color.R) + (c is Color.G) + (Color(2) is Color.G)
 
 def dict_stuff(x):
     d = {"a": x, "b": x * 2}

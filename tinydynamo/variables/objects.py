@@ -16,6 +16,7 @@ and inlined), ``super``, a class from :mod:`tinydynamo.polyfills`' table (``func
 """
 from __future__ import annotations
 
+import enum
 import types
 from typing import Any
 
@@ -238,7 +239,7 @@ def call_class(tx, cls_var: VariableTracker, args: list[VariableTracker], kwargs
     if handler is not None:
         return handler(tx, args, kwargs)
     constant_args = all(a.is_python_constant() for a in args) and all(v.is_python_constant() for v in kwargs.values())
-    if cls in PURE_CLASSES and constant_args:
+    if (cls in PURE_CLASSES or isinstance(cls, enum.EnumMeta)) and constant_args:  # Color(1): a member lookup
         try:
             return wrap_constant_result(cls(*[a.as_python_constant() for a in args],
                                             **{k: v.as_python_constant() for k, v in kwargs.items()}))
@@ -255,6 +256,8 @@ def call_class(tx, cls_var: VariableTracker, args: list[VariableTracker], kwargs
     if isinstance(cls, type) and issubclass(cls, torch.Tensor):
         unimplemented(f"creating a {cls.__name__} (a Tensor subclass) in the frame")
     if is_plain_python_class(cls):
+        if getattr(cls, "__abstractmethods__", None):
+            unimplemented(f"{cls.__name__} is abstract (it cannot be instantiated: TypeError)")
         obj = NewObjectVariable(cls, cls_var.source)
         init, _ = lookup_class_attr(cls, "__init__")
         if isinstance(init, types.FunctionType):
