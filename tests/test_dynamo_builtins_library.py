@@ -229,3 +229,20 @@ def test_break_inside_a_loop_over_map_runs_the_frame_eagerly():
         log.clear()
         torch.testing.assert_close(g(x), torch.full((2,), 12.0))
         assert len(log) == 3
+
+
+def test_copy_of_other_objects_is_a_clean_break():
+    class Box:
+        def __init__(self, v):
+            self.v = v
+
+    box = Box(2)
+
+    def f(x):
+        return x * copy.copy(box).v + len(copy.copy({1, 2}))
+
+    tinydynamo.reset()
+    with pytest.raises(tinydynamo.Unsupported, match="copy.copy of an object"):
+        tinydynamo.optimize(CompileCounter(), nopython=True)(f)(torch.ones(2))
+    tinydynamo.reset()
+    torch.testing.assert_close(tinydynamo.optimize(CompileCounter())(f)(torch.ones(2)), f(torch.ones(2)))

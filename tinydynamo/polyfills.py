@@ -114,11 +114,14 @@ def copy_copy(x):
         return dict(x)
     if isinstance(x, tuple):
         return x
+    if isinstance(x, set):
+        return set(x)
     return _copy_other(x)
 
 
 def _copy_other(x):
-    raise NotImplementedError  # replaced by an Unsupported in variable_for's table (copy of other objects)
+    """Copying any other object (its __copy__, __reduce_ex__...) is not traced: a graph break (variable_for)."""
+    return copy.copy(x)
 
 
 def deepcopy_(x, memo=None):
@@ -283,6 +286,10 @@ def variable_for(value: Any, source) -> Any:
     special = api.special_variable(value, source)  # allow_in_graph, disallow_in_graph, graph_break...
     if special is not None:
         return special
+    if value is _copy_other:
+        from tinydynamo.variables.objects import OpaqueCallVariable
+
+        return OpaqueCallVariable(value, "copy.copy of an object other than a list, dict, set or tuple")
     if getattr(value, "__code__", None) is _CONTEXTMANAGER_CODE and hasattr(value, "__wrapped__"):
         from tinydynamo.source import AttrSource
         from tinydynamo.variables.functions import UserFunctionVariable
@@ -300,9 +307,9 @@ def variable_for(value: Any, source) -> Any:
         from tinydynamo.variables.iter import PureFunctionVariable
 
         return PureFunctionVariable(value, source)
-    from tinydynamo.variables.functions import UserFunctionVariable
+    from tinydynamo.variables.polyfilled import PolyfilledFunctionVariable
 
-    return UserFunctionVariable(entry[1])
+    return PolyfilledFunctionVariable(value, entry[1], source)
 
 
 def _key(value: Any):
