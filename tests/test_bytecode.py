@@ -469,3 +469,61 @@ def test_resume_inside_a_with_block_reenters_it_on_every_version():
     with pytest.raises(ValueError, match="negative"):  # the original exception table still runs __exit__
         resume(Recorder(log), None, -3, log, -6)
     assert log == ["enter", ("exit", ValueError)]
+
+
+def _make_closure_frame():
+    k = 10
+
+    def f(x):
+        n = 1
+
+        def add(v):
+            return v + n
+
+        y = add(x + k)
+        n = 5
+        return add(y) * k
+
+    return f
+
+
+def test_resume_code_takes_the_frames_cells_as_its_closure():
+    """A frame with a free variable (k) and a cell (n): the resume function gets both as its closure
+    (the cell variable becomes a free variable), so `n = 5` after the break changes the cell that the
+    nested function made before the break reads."""
+    from tinydynamo.resume import closure_names, make_resume_code
+
+    f = _make_closure_frame()
+    code = f.__code__
+    at = next(i for i in get_instructions(code) if i.opname == "LOAD_CONST" and i.argval == 5)
+    resume = make_resume_code(code, at.offset, [], ["y", "add"])
+    assert resume.co_freevars == tuple(closure_names(code)) == ("k", "n") and resume.co_cellvars == ()
+    n_cell = types.CellType(1)  # the frame's cell, made before the break
+    add_code = next(c for c in code.co_consts if isinstance(c, types.CodeType) and c.co_name == "add")
+    add = types.FunctionType(add_code, globals(), "add", None, (n_cell,))
+    y = add(1 + 10)
+    fn = types.FunctionType(resume, globals(), resume.co_name, None, (f.__closure__[0], n_cell))
+    assert fn(y, add) == f(1) == (12 + 5) * 10
+    assert n_cell.cell_contents == 5
+
+
+def test_fstrings_and_super_normalised_to_313_forms():
+    def f(x, y):
+        return f"a{x!r:>4}b{y}{x!s}"
+
+    class A:
+        def m(self):
+            return super().m() + super().n
+
+    ops = [(i.opname, i.argval) for i in get_instructions(f.__code__)
+           if i.opname in ("CONVERT_VALUE", "FORMAT_SIMPLE", "FORMAT_WITH_SPEC", "BUILD_STRING", "FORMAT_VALUE")]
+    names = [op for op, _ in ops]
+    assert "FORMAT_VALUE" not in names and names.count("FORMAT_SIMPLE") == 2 and names.count("FORMAT_WITH_SPEC") == 1
+    assert ("CONVERT_VALUE", str) in ops and ("BUILD_STRING", 5) in ops
+    # {x!r:>4}: the repr conversion is either its own CONVERT_VALUE (3.13) or FORMAT_WITH_SPEC's argval (3.11/3.12)
+    assert ("CONVERT_VALUE", repr) in ops or ("FORMAT_WITH_SPEC", repr) in ops
+    supers = [i for i in get_instructions(A.m.__code__) if i.opname == "LOAD_SUPER_ATTR"]
+    if sys.version_info >= (3, 12):
+        assert [(i.argval, i.push_null) for i in supers] == [("m", True), ("n", False)]
+    else:
+        assert supers == []  # 3.11: LOAD_GLOBAL super; CALL 0; LOAD_ATTR

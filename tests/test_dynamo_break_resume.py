@@ -100,3 +100,31 @@ def test_joining_paths_compile_as_many_frames_as_torch():
     for x in inputs:
         h(x)
     assert cnt.frame_count == tcnt.frame_count == 7
+
+
+def scale_by_item(x):
+    n = x.sum().item()
+    m = x.max().item()
+    return x * n - (x > m) * 1.0
+
+
+def test_item_stays_in_the_graph_with_capture_scalar_outputs():
+    x = torch.rand(4, 5)
+    with tinydynamo.config.patch(capture_scalar_outputs=True), \
+            torch._dynamo.config.patch(capture_scalar_outputs=True):
+        assert compare(scale_by_item, x) == (1, 1)
+    assert compare(scale_by_item, x) == (3, 3)  # off: a break at each .item()
+
+
+def test_captured_item_used_as_a_shape_is_a_clean_error():
+    def f(x):
+        n = (x.sum() > 0).long().item()
+        return torch.zeros(n + 1)
+
+    tinydynamo.reset()
+    with tinydynamo.config.patch(capture_scalar_outputs=True), pytest.raises(tinydynamo.Unsupported):
+        tinydynamo.optimize(CompileCounter(), nopython=True)(f)(torch.ones(3))
+    with tinydynamo.config.patch(capture_scalar_outputs=True):
+        tinydynamo.reset()
+        g = tinydynamo.optimize(CompileCounter())(f)
+        torch.testing.assert_close(g(torch.ones(3)), f(torch.ones(3)))

@@ -211,3 +211,38 @@ def test_escaping_containers_keep_their_types():
     q, d, s, p, o = tinydynamo.optimize(CompileCounter(), nopython=True)(f)(torch.ones(2))
     assert type(q) is collections.deque and type(d) is collections.defaultdict and d["a"] == 1 and d["zz"] == 0
     assert s == {1, 2} and p(torch.ones(1)).item() == 2 and type(o) is collections.OrderedDict
+
+
+def test_break_inside_a_loop_over_map_runs_the_frame_eagerly():
+    log = []
+
+    def f(x):
+        for y in map(lambda t: t * 2, [x, x + 1, x + 2]):
+            log.append(y)
+            print("", end="")  # a break with the lazy map iterator on the stack
+        return sum(log)
+
+    tinydynamo.reset()
+    g = tinydynamo.optimize(CompileCounter())(f)
+    x = torch.ones(2)
+    for _ in range(2):
+        log.clear()
+        torch.testing.assert_close(g(x), torch.full((2,), 12.0))
+        assert len(log) == 3
+
+
+def test_copy_of_other_objects_is_a_clean_break():
+    class Box:
+        def __init__(self, v):
+            self.v = v
+
+    box = Box(2)
+
+    def f(x):
+        return x * copy.copy(box).v + len(copy.copy({1, 2}))
+
+    tinydynamo.reset()
+    with pytest.raises(tinydynamo.Unsupported, match="copy.copy of an object"):
+        tinydynamo.optimize(CompileCounter(), nopython=True)(f)(torch.ones(2))
+    tinydynamo.reset()
+    torch.testing.assert_close(tinydynamo.optimize(CompileCounter())(f)(torch.ones(2)), f(torch.ones(2)))

@@ -62,7 +62,7 @@ class Color(enum.Enum):
 
 def enums(x):
     c = Color.R
-    return x * c.value + (c == Color.R) + (c is Color.G)
+    return x * c.value + (c == Color.R) + (c is Color.G) + (Color(2) is Color.G)
 
 def dict_stuff(x):
     d = {"a": x, "b": x * 2}
@@ -171,7 +171,7 @@ def del_local(x):
 
 CASES = [
     (user_ctx_manager, 1, 1),
-    (contextlib_cm, 0, 1),  # contextlib.contextmanager (a generator-based context manager): the frame runs eagerly
+    (contextlib_cm, 1, 1),
     (try_except, 1, 1),
     (try_finally, 1, 1),
     (generator_fn, 1, 1),
@@ -203,3 +203,29 @@ CASES = [
 @pytest.mark.parametrize("fn,tiny,torch_graphs", CASES, ids=[c[0].__name__ for c in CASES])
 def test_statement_construct(fn, tiny, torch_graphs):
     assert compare(fn, torch.randn(4, 5)) == (tiny, torch_graphs)
+
+
+@contextlib.contextmanager
+def logged(log):
+    log.append("enter")
+    yield 2
+    log.append("exit")
+
+
+def uses_logged(x, log):
+    with logged(log) as k:
+        y = x * k
+        log.append("body")
+    return y + len(log)
+
+
+def test_contextmanager_generator_runs_its_halves_in_order():
+    import tinydynamo
+    from tinydynamo.testing import CompileCounter
+
+    tinydynamo.reset()
+    cnt = CompileCounter()
+    f = tinydynamo.optimize(cnt, nopython=True)(uses_logged)
+    log = []
+    torch.testing.assert_close(f(torch.ones(2), log), torch.full((2,), 5.0))
+    assert log == ["enter", "body", "exit"] and cnt.frame_count == 1

@@ -2,6 +2,7 @@
 (reads, writes, properties), methods, classmethod/staticmethod, super(), dunder methods,
 dataclasses and named tuples, isinstance/issubclass, custom autograd.Function. Each case
 matches eager, and compiles into as many graphs as torch.compile (backend "eager")."""
+import abc
 import collections
 import dataclasses
 import typing
@@ -277,3 +278,73 @@ def test_self_referencing_object_escaping_is_a_clean_error():
     tinydynamo.reset()
     with pytest.raises(tinydynamo.Unsupported, match="refers to itself"):
         tinydynamo.optimize(CompileCounter(), nopython=True)(f)(torch.randn(3))
+
+
+@dataclasses.dataclass(frozen=True)
+class FrozenCfg:
+    a: int
+    b: float = 1.0
+
+
+class Shape(typing.NamedTuple):
+    w: torch.Tensor
+    k: int
+
+    def total(self):
+        return self.w * self.k
+
+    @property
+    def twice(self):
+        return self.k * 2
+
+
+class Abstract(abc.ABC):
+    @abc.abstractmethod
+    def g(self):
+        ...
+
+
+class Concrete(Abstract):
+    def g(self):
+        return 3
+
+
+def frozen_dataclass(x):
+    f = FrozenCfg(2)
+    return x * f.a + f.b
+
+
+def namedtuple_methods_and_isinstance(x):
+    p = Shape(x, 3)
+    return p.total() + p.twice + isinstance(p, Shape) + isinstance(p, tuple)
+
+
+def abc_subclass(x):
+    return x * Concrete().g()
+
+
+@pytest.mark.parametrize("fn", [frozen_dataclass, namedtuple_methods_and_isinstance, abc_subclass],
+                         ids=lambda f: f.__name__)
+def test_more_class_kinds(fn):
+    assert compare(fn, torch.randn(4, 5)) == (1, 1)
+
+
+def test_named_tuple_returned_keeps_its_type():
+    def f(x):
+        return Shape(x + 1, 2), torch.max(x, 0)
+
+    tinydynamo.reset()
+    shape, mx = tinydynamo.optimize(CompileCounter(), nopython=True)(f)(torch.ones(3, 2))
+    assert type(shape) is Shape and shape.k == 2 and type(mx) is torch.return_types.max
+    torch.testing.assert_close(mx.values, torch.ones(2))
+
+
+def test_frozen_dataclass_assignment_is_a_clean_break():
+    def f(x):
+        c = FrozenCfg(1)
+        c.a = 3  # raises FrozenInstanceError in Python
+        return x
+
+    tinydynamo.reset()
+    with pytest.raises(tinydynamo.Unsupported):
+        tinydynamo.optimize(CompileCounter(), nopython=True)(f)(torch.ones(2))

@@ -24,7 +24,11 @@ default_backend: str = "tininductor"
 #: never compile: every optimized function runs eagerly (env TINY_DISABLE=1, like TORCHDYNAMO_DISABLE=1)
 disable: bool = os.environ.get("TINY_DISABLE", "0") not in ("", "0")
 
-_SETTINGS = ("disable", "recompile_limit", "suppress_errors", "max_inline_depth", "max_instructions", "default_backend")
+#: keep ``tensor.item()`` in the graph (an FX node whose Python number only feeds tensor arithmetic);
+#: off: ``.item()`` is a graph break (torch: ``torch._dynamo.config.capture_scalar_outputs``)
+capture_scalar_outputs: bool = False
+
+_SETTINGS = ("disable", "capture_scalar_outputs", "recompile_limit", "suppress_errors", "max_inline_depth", "max_instructions", "default_backend")
 _this = sys.modules[__name__]
 
 

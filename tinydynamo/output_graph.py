@@ -328,6 +328,9 @@ class OutputGraph:
             return "null" if v is NULL else "iter" if isinstance(v, ListIteratorVariable) else "value"
 
         def rebuild(v) -> str:  # an iterator travels as the list of its remaining items
+            if getattr(v, "gen", None) is not None:  # a lazy one (map, filter, count...) has no list of them
+                unimplemented("a graph break inside a loop over a lazy iterator (map/filter/itertools): "
+                              "its remaining items are not known")
             if isinstance(v, ListIteratorVariable):
                 return f"[{', '.join(i.reconstruct(codegen) for i in v.items[v.index:])}]"
             return v.reconstruct(codegen)

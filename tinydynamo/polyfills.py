@@ -18,6 +18,7 @@ every value it wraps) and by ``call_class`` (for classes):
 from __future__ import annotations
 
 import collections
+import contextlib
 import copy
 import dataclasses
 import functools
@@ -113,11 +114,14 @@ def copy_copy(x):
         return dict(x)
     if isinstance(x, tuple):
         return x
+    if isinstance(x, set):
+        return set(x)
     return _copy_other(x)
 
 
 def _copy_other(x):
-    raise NotImplementedError  # replaced by an Unsupported in variable_for's table (copy of other objects)
+    """Copying any other object (its __copy__, __reduce_ex__...) is not traced: a graph break (variable_for)."""
+    return copy.copy(x)
 
 
 def deepcopy_(x, memo=None):
@@ -177,7 +181,7 @@ FUNCTION_POLYFILLS = {
 
 # ---- 1. pure functions over constants ---------------------------------------------------------------------
 PURE_FUNCTIONS = {
-    argsort, _deepcopy_atom, dataclasses.fields, dataclasses.is_dataclass, dataclasses.asdict,
+    argsort, _deepcopy_atom, dataclasses.fields, dataclasses.is_dataclass,  # (not asdict: it reads values)
     inspect.signature, inspect.isclass, inspect.isfunction, inspect.ismethod, inspect.getmro,
     math.gcd, math.prod, math.isclose, math.comb, math.perm, operator.index,
     collections.namedtuple,
@@ -269,6 +273,7 @@ def class_handler(cls):
         return None
 
 
+_CONTEXTMANAGER_CODE = contextlib.contextmanager(lambda: iter(())).__code__  # the helper every decorated function shares
 _BY_ID: dict[int, tuple[Any, Any]] = {}  # id(function) -> (function, its polyfill or None for a pure one)
 
 
@@ -281,6 +286,17 @@ def variable_for(value: Any, source) -> Any:
     special = api.special_variable(value, source)  # allow_in_graph, disallow_in_graph, graph_break...
     if special is not None:
         return special
+    if value is _copy_other:
+        from tinydynamo.variables.objects import OpaqueCallVariable
+
+        return OpaqueCallVariable(value, "copy.copy of an object other than a list, dict, set or tuple")
+    if getattr(value, "__code__", None) is _CONTEXTMANAGER_CODE and hasattr(value, "__wrapped__"):
+        from tinydynamo.source import AttrSource
+        from tinydynamo.variables.functions import UserFunctionVariable
+        from tinydynamo.variables.misc_ctx import ContextManagerFunctionVariable
+
+        inner = UserFunctionVariable(value.__wrapped__, AttrSource(source, "__wrapped__") if source else None)
+        return ContextManagerFunctionVariable(inner)  # @contextlib.contextmanager: its generator is inlined
     if not _BY_ID:
         _BY_ID.update({_key(f): (f, None) for f in PURE_FUNCTIONS})
         _BY_ID.update({_key(f): (f, poly) for f, poly in FUNCTION_POLYFILLS.items()})
@@ -291,9 +307,9 @@ def variable_for(value: Any, source) -> Any:
         from tinydynamo.variables.iter import PureFunctionVariable
 
         return PureFunctionVariable(value, source)
-    from tinydynamo.variables.functions import UserFunctionVariable
+    from tinydynamo.variables.polyfilled import PolyfilledFunctionVariable
 
-    return UserFunctionVariable(entry[1])
+    return PolyfilledFunctionVariable(value, entry[1], source)
 
 
 def _key(value: Any):

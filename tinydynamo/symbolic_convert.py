@@ -714,13 +714,17 @@ def BUILD_STRING(tx: T, inst):
 def BEFORE_WITH(tx: T, inst):
     """``with ctx:`` pushes ``ctx.__exit__`` (called at the end of the block) and ``ctx.__enter__()``."""
     ctx = tx.pop()
-    from tinydynamo.variables.misc_ctx import NullContextVariable, UserContextManagerVariable
+    from tinydynamo.variables.misc_ctx import (
+        GeneratorContextManagerVariable,
+        NullContextVariable,
+        UserContextManagerVariable,
+    )
     from tinydynamo.variables.user_defined import UserDefinedObjectVariable, _python_dunder
 
     if isinstance(ctx, UserDefinedObjectVariable) and _python_dunder(ctx.python_type(), "__enter__") \
             and _python_dunder(ctx.python_type(), "__exit__"):
         ctx = UserContextManagerVariable(ctx)  # a class with Python __enter__/__exit__: both inlined
-    if isinstance(ctx, (NullContextVariable, UserContextManagerVariable)):  # nothing the graph must hold
+    if isinstance(ctx, (NullContextVariable, UserContextManagerVariable, GeneratorContextManagerVariable)):
         tx.push(WithExitFunctionVariable(ctx))
         tx.push(ctx.enter(tx))
         return

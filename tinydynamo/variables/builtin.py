@@ -81,6 +81,11 @@ class BuiltinVariable(VariableTracker):
         user = _user_binop(tx, fn, a, b)  # a user class's __add__ / __radd__ / __eq__ ...
         if user is not None:
             return user
+        from tinydynamo.variables.tensor import ScalarNodeVariable, TensorVariable as _T
+
+        for s, other in ((a, b), (b, a)):  # a captured .item() value with a tensor (config.capture_scalar_outputs)
+            if isinstance(s, ScalarNodeVariable) and isinstance(other, _T) and fn in TENSOR_OPERATORS:
+                return s.binop_with_tensor(tx, fn, a, b)
         if isinstance(a, TensorVariable) or isinstance(b, TensorVariable):
             if not isinstance(a, TensorVariable) and fn in INPLACE_TO_OUT_OF_PLACE:
                 fn = INPLACE_TO_OUT_OF_PLACE[fn]  # ``total = 0; total += t``: a number has no in-place add

@@ -108,6 +108,10 @@ def _class_attribute(tx, cls_var: ConstantVariable, name: str, value: Any):
 
     cls = cls_var.value
     source = AttrSource(cls_var.source, name) if cls_var.source is not None else None
+    if cls is object and name == "__setattr__":
+        from tinydynamo.variables.objects import ObjectSetattrVariable
+
+        return ObjectSetattrVariable()
     if name == "apply" and _is_autograd_function(cls):
         from tinydynamo.variables.objects import OpaqueCallVariable
 

@@ -90,18 +90,30 @@ class TupleVariable(BaseListVariable):
     def rebuild(self, items):
         return TupleVariable(items)
 
+    def python_type(self):
+        return self.tuple_cls or tuple  # isinstance(p, Point) on a named tuple
+
     def reconstruct(self, codegen) -> str:
+        """A named tuple is rebuilt as its own type (``NT._make((...))``, ``torch.return_types.max((...))``)."""
         plain = super().reconstruct(codegen)
         if self.tuple_cls is None or self.source is not None:
             return plain
-        # a named tuple / structseq (torch.return_types.max): the same type as eager's result
         make = getattr(self.tuple_cls, "_make", None)
-        if make is not None:
-            return f"{codegen.constant(make, 'make')}({plain})"
-        return f"{codegen.constant(self.tuple_cls, 'cls')}({plain})"
+        cls = codegen.constant(self.tuple_cls, "tuple_cls")
+        return f"{cls}._make({plain})" if make is not None else f"{cls}({plain})"
 
     def var_getattr(self, tx, name: str):
-        """Field access on a named tuple (``torch.max(x, 0).values``)."""
+        """Field access on a named tuple (``torch.max(x, 0).values``); its Python methods and properties."""
+        if self.tuple_cls is not None:
+            import types as _types
+
+            from tinydynamo.variables.functions import UserFunctionVariable, UserMethodVariable
+
+            attr = next((vars(b)[name] for b in self.tuple_cls.__mro__ if name in vars(b)), None)
+            if isinstance(attr, _types.FunctionType) and not name.startswith("_"):
+                return UserMethodVariable(attr, self)
+            if isinstance(attr, property) and attr.fget is not None:
+                return UserFunctionVariable(attr.fget).call_function(tx, [self], {})
         if self.tuple_cls is not None:
             n = len(self.items)
             make = getattr(self.tuple_cls, "_make", self.tuple_cls)

@@ -71,3 +71,60 @@ class UserContextManagerVariable(VariableTracker):
     def exit(self, tx) -> VariableTracker:
         none = ConstantVariable(None)
         return self.obj.call_method(tx, "__exit__", [none, none, none], {})
+
+
+class ContextManagerFunctionVariable(VariableTracker):
+    """A ``@contextlib.contextmanager`` function: calling it makes a GeneratorContextManagerVariable."""
+
+    def __init__(self, gen_fn: VariableTracker):
+        super().__init__(None)
+        self.gen_fn = gen_fn
+
+    def call_function(self, tx, args, kwargs):
+        return GeneratorContextManagerVariable(self.gen_fn, list(args), dict(kwargs))
+
+
+class GeneratorContextManagerVariable(VariableTracker):
+    """``with cm(...) as v:`` for a generator-based context manager: entering runs the generator's
+    code (inlined, in the same graph) up to its ``yield`` (whose value is ``v``); exiting runs the
+    rest, as ``contextlib`` does when the block ends without an exception."""
+
+    def __init__(self, gen_fn: VariableTracker, args: list, kwargs: dict):
+        super().__init__(None)
+        self.gen_fn, self.args, self.kwargs = gen_fn, args, kwargs
+        self.gen_tx = None
+
+    def enter(self, tx) -> VariableTracker:
+        from tinydynamo.exc import unimplemented
+        from tinydynamo.symbolic_convert import InliningInstructionTranslator
+
+        code = self.gen_fn.get_code()
+        bound = self.gen_fn.bind(tx, self.args, self.kwargs)
+        self.gen_tx = InliningInstructionTranslator(code, self.gen_fn.get_globals(), bound, tx.output,
+                                                    self.gen_fn.closure_cells(tx), tx.depth + 1)
+        self.gen_tx.generator_items = []
+        self._run(stop_at_yield=True)
+        if not self.gen_tx.generator_items:
+            unimplemented("a @contextmanager generator that did not yield (RuntimeError)")
+        return self.gen_tx.generator_items[0]
+
+    def exit(self, tx) -> VariableTracker:
+        from tinydynamo.exc import unimplemented
+
+        self._run(stop_at_yield=False)
+        if len(self.gen_tx.generator_items) > 1:
+            unimplemented("a @contextmanager generator that yields twice (RuntimeError)")
+        return ConstantVariable(None)
+
+    def _run(self, stop_at_yield: bool) -> None:
+        g = self.gen_tx
+        n = len(g.generator_items)
+        while g.return_value is None:
+            g.step()
+            if stop_at_yield and len(g.generator_items) > n:
+                return
+            if not stop_at_yield and len(g.generator_items) > n:
+                return  # a second yield: reported by exit()
+
+    def __repr__(self) -> str:
+        return f"GeneratorContextManagerVariable({self.gen_fn})"

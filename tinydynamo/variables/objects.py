@@ -16,6 +16,7 @@ and inlined), ``super``, a class from :mod:`tinydynamo.polyfills`' table (``func
 """
 from __future__ import annotations
 
+import enum
 import types
 from typing import Any
 
@@ -43,10 +44,14 @@ def is_plain_python_class(cls: type) -> bool:
     Python class without ``__slots__``, no custom ``__new__``/``__setattr__``/metaclass ``__call__``."""
     if not isinstance(cls, type) or cls is object or type(cls).__call__ is not type.__call__:
         return False
+    has_dict = False
     for base in cls.__mro__[:-1]:
-        if not base.__flags__ & _HEAPTYPE or "__slots__" in vars(base):
-            return False
-    return cls.__new__ is object.__new__ and cls.__setattr__ is object.__setattr__
+        slots = vars(base).get("__slots__")
+        if not base.__flags__ & _HEAPTYPE or slots is not None and (isinstance(slots, str) or tuple(slots)):
+            return False  # a C base, or real slots (``__slots__ = ()`` as in abc.ABC is fine)
+        has_dict = has_dict or slots is None
+    setattr_ok = cls.__setattr__ is object.__setattr__ or isinstance(cls.__setattr__, types.FunctionType)
+    return has_dict and cls.__new__ is object.__new__ and setattr_ok
 
 
 def lookup_class_attr(cls: type, name: str) -> tuple[Any, type | None]:
@@ -122,6 +127,15 @@ class NewObjectVariable(UserDefinedObjectVariable):
         unimplemented(f"{self.cls.__name__} object has no attribute {name!r} (AttributeError)")
 
     def var_setattr(self, tx, name: str, value: VariableTracker) -> None:
+        if self.cls.__setattr__ is not object.__setattr__:  # a Python __setattr__ (a frozen dataclass raises)
+            from tinydynamo.variables.functions import UserMethodVariable
+
+            UserMethodVariable(self.cls.__setattr__, self).call_function(tx, [ConstantVariable(name), value], {})
+            return
+        self.store(tx, name, value)
+
+    def store(self, tx, name: str, value: VariableTracker) -> None:
+        """``object.__setattr__(self, name, value)``: descriptors, then the instance dict."""
         attr, _ = lookup_class_attr(self.cls, name)
         if hasattr(type(attr), "__set__") and not isinstance(attr, (types.FunctionType, type)):
             if isinstance(attr, property) and attr.fset is not None:
@@ -182,6 +196,8 @@ class SuperVariable(VariableTracker):
                 return UserFunctionVariable(attr.fget).call_function(tx, [self.obj], {})
             if base is object and name in ("__init__", "__init_subclass__"):
                 return ObjectInitVariable()
+            if base is object and name == "__setattr__" and not obj_is_class:
+                return ObjectSetattrVariable(self.obj)
             unimplemented(f"super().{name}: {type(attr).__name__} of {base.__name__}")
         unimplemented(f"super() has no attribute {name!r}")
 
@@ -238,7 +254,7 @@ def call_class(tx, cls_var: VariableTracker, args: list[VariableTracker], kwargs
     if handler is not None:
         return handler(tx, args, kwargs)
     constant_args = all(a.is_python_constant() for a in args) and all(v.is_python_constant() for v in kwargs.values())
-    if cls in PURE_CLASSES and constant_args:
+    if (cls in PURE_CLASSES or isinstance(cls, enum.EnumMeta)) and constant_args:  # Color(1): a member lookup
         try:
             return wrap_constant_result(cls(*[a.as_python_constant() for a in args],
                                             **{k: v.as_python_constant() for k, v in kwargs.items()}))
@@ -255,6 +271,8 @@ def call_class(tx, cls_var: VariableTracker, args: list[VariableTracker], kwargs
     if isinstance(cls, type) and issubclass(cls, torch.Tensor):
         unimplemented(f"creating a {cls.__name__} (a Tensor subclass) in the frame")
     if is_plain_python_class(cls):
+        if getattr(cls, "__abstractmethods__", None):
+            unimplemented(f"{cls.__name__} is abstract (it cannot be instantiated: TypeError)")
         obj = NewObjectVariable(cls, cls_var.source)
         init, _ = lookup_class_attr(cls, "__init__")
         if isinstance(init, types.FunctionType):
@@ -311,3 +329,23 @@ class InGraphFunctionVariable(VariableTracker):
         if self.constant is not None:
             return self.constant
         return tx.output.create_node("call_function", self.fn, list(args), dict(kwargs))
+
+
+class ObjectSetattrVariable(VariableTracker):
+    """``object.__setattr__`` (what a frozen dataclass's ``__init__`` and ``super().__setattr__`` call):
+    the plain store, bypassing the class's own ``__setattr__``."""
+
+    def __init__(self, bound: VariableTracker | None = None):
+        super().__init__(None)
+        self.bound = bound
+
+    def call_function(self, tx, args, kwargs):
+        args = [self.bound, *args] if self.bound is not None else list(args)
+        if len(args) != 3 or kwargs or not args[1].is_python_constant():
+            unimplemented("object.__setattr__ with unexpected arguments")
+        obj, name, value = args
+        if isinstance(obj, NewObjectVariable):
+            obj.store(tx, name.as_python_constant(), value)
+        else:
+            obj.var_setattr(tx, name.as_python_constant(), value)
+        return ConstantVariable(None)

@@ -88,6 +88,8 @@ class TensorVariable(VariableTracker):
     def call_method(self, tx, name: str, args, kwargs) -> VariableTracker:
         from tinydynamo.variables.lists import SizeVariable
 
+        if name == "item" and not args and not kwargs and _capture_scalars():
+            return ScalarNodeVariable.item_of(tx, self)
         if name in DATA_DEPENDENT_METHODS:
             unimplemented(DATA_DEPENDENT_METHODS[name])
         if name == "size" or name in METADATA_METHODS:
@@ -134,3 +136,60 @@ def _grad_of(tx, var: "TensorVariable") -> VariableTracker:
         unimplemented(f"Tensor.grad of {var.source.name()}, whose real tensor is not known")
     real = tx.output.example_inputs[names.index(var.source.name())]
     return VariableBuilder(tx, AttrSource(var.source, "grad")).wrap(real.grad)
+
+
+def _capture_scalars() -> bool:
+    from tinydynamo import config
+
+    return config.capture_scalar_outputs
+
+
+class ScalarNodeVariable(VariableTracker):
+    """``t.item()`` kept in the graph (``config.capture_scalar_outputs``): a node whose value is a Python
+    number known only at run time. Without symbolic scalars (tinydynamo specialises shapes) it may only
+    meet a tensor in an operator (``x * n``, ``x > n``): the result's shape and dtype do not depend on
+    the number. Anything else (a branch, a shape, a torch function argument, ``n + 1``) is Unsupported."""
+
+    def __init__(self, node, py_type: type):
+        super().__init__(None)
+        self.node = node
+        self.py_type = py_type
+
+    @classmethod
+    def item_of(cls, tx, t: "TensorVariable") -> "ScalarNodeVariable":
+        if t.example.numel() != 1:
+            unimplemented("Tensor.item() of a tensor with more than one element")
+        node = tx.output.graph.call_method("item", (t.node,))
+        dtype = t.example.dtype
+        py_type = bool if dtype == torch.bool else float if (dtype.is_floating_point or dtype.is_complex) else int
+        node.meta["example_value"] = py_type(1)
+        return cls(node, py_type)
+
+    def python_type(self):
+        return self.py_type
+
+    def as_node_arg(self):
+        return self.node
+
+    def as_example(self):
+        unimplemented("a captured .item() value used outside tensor arithmetic (its value is only known at run time)",
+                      hint="set tinydynamo.config.capture_scalar_outputs = False to break the graph there instead")
+
+    def binop_with_tensor(self, tx, fn, a: VariableTracker, b: VariableTracker) -> VariableTracker:
+        from tinydynamo.variables.builder import wrap_fx_result
+
+        sample = self.py_type(1)  # stands for the run-time value: the result's metadata does not depend on it
+        ex = [sample if v is self else v.example for v in (a, b)]
+        try:
+            with tx.output.fake_mode:
+                example = fn(*ex)
+        except Exception as e:
+            unimplemented(f"{fn.__name__} of a tensor and a captured .item() value: {type(e).__name__}: {e}")
+        node = tx.output.graph.call_function(fn, (a.as_node_arg(), b.as_node_arg()))
+        return wrap_fx_result(tx.output, node, example)
+
+    def reconstruct(self, codegen) -> str:
+        return codegen.graph_output(self)
+
+    def __repr__(self) -> str:
+        return f"ScalarNodeVariable({self.node.name}, {self.py_type.__name__})"
