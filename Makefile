@@ -76,4 +76,5 @@ test: setup
 	$(BIN)/python -m course.grade --mode solutions --require pass
 	$(BIN)/python -m course.grade --mode exercises --require fail
 	bash scripts/test_other_pythons.sh
+	$(BIN)/python -m course.grade --mutants --jobs 2
 	$(BIN)/python -m pytest tests notebooks $(PYTEST_NOTEBOOKS) --course-mode=solutions -q

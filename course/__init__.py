@@ -5,6 +5,7 @@ reference answers in ``solutions/`` or the learner's file in ``exercises/``, by 
 the ``TINY_COURSE_MODE`` environment variable (``exercises`` by default) or pytest's
 ``--course-mode`` option.
 """
+from course.hints import hint
 from course.loader import ROOT, load, mode
 
-__all__ = ["ROOT", "load", "mode"]
+__all__ = ["ROOT", "hint", "load", "mode"]

@@ -10,7 +10,11 @@ A solution block looks like::
 and becomes, in the exercise file::
 
     def count_calls(code):
-        raise NotImplementedError("Exercise 1.2: count the CALL instructions in `code`")
+        raise NotImplementedError("Exercise 1.2: count the CALL instructions in `code`. Stuck? course.hint('1.2')")
+
+The marker's text is the exercise's *spec*: what to build, how it is checked, which notebook
+section to read. It must not spell out the answer; step-by-step help lives in the hints
+(``course/hints.py``), which the learner asks for.
 
 Usage: ``python -m course.exercises`` (write) or ``python -m course.exercises --check``.
 """
@@ -23,7 +27,7 @@ from pathlib import Path
 
 from course.loader import ROOT
 
-BEGIN = re.compile(r"^(?P<indent>\s*)# BEGIN SOLUTION \((?P<what>Exercise \d+\.\d+: .+)\)\s*$")
+BEGIN = re.compile(r"^(?P<indent>\s*)# BEGIN SOLUTION \((?P<what>Exercise (?P<task>\d+\.\d+): .+)\)\s*$")
 END = re.compile(r"^\s*# END SOLUTION\s*$")
 HEADER = "# GENERATED from solutions/{name} by `python -m course.exercises`: edit the marked parts.\n"
 
@@ -42,7 +46,8 @@ def strip_solutions(text: str, name: str = "<solution>") -> str:
             if inside:
                 raise MarkerError(f"{name}:{lineno}: BEGIN SOLUTION inside another block (line {inside})")
             inside = lineno
-            what = begin["what"].replace("\\", "\\\\").replace('"', '\\"')
+            what = f"{begin['what']}. Stuck? course.hint('{begin['task']}')"
+            what = what.replace("\\", "\\\\").replace('"', '\\"')
             out.append(f'{begin["indent"]}raise NotImplementedError("{what}")\n')
         elif END.match(line):
             if not inside:

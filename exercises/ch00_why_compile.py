@@ -45,7 +45,7 @@ class OpCounter(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         """Record ``func`` (an ``OpOverload`` such as ``aten.sin.default``), then run it."""
         kwargs = kwargs or {}
-        raise NotImplementedError("Exercise 0.1: add one to self.counts[str(func)], then run func(*args, **kwargs) and return its result")
+        raise NotImplementedError("Exercise 0.1: count each ATen overload under its full name (aten.sin.default) and still run it; checked against make_fx's trace of the same functions (notebook 00, section 3). Stuck? course.hint('0.1')")
 
 
 def count_aten_ops(fn: Callable, *args, **kwargs) -> collections.Counter[str]:
@@ -89,7 +89,7 @@ def intermediate_bytes(fn: Callable, *args, **kwargs) -> int:
         result = fn(*args, **kwargs)
     inputs = [t for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)]
     returned = [t for t in tree_leaves(result) if isinstance(t, torch.Tensor)]
-    raise NotImplementedError("Exercise 0.2: sum untyped_storage().nbytes() over tracker.outputs, once per _storage_key, skipping storages of inputs and of returned tensors")
+    raise NotImplementedError("Exercise 0.2: the bytes of the memory fn allocates and throws away (each storage once; inputs and returned tensors are not intermediates); checked on chains, views, in-place ops and tuple outputs (notebook 00, section 4). Stuck? course.hint('0.2')")
 
 
 # --------------------------------------------------------------------------------------
@@ -135,7 +135,7 @@ def benchmark(
     if repeat < 1 or warmup < 0:
         raise ValueError(f"benchmark needs repeat >= 1 and warmup >= 0, got repeat={repeat}, warmup={warmup}")
     sync = synchronize if synchronize is not None else default_synchronize(*args)
-    raise NotImplementedError("Exercise 0.3: time the first call alone, run warmup calls, then time each of repeat calls; call sync() before every clock() read; return Timing with the median")
+    raise NotImplementedError("Exercise 0.3: time the first call apart, then warm up, then time each call so that queued device work is counted where it was queued; checked with a fake clock and device queue (notebook 00, sections 2 and 7). Stuck? course.hint('0.3')")
 
 
 # --------------------------------------------------------------------------------------
@@ -154,7 +154,7 @@ class GraphRecorder:
         self.example_inputs: list[list[Any]] = []
 
     def __call__(self, gm: torch.fx.GraphModule, example_inputs: list) -> Callable:
-        raise NotImplementedError("Exercise 0.4: append gm to self.graphs and example_inputs to self.example_inputs, then return gm.forward")
+        raise NotImplementedError("Exercise 0.4: keep each graph and its example inputs, and give Dynamo something to run; checked against torch._dynamo.explain on functions with 0, 1 and 2 breaks (notebook 00, section 6.1). Stuck? course.hint('0.4')")
 
     @property
     def ops_per_graph(self) -> list[list[Any]]:

@@ -39,7 +39,7 @@ def global_names(fn_or_code: Any) -> set[str]:
     Returns a set of names.
     """
     code = fn_or_code if isinstance(fn_or_code, types.CodeType) else fn_or_code.__code__
-    raise NotImplementedError("Exercise 1.1: collect the argval of every LOAD_GLOBAL in the code and in the code objects nested in co_consts")
+    raise NotImplementedError("Exercise 1.1: the names the code reads as globals or builtins, nested code included; checked by running each function with only those globals, on CPython 3.11-3.13 (notebook 01, Exercise 1.1). Stuck? course.hint('1.1')")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -173,7 +173,7 @@ class StackMachine:
           ``bytecode.BINARY_OPS[inst.argval]`` is the function for the symbol (``'+'``, ``'@'``...);
         * ``RETURN_VALUE``: pop the result into ``frame.return_value``; set ``frame.returned``.
         """
-        raise NotImplementedError("Exercise 1.2: handle LOAD_FAST, STORE_FAST, LOAD_CONST, BINARY_OP and RETURN_VALUE on frame.stack / frame.locals; return False for other opnames")
+        raise NotImplementedError("Exercise 1.2: execute the five stack basics and say whether you did; checked on arithmetic, loops and branches, with the stack effect of every instruction and an empty stack at return (notebook 01, section 3). Stuck? course.hint('1.2')")
 
     # -- Exercise 1.3: calls ------------------------------------------------------------------
     def CALL(self, frame: Frame, inst: Instruction) -> None:
@@ -184,7 +184,7 @@ class StackMachine:
         ``bytecode.resolve_call_slots(slot0, slot1, is_null)`` (``slot0`` is the deeper one)
         returns ``(callable, leading_args)``; the NULL slot is the object ``NULL``.
         """
-        raise NotImplementedError("Exercise 1.3: pop the inst.argval arguments and the two call slots, resolve them with bytecode.resolve_call_slots, call with kw_names as keywords, push the result")
+        raise NotImplementedError("Exercise 1.3: call what the two call slots and the arguments describe, keywords included, and push the result; checked on every slot layout (3.11/3.12, 3.13, method and self) and on whole functions (notebook 01, section 3). Stuck? course.hint('1.3')")
 
 
 def _show(stack: list) -> str:
@@ -229,7 +229,7 @@ def opcode_histogram(fn: types.FunctionType, *args: Any) -> tuple[Any, collectio
       *before* ``sys.settrace`` (python/cpython#103615): set it on ``sys._getframe()`` first.
     * Restore the previous trace function (``sys.gettrace()``) afterwards, even on errors.
     """
-    raise NotImplementedError("Exercise 1.4: count the normalised instructions at frame.f_lasti on every 'opcode' event of fn's frame")
+    raise NotImplementedError("Exercise 1.4: count the normalised instructions fn's own frame executes; checked against the listing and the tracer on 3.11-3.13, with a debugger's trace function installed and with fn raising (notebook 01, section 4). Stuck? course.hint('1.4')")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -250,4 +250,4 @@ def torch_op_lines(fn: types.FunctionType, *args: Any) -> tuple[Any, dict[int, l
     ``sys._getframe()`` through ``f_back`` to the frame whose ``f_code is fn.__code__``; its
     ``f_lineno`` is the line. This is the information FX records as a node's stack trace.
     """
-    raise NotImplementedError("Exercise 1.5: in a TorchFunctionMode, find fn's frame with sys._getframe().f_back and record resolve_name(func) under its f_lineno")
+    raise NotImplementedError("Exercise 1.5: map each line of fn to the torch ops it ran (ops in called functions count for the calling line); checked against tinydynamo.tracer (notebook 01, section 4, 'Which torch op ran at which line?'). Stuck? course.hint('1.5')")

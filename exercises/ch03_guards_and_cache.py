@@ -24,7 +24,7 @@ def constant_match_code(guard: Guard, ref: str, scope: SourceScope) -> list[str]
     name usable in the generated code) and compare type and value through names.
     """
     v = guard.expected
-    raise NotImplementedError("Exercise 3.1: return the conditions that hold exactly when the value equals guard.expected, type included")
+    raise NotImplementedError("Exercise 3.1: conditions that pass exactly for the same constant (type and value); checked with property tests over constants of every type and by recompiles (notebook 03, section 3). Stuck? course.hint('3.1')")
 
 
 def tensor_match_failure(guard: Guard, value: Any) -> str | None:
@@ -37,7 +37,7 @@ def tensor_match_failure(guard: Guard, value: Any) -> str | None:
     """
     m: TensorMeta = guard.expected
     name = guard.name
-    raise NotImplementedError("Exercise 3.2: return the first mismatch between value and guard.expected in words, or None")
+    raise NotImplementedError("Exercise 3.2: say in words why TENSOR_MATCH fails, in the documented order and format; checked on every kind of change, device and subclasses included, and in the recompile reason (notebook 03, section 4). Stuck? course.hint('3.2')")
 
 
 def generate_check_code(guards: list[Guard], scope: SourceScope) -> str:
@@ -48,10 +48,10 @@ def generate_check_code(guards: list[Guard], scope: SourceScope) -> str:
     conditions from ``GUARD_KINDS[g.kind].code(g, ref, scope)``, and emit
     ``if not (c1 and c2 ...): return False``. End with ``return True``.
     """
-    raise NotImplementedError("Exercise 3.3: generate the source of ___check_guards(L, G) from the guards' conditions")
+    raise NotImplementedError("Exercise 3.3: one check function for all guards, each source read once; checked by running it on matching and changed inputs and inside the cache (notebook 03, section 5). Stuck? course.hint('3.3')")
 
 
 def lookup_entry(entries: list, L: dict, G: dict, backend) -> Any:
     """The cache lookup: the first entry (entries are newest first) compiled for ``backend``
     (``entry.backend is backend``) whose guards pass (``entry.check_fn(L, G)``); None on a miss."""
-    raise NotImplementedError("Exercise 3.4: return the first entry for this backend whose check_fn passes, else None")
+    raise NotImplementedError("Exercise 3.4: the cache lookup (newest first, this backend only); checked on hand-made entries and inside the real cache (notebook 03, section 5). Stuck? course.hint('3.4')")

@@ -30,7 +30,7 @@ def branch_on(tx, inst: Instruction, jump_when: bool) -> None:
     translator turns that into a graph break. Any other condition: ``cond.truth(tx)`` gives
     its Python truth value; jump (``tx.jump_if(inst, True)``) when it equals ``jump_when``.
     """
-    raise NotImplementedError("Exercise 4.1: pop the condition; break on a tensor condition, else jump when its truth equals jump_when")
+    raise NotImplementedError("Exercise 4.1: the branch handler: fold Python conditions, break on tensor ones with a reason and a hint; checked against torch._dynamo.explain, with the handler's stack effect (notebook 04, Exercise 4.1). Stuck? course.hint('4.1')")
 
 
 #: ``use_handlers(**BRANCH_HANDLERS)`` plugs Exercise 4.1 into the translator
@@ -52,7 +52,7 @@ def resume_locals(instructions: list[Instruction], offset: int, names: list[str]
     jump at or after ``offset`` goes back to an instruction before ``offset`` (the break is in a
     loop), code before the break runs again: return every name.
     """
-    raise NotImplementedError("Exercise 4.2: return the names read at or after offset, or all names when a later jump goes back before it")
+    raise NotImplementedError("Exercise 4.2: the locals a resume function needs; checked against the package's live_locals at every offset, loops included, and by running a resume function (notebook 04, Exercise 4.2). Stuck? course.hint('4.2')")
 
 
 def branchy(x: torch.Tensor) -> torch.Tensor:
@@ -68,7 +68,7 @@ def where_rewrite(x: torch.Tensor) -> torch.Tensor:
 
     It must compile with ``fullgraph=True`` (one graph, no Python ``if`` on a tensor).
     """
-    raise NotImplementedError("Exercise 4.3: rewrite branchy with torch.where so that both sides stay in one graph")
+    raise NotImplementedError("Exercise 4.3: branchy's values for every x, in one graph; checked with fullgraph=True on inputs of both signs, mixed signs and a zero sum (notebook 04, Exercise 4.3). Stuck? course.hint('4.3')")
 
 
 _FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<fn>\S+)')
@@ -81,4 +81,4 @@ def break_sites(out: ExplainOutput) -> list[tuple[str, int]]:
     ``'File "/path/f.py", line 12, in fn\\n    source line'``. Report the innermost frame: the
     line that actually broke the graph.
     """
-    raise NotImplementedError("Exercise 4.4: parse the innermost frame of each break reason into (function, line)")
+    raise NotImplementedError("Exercise 4.4: (function, line) of each graph break, where it happened; checked against the source lines, for nested calls and repeated breaks (notebook 04, Exercise 4.4). Stuck? course.hint('4.4')")

@@ -23,7 +23,7 @@ def sum_to_size(grad: torch.Tensor, shape) -> torch.Tensor:
     sum over the prepended (leading) dims, then, keeping the dim, over every dim where
     ``shape`` has 1 and ``grad`` does not. Return ``grad`` viewed with exactly ``shape``.
     """
-    raise NotImplementedError("Exercise 6.1: sum grad over the broadcast dims so that it has exactly `shape`")
+    raise NotImplementedError("Exercise 6.1: undo broadcasting in a gradient; checked against autograd on many shape pairs and inside the add rule (notebook 06, section 2). Stuck? course.hint('6.1')")
 
 
 def mul_vjp(grad, out, a, b):
@@ -33,7 +33,7 @@ def mul_vjp(grad, out, a, b):
     against the other (sum its gradient back to its shape: use ``package_sum_to_size(g, x)``,
     which takes the input itself and returns ``None`` for numbers).
     """
-    raise NotImplementedError("Exercise 6.2: return (grad * b summed to a's shape, grad * a summed to b's shape)")
+    raise NotImplementedError("Exercise 6.2: the VJP rule of mul, broadcasting and numbers included; checked against autograd in the joint graph (notebook 06, section 3). Stuck? course.hint('6.2')")
 
 
 def backward_pass(graph: fx.Graph, env: dict, needs_grad: set, output_grads: dict, rules=None) -> dict:
@@ -47,7 +47,7 @@ def backward_pass(graph: fx.Graph, env: dict, needs_grad: set, output_grads: dic
     gradient of that argument if it is a node in ``needs_grad`` (a node with several users
     collects one contribution per user: use ``aten.add``).
     """
-    raise NotImplementedError("Exercise 6.3: walk the graph backwards applying VJP rules and accumulating gradients")
+    raise NotImplementedError("Exercise 6.3: reverse-mode AD over an FX graph; checked against autograd on shared, unused and model graphs (notebook 06, section 4). Stuck? course.hint('6.3')")
 
 
 def default_saved(joint_gm: fx.GraphModule, num_primals: int, num_outputs: int) -> list[fx.Node]:
@@ -60,4 +60,4 @@ def default_saved(joint_gm: fx.GraphModule, num_primals: int, num_outputs: int) 
     nodes and tangents; the forward nodes where the walk stops are the saved values.
     Return them in any order, without duplicates.
     """
-    raise NotImplementedError("Exercise 6.4: find the forward nodes that the backward reads")
+    raise NotImplementedError("Exercise 6.4: the values the default partitioner saves; checked against the package's partition and by training with it (notebook 06, section 6). Stuck? course.hint('6.4')")

@@ -43,7 +43,7 @@ def lower_silu(x: ir.IRNode) -> ir.StorageBox:
     combines it with ``ops.sigmoid`` and ``ops.mul``. Like eager, compute float16/bfloat16
     in float32 (``ops.to_dtype``) and cast the result back to the input dtype.
     """
-    raise NotImplementedError("Exercise 7.1: build a Pointwise whose inner_fn computes x * sigmoid(x) with ops, in fp32 for half inputs")
+    raise NotImplementedError("Exercise 7.1: the lowering of aten.silu, half inputs computed like eager; checked as one fused kernel against eager in three dtypes (notebook 07, Exercise 7.1). Stuck? course.hint('7.1')")
 
 
 # --------------------------------------------------------------------------- Exercise 7.2
@@ -57,7 +57,7 @@ def permute_reindex(dims: Sequence[int]) -> Callable[[list], list]:
     the index into the *input*. Example: ``dims=(1, 0)``: ``[i0, i1] -> [i1, i0]``;
     ``dims=(2, 0, 1)``: ``[a, b, c] -> [b, c, a]``.
     """
-    raise NotImplementedError("Exercise 7.2: return index -> input index for permute: input dim dims[i] takes output index[i]")
+    raise NotImplementedError("Exercise 7.2: the index arithmetic of permute; checked on symbols and in compiled kernels (notebook 07, Exercise 7.2). Stuck? course.hint('7.2')")
 
 
 def expand_reindex(old_size: Sequence[int], new_size: Sequence[int]) -> Callable[[list], list]:
@@ -68,7 +68,7 @@ def expand_reindex(old_size: Sequence[int], new_size: Sequence[int]) -> Callable
     output index (``len(new_size)`` expressions) to an input index (``len(old_size)``).
     Example: old ``[3, 1]``, new ``[2, 3, 4]``: ``[a, b, c] -> [b, 0]``.
     """
-    raise NotImplementedError("Exercise 7.2: return index -> input index for expand: drop the leading dims, read grown size-1 dims at 0")
+    raise NotImplementedError("Exercise 7.2: the index arithmetic of expand/broadcasting; checked on symbols and in compiled kernels (notebook 07, Exercise 7.2). Stuck? course.hint('7.2')")
 
 
 # --------------------------------------------------------------------------- Exercise 7.3
@@ -88,7 +88,7 @@ def fusion_is_legal(candidate: scheduler.FusedGroup) -> bool:
        before the loop that makes it has finished...) would read another program's
        element, which may not be stored yet.
     """
-    raise NotImplementedError("Exercise 7.3: check every node has a kind and every in-kernel read uses exactly the written index")
+    raise NotImplementedError("Exercise 7.3: decide whether a candidate kernel may run as one set of loops; checked by kernel counts against the package and on illegal candidates (notebook 07, Exercise 7.3). Stuck? course.hint('7.3')")
 
 
 # --------------------------------------------------------------------------- Exercise 7.4
@@ -108,10 +108,10 @@ class ReadWritesHandler:
         self.writes: list[tuple[str, sympy.Expr]] = []
 
     def load(self, name, index):
-        raise NotImplementedError("Exercise 7.4: record (name, sympy.expand(index)) in self.reads and return a placeholder value")
+        raise NotImplementedError("Exercise 7.4: record every load as the scheduler needs it; checked against the package's ReadWrites and by scheduling with it (notebook 07, Exercise 7.4). Stuck? course.hint('7.4')")
 
     def store(self, name, index, value):
-        raise NotImplementedError("Exercise 7.4: record (name, sympy.expand(index)) in self.writes")
+        raise NotImplementedError("Exercise 7.4: record every store as the scheduler needs it; checked against the package's ReadWrites and by scheduling with it (notebook 07, Exercise 7.4). Stuck? course.hint('7.4')")
 
     def __getattr__(self, name):
         return lambda *args: "v"

@@ -26,7 +26,7 @@ def cpp_op_strings() -> dict[str, str]:
     one several times. Match eager PyTorch exactly, NaN included: ``torch.relu(nan)`` is nan and
     ``torch.maximum(x, nan)`` is nan -- ``std::max`` gets both wrong.
     """
-    raise NotImplementedError("Exercise 9.1: return C++ format strings for \"sigmoid\", \"relu\", \"maximum\", \"where\", \"rsqrt\"")
+    raise NotImplementedError("Exercise 9.1: C++ expressions that match eager exactly, NaN included; checked in the C++ backend (notebook 09, Exercise 9.1). Stuck? course.hint('9.1')")
 
 
 def reduction_code(reduction_type: str, acc_type: str) -> tuple[str, str, str]:
@@ -41,7 +41,7 @@ def reduction_code(reduction_type: str, acc_type: str) -> tuple[str, str, str]:
 
     Handle ``"sum"``, ``"prod"``, ``"max"`` and ``"min"``; raise NotImplementedError otherwise.
     """
-    raise NotImplementedError("Exercise 9.2: return (init, update, omp) for sum, prod, max and min")
+    raise NotImplementedError("Exercise 9.2: the pieces of four reductions for any accumulator type; checked in the C++ backend on floats, ints and NaN (notebook 09, Exercise 9.2). Stuck? course.hint('9.2')")
 
 
 def row_sum_source(name: str) -> str:
@@ -52,7 +52,7 @@ def row_sum_source(name: str) -> str:
     contiguous inner loop vectorised (``#pragma omp simd reduction(+:acc)``), and accumulate in
     ``double`` so long rows stay accurate. Include what you use (``<cstdint>``).
     """
-    raise NotImplementedError("Exercise 9.3: write the C++ source of an OpenMP row-sum kernel")
+    raise NotImplementedError("Exercise 9.3: an OpenMP row-sum kernel with the documented signature; checked by compiling and running it on many shapes (notebook 09, Exercise 9.3). Stuck? course.hint('9.3')")
 
 
 def write_atomic(path: Path, data: bytes) -> None:
@@ -62,11 +62,11 @@ def write_atomic(path: Path, data: bytes) -> None:
     then ``os.replace`` it onto ``path`` (an atomic rename on POSIX). Leave no temporary file
     behind, even when writing fails.
     """
-    raise NotImplementedError("Exercise 9.4: write data to a temporary file beside path, then os.replace it into place")
+    raise NotImplementedError("Exercise 9.4: an atomic file write; checked on success, on failure and inside the code cache (notebook 09, Exercises 9.4 and 9.5). Stuck? course.hint('9.4')")
 
 
 def entry_is_intact(library: Path, checksum: Path) -> bool:
     """True when the cached ``library`` exists and its SHA-256 hex digest equals the text stored
     in ``checksum`` (surrounding whitespace ignored). A missing file of either kind means False.
     """
-    raise NotImplementedError("Exercise 9.5: compare the library's SHA-256 with the recorded checksum")
+    raise NotImplementedError("Exercise 9.5: tell an intact cache entry from a damaged or missing one; checked on files and inside the code cache (notebook 09, Exercises 9.4 and 9.5). Stuck? course.hint('9.5')")

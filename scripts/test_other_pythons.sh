@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
-# Run the torch-free bytecode-layer tests under the other CPython versions found on this
-# machine (3.12, 3.13), each in its own small venv with only pytest and bytecode.
+# Run the torch-free bytecode-layer tests, and the torch-free graded tests of the bytecode
+# chapter (tests/graded/test_ch01_bytecode.py, on the reference solutions), under the other
+# CPython versions found on this machine (3.12, 3.13), each in its own small venv with only
+# pytest and bytecode. `python -m course.grade --mutants` uses these venvs too, for wrong
+# answers that only show on another version.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -28,5 +31,8 @@ for version in 3.12 3.13; do
     fi
     echo "== bytecode tests on $("$venv/bin/python" --version)"
     "$venv/bin/python" -m pytest tests/test_bytecode.py -q -p no:cacheprovider || status=1
+    echo "== graded bytecode tests (chapter 1, solutions) on $("$venv/bin/python" --version)"
+    "$venv/bin/python" -m pytest tests/graded/test_ch01_bytecode.py -q -p no:cacheprovider \
+        --course-mode=solutions || status=1
 done
 exit $status

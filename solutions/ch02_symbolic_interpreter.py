@@ -19,7 +19,7 @@ def BINARY_OP(tx, inst) -> None:
     '+=' -> operator.iadd); ``BuiltinVariable.binop(tx, fn, a, b)`` applies it to two
     variables: constants fold, tensors become a graph node.
     """
-    # BEGIN SOLUTION (Exercise 2.1: pop b and a, push BuiltinVariable.binop(tx, bc.BINARY_OPS[inst.argval], a, b))
+    # BEGIN SOLUTION (Exercise 2.1: the symbolic BINARY_OP: a <op> b as a variable; checked inside the real translator on tensors and constants, non-commutative and in-place operators, with every handler's stack effect (notebook 02, sections 2 and 3))
     b = tx.pop()
     a = tx.pop()
     tx.push(BuiltinVariable.binop(tx, bc.BINARY_OPS[inst.argval], a, b))
@@ -32,7 +32,7 @@ def pop_jump_if(tx, inst, jump_when: bool) -> None:
     The value's ``truth(tx)`` is known at trace time for constants, lists, modules...
     (so the branch folds away); a tensor's is not, and raises Unsupported by itself.
     """
-    # BEGIN SOLUTION (Exercise 2.2: pop a value and jump to inst.target when value.truth(tx) == jump_when)
+    # BEGIN SOLUTION (Exercise 2.2: the symbolic conditional jump, decided at trace time; checked on branches, and/or, loops and not-taken branches, with every handler's stack effect (notebook 02, sections 2 and 3))
     value = tx.pop()
     if value.truth(tx) == jump_when:
         tx.ip = inst.target
@@ -54,7 +54,7 @@ def CALL(tx, inst) -> None:
     is_null)`` reads the slots the same way on every CPython version and returns the callable
     and any leading argument (``self`` of a method). Push ``fn.call_function(tx, args, kwargs)``.
     """
-    # BEGIN SOLUTION (Exercise 2.3: pop the arguments and the two call slots, split keyword arguments, call, push the result)
+    # BEGIN SOLUTION (Exercise 2.3: the symbolic CALL: positional and keyword arguments, every call-slot layout; checked in the translator and on a prepared stack (notebook 02, sections 2 and 3))
     args = tx.popn(inst.argval)
     slot1 = tx.pop()
     slot0 = tx.pop()
@@ -77,7 +77,7 @@ def FOR_ITER(tx, inst) -> None:
     it = tx.stack[-1]
     if not isinstance(it, ListIteratorVariable):
         unimplemented(f"FOR_ITER over {it}")
-    # BEGIN SOLUTION (Exercise 2.4: push the next item, or pop the iterator and jump to inst.target when exhausted)
+    # BEGIN SOLUTION (Exercise 2.4: the symbolic FOR_ITER that unrolls a loop; checked on nested, empty and list loops, with the stack effect of every step and an empty stack at return (notebook 02, sections 2 and 3))
     item = it.next_item()
     if item is None:
         tx.pop()

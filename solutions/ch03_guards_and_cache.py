@@ -23,7 +23,7 @@ def constant_match_code(guard: Guard, ref: str, scope: SourceScope) -> list[str]
     name usable in the generated code) and compare type and value through names.
     """
     v = guard.expected
-    # BEGIN SOLUTION (Exercise 3.1: return the conditions that hold exactly when the value equals guard.expected, type included)
+    # BEGIN SOLUTION (Exercise 3.1: conditions that pass exactly for the same constant (type and value); checked with property tests over constants of every type and by recompiles (notebook 03, section 3))
     if v is None or v is True or v is False:
         return [f"{ref} is {v!r}"]
     if type(v) in (int, float, str):
@@ -42,7 +42,7 @@ def tensor_match_failure(guard: Guard, value: Any) -> str | None:
     """
     m: TensorMeta = guard.expected
     name = guard.name
-    # BEGIN SOLUTION (Exercise 3.2: return the first mismatch between value and guard.expected in words, or None)
+    # BEGIN SOLUTION (Exercise 3.2: say in words why TENSOR_MATCH fails, in the documented order and format; checked on every kind of change, device and subclasses included, and in the recompile reason (notebook 03, section 4))
     if type(value) is not m.type:
         def tname(t):
             return t.__qualname__ if t.__module__ == "builtins" else f"{t.__module__}.{t.__qualname__}"
@@ -73,7 +73,7 @@ def generate_check_code(guards: list[Guard], scope: SourceScope) -> str:
     conditions from ``GUARD_KINDS[g.kind].code(g, ref, scope)``, and emit
     ``if not (c1 and c2 ...): return False``. End with ``return True``.
     """
-    # BEGIN SOLUTION (Exercise 3.3: generate the source of ___check_guards(L, G) from the guards' conditions)
+    # BEGIN SOLUTION (Exercise 3.3: one check function for all guards, each source read once; checked by running it on matching and changed inputs and inside the cache (notebook 03, section 5))
     lines = ["def ___check_guards(L, G):"]
     refs: dict[str, str] = {}
 
@@ -98,7 +98,7 @@ def generate_check_code(guards: list[Guard], scope: SourceScope) -> str:
 def lookup_entry(entries: list, L: dict, G: dict, backend) -> Any:
     """The cache lookup: the first entry (entries are newest first) compiled for ``backend``
     (``entry.backend is backend``) whose guards pass (``entry.check_fn(L, G)``); None on a miss."""
-    # BEGIN SOLUTION (Exercise 3.4: return the first entry for this backend whose check_fn passes, else None)
+    # BEGIN SOLUTION (Exercise 3.4: the cache lookup (newest first, this backend only); checked on hand-made entries and inside the real cache (notebook 03, section 5))
     for entry in entries:
         if entry.backend is backend and entry.check_fn(L, G):
             return entry

@@ -42,7 +42,7 @@ def lower_silu(x: ir.IRNode) -> ir.StorageBox:
     combines it with ``ops.sigmoid`` and ``ops.mul``. Like eager, compute float16/bfloat16
     in float32 (``ops.to_dtype``) and cast the result back to the input dtype.
     """
-    # BEGIN SOLUTION (Exercise 7.1: build a Pointwise whose inner_fn computes x * sigmoid(x) with ops, in fp32 for half inputs)
+    # BEGIN SOLUTION (Exercise 7.1: the lowering of aten.silu, half inputs computed like eager; checked as one fused kernel against eager in three dtypes (notebook 07, Exercise 7.1))
     load = x.make_loader()
     dtype = x.get_dtype()
     compute = torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
@@ -71,7 +71,7 @@ def permute_reindex(dims: Sequence[int]) -> Callable[[list], list]:
     the index into the *input*. Example: ``dims=(1, 0)``: ``[i0, i1] -> [i1, i0]``;
     ``dims=(2, 0, 1)``: ``[a, b, c] -> [b, c, a]``.
     """
-    # BEGIN SOLUTION (Exercise 7.2: return index -> input index for permute: input dim dims[i] takes output index[i])
+    # BEGIN SOLUTION (Exercise 7.2: the index arithmetic of permute; checked on symbols and in compiled kernels (notebook 07, Exercise 7.2))
     dims = list(dims)
 
     def reindex(index):
@@ -92,7 +92,7 @@ def expand_reindex(old_size: Sequence[int], new_size: Sequence[int]) -> Callable
     output index (``len(new_size)`` expressions) to an input index (``len(old_size)``).
     Example: old ``[3, 1]``, new ``[2, 3, 4]``: ``[a, b, c] -> [b, 0]``.
     """
-    # BEGIN SOLUTION (Exercise 7.2: return index -> input index for expand: drop the leading dims, read grown size-1 dims at 0)
+    # BEGIN SOLUTION (Exercise 7.2: the index arithmetic of expand/broadcasting; checked on symbols and in compiled kernels (notebook 07, Exercise 7.2))
     old, new = list(old_size), list(new_size)
     skip = len(new) - len(old)
 
@@ -120,7 +120,7 @@ def fusion_is_legal(candidate: scheduler.FusedGroup) -> bool:
        before the loop that makes it has finished...) would read another program's
        element, which may not be stored yet.
     """
-    # BEGIN SOLUTION (Exercise 7.3: check every node has a kind and every in-kernel read uses exactly the written index)
+    # BEGIN SOLUTION (Exercise 7.3: decide whether a candidate kernel may run as one set of loops; checked by kernel counts against the package and on illegal candidates (notebook 07, Exercise 7.3))
     if any(candidate.kind(n) is None for n in candidate.nodes):
         return False
     written: dict[str, set] = {}
@@ -151,13 +151,13 @@ class ReadWritesHandler:
         self.writes: list[tuple[str, sympy.Expr]] = []
 
     def load(self, name, index):
-        # BEGIN SOLUTION (Exercise 7.4: record (name, sympy.expand(index)) in self.reads and return a placeholder value)
+        # BEGIN SOLUTION (Exercise 7.4: record every load as the scheduler needs it; checked against the package's ReadWrites and by scheduling with it (notebook 07, Exercise 7.4))
         self.reads.append((name, sympy.expand(index)))
         return "v"
         # END SOLUTION
 
     def store(self, name, index, value):
-        # BEGIN SOLUTION (Exercise 7.4: record (name, sympy.expand(index)) in self.writes)
+        # BEGIN SOLUTION (Exercise 7.4: record every store as the scheduler needs it; checked against the package's ReadWrites and by scheduling with it (notebook 07, Exercise 7.4))
         self.writes.append((name, sympy.expand(index)))
         return None
         # END SOLUTION

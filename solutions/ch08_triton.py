@@ -62,7 +62,7 @@ def triton_op_strings() -> dict[str, str]:
     ``triton_helpers.maximum(a, b)`` (NaN-propagating, like eager) or ``tl.maximum``.
     Example: ``"add": "{0} + {1}"``.
     """
-    # BEGIN SOLUTION (Exercise 8.1: return a dict op -> Triton format string for add sub mul truediv neg exp sqrt sin relu maximum lt where)
+    # BEGIN SOLUTION (Exercise 8.1: Triton expressions for the listed ops; checked in generated kernels against eager, ties and operand order included (notebook 08, Exercise 8.1))
     return {
         "add": "{0} + {1}",
         "sub": "{0} - {1}",
@@ -98,7 +98,7 @@ def mask_for(index: sympy.Expr) -> str | None:
     ``rindex``: along the reduced dimension). An index that uses x-variables needs
     ``xmask``, one that uses r-variables needs ``rmask``; a constant index needs no mask.
     """
-    # BEGIN SOLUTION (Exercise 8.2: pick xmask / rmask / "xmask & rmask" / None from the index's free symbols)
+    # BEGIN SOLUTION (Exercise 8.2: the mask an index needs; checked on symbols and in masked kernels (notebook 08, Exercise 8.2))
     prefixes = {s.name[0] for s in sympy.sympify(index).free_symbols}
     masks = [m for m, p in (("xmask", "x"), ("rmask", "r")) if p in prefixes]
     return " & ".join(masks) or None
@@ -111,7 +111,7 @@ def masked_load(ptr: str, index: str, mask: str | None) -> str:
     Masked-off lanes must not touch memory and read as 0 (``other=0``). Example:
     ``masked_load("in_ptr0", "x0 + 8*x1", "xmask")`` -> ``"tl.load(in_ptr0 + (x0 + 8*x1), xmask, other=0)"``.
     """
-    # BEGIN SOLUTION (Exercise 8.2: return "tl.load(ptr + (index), mask, other=0)", or without the mask when mask is None)
+    # BEGIN SOLUTION (Exercise 8.2: the masked load expression; checked as text and in masked kernels (notebook 08, Exercise 8.2))
     if mask is None:
         return f"tl.load({ptr} + ({index}))"
     return f"tl.load({ptr} + ({index}), {mask}, other=0)"
@@ -123,7 +123,7 @@ def masked_store(ptr: str, index: str, value: str, mask: str | None) -> str:
 
     Example: ``masked_store("out_ptr0", "x0", "tmp3", "xmask")`` -> ``"tl.store(out_ptr0 + (x0), tmp3, xmask)"``.
     """
-    # BEGIN SOLUTION (Exercise 8.2: return "tl.store(ptr + (index), value, mask)", or without the mask when mask is None)
+    # BEGIN SOLUTION (Exercise 8.2: the masked store statement; checked as text and in masked kernels (notebook 08, Exercise 8.2))
     if mask is None:
         return f"tl.store({ptr} + ({index}), {value})"
     return f"tl.store({ptr} + ({index}), {value}, {mask})"
@@ -147,7 +147,7 @@ def launch_config(numel: int, rnumel: int, is_reduction: bool) -> tuple[int, int
 
     ``next_power_of_2(n)`` is available.
     """
-    # BEGIN SOLUTION (Exercise 8.4: choose power-of-two XBLOCK/RBLOCK within the budget, num_warps ~ block/256, grid = ceil(numel / XBLOCK))
+    # BEGIN SOLUTION (Exercise 8.4: a launch configuration that follows the listed rules; checked rule by rule and in kernels (notebook 08, Exercise 8.4))
     if not is_reduction:
         xblock = min(next_power_of_2(max(numel, 1)), 1024)
         rblock = 1
@@ -279,7 +279,7 @@ class MiniTritonKernel:
         against the block in later nodes (softmax divides every element by its row's sum).
         Use ``self.generate(expr)`` for each step.
         """
-        # BEGIN SOLUTION (Exercise 8.3: mask lanes to the identity with tl.where, reduce along axis 1, keep a [:, None] column)
+        # BEGIN SOLUTION (Exercise 8.3: a persistent row reduction that ignores lanes outside the tensor and broadcasts like eager; checked on sums, max, min, softmax and layer_norm (notebook 08, Exercise 8.3))
         init = reduction_init(reduction_type, src_dtype)
         masked = self.generate(f"tl.where(xmask & rmask, {value}, {init})")
         return self.generate(f"{REDUCTIONS[reduction_type][1].format(masked)}[:, None]")

@@ -25,7 +25,7 @@ def cpp_op_strings() -> dict[str, str]:
     one several times. Match eager PyTorch exactly, NaN included: ``torch.relu(nan)`` is nan and
     ``torch.maximum(x, nan)`` is nan -- ``std::max`` gets both wrong.
     """
-    # BEGIN SOLUTION (Exercise 9.1: return C++ format strings for "sigmoid", "relu", "maximum", "where", "rsqrt")
+    # BEGIN SOLUTION (Exercise 9.1: C++ expressions that match eager exactly, NaN included; checked in the C++ backend (notebook 09, Exercise 9.1))
     return {
         "sigmoid": "1 / (1 + std::exp(-{0}))",
         "relu": "({0} < 0 ? 0 : {0})",                                  # a NaN is not < 0: passes through
@@ -48,7 +48,7 @@ def reduction_code(reduction_type: str, acc_type: str) -> tuple[str, str, str]:
 
     Handle ``"sum"``, ``"prod"``, ``"max"`` and ``"min"``; raise NotImplementedError otherwise.
     """
-    # BEGIN SOLUTION (Exercise 9.2: return (init, update, omp) for sum, prod, max and min)
+    # BEGIN SOLUTION (Exercise 9.2: the pieces of four reductions for any accumulator type; checked in the C++ backend on floats, ints and NaN (notebook 09, Exercise 9.2))
     floating = acc_type in ("float", "double")
     if reduction_type == "sum":
         return f"static_cast<{acc_type}>(0)", "{acc} += {value}", "+"
@@ -72,7 +72,7 @@ def row_sum_source(name: str) -> str:
     contiguous inner loop vectorised (``#pragma omp simd reduction(+:acc)``), and accumulate in
     ``double`` so long rows stay accurate. Include what you use (``<cstdint>``).
     """
-    # BEGIN SOLUTION (Exercise 9.3: write the C++ source of an OpenMP row-sum kernel)
+    # BEGIN SOLUTION (Exercise 9.3: an OpenMP row-sum kernel with the documented signature; checked by compiling and running it on many shapes (notebook 09, Exercise 9.3))
     return f"""
 #include <cstdint>
 
@@ -99,7 +99,7 @@ def write_atomic(path: Path, data: bytes) -> None:
     then ``os.replace`` it onto ``path`` (an atomic rename on POSIX). Leave no temporary file
     behind, even when writing fails.
     """
-    # BEGIN SOLUTION (Exercise 9.4: write data to a temporary file beside path, then os.replace it into place)
+    # BEGIN SOLUTION (Exercise 9.4: an atomic file write; checked on success, on failure and inside the code cache (notebook 09, Exercises 9.4 and 9.5))
     path = Path(path)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
@@ -118,7 +118,7 @@ def entry_is_intact(library: Path, checksum: Path) -> bool:
     """True when the cached ``library`` exists and its SHA-256 hex digest equals the text stored
     in ``checksum`` (surrounding whitespace ignored). A missing file of either kind means False.
     """
-    # BEGIN SOLUTION (Exercise 9.5: compare the library's SHA-256 with the recorded checksum)
+    # BEGIN SOLUTION (Exercise 9.5: tell an intact cache entry from a damaged or missing one; checked on files and inside the code cache (notebook 09, Exercises 9.4 and 9.5))
     try:
         expected = Path(checksum).read_text().strip()
         actual = hashlib.sha256(Path(library).read_bytes()).hexdigest()

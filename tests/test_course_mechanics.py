@@ -27,7 +27,7 @@ def test_strip_solutions_replaces_blocks_with_numbered_stubs():
     text = exercises.strip_solutions(SOLUTION, "ch02_demo.py")
     namespace: dict = {}
     exec(text, namespace)
-    with pytest.raises(NotImplementedError, match=r'^Exercise 2\.1: return "x" \+ 1$'):
+    with pytest.raises(NotImplementedError, match=r'^Exercise 2\.1: return "x" \+ 1\. Stuck\? course\.hint\(.2\.1.\)$'):
         namespace["f"](1)
     assert namespace["g"]() == 0
     assert "y = x + 1" not in text

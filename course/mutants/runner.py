@@ -174,8 +174,8 @@ def _run_other_python(mutant: Mutant, work: Path, timeout: int) -> Outcome:
     """Run the task's torch-free graded tests under another CPython (a mistake only visible there)."""
     python = other_python(mutant.python)
     if python is None:
-        return Outcome(mutant, "error", f"needs .venv-py{mutant.python.replace('.', '')}: run "
-                                        "scripts/test_other_pythons.sh once to create it")
+        return Outcome(mutant, "skipped", f"needs python {mutant.python} in .venv-py{mutant.python.replace('.', '')}: "
+                                          "scripts/test_other_pythons.sh creates it where that Python exists")
     started = time.perf_counter()
     env = {**os.environ, "PYTHONPATH": str(work), "TINY_COURSE_MODE": "solutions"}
     try:
@@ -213,7 +213,8 @@ def _outcome(mutant: Mutant, work: Path, status: int, seconds: float, timeout: i
 
 def report(outcomes: list[Outcome]) -> str:
     """Per chapter: mutants, killed, survived (and errors), then every survivor."""
-    rows = [f"{'chapter':<8}{'tasks':>6}{'mutants':>9}{'killed':>8}{'survived':>10}{'errors':>8}{'seconds':>9}"]
+    rows = [f"{'chapter':<8}{'tasks':>6}{'mutants':>9}{'killed':>8}{'survived':>10}{'errors':>8}{'skipped':>9}"
+            f"{'seconds':>9}"]
     by_chapter: dict[str, list[Outcome]] = collections.defaultdict(list)
     for o in outcomes:
         by_chapter[o.mutant.chapter].append(o)
@@ -221,13 +222,14 @@ def report(outcomes: list[Outcome]) -> str:
         count = collections.Counter(o.status for o in group)
         tasks = len({o.mutant.task for o in group})
         rows.append(f"{chapter:<8}{tasks:>6}{len(group):>9}{count['killed']:>8}{count['survived']:>10}"
-                    f"{count['error']:>8}{sum(o.seconds for o in group):>9.1f}")
+                    f"{count['error']:>8}{count['skipped']:>9}{sum(o.seconds for o in group):>9.1f}")
     count = collections.Counter(o.status for o in outcomes)
     rows.append(f"{'all':<8}{len({o.mutant.task for o in outcomes}):>6}{len(outcomes):>9}{count['killed']:>8}"
-                f"{count['survived']:>10}{count['error']:>8}{sum(o.seconds for o in outcomes):>9.1f}")
+                f"{count['survived']:>10}{count['error']:>8}{count['skipped']:>9}{sum(o.seconds for o in outcomes):>9.1f}")
     bad = [o for o in outcomes if o.status != "killed"]
     if bad:
         rows.append("")
-        rows.append("not killed (a wrong answer the graded tests accept, or a mutant that no longer applies):")
+        rows.append("not killed (survived: a wrong answer the graded tests accept; error: the run failed; "
+                    "skipped: the Python it needs is not installed):")
         rows += [f"  {o.status}: {o.mutant.task} {o.mutant.description}: {o.detail}" for o in bad]
     return "\n".join(rows)
