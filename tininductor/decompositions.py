@@ -451,7 +451,49 @@ def decompose(gm: torch.fx.GraphModule, example_inputs, table: dict | None = Non
     # the Python dispatcher makes torch's composite kernels emit functional ops (squeeze, not squeeze_)
     with torch.no_grad(), mode, enable_python_dispatcher():
         out = make_fx(functional, decomposition_table=table)(*fakes)
+    if functionalize_inplace_views(out):
+        # the in-place op restrided its base's example value too: recompute every node's ``val``
+        from torch.fx.passes.fake_tensor_prop import FakeTensorProp
+
+        with torch.no_grad():
+            FakeTensorProp(out, mode).propagate_dont_convert_inputs(*fakes)
     out.meta["fallbacks"] = fallback_ops(out, table)
     for name, reason in out.meta["fallbacks"]:
         log.info("fallback to torch for %s: %s", name, reason)
     return out
+
+
+def _view_of(op: torch._ops.OpOverload) -> torch._ops.OpOverload | None:
+    """``aten.as_strided_.default`` -> ``aten.as_strided.default``: the view op an in-place view op restrides like."""
+    packet = getattr(torch.ops.aten, op.__name__.split(".")[0].rstrip("_"), None)
+    return getattr(packet, op._overloadname, None) if packet is not None else None
+
+
+def functionalize_inplace_views(gm: torch.fx.GraphModule) -> bool:
+    """Turn in-place *view* ops on intermediates (``y.as_strided_(size, stride)``, ``y.t_()``) into
+    their view ops, and let every later reader of ``y`` read the view.
+
+    Functionalization removes data mutations but leaves metadata mutations in place: ATen's
+    ``adaptive_avg_pool2d`` restrides its ``mean`` output with ``as_strided_`` for a channels-last
+    input (ConvNeXt, ResNet heads), which AD would otherwise see as an in-place op on a value that
+    requires grad. Rebinding the later readers is exactly what the in-place op meant. Inputs are
+    left alone (their metadata change must be seen by the caller: aliasing.py's business).
+    Returns whether the graph changed.
+    """
+    order = {node: i for i, node in enumerate(gm.graph.nodes)}
+    changed = False
+    for node in list(gm.graph.nodes):
+        if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload) \
+                or torch.Tag.inplace_view not in node.target.tags:
+            continue
+        base, view = node.args[0], _view_of(node.target)
+        if view is None or not isinstance(base, torch.fx.Node) or base.op == "placeholder":
+            continue
+        node.target = view
+        for user in list(base.users):
+            if user is not node and order[user] > order[node]:
+                user.replace_input_with(base, node)
+        changed = True
+    if changed:
+        gm.recompile()
+    return changed

@@ -313,6 +313,30 @@ def permute_vjp(grad, out, x, dims):
     return aten.permute(grad, inverse), None
 
 
+def _non_overlapping(size, stride) -> bool:
+    """Does the view ``(size, stride)`` reach each storage element at most once? (sufficient test:
+    dims sorted by stride, each one steps past the whole extent of the smaller ones)"""
+    extent = 1
+    for st, n in sorted((st, n) for n, st in zip(size, stride) if n != 1):
+        if st < extent:
+            return False
+        extent = st * n
+    return True
+
+
+@register_vjp(aten.as_strided)
+def as_strided_vjp(grad, out, x, size, stride, storage_offset=None):
+    # each element of the view is one element of x's storage: scatter the gradient back there
+    # (zeros_like keeps x's strides, so storage positions mean the same for x and its gradient)
+    dense = _non_overlapping(x.shape, x.stride()) and \
+        1 + sum((n - 1) * st for n, st in zip(x.shape, x.stride())) == x.numel()
+    if not (dense and x.storage_offset() == 0 and _non_overlapping(size, stride)):
+        raise NotImplementedError(
+            "as_strided of a view, or a view that reads an element twice (its gradient would have to "
+            "add up the copies): not differentiated here")
+    return aten.as_strided_scatter(aten.zeros_like(x), grad, size, stride, storage_offset), None, None, None
+
+
 @register_vjp(aten.unsqueeze)
 def unsqueeze_vjp(grad, out, x, dim):
     return _reshape(grad, x.shape), None
