@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import os
+from pathlib import Path
 from typing import Any, Callable
 
 import torch
@@ -34,6 +35,17 @@ def _define_torchvision_ops() -> None:
         return
     except (AttributeError, RuntimeError):
         pass
+    # not registered yet: load torchvision's C extension as its own import would; only where that
+    # fails (a build for another torch or CUDA) are the schemas defined here (defining them first
+    # would make a loadable extension abort on the duplicate registration)
+    spec = importlib.util.find_spec("torchvision")
+    for location in (spec.submodule_search_locations or []) if spec else []:
+        for lib in sorted(Path(location).glob("_C*.so")):
+            try:
+                torch.ops.load_library(str(lib))
+                return
+            except (OSError, RuntimeError):
+                pass
     if _torchvision_lib is None:
         _torchvision_lib = torch.library.Library("torchvision", "DEF")
         _torchvision_lib.define("nms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
