@@ -213,3 +213,25 @@ def test_replaced_members_are_seen_by_the_cached_frame():
     m.shift = torch.zeros(4)
     torch.testing.assert_close(cm(x), m(x))
     assert cnt.frame_count == 3
+
+
+def test_slice_of_sequential_is_called_like_eager():
+    """``seq[0:2](x)`` builds a new Sequential in eager; the traced call chains the same children
+    (it used to come back as a list, and the compiled frame called the list)."""
+    import torch._dynamo
+    from torch._dynamo.testing import CompileCounter
+
+    seq = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU(), torch.nn.Linear(4, 3))
+
+    def f(x):
+        return seq[0:2](x) + seq[1:](x).sum() + len(seq[::2])
+
+    x = torch.randn(2, 4)
+    counter = CompileCounter()
+    out = tinydynamo.compile(f, backend=counter, fullgraph=True)(x)
+    assert counter.frame_count == 1
+    torch.testing.assert_close(out, f(x))
+    reference = CompileCounter()
+    torch._dynamo.reset()
+    torch.compile(f, backend=reference, fullgraph=True)(x)
+    assert reference.frame_count == 1

@@ -149,7 +149,8 @@ class NNModuleVariable(VariableTracker):
                 return self._wrap_child(tx, key, m[key])
             items = self._items(tx)
             if isinstance(key, slice):
-                return ListVariable([self._wrap_child(tx, k, v) for k, v in items[key]])
+                children = [self._wrap_child(tx, k, v) for k, v in items[key]]
+                return SequentialSliceVariable(children) if isinstance(m, nn.Sequential) else ListVariable(children)
             k, v = items[key]
             return self._wrap_child(tx, k, v)
         if name == "__contains__" and len(args) == 1:
@@ -195,3 +196,33 @@ class NNModuleVariable(VariableTracker):
     def __repr__(self) -> str:
         return f"NNModuleVariable({type(self.module).__name__}, {self.source})"
 
+
+
+class SequentialSliceVariable(VariableTracker):
+    """``seq[1:3]``: eager builds a new ``nn.Sequential`` of those children, usually to call it at
+    once. Tracked as its children; a call chains them as ``Sequential.forward`` does."""
+
+    def __init__(self, children: list[VariableTracker]):
+        super().__init__()
+        self.children = children
+
+    def call_function(self, tx, args, kwargs):
+        if len(args) != 1 or kwargs:
+            unimplemented("calling a slice of nn.Sequential with other than one positional input")
+        value = args[0]
+        for child in self.children:
+            value = child.call_function(tx, [value], {})
+        return value
+
+    def call_method(self, tx, name, args, kwargs):
+        if name == "__len__" and not args:
+            return ConstantVariable(len(self.children))
+        if name == "__getitem__" and len(args) == 1 and isinstance(args[0].as_python_constant(), int):
+            return self.children[args[0].as_python_constant()]
+        unimplemented(f"{name} on a slice of nn.Sequential")
+
+    def unpack_var_sequence(self, tx):
+        return list(self.children)
+
+    def reconstruct(self, codegen) -> str:
+        unimplemented("a slice of nn.Sequential that leaves the compiled frame")
