@@ -104,3 +104,21 @@ def test_output_code_log_and_artifacts():
     assert any("def call(args):" in r.getMessage() for r in records)
     assert arts.get("ir") and arts.get("kernels") and arts.get("output_code")
     assert re.search(r"(triton_poi|cpp)_fused_cos_add_0", arts.get("kernels")[0][0])
+
+
+def test_extern_output_layout_follows_the_device_kernel():
+    """A convolution of a channels-last input gives a channels-last output on CPU and CUDA (its meta
+    kernel says contiguous): the kernel that reads the output must index it by the real strides.
+    ConvNeXt's downsample (LayerNorm over channels, permuted back) followed by a depthwise conv
+    and another LayerNorm was wrong by ~0.5 when layouts came from meta tensors."""
+    c = 8
+    w_down, b_down, w_dw = rand(2 * c, c, 2, 2), rand(2 * c), rand(2 * c, 1, 3, 3)
+    ln_w, ln_b = rand(2 * c), rand(2 * c)
+
+    def f(x):
+        y = F.layer_norm(x.permute(0, 2, 3, 1), (c,)).permute(0, 3, 1, 2)  # channels-last values
+        y = F.conv2d(y, w_down, b_down, stride=2)
+        y = F.conv2d(y, w_dw, padding=1, groups=2 * c)
+        return F.layer_norm(y.permute(0, 2, 3, 1), (2 * c,), ln_w, ln_b)
+
+    check(f, rand(2, c, 8, 8), atol=1e-4, rtol=1e-4)

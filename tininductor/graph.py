@@ -154,23 +154,29 @@ class GraphLowering(torch.fx.Interpreter):
     # ---------------------------------------------------------------- extern / fallback
 
     def extern_kernel(self, target, args, kwargs, reason: str):
-        """Call ``target`` through torch; inputs are realized, output layouts come from meta tensors."""
+        """Call ``target`` through torch; inputs are realized, output layouts come from fake tensors."""
         if not reason.startswith("extern"):
             log.info("%s (node %s)", reason, self.current_node.name if self.current_node else "?")
             self.fallback_reasons.append(reason)
         args, kwargs = tree_map(lambda a: ir.realize_input(a) if isinstance(a, ir.IRNode) else a, (args, kwargs))
 
-        def to_meta(a):
+        # fake tensors on the real device, laid out as our buffers are: an op's output strides can
+        # depend on its device (a convolution keeps a channels-last input's layout on CPU and CUDA,
+        # its meta kernel does not), and the kernels that read the output index by these strides
+        fake_mode = _fake_mode()
+
+        def to_fake(a):
             if isinstance(a, (ir.Buffer, ir.ReinterpretView)):
                 lay = a.layout
-                storage = torch.empty(lay.storage_size() + 1, dtype=lay.dtype, device="meta")
+                storage = torch.empty(lay.storage_size() + 1, dtype=lay.dtype, device=lay.device)
                 return storage.as_strided(lay.size, lay.stride, lay.offset)
             return a
 
-        meta_args, meta_kwargs = tree_map(to_meta, (args, kwargs))
         try:
-            out = target(*meta_args, **meta_kwargs)
-        except Exception as e:  # no meta kernel: take shapes from the FX node's example value
+            with fake_mode:
+                fake_args, fake_kwargs = tree_map(to_fake, (args, kwargs))
+                out = target(*fake_args, **fake_kwargs)
+        except Exception as e:  # no fake kernel: take shapes from the FX node's example value
             out = self.current_node.meta.get("val") if self.current_node is not None else None
             if out is None:
                 raise Unsupported(f"cannot compute output layout of {target}: {e}") from e
@@ -233,3 +239,16 @@ def _kernel_name(target) -> str:
         return f"torch.ops.{ns}.{target._opname}.{target._overloadname}"
     mod = getattr(target, "__module__", None) or "torch"
     return f"{mod}.{target.__name__}"
+
+
+_FAKE_MODE = None
+
+
+def _fake_mode():
+    """One FakeTensorMode for computing extern kernels' output layouts (made on first use)."""
+    global _FAKE_MODE
+    if _FAKE_MODE is None:
+        from torch._subclasses.fake_tensor import FakeTensorMode
+
+        _FAKE_MODE = FakeTensorMode(allow_non_fake_inputs=True)
+    return _FAKE_MODE
