@@ -362,6 +362,19 @@ CASES = {
                    aten.index_copy),
     "polygamma": (lambda x: torch.polygamma(2, x), [P(3, 4)], aten.polygamma),
     "i0": (lambda x: torch.i0(x), [R(3, 4)], aten.i0),
+    # odds and ends
+    "fill": (lambda x, v: torch.fill(x * 2, v.sum()) * x, [R(3, 4), R(2)], aten.fill),
+    "zero": (lambda x: torch.zero_(x * 2) + x, [R(3, 4)], aten.zero),
+    "trace": (lambda x: torch.trace(x), [R(3, 4)], aten.trace),
+    "take": (lambda x, i: torch.take(x, i - 4), [R(3, 4), I(12, 2, 5)], aten.take),
+    "fmax": (lambda a, b: torch.fmax(a, b), [T(3, 4), T(4)], aten.fmax),
+    "fmin": (lambda a, b: torch.fmin(a, b), [T(3, 4), T(3, 4)], aten.fmin),
+    "remainder": (lambda a, b: torch.remainder(a, b), [R(3, 4), P(4)], aten.remainder),
+    "fmod": (lambda a, b: torch.fmod(a, b), [R(3, 4), P(3, 1)], aten.fmod),
+    "nan_to_num": (lambda x: torch.nan_to_num(torch.log(x - 1), posinf=2.0), [P(3, 4)], aten.nan_to_num),
+    "prelu": (lambda x, w: torch.nn.functional.prelu(x, w), [R(2, 3, 4), R(3)], aten._prelu_kernel),
+    "safe_softmax": (lambda x, m: aten._safe_softmax(x.masked_fill(m, float("-inf")), 1), [R(3, 4), M(3, 4)],
+                     aten._safe_softmax),
 }
 
 #: rules for CUDA-only kernels (the fused attention forms): checked on the GPU machine by

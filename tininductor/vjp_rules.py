@@ -1296,3 +1296,69 @@ def polygamma_vjp(grad, out, n, x):
 @register_vjp(aten.i0)
 def i0_vjp(grad, out, x):
     return (aten.mul(grad, aten.special_i1(x)),)
+
+
+# ----------------------------------------------------------------------------- odds and ends
+@register_vjp(aten.fill, aten.zero)
+def fill_vjp(grad, out, x, *args):
+    """Overwritten: ``x`` gets no gradient (a tensor fill value gets the sum)."""
+    value_grad = aten.sum(grad) if args and is_tensor(args[0]) else None
+    return (_zeros_like_shape(x, grad),) + ((value_grad,) if args else ())
+
+
+@register_vjp(aten.trace)
+def trace_vjp(grad, out, x):
+    eye = aten.eq(aten.unsqueeze(aten.arange(x.shape[0], device=x.device), 1),
+                  aten.unsqueeze(aten.arange(x.shape[1], device=x.device), 0))
+    zero = aten.scalar_tensor(0, dtype=grad.dtype, device=grad.device)
+    return (aten.where(eye, aten.expand(grad, list(x.shape)), zero),)
+
+
+@register_vjp(aten.take)
+def take_vjp(grad, out, x, index):
+    """Scatter-add back into the flattened input (negative indices count from the end)."""
+    flat_index = aten.remainder(_reshape(index, [-1]), max(x.numel(), 1))
+    flat = aten.index_put(aten.full([x.numel()], 0, dtype=grad.dtype, device=grad.device), [flat_index],
+                          _reshape(grad, [-1]), True)
+    return _reshape(flat, x.shape), None
+
+
+@register_vjp(aten.fmax, aten.fmin)
+def fmax_fmin_vjp(grad, out, a, b):
+    """The input equal to the result gets the gradient (NaNs are ignored); a tie goes to ``a``."""
+    zero = aten.scalar_tensor(0, dtype=grad.dtype, device=grad.device)
+    pick_a = aten.logical_or(aten.eq(a, out), aten.logical_and(aten.ne(a, a), aten.ne(out, out)))
+    return (sum_to_size(aten.where(pick_a, grad, zero), a),
+            sum_to_size(aten.where(pick_a, zero, grad), b))
+
+
+@register_vjp(aten.remainder, aten.fmod)
+def remainder_fmod_vjp(grad, out, a, b):
+    """``a - q * b`` with ``q`` piecewise constant: d/da = 1, d/db = -q."""
+    ga = sum_to_size(grad, a) if is_tensor(a) else None
+    gb = None
+    if is_tensor(b):
+        q = aten.div(aten.sub(a, out), b)  # the integer quotient the op used
+        gb = sum_to_size(aten.mul(aten.neg(grad), aten.round(q)), b)
+    return ga, gb
+
+
+@register_vjp(aten.nan_to_num)
+def nan_to_num_vjp(grad, out, x, nan=None, posinf=None, neginf=None):
+    """Gradient only where ``x`` was finite (replaced values are constants), as eager."""
+    zero = aten.scalar_tensor(0, dtype=grad.dtype, device=grad.device)
+    finite = aten.logical_and(aten.eq(x, x), aten.ne(aten.abs(x), math.inf))
+    return aten.where(finite, grad, zero), None, None, None
+
+
+@register_vjp(aten._prelu_kernel)
+def prelu_vjp(grad, out, x, weight):
+    gx, gw = aten._prelu_kernel_backward(grad, x, weight)
+    return gx, sum_to_size(gw, weight)  # the kernel's weight gradient is per element
+
+
+@register_vjp(aten._safe_softmax)
+def safe_softmax_vjp(grad, out, x, dim, dtype=None):
+    """Softmax's VJP ``out * (grad - sum(grad * out))``; fully masked rows (out = 0) get 0."""
+    g = aten.mul(out, aten.sub(grad, aten.sum(aten.mul(grad, out), [dim], True)))
+    return (prims.convert_element_type(g, x.dtype) if g.dtype != x.dtype else g), None, None
