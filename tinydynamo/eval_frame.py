@@ -393,7 +393,7 @@ def compile(model: Callable | None = None, *, backend: Any = None, fullgraph: bo
     return optimize(lookup_backend_with_options(backend, mode, options), nopython=fullgraph)(model)
 
 
-def _call_module(module, *args, **kwargs):
+def _call_module_with_hooks(module, *args, **kwargs):
     """What a compiled module with forward hooks traces: the call itself (hooks + forward)."""
     return module(*args, **kwargs)
 
@@ -426,7 +426,7 @@ class OptimizedModule(nn.Module):
         m = self._orig_mod
         if m._forward_hooks or m._forward_pre_hooks:  # compile the call with its hooks (inlined around forward)
             if getattr(self, "_compiled_call", None) is None:
-                self._compiled_call = OptimizedFunction(_call_module, self._compiled_forward._backend,
+                self._compiled_call = OptimizedFunction(_call_module_with_hooks, self._compiled_forward._backend,
                                                         self._compiled_forward._nopython)
             return self._compiled_call(m, *args, **kwargs)
         if module_mod._global_forward_hooks or module_mod._global_forward_pre_hooks:
