@@ -149,14 +149,7 @@ def run_one(run_case: Callable, target: str, backend: str) -> tuple[str, str]:
 
 
 #: (family, case, backend) -> why it is not ok yet (pytest xfails it; the table still counts it)
-KNOWN: dict[tuple[str, str, str], str] = {
-    **{("mutation", name, b): "BatchNorm has no gradient in the AD pass yet (issue 13, the `ad` helper's "
-                              "part): outputs do not require grad in training"
-       for name in ("batchnorm_train_eval", "batchnorm_momentum_none") for b in ("aot_eager", "tininductor")},
-    **{("autograd", "return_type_grad", b): "max(dim) has no gradient in the AD pass yet (multi-output ops, "
-                                            "the `ad` helper's part): raises"
-       for b in ("aot_eager", "tininductor")},
-}
+KNOWN: dict[tuple[str, str, str], str] = {}  # (family, case, backend) -> why it is expected to fail: none now
 
 
 def check(family: str, name: str, backend: str) -> None:
