@@ -130,6 +130,7 @@ def run(mode: str, chapters: list[str], quiet: bool = True) -> list[Result]:
         raise SystemExit(f"no graded tests found for {chapters or 'any chapter'} under tests/graded/")
     collector = Collector()
     args = [str(f) for f in files] + [f"--course-mode={mode}", "-p", "no:cacheprovider", "--rootdir", str(ROOT)]
+    args += ["-p", "no:nbval"]  # the notebook plugin costs seconds of imports and grades nothing here
     if markers:
         args += ["-m", " or ".join(markers)]
     args += ["-q", "--tb=short"]
