@@ -137,7 +137,7 @@ def test_stubs_are_specs_not_answers():
     from course.loader import ROOT
 
     for path in sorted((ROOT / "solutions").glob("ch*_*.py")):
-        blocks = re.findall(r"# BEGIN SOLUTION \((Exercise [^:]+): (.*)\)\n(.*?)# END SOLUTION", path.read_text(), re.S)
+        blocks = re.findall(r"# BEGIN SOLUTION \((Exercise [^:]+): ([^\n]*)\)\n(.*?)# END SOLUTION", path.read_text(), re.S)
         for task, spec, body in blocks:
             code = "\n".join(line.strip() for line in body.splitlines() if not line.strip().startswith("#"))
             match = difflib.SequenceMatcher(None, spec, code, autojunk=False).find_longest_match(0, len(spec), 0, len(code))
