@@ -77,6 +77,13 @@ class Collector:
             passed = report.outcome == "passed"
             message = "" if passed else _first_line(report)
             self.results.append(Result(self.tasks.get(report.nodeid, "untagged"), report.nodeid, passed, message))
+        elif report.when == "teardown" and report.failed:  # e.g. global state left changed
+            earlier = next((r for r in self.results if r.test == report.nodeid), None)
+            if earlier is None:
+                self.results.append(Result(self.tasks.get(report.nodeid, "untagged"), report.nodeid, False,
+                                           _first_line(report)))
+            elif earlier.passed:
+                earlier.passed, earlier.message = False, _first_line(report)
 
 
 def _first_line(report) -> str:
