@@ -197,9 +197,9 @@ HINTS: dict[str, list[str]] = {
 
 #: failure text -> the likely mistake (checked in order; the first match is shown)
 SYMPTOMS: list[tuple[str, str]] = [
-    (r"changed the stack depth by \+", "a handler pushed more than it popped: did you read a value with "
-                                       "stack[-1] instead of popping it?"),
-    (r"changed the stack depth by -", "a handler popped more than it should: count the values it consumes"),
+    (r"too many left on the stack|changed the stack depth by \+\d+: yours \d+ vs expected -",
+     "a handler left a value behind: did you read a value with stack[-1] instead of popping it?"),
+    (r"too few left on the stack", "a handler popped more than it should, or did not push its result"),
     (r"holds \d+ value\(s\) at the return", "something left on the stack: an iterator not popped at the loop's end, "
                                             "or a value read without popping"),
     (r"pop from empty list", "a handler popped more values than were pushed (wrong count, or operands popped twice)"),
@@ -207,7 +207,7 @@ SYMPTOMS: list[tuple[str, str]] = [
                      "Check the order in which you pop and pass operands"),
     (r"trace function", "save sys.gettrace() before sys.settrace and restore it in a finally block"),
     (r"dtype mismatch|dtype .* vs expected", "compute in the dtype eager uses (half inputs in float32) and cast back"),
-    (r"shape \(.*\) vs expected|size mismatch|length \d+ vs expected", "check which dims you reduce, keep or drop"),
+    (r"shape \(.*\) vs expected \(", "check which dims you reduce, keep or drop"),
 ]
 
 

@@ -185,9 +185,11 @@ def stack_effect_checked(handlers: dict[str, Callable], effects: dict[str, Calla
             change = len(tx.stack) - before
             want = effects[opname](tx, inst, tx.ip != ip)
             if change != want:
+                extra = change - want
+                amount = f"{abs(extra)} value(s) too {'many' if extra > 0 else 'few'} left on the stack"
                 raise Mismatch(
-                    f"{opname} (line {inst.lineno}, offset {inst.offset}) changed the stack depth by {change:+d}; "
-                    f"expected {want:+d}: each value it reads must be popped, and only its result pushed")
+                    f"{opname} (line {inst.lineno}, offset {inst.offset}) changed the stack depth by {change:+d}, "
+                    f"expected {want:+d}: {amount}")
         checked.__name__ = getattr(handler, "__name__", opname)
         return checked
 

@@ -107,3 +107,41 @@ def _conda_requirements() -> dict[str, str]:
 
 def test_environment_yml_lists_the_same_packages_as_pyproject():
     assert _conda_requirements() == _pyproject_requirements()
+
+
+def test_every_task_has_mutants_that_apply_and_hints():
+    """The mutation test's inputs: >= 3 wrong answers per task, each applying to its solution; >= 2 hint levels."""
+    from course.grade import all_tasks
+    from course.hints import HINTS, hint_text
+    from course.loader import ROOT
+    from course.mutants import CHAPTERS, apply, mutants_of
+
+    tasks = all_tasks()
+    assert len(tasks) >= 46
+    by_task: dict = {}
+    for chapter in CHAPTERS:
+        text = next((ROOT / "solutions").glob(f"{chapter}_*.py")).read_text()
+        for mutant in mutants_of(chapter):
+            assert mutant.chapter == chapter, mutant
+            assert apply(mutant, text) != text, mutant
+            by_task.setdefault(mutant.task, []).append(mutant)
+    assert {t: len(by_task.get(t, [])) for t in tasks if len(by_task.get(t, [])) < 3} == {}
+    assert sorted(HINTS) == sorted(tasks)
+    assert all(len(levels) >= 2 for levels in HINTS.values())
+    assert hint_text("ch02.1", 2).startswith("Hint 2/2 for Exercise 2.1: ")
+
+
+def test_stubs_are_specs_not_answers():
+    """A stub's text shares no long stretch of code with its reference answer (hints hold the steps)."""
+    import difflib
+    import re
+
+    from course.loader import ROOT
+
+    for path in sorted((ROOT / "solutions").glob("ch*_*.py")):
+        blocks = re.findall(r"# BEGIN SOLUTION \((Exercise [^:]+): ([^\n]*)\)\n(.*?)# END SOLUTION", path.read_text(), re.S)
+        for task, spec, body in blocks:
+            code = "\n".join(line.strip() for line in body.splitlines() if not line.strip().startswith("#"))
+            match = difflib.SequenceMatcher(None, spec, code, autojunk=False).find_longest_match(0, len(spec), 0, len(code))
+            shared = spec[match.a:match.a + match.size]
+            assert match.size < 25, f"{path.name} {task}: the spec spells out code of the answer: {shared!r}"
