@@ -97,13 +97,22 @@ def torch_compile_counts(name: str) -> tuple[int, int]:
     return cnt.frame_count, breaks
 
 
-def check_model(name: str, backend: str, with_torch: bool = False) -> Result:
-    """Run ``name`` eagerly and through tinydynamo with ``backend`` twice; a Result (status 'ok' or the problems)."""
+def check_model(name: str, backend: str, with_torch: bool = False, dtype=torch.float32) -> Result:
+    """Run ``name`` eagerly and through tinydynamo with ``backend`` twice; a Result (status 'ok' or the problems).
+
+    A float32 mismatch is arbitrated in float64: BatchNorm over a handful of values (the last
+    stages of a CNN on a small image) amplifies float32 rounding past any fixed tolerance, while
+    a real bug (a wrong or lost gradient) stays as large in float64. The model is then run again
+    in float64 at a tolerance of 1e-7, and only that result counts (said in the status).
+    """
     zm = BY_NAME[name]
     made = zm.make()
     if made is None:
         return Result(name, backend, f"skipped: {zm.library} is not installed")
     model, inputs = made
+    if dtype != torch.float32:
+        model = model.to(dtype)
+        inputs = tuple(x.to(dtype) if isinstance(x, torch.Tensor) and x.is_floating_point() else x for x in inputs)
     compiled_model = copy.deepcopy(model)
     tinydynamo.reset()
     counter = CompileCounterWithBackend(backend)
@@ -114,7 +123,7 @@ def check_model(name: str, backend: str, with_torch: bool = False) -> Result:
         for step in (1, 2):  # the second call is a cache hit
             expected = _run_step(model, inputs)
             actual = _run_step(compiled, inputs)
-            tol = TOLERANCE.get(backend, 1e-4)
+            tol = TOLERANCE.get(backend, 1e-4) if dtype == torch.float32 else 1e-7
             for what, e, a in zip(("output", "grad", "buffer"), expected, actual):
                 problems += [f"call {step}: {p}" for p in _compare(what, e, a, tol)]
             if step == 1:
@@ -131,6 +140,11 @@ def check_model(name: str, backend: str, with_torch: bool = False) -> Result:
     if with_torch:
         result.torch_graphs, result.torch_breaks = torch_compile_counts(name)
     tinydynamo.reset()
+    if dtype == torch.float32 and any("max abs diff" in p for p in problems) and \
+            not any("warning" in p or "missing" in p or "None" in p for p in problems):
+        exact = check_model(name, backend, dtype=torch.float64)
+        result.status = "ok (float32 rounding: equal in float64)" if exact.status == "ok" else \
+            f"float64: {exact.status}"
     return result
 
 
@@ -165,7 +179,7 @@ def test_real_model_matches_eager(name, backend):
     result = check_model(name, backend, with_torch=backend == "eager")
     if result.status.startswith("skipped"):
         pytest.skip(result.status)
-    assert result.status == "ok", f"{name} under {backend}: {result.status}"
+    assert result.status.startswith("ok"), f"{name} under {backend}: {result.status}"
     assert result.graphs > 0, f"{name}: no graph captured"
     if result.torch_graphs is not None:  # as many graphs as torch.compile makes of the same model and step
         assert result.graphs == result.torch_graphs, \
