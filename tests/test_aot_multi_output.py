@@ -235,7 +235,8 @@ def test_cuda_attention_forms_train_like_eager(kernel, mask, backend):
             assert _KERNEL_OP[kernel] in ops, f"{kernel}: the fused op is not in the graph: {sorted(ops)}"
         tinydynamo.reset()
         with warnings.catch_warnings():
-            warnings.simplefilter("error")
+            # a fallback would warn; torch's own notes (cuBLAS context, disabled kernels) are not ours
+            warnings.filterwarnings("error", message=r"(?s).*(tinydynamo|tininductor)")
             got = tinydynamo.compile(attention, backend=backend)(q, k, v, bias)
             got_grads = torch.autograd.grad(got, inputs, cot)
     tol = dict(rtol=2e-2, atol=2e-2) if dtype == torch.bfloat16 else dict(rtol=1e-4, atol=1e-4)
