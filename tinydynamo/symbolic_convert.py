@@ -189,19 +189,13 @@ class InstructionTranslatorBase:
 
     def make_super(self, args: list[VariableTracker]) -> VariableTracker:
         """``super()`` (zero arguments: this frame's ``__class__`` cell and first argument) or ``super(cls, obj)``."""
-        from tinydynamo.variables.user_defined import SuperVariable
+        from tinydynamo.variables.objects import SuperVariable, zero_arg_super
 
         if len(args) == 2:
             return SuperVariable(args[0].as_python_constant(), args[1])
         if args:
             unimplemented("super() with one argument")
-        if "__class__" not in self.cells or not self.code.co_argcount:
-            unimplemented("super() outside a method (no __class__ cell or first argument)")
-        first = self.code.co_varnames[0]
-        obj = self.cells[first].get() if first in self.cells else self.symbolic_locals.get(first)
-        if obj is None:
-            unimplemented("super(): the method's first argument is not available")
-        return SuperVariable(self.cells["__class__"].get().as_python_constant(), obj)
+        return zero_arg_super(self)
 
     def inline_user_function(self, fn_var, args, kwargs) -> VariableTracker:
         """Trace a user function's bytecode in a nested translator sharing this graph."""
@@ -658,14 +652,6 @@ def IMPORT_FROM(tx: T, inst):
         except ImportError as e:
             unimplemented(f"from {module.__name__} import {inst.argval}: {e}")
     tx.push(VariableBuilder(tx, None).wrap(value))
-
-
-@_handler
-def LOAD_SUPER_ATTR(tx: T, inst):  # 3.12+: stack super, class, self -> super(class, self).name
-    obj, cls, super_fn = tx.pop(), tx.pop(), tx.pop()
-    value = tx.call(super_fn, [cls, obj], {}).var_getattr(tx, inst.argval)
-    for v in (bc.with_null(value, NULL) if inst.push_null else [value]):
-        tx.push(v)
 
 
 # ---- f-strings: folded at trace time when the formatted values are constants ---------------------------

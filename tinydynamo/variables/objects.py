@@ -198,6 +198,15 @@ class SuperVariable(VariableTracker):
                 return ObjectInitVariable()
             if base is object and name == "__setattr__" and not obj_is_class:
                 return ObjectSetattrVariable(self.obj)
+            from tinydynamo.variables.user_defined import (READ_ONLY_BASE_METHODS, BaseMethodVariable,
+                                                           UserDefinedObjectVariable)
+
+            if (base, name) in READ_ONLY_BASE_METHODS and isinstance(self.obj, UserDefinedObjectVariable):
+                return BaseMethodVariable(base, name, self.obj)  # super().get(key) in a dict subclass
+            if not (callable(attr) or hasattr(attr, "__get__")):  # a plain class attribute
+                from tinydynamo.variables.builder import VariableBuilder
+
+                return VariableBuilder(tx, None).wrap(attr)
             unimplemented(f"super().{name}: {type(attr).__name__} of {base.__name__}")
         unimplemented(f"super() has no attribute {name!r}")
 

@@ -88,53 +88,6 @@ class UserDefinedObjectVariable(VariableTracker):
         return f"UserDefinedObjectVariable({type(self.value).__name__})"
 
 
-class SuperVariable(VariableTracker):
-    """``super(cls, obj)``: attribute lookup starts after ``cls`` in the MRO of ``obj``'s type."""
-
-    def __init__(self, cls: type, obj: VariableTracker):
-        super().__init__(None)
-        self.cls = cls
-        self.obj = obj
-
-    def var_getattr(self, tx, name: str) -> VariableTracker:
-        from tinydynamo.variables.builder import VariableBuilder
-        from tinydynamo.variables.constant import ConstantVariable
-        from tinydynamo.variables.functions import UserFunctionVariable, UserMethodVariable
-
-        obj_value = self.obj.as_python_constant() if isinstance(self.obj, ConstantVariable) else None
-        owner = obj_value if isinstance(obj_value, type) else self.obj.python_type()  # super() in a classmethod
-        mro = owner.__mro__
-        if self.cls not in mro:
-            unimplemented(f"super({self.cls.__name__}, obj): obj is not an instance or subtype")
-        for klass in mro[mro.index(self.cls) + 1:]:
-            if name in vars(klass):
-                attr = vars(klass)[name]
-                break
-        else:
-            unimplemented(f"super().{name}: no class after {self.cls.__name__} defines it")
-        if isinstance(attr, staticmethod):
-            return UserFunctionVariable(attr.__func__)
-        if isinstance(attr, classmethod):
-            return UserMethodVariable(attr.__func__, ConstantVariable(owner))
-        if isinstance(attr, property):
-            return UserFunctionVariable(attr.fget).call_function(tx, [self.obj], {})
-        if isinstance(attr, types.FunctionType):
-            if isinstance(obj_value, type):  # super().method in a classmethod-free context: unbound
-                return UserFunctionVariable(attr)
-            return UserMethodVariable(attr, self.obj)
-        if (klass, name) in READ_ONLY_BASE_METHODS and isinstance(self.obj, UserDefinedObjectVariable):
-            return BaseMethodVariable(klass, name, self.obj)
-        if callable(attr) or hasattr(attr, "__get__"):
-            unimplemented(f"super().{name}: {type(attr).__name__} of {klass.__name__} (a C method or descriptor)")
-        return VariableBuilder(tx, None).wrap(attr)
-
-    def call_method(self, tx, name, args, kwargs):
-        return self.var_getattr(tx, name).call_function(tx, args, kwargs)
-
-    def __repr__(self) -> str:
-        return f"SuperVariable({self.cls.__name__}, {self.obj!r})"
-
-
 #: C methods of builtin base classes that only read: ``super().get(key)`` in a dict subclass is folded
 READ_ONLY_BASE_METHODS = {(dict, "get"), (dict, "__getitem__"), (dict, "__contains__"), (dict, "__len__"),
                           (list, "__getitem__"), (list, "__len__"), (tuple, "__getitem__"), (tuple, "__len__")}
