@@ -99,6 +99,7 @@ CASES = {
     "view": (lambda a: aten.view(a, [4, 3]), [R(3, 4)], aten.view),
     "expand": (lambda a: aten.expand(a, [2, 3, 4]), [R(3, 1)], aten.expand),
     "permute": (lambda a: aten.permute(a, [2, 0, 1]), [R(2, 3, 4)], aten.permute),
+    "as_strided": (lambda a: aten.as_strided(a * 1, [3, 2], [1, 3]), [R(2, 3)], aten.as_strided),
     "unsqueeze": (lambda a: aten.unsqueeze(a, -1), [R(3, 4)], aten.unsqueeze),
     "squeeze": (lambda a: aten.squeeze(a, [1]), [R(3, 1, 4)], aten.squeeze),
     "slice": (lambda a: aten.slice(a, 1, 1, 5, 2), [R(3, 6)], aten.slice),
