@@ -365,3 +365,24 @@ def test_named_parameters_in_forward_under_fullgraph():
             return self.l(x) * n
 
     check_like_torch(M(), torch.randn(2, 3))
+
+
+def test_signature_of_a_bound_method_leaves_out_self():
+    """transformers' apply_chunking_to_forward counts ``inspect.signature(self.ff_chunk).parameters``
+    and raises if it is not one: folding the signature of the plain function said two (BERT ran
+    100% eagerly)."""
+    import inspect
+
+    class Layer(nn.Module):
+        def chunk(self, x):
+            return x * 2
+
+        def forward(self, x):
+            if len(inspect.signature(self.chunk).parameters) != 1:
+                raise ValueError("wrong parameter count")
+            return self.chunk(x) + 1
+
+    x = torch.randn(3)
+    out, n = tiny_count(Layer(), x, fullgraph=True)
+    torch.testing.assert_close(out, x * 2 + 1)
+    assert n == 1

@@ -182,7 +182,8 @@ FUNCTION_POLYFILLS = {
 # ---- 1. pure functions over constants ---------------------------------------------------------------------
 PURE_FUNCTIONS = {
     argsort, _deepcopy_atom, dataclasses.fields, dataclasses.is_dataclass,  # (not asdict: it reads values)
-    inspect.signature, inspect.isclass, inspect.isfunction, inspect.ismethod, inspect.getmro,
+    inspect.isclass, inspect.getmro,  # (signature/isfunction/ismethod: functions.FOLDABLE_LIBRARY_FUNCTIONS,
+    # which rebuild a bound method, so that ``inspect.signature(self.forward)`` leaves out ``self``)
     math.gcd, math.prod, math.isclose, math.comb, math.perm, operator.index,
     collections.namedtuple,
 }
