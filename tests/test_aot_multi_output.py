@@ -301,3 +301,22 @@ def test_in_place_op_on_a_value_needing_grad_falls_back():
                 node.meta["val"] = fakes[0]
     with pytest.raises(AutogradCompileError, match="modifies a tensor that requires grad"):
         create_joint(gm, fakes, [True], mode)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_sdpa_learned_mask_gets_its_gradient(backend):
+    """A float attention mask that requires grad (T5's learned position bias) gets the gradient of
+    the scores, recomputed from the saved logsumexp; the fused backward returns q/k/v's only."""
+    torch.manual_seed(0)
+    q, k, v = [torch.randn(2, 3, 5, 4, requires_grad=True) for _ in range(3)]
+    bias = torch.randn(3, 5, 5, requires_grad=True)  # broadcast over the batch
+
+    def attention(q, k, v, bias):
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=bias).sin().sum()
+
+    want = torch.autograd.grad(attention(q, k, v, bias), [q, k, v, bias])
+    tinydynamo.reset()
+    with tinydynamo.config.patch(suppress_errors=False):
+        got = torch.autograd.grad(tinydynamo.compile(attention, backend=backend)(q, k, v, bias), [q, k, v, bias])
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-5)

@@ -148,19 +148,8 @@ def check_model(name: str, backend: str, with_torch: bool = False, dtype=torch.f
     return result
 
 
-#: Known wrong gradients, from issue 12 items 1-2, fixed on the `ad` branch (multi-output ops such as
-#: BatchNorm's ``_native_batch_norm_legit`` and SDPA lose their gradients; some ops have no VJP rule yet).
-#: Strict: once that branch is merged these XPASS and fail, and the entries must be removed.
-AD_BUG = "issue 12 item 1 (ad branch): multi-output ops (BatchNorm, SDPA) drop gradients (.grad None)"
-NO_VJP = "issue 12 item 2 (ad branch): no VJP rule (hardswish, as_strided_, convolution): falls back with a warning"
-KNOWN_FAILURES: dict[tuple[str, str], str] = {
-    **{(m, "aot_eager"): AD_BUG for m in ("resnet18", "mobilenet_v2", "efficientnet_b0", "regnet", "gpt2", "llama",
-                                          "t5", "bart")},
-    **{(m, "aot_eager"): NO_VJP for m in ("mobilenet_v3_small", "convnext_tv", "vit_timm", "convnext_timm", "vit_hf",
-                                          "whisper")},
-    **{(m, "tininductor"): AD_BUG for m in ("resnet18", "mobilenet_v2", "efficientnet_b0", "regnet", "gpt2", "llama",
-                                            "t5", "bart")},
-}
+#: (model, backend) -> why it is expected to fail (a strict xfail: it must fail, or the entry goes)
+KNOWN_FAILURES: dict[tuple[str, str], str] = {}
 
 
 def _params():

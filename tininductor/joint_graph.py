@@ -198,10 +198,16 @@ def backward_pass(graph: fx.Graph, env: dict[fx.Node, object], needs_grad: set[f
             raise MissingVJPRule(node.target, node.name) from None
         args = fx.node.map_arg(node.args, lambda n: env[n])
         kwargs = fx.node.map_arg(node.kwargs, lambda n: env[n])
-        for name, arg in node.kwargs.items():  # rules return gradients for positional arguments only
-            if isinstance(arg, fx.Node) and arg in needs_grad:
-                raise MissingVJPRule(node.target, node.name, argument=name)
         input_grads = rule(grads[node], env[node], *args, **kwargs)
+        # gradients of keyword arguments (SDPA's attn_mask) come last, as a dict
+        kwarg_grads = {}
+        if isinstance(input_grads, tuple) and input_grads and isinstance(input_grads[-1], dict):
+            input_grads, kwarg_grads = input_grads[:-1], input_grads[-1]
+        for name, arg in node.kwargs.items():
+            if isinstance(arg, fx.Node) and arg in needs_grad:
+                if kwarg_grads.get(name) is None:
+                    raise MissingVJPRule(node.target, node.name, argument=name)
+                _accumulate(grads, arg, kwarg_grads[name])
         for i, (arg, grad) in enumerate(zip(node.args, input_grads)):
             if isinstance(arg, (list, tuple)) and isinstance(grad, (list, tuple)):  # cat's tensor list
                 for a, g in zip(arg, grad):

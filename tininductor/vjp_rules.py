@@ -717,10 +717,32 @@ def native_batch_norm_legit_no_training_vjp(grads, out, x, weight, bias, running
 # matching backward kernel (what TorchInductor does), fed the forward's saved outputs.
 @register_vjp(aten._scaled_dot_product_flash_attention_for_cpu)
 def sdpa_flash_cpu_vjp(grads, out, q, k, v, dropout_p=0.0, is_causal=False, *, attn_mask=None, scale=None):
+    grad = _first(grads, out[0])
     gq, gk, gv = aten._scaled_dot_product_flash_attention_for_cpu_backward(
-        _first(grads, out[0]), q, k, v, out[0], out[1], dropout_p, is_causal,
-        attn_mask=attn_mask, scale=scale)
-    return gq, gk, gv, None, None
+        grad, q, k, v, out[0], out[1], dropout_p, is_causal, attn_mask=attn_mask, scale=scale)
+    if attn_mask is None or not attn_mask.is_floating_point():
+        return gq, gk, gv, None, None
+    return gq, gk, gv, None, None, {"attn_mask": _attn_mask_grad(grad, out[0], out[1], q, k, v, attn_mask,
+                                                                 dropout_p, is_causal, scale)}
+
+
+def _attn_mask_grad(grad, output, logsumexp, q, k, v, attn_mask, dropout_p, is_causal, scale):
+    """Gradient of an additive float mask (T5's learned position bias): the gradient of the scores,
+    recomputed from the saved logsumexp (the fused backward returns q/k/v's only). Dead code, and
+    removed, when the mask needs no gradient."""
+    if dropout_p:
+        raise NotImplementedError("the gradient of an attention mask under dropout")
+    scale = scale if scale is not None else 1.0 / math.sqrt(q.shape[-1])
+    scores = aten.add(aten.mul(aten.matmul(q, aten.transpose(k, -2, -1)), scale), attn_mask)
+    if is_causal:
+        L, S = scores.shape[-2], scores.shape[-1]
+        keep = aten.tril(aten.ones([L, S], dtype=torch.bool, device=q.device))
+        scores = aten.where(keep, scores, aten.full([], float("-inf"), dtype=scores.dtype, device=q.device))
+    probs = aten.exp(aten.sub(scores, aten.unsqueeze(logsumexp, -1)))
+    grad_probs = aten.matmul(grad, aten.transpose(v, -2, -1))
+    row = aten.sum(aten.mul(grad, output), [-1], True)  # sum_j p_ij dP_ij = g_i . o_i
+    grad_scores = aten.mul(probs, aten.sub(grad_probs, row))
+    return sum_to_size(grad_scores, attn_mask)
 
 
 @register_vjp(aten._scaled_dot_product_flash_attention)
