@@ -374,8 +374,10 @@ torch._dynamo.reset()
 # store it cannot trace (`symbolic_convert.BREAKABLE`), `OutputGraph` compiles the graph so far
 # and writes the transformed code, `tinydynamo.resume` builds `__resume_at_<offset>` code objects
 # with the `bytecode` package, and `tinydynamo.explain` counts it all. Breaks inside grad-mode
-# `with` blocks resume (the appendix shows how); inside `try` blocks, other `with` blocks, or in
-# frames with closures they are not resumable: that frame runs eagerly, and `explain` lists it. The package on the seeds' examples, once more:
+# `with` blocks resume (the appendix shows how), and so do breaks in frames with closures (the
+# resume function gets the frame's real cells as its own closure); inside `try` blocks or other
+# `with` blocks they are not resumable: that frame runs eagerly, and `explain` lists it. The
+# package on the seeds' examples, once more:
 
 # %%
 inputs = [torch.rand(4) + 0.1, -(torch.rand(4) + 0.1)]
