@@ -32,6 +32,7 @@ import torch  # noqa: E402
 import tinydynamo  # noqa: E402
 from tests.model_zoo import MODELS, first_tensor, flat_tensors  # noqa: E402
 
+DEVICE = "cuda"  # --device cpu: the same checks on the CPU (C++ kernels, or TINY_CPU_BACKEND=triton)
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp64": torch.float64}
 # fp32 means fp32: TF32 matmuls/convolutions would differ from the compiled graph's by more than rounding
 torch.backends.cuda.matmul.allow_tf32 = False
@@ -90,15 +91,15 @@ def check(zoo, dtype) -> dict:
     if made is None:
         return {"status": "skipped (library missing)"}
     model, inputs = made
-    model = model.to("cuda", dtype)
-    inputs = tuple(_cast(x, dtype, "cuda") for x in inputs)
+    model = model.to(DEVICE, dtype)
+    inputs = tuple(_cast(x, dtype, DEVICE) for x in inputs)
     compiled_model = copy.deepcopy(model)
     compiled = tinydynamo.compile(compiled_model, backend="tininductor")
     reference = None
     if dtype == torch.bfloat16:  # the float64 truth both bf16 runs are measured against
         ref_model, _ = zoo.make()
-        ref_model = ref_model.to("cuda", torch.float64)
-        ref_inputs = tuple(_cast(x, torch.float64, "cuda") for x in made[1])
+        ref_model = ref_model.to(DEVICE, torch.float64)
+        ref_inputs = tuple(_cast(x, torch.float64, DEVICE) for x in made[1])
     problems = []
     start = time.perf_counter()
     for call in (1, 2):
@@ -126,7 +127,10 @@ def main() -> int:
     parser.add_argument("names", nargs="*")
     parser.add_argument("--dtypes", default="fp32,bf16")
     parser.add_argument("--json")
+    parser.add_argument("--device", default="cuda")
     args = parser.parse_args()
+    global DEVICE
+    DEVICE = args.device
     results = []
     for zoo in MODELS:
         if args.names and zoo.name not in args.names:
