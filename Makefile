@@ -9,7 +9,7 @@
 PYTHON ?= python3
 VENV ?= .venv
 TORCH_SPEC ?= torch==2.13.0
-# torchvision for the real-model tests, without its dependencies (they would replace TORCH_SPEC's torch)
+# torchvision for the real-model tests (the release for TORCH_SPEC's torch: change them together)
 TORCHVISION_SPEC ?= torchvision==0.28.0
 BIN := $(VENV)/bin
 PYTEST_NOTEBOOKS := --nbval --nbval-current-env --nbval-sanitize-with notebooks/nbval_sanitize.cfg
@@ -31,9 +31,10 @@ $(VENV)/.installed: pyproject.toml
 	@echo "==> [2/3] installing torch ($(TORCH_SPEC)): the big one: most of the disk space"
 	$(BIN)/python -m pip install --progress-bar on $(TORCH_SPEC)
 	@echo "==> [3/3] installing this repo (editable) and its course tools: JupyterLab, jupytext, nbval, triton..."
-	$(BIN)/python -m pip install --progress-bar on -e ".[models]"
-	@echo "==> torchvision for the real-model tests (without its dependencies: they would replace torch)"
-	$(BIN)/python -m pip install --progress-bar on --no-deps $(TORCHVISION_SPEC)
+	$(BIN)/python -m pip install --progress-bar on -e .
+	@echo "==> the real-model tests' libraries: torchvision and timm without their dependencies (a resolver would replace TORCH_SPEC's torch by the newest CUDA build), transformers"
+	$(BIN)/python -m pip install --progress-bar on --no-deps $(TORCHVISION_SPEC) "timm>=1.0"
+	$(BIN)/python -m pip install --progress-bar on "transformers>=4.50" pyyaml huggingface_hub safetensors pillow
 	@command -v dot >/dev/null || echo "note: Graphviz's dot is not installed; graph pictures show as text (apt install graphviz)"
 	@echo "==> setup done: $$(du -sh $(VENV) | cut -f1) in $(VENV)"
 	touch $@
