@@ -235,3 +235,23 @@ def test_slice_of_sequential_is_called_like_eager():
     torch._dynamo.reset()
     torch.compile(f, backend=reference, fullgraph=True)(x)
     assert reference.frame_count == 1
+
+
+def test_children_of_a_sliced_sequential_are_read_by_position():
+    """``full[1:]`` keeps its children's keys ('1', '2'); compiled code indexes by position. Reading
+    child '1' as ``part[1]`` took the next layer's weights: same types, silently wrong numbers."""
+    torch.manual_seed(0)
+    full = torch.nn.Sequential(*[torch.nn.Linear(4, 4) for _ in range(3)])
+    part = full[1:]
+
+    class Holder(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.f = part
+
+        def forward(self, x):
+            return self.f(x)
+
+    x = torch.randn(2, 4)
+    model = Holder()
+    torch.testing.assert_close(tinydynamo.compile(model, backend="eager")(x), model(x))

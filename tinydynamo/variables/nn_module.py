@@ -47,7 +47,10 @@ class NNModuleVariable(VariableTracker):
         if self.source is None:
             return None
         if name.isdigit() and isinstance(self.module, (nn.Sequential, nn.ModuleList, nn.ParameterList)):
-            return GetItemSource(self.source, int(name))  # L['self'].h[0] rather than getattr(..., '0')
+            # L['self'].h[0] rather than getattr(..., '0'); indexing is by position, and a slice of a
+            # Sequential keeps its children's keys ('1', '2' at positions 0, 1): index by position
+            table = self.module._parameters if isinstance(self.module, nn.ParameterList) else self.module._modules
+            return GetItemSource(self.source, list(table).index(name))
         return module_member_source(self.module, self.source, name)
 
     def _wrap_child(self, tx, name: str, value) -> VariableTracker:
