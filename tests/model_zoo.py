@@ -260,3 +260,140 @@ MODELS: list[ZooModel] = [
 ]
 
 BY_NAME = {m.name: m for m in MODELS}
+
+
+# ---- a wider sweep (not in CI): more architectures of the same libraries, for `python -m tests.test_real_models
+# --extra`. Each is still built from a config with random weights, at a size that runs in seconds on a CPU.
+def _tv(fn_name, **kwargs):
+    def build(tv):
+        return getattr(tv.models, fn_name)(num_classes=10, **kwargs), _image(hw=kwargs.pop("_hw", 32))
+    return build
+
+
+def _densenet(tv):
+    from torchvision.models.densenet import DenseNet
+
+    return DenseNet(growth_rate=8, block_config=(2, 2), num_init_features=16, bn_size=2, num_classes=10), _image()
+
+
+def _resnext(tv):
+    from torchvision.models.resnet import Bottleneck, ResNet
+
+    return ResNet(Bottleneck, [1, 1, 1, 1], groups=4, width_per_group=4, num_classes=10), _image()
+
+
+def _swin_tv(tv):
+    from torchvision.models.swin_transformer import SwinTransformer
+
+    return SwinTransformer(patch_size=[4, 4], embed_dim=16, depths=[1, 1], num_heads=[1, 2], window_size=[4, 4],
+                           stochastic_depth_prob=0.0, num_classes=10), _image()
+
+
+def _vit_tv(tv):
+    from torchvision.models.vision_transformer import VisionTransformer
+
+    return VisionTransformer(image_size=32, patch_size=8, num_layers=2, num_heads=2, hidden_dim=32, mlp_dim=64,
+                             num_classes=10), _image()
+
+
+def _timm(name, hw=32, **kwargs):
+    def build(timm):
+        return timm.create_model(name, pretrained=False, num_classes=10, **kwargs), _image(hw=hw)
+    return build
+
+
+def _hf(config_cls, model_cls, inputs=None, **cfg):
+    """A transformers model from ``config_cls(**cfg)``; the input is a batch of token ids unless given."""
+    def build(tr):
+        config = getattr(tr, config_cls)(**cfg)
+        config._attn_implementation = "eager" if config_cls in _EAGER_ATTENTION else "sdpa"
+        return getattr(tr, model_cls)(config), (inputs() if inputs else (_tokens(),))
+    return build
+
+
+_EAGER_ATTENTION = {"DebertaV2Config", "GPTNeoConfig", "BloomConfig", "ConvNextConfig"}  # no SDPA path in transformers
+
+
+def _ids_and_decoder_ids():
+    ids = _tokens()
+    return ids, None, ids[:, :4]  # input_ids, attention_mask, decoder_input_ids
+
+
+def _mixer(timm):
+    from timm.models.mlp_mixer import MlpMixer
+
+    return MlpMixer(num_classes=10, img_size=32, patch_size=8, num_blocks=2, embed_dim=32), _image()
+_DECODER = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2, vocab_size=99,
+                max_position_embeddings=64, use_cache=False)
+_ENCODER = dict(_TINY)
+_SEQ2SEQ = dict(d_model=32, encoder_layers=1, decoder_layers=1, encoder_attention_heads=2, decoder_attention_heads=2,
+                encoder_ffn_dim=64, decoder_ffn_dim=64, vocab_size=99, max_position_embeddings=64, dropout=0.0,
+                attention_dropout=0.0, activation_dropout=0.0, use_cache=False, pad_token_id=0,
+                decoder_start_token_id=1)
+
+EXTRA_MODELS: list[ZooModel] = [
+    ZooModel("squeezenet", "torchvision", _tv("squeezenet1_1")),
+    ZooModel("shufflenet_v2", "torchvision", _tv("shufflenet_v2_x0_5")),
+    ZooModel("mnasnet", "torchvision", _tv("mnasnet0_5", dropout=0.0)),
+    ZooModel("densenet", "torchvision", _densenet),
+    ZooModel("resnext", "torchvision", _resnext),
+    ZooModel("swin_tv", "torchvision", _swin_tv),
+    ZooModel("vit_tv", "torchvision", _vit_tv),
+    ZooModel("resnet10t_timm", "timm", _timm("resnet10t")),
+    ZooModel("mixer_timm", "timm", _mixer),
+    ZooModel("efficientnet_timm", "timm", _timm("efficientnet_lite0", hw=64)),
+    ZooModel("mobilevit_timm", "timm", _timm("mobilevitv2_050", hw=64)),
+    ZooModel("poolformer_timm", "timm", _timm("poolformer_s12")),
+    ZooModel("deit_timm", "timm", _timm("deit_tiny_patch16_224", img_size=32, patch_size=8)),
+    ZooModel("ghostnet_timm", "timm", _timm("ghostnet_050")),
+    ZooModel("distilbert", "transformers", _hf("DistilBertConfig", "DistilBertModel", dim=32, hidden_dim=64,
+                                               n_layers=2, n_heads=2, vocab_size=99, max_position_embeddings=64,
+                                               dropout=0.0, attention_dropout=0.0)),
+    ZooModel("roberta", "transformers", _hf("RobertaConfig", "RobertaModel", **_ENCODER, pad_token_id=0)),
+    ZooModel("albert", "transformers", _hf("AlbertConfig", "AlbertModel", embedding_size=16, **_ENCODER)),
+    ZooModel("electra", "transformers", _hf("ElectraConfig", "ElectraModel", embedding_size=16, **_ENCODER)),
+    ZooModel("deberta_v2", "transformers", _hf("DebertaV2Config", "DebertaV2Model", **_ENCODER)),
+    ZooModel("gpt_neo", "transformers", _hf("GPTNeoConfig", "GPTNeoForCausalLM", hidden_size=32, num_layers=2,
+                                            num_heads=2, attention_types=[[["global", "local"], 1]], window_size=4,
+                                            vocab_size=99, max_position_embeddings=64, use_cache=False,
+                                            embed_dropout=0.0, attention_dropout=0.0, resid_dropout=0.0)),
+    ZooModel("opt", "transformers", _hf("OPTConfig", "OPTForCausalLM", hidden_size=32, ffn_dim=64, num_hidden_layers=2,
+                                        num_attention_heads=2, vocab_size=99, max_position_embeddings=64,
+                                        word_embed_proj_dim=32, dropout=0.0, use_cache=False)),
+    ZooModel("mistral", "transformers", _hf("MistralConfig", "MistralForCausalLM", **_DECODER, num_key_value_heads=1,
+                                            sliding_window=4)),
+    ZooModel("qwen2", "transformers", _hf("Qwen2Config", "Qwen2ForCausalLM", **_DECODER, num_key_value_heads=1)),
+    ZooModel("phi", "transformers", _hf("PhiConfig", "PhiForCausalLM", **_DECODER, resid_pdrop=0.0, embd_pdrop=0.0)),
+    ZooModel("gemma", "transformers", _hf("GemmaConfig", "GemmaForCausalLM", **_DECODER, num_key_value_heads=1,
+                                          head_dim=16)),
+    ZooModel("gpt_neox", "transformers", _hf("GPTNeoXConfig", "GPTNeoXForCausalLM", **_DECODER)),
+    ZooModel("bloom", "transformers", _hf("BloomConfig", "BloomForCausalLM", hidden_size=32, n_layer=2, n_head=2,
+                                          vocab_size=99, use_cache=False)),
+    ZooModel("mixtral", "transformers", _hf("MixtralConfig", "MixtralForCausalLM", **_DECODER, num_key_value_heads=1,
+                                            num_local_experts=4, num_experts_per_tok=2)),
+    ZooModel("mbart", "transformers", _hf("MBartConfig", "MBartModel", **_SEQ2SEQ)),
+    ZooModel("marian", "transformers", _hf("MarianConfig", "MarianModel", _ids_and_decoder_ids, **_SEQ2SEQ)),
+    ZooModel("clip_vision", "transformers", _hf("CLIPVisionConfig", "CLIPVisionModel", _image, hidden_size=32,
+                                                intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
+                                                image_size=32, patch_size=8)),
+    ZooModel("swin_hf", "transformers", _hf("SwinConfig", "SwinModel", _image, image_size=32, patch_size=4,
+                                            embed_dim=16, depths=[1, 1], num_heads=[1, 2], window_size=4,
+                                            drop_path_rate=0.0, hidden_dropout_prob=0.0,
+                                            attention_probs_dropout_prob=0.0)),
+    ZooModel("convnext_hf", "transformers", _hf("ConvNextConfig", "ConvNextModel", _image, hidden_sizes=[8, 16],
+                                                depths=[1, 1], num_stages=2)),
+    ZooModel("segformer", "transformers", _hf("SegformerConfig", "SegformerModel", _image, num_encoder_blocks=2,
+                                              depths=[1, 1], sr_ratios=[2, 1], hidden_sizes=[8, 16],
+                                              patch_sizes=[7, 3], strides=[4, 2], num_attention_heads=[1, 2],
+                                              mlp_ratios=[2, 2], hidden_dropout_prob=0.0,
+                                              attention_probs_dropout_prob=0.0, drop_path_rate=0.0)),
+    ZooModel("wav2vec2", "transformers", _hf("Wav2Vec2Config", "Wav2Vec2Model", lambda: (torch.randn(2, 400),),
+                                             hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                                             intermediate_size=64, conv_dim=(16, 16), conv_stride=(5, 2),
+                                             conv_kernel=(10, 3), num_conv_pos_embeddings=16,
+                                             num_conv_pos_embedding_groups=2, hidden_dropout=0.0,
+                                             attention_dropout=0.0, activation_dropout=0.0, feat_proj_dropout=0.0,
+                                             mask_time_prob=0.0, layerdrop=0.0)),
+]
+
+BY_NAME.update({m.name: m for m in EXTRA_MODELS})

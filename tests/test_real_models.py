@@ -8,7 +8,8 @@ running stats, ``num_batches_tracked``) must match, and a second call (served fr
 match too. Graph and break counts are recorded next to torch.compile's on the same model.
 
 CI runs eager and aot_eager on every model, tininductor (C++) on a few; ``--runslow`` runs
-tininductor on all. The table:  ``python -m tests.test_real_models [names...] [--backends eager,...]``
+tininductor on all. The table:  ``python -m tests.test_real_models [names...] [--backends eager,...] [--extra]``
+(``--extra``: a wider sweep of 35 more architectures, not run in CI).
 """
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ import torch
 import tinydynamo
 from tinydynamo.eval_frame import counters
 from tinydynamo.testing import CompileCounterWithBackend
-from tests.model_zoo import BY_NAME, MODELS, first_tensor, flat_tensors
+from tests.model_zoo import BY_NAME, EXTRA_MODELS, MODELS, first_tensor, flat_tensors
 
 TOLERANCE = {"eager": 1e-4, "aot_eager": 1e-4, "tininductor": 1e-3}
 CI_TININDUCTOR = ("resnet18", "mobilenet_v3_small", "gpt2", "llama")  # tininductor in CI; all with --runslow
@@ -197,4 +198,7 @@ if __name__ == "__main__":
         i = args.index("--backends")
         backends = args[i + 1].split(",")
         del args[i:i + 2]
+    if "--extra" in args:  # the wider sweep of tests/model_zoo.py's EXTRA_MODELS
+        args.remove("--extra")
+        args += [m.name for m in EXTRA_MODELS]
     print_table(args or [m.name for m in MODELS], backends)
