@@ -47,10 +47,63 @@ def get_vjp(target, rules: dict | None = None) -> Callable:
     try:
         return (VJP_RULES if rules is None else rules)[packet]
     except KeyError:
+        rule = custom_op_vjp(target)
+        if rule is not None:
+            return rule
         raise NotImplementedError(
             f"no VJP rule for {target}: register one with "
             f"@tininductor.vjp_rules.register_vjp({packet}) (or decompose the op into prims "
             f"that have rules)") from None
+
+
+class _CustomOpCtx:
+    """The ``ctx`` a ``torch.library.register_autograd`` formula expects (what it saves, read back)."""
+
+    def __init__(self, args):
+        self.needs_input_grad = tuple(isinstance(a, torch.Tensor) and a.dtype.is_floating_point for a in args)
+        self.saved_tensors = ()
+
+    def save_for_backward(self, *tensors):
+        self.saved_tensors = tensors
+
+    def mark_non_differentiable(self, *args):
+        pass
+
+    def set_materialize_grads(self, value):
+        pass
+
+
+def custom_op_vjp(target) -> Callable | None:
+    """A rule made from a custom op's own autograd formula, or None when it has none.
+
+    An op made with ``torch.library.custom_op`` carries the ``backward`` and ``setup_context``
+    given to ``register_autograd`` (transformers' Mixture-of-Experts ``grouped_mm_fallback``,
+    for one). Both are written in torch ops, so running them here under tracing records the
+    backward, exactly the formula eager autograd would run, as AOTAutograd does for such ops.
+    """
+    from torch._library.custom_ops import OPDEFS
+
+    schema = getattr(target, "_schema", None)
+    opdef = OPDEFS.get(schema.name) if schema is not None else None
+    if opdef is None or getattr(opdef, "_backward_fn", None) is None:
+        return None
+
+    def rule(grad, out, *args, **kwargs):
+        ctx = _CustomOpCtx(args)
+        if opdef._setup_context_fn is not None:
+            if kwargs:  # keyword-only inputs go in their own argument
+                opdef._setup_context_fn(ctx, args, kwargs, out)
+            else:
+                opdef._setup_context_fn(ctx, args, out)
+        outs = out if isinstance(out, (tuple, list)) else (out,)
+        grads = grad if isinstance(out, (tuple, list)) else [grad]
+        grads = [aten.zeros_like(o) if g is None and is_tensor(o) else g for g, o in zip(grads, outs)]  # as eager
+        result = opdef._backward_fn(ctx, *grads)
+        result = list(result) if isinstance(result, (tuple, list)) else [result]
+        return tuple(result[:len(args)]) + ((dict(zip(kwargs, result[len(args):])),) if kwargs else ())
+
+    rule.__name__ = f"vjp_from_register_autograd[{schema.name}]"
+    return rule
 
 
 def is_tensor(x) -> bool:

@@ -68,6 +68,8 @@ class TorchVariable(VariableTracker):
         from tinydynamo.variables.lists import SizeVariable
 
         fn = self.fn
+        if isinstance(fn, torch._library.custom_ops.CustomOpDef):  # @torch.library.custom_op: its op, as torch does
+            fn = fn._opoverload
         if fn in UNSUPPORTED_TORCH:
             unimplemented(UNSUPPORTED_TORCH[fn])
         if fn in COMPILING_QUERIES:  # code that asks "am I being compiled?" takes its compile path
