@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch  # noqa: E402
 
 import tinydynamo  # noqa: E402
-from tests.model_zoo import MODELS, first_tensor, flat_tensors  # noqa: E402
+from tests.model_zoo import EXTRA_MODELS, MODELS, first_tensor, flat_tensors  # noqa: E402
 
 DEVICE = "cuda"  # --device cpu: the same checks on the CPU (C++ kernels, or TINY_CPU_BACKEND=triton)
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp64": torch.float64}
@@ -130,11 +130,12 @@ def main() -> int:
     parser.add_argument("--dtypes", default="fp32,bf16")
     parser.add_argument("--json")
     parser.add_argument("--device", default="cuda")
+    parser.add_argument("--extra", action="store_true", help="also the wider sweep (tests/model_zoo.py EXTRA_MODELS)")
     args = parser.parse_args()
     global DEVICE
     DEVICE = args.device
     results = []
-    for zoo in MODELS:
+    for zoo in MODELS + (EXTRA_MODELS if args.extra or args.names else []):
         if args.names and zoo.name not in args.names:
             continue
         for dname in args.dtypes.split(","):
