@@ -122,3 +122,31 @@ def test_extern_output_layout_follows_the_device_kernel():
         return F.layer_norm(y.permute(0, 2, 3, 1), (2 * c,), ln_w, ln_b)
 
     check(f, rand(2, c, 8, 8), atol=1e-4, rtol=1e-4)
+
+
+def test_outputs_keep_the_strides_the_graph_promises():
+    """Saved activations come out of the compiled forward with the strides of the forward graph's
+    example values, which the backward was compiled for. CPU flash attention lays its output out
+    after its query's strides: eager's query is a transposed view, ours a contiguous buffer (the
+    rotary-style pointwise op on it is a kernel), so the saved attention output had other strides
+    than the backward read it by, and Qwen2/Mistral's o_proj gradients were wrong (by 2e-5 in
+    float64, silently)."""
+    import tinydynamo
+
+    torch.manual_seed(0)
+    proj = torch.nn.Linear(32, 32, bias=False).double()
+
+    def attention(x, w_o):
+        b, n, _ = x.shape
+        q = (x.view(b, n, 2, 16).transpose(1, 2) * 1.5 + 0.1)  # a pointwise kernel writes the query
+        kv = x.view(b, n, 2, 16).transpose(1, 2)
+        a = F.scaled_dot_product_attention(q, kv, kv, is_causal=True)
+        return F.linear(a.transpose(1, 2).reshape(b, n, 32), w_o)
+
+    x = torch.randn(2, 8, 32, dtype=torch.double)
+    grads = []
+    for fn in (attention, tinydynamo.compile(attention, backend="tininductor")):
+        w = proj.weight.detach().clone().requires_grad_()
+        fn(x, w).pow(2).mean().backward()
+        grads.append(w.grad)
+    torch.testing.assert_close(grads[1], grads[0], rtol=1e-9, atol=1e-12)

@@ -145,11 +145,44 @@ class GraphLowering(torch.fx.Interpreter):
 
     def output(self, target, args, kwargs):
         leaves, self.output_spec = tree_flatten(args[0])
-        for leaf in leaves:
+        vals = tree_flatten(tree_map(lambda n: n.meta.get("val") if isinstance(n, torch.fx.Node) else None,
+                                     self.current_node.args[0]))[0] if self.current_node is not None else []
+        for i, leaf in enumerate(leaves):
             if isinstance(leaf, ir.IRNode):
-                leaf = ir.realize_input(leaf)
+                leaf = self._with_graph_strides(leaf, vals[i] if i < len(vals) else None)
             self.graph_outputs.append(leaf)
         return args[0]
+
+    def _with_graph_strides(self, node: ir.IRNode, val) -> ir.IRNode:
+        """An output in memory with the strides its FX node's example value has.
+
+        The graph's contract is its example values: a caller reads an output by those strides, and
+        the backward of a training graph is compiled for the saved activations' strides as the
+        forward graph says (AOT autograd hands it those example values). Our kernels choose their
+        own layouts (contiguous buffers; an extern kernel such as CPU flash attention lays its
+        output out after its query's strides), so an output whose strides differ is written once
+        more into the promised layout (TorchInductor keeps output strides the same way).
+        """
+        if isinstance(node, ir.StorageBox) and not node.is_realized() and isinstance(val, torch.Tensor) \
+                and list(node.get_size()) == list(val.shape):  # not in memory yet: store it that way at once
+            buf = ir.ComputedBuffer(None, ir.Layout(node.get_device(), node.get_dtype(), list(val.shape),
+                                                    list(val.stride()), 0), node.data)
+            buf.origins = list(node.origins)
+            self.register_buffer(buf)
+            node.data = buf
+            return buf
+        out = ir.realize_input(node)
+        if not isinstance(val, torch.Tensor) or isinstance(out, ir.InputBuffer) or \
+                (isinstance(out, ir.ReinterpretView) and isinstance(out.data, ir.InputBuffer)):
+            return out  # inputs (and views of them) keep their own layout: they alias the caller's tensors
+        size, stride = list(val.shape), list(val.stride())
+        if list(out.get_size()) != size or all(a == b for s, a, b in zip(size, out.layout.stride, stride) if s > 1):
+            return out
+        layout = ir.Layout(out.get_device(), out.get_dtype(), size, stride, 0)
+        copy = ir.ComputedBuffer(None, layout, ir.Pointwise(out.get_device(), out.get_dtype(), out.make_loader(), size))
+        copy.origins = list(getattr(out, "origins", []))
+        self.register_buffer(copy)
+        return copy
 
     # ---------------------------------------------------------------- extern / fallback
 
