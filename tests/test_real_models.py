@@ -143,7 +143,11 @@ def check_model(name: str, backend: str, with_torch: bool = False, dtype=torch.f
     tinydynamo.reset()
     if dtype == torch.float32 and any("max abs diff" in p for p in problems) and \
             not any("warning" in p or "missing" in p or "None" in p for p in problems):
-        exact = check_model(name, backend, dtype=torch.float64)
+        try:
+            exact = check_model(name, backend, dtype=torch.float64)
+        except RuntimeError as e:  # a model with a float32-only kernel (transformers' grouped_mm): no arbiter
+            result.status += f" (no float64 arbitration: {str(e)[:80]})"
+            return result
         result.status = "ok (float32 rounding: equal in float64)" if exact.status == "ok" else \
             f"float64: {exact.status}"
     return result
