@@ -26,7 +26,7 @@ import torch
 import torch.fx
 from torch._subclasses.fake_tensor import FakeTensorMode
 
-from tinydynamo import artifacts, logs
+from tinydynamo import artifacts, logs, symbolic_shapes
 from tinydynamo.exc import Unsupported, unimplemented
 from tinydynamo.side_effects import SideEffects
 from tinydynamo.guards import CheckFunction, GuardBuilder, TensorMeta
@@ -129,12 +129,16 @@ def _node_name(source: Source) -> str:
 
 
 class OutputGraph:
-    def __init__(self, f_globals: dict, frame_name: str):
+    def __init__(self, f_globals: dict, frame_name: str, frame_state: dict | None = None):
         self.frame_name = frame_name
         self.graph = torch.fx.Graph()
         self.root = torch.nn.Module()
         with dynamo_timed("fake_tensor_mode"):  # the first one imports torch._dynamo (its config)
-            self.fake_mode = FakeTensorMode()
+            # sizes may be symbols of this ShapeEnv (dynamic shapes: tinydynamo.symbolic_shapes)
+            self.fake_mode = FakeTensorMode(shape_env=symbolic_shapes.new_shape_env())
+        self.frame_state = frame_state  # per code object: input sizes seen so far (automatic dynamic)
+        self.symbol_nodes: dict = {}  # sympy symbol -> (its SymInt placeholder, source)
+        self.tracked_fakes: list[tuple[torch.Tensor, Source]] = []  # symbolic inputs, for the shape guards
         self.scope = SourceScope(f_globals)
         self.guard_builder = GuardBuilder(self.scope)
         self.input_sources: list[Source] = []
@@ -173,18 +177,47 @@ class OutputGraph:
                 node = self.graph.placeholder(_node_name(source))
         else:
             node = self.graph.placeholder(_node_name(source))
-        fake = self.fake_mode.from_tensor(value, static_shapes=True)
+        fake = self._fake_input(value, source, node)
         node.meta["example_value"] = fake
         node.meta["source"] = key
         # a parameter/buffer: backends may assume it does not share memory with the other inputs
         node.meta["module_state"] = isinstance(source, ModuleMemberSource)
-        self.add_guard("TENSOR_MATCH", source, TensorMeta.of(value))
+        self.add_guard("TENSOR_MATCH", source, TensorMeta.of(value, fake))
         var = TensorVariable(node, fake, source)
         var.py_type = type(value)
         self._inputs[key] = var
         self.input_sources.append(source)
         self.example_inputs.append(value)
         return var
+
+    def _fake_input(self, value: torch.Tensor, source: Source, node: torch.fx.Node) -> torch.Tensor:
+        """The input's fake value: static, or with symbols for its dynamic dims (the policy is
+        tinydynamo.symbolic_shapes.dynamic_dims). Each new symbol becomes a SymInt placeholder just
+        before the tensor's (TorchDynamo's convention: ``s0, s1, L_x_``), read at run time from
+        ``L['x'].size()[i]`` by the generated frame."""
+        sizes, constraints, reasons = symbolic_shapes.dynamic_dims(value, source, self.frame_state)
+        if not reasons:
+            return self.fake_mode.from_tensor(value, static_shapes=True)
+        fake = self.fake_mode.from_tensor(value, source=symbolic_shapes.TorchSource(source),
+                                          symbolic_context=symbolic_shapes.symbolic_context(sizes, constraints))
+        if not symbolic_shapes.has_symbols(fake):  # only sizes 0/1 were asked for: they stay static
+            return fake
+        symbolic_shapes.log.info("%s: dynamic %s -> fake %s", source.name(), ", ".join(reasons),
+                                 tuple(fake.shape))
+        self.tracked_fakes.append((fake, source))
+        for sym in (*fake.shape, *fake.stride(), fake.storage_offset()):
+            expr = sym.node.expr if isinstance(sym, torch.SymInt) else None
+            if expr is None or not expr.is_Symbol or expr in self.symbol_nodes:
+                continue
+            with self.graph.inserting_before(node):
+                sym_node = self.graph.placeholder(str(expr))
+            sym_source = symbolic_shapes.symbol_source(self.fake_mode.shape_env, expr)
+            sym_node.meta["example_value"] = sym
+            sym_node.meta["source"] = sym_source.name()
+            self.symbol_nodes[expr] = (sym_node, sym_source)
+            self.input_sources.append(sym_source)
+            self.example_inputs.append(sym)
+        return fake
 
     # ---- ops ---------------------------------------------------------------------------------------
     def create_node(self, op: str, target: Any, args: list[VariableTracker], kwargs: dict[str, VariableTracker],
@@ -253,6 +286,8 @@ class OutputGraph:
         if logs.enabled("graph_code"):
             logs.get_logger("graph_code").info("TRACED GRAPH %s\n%s", self.frame_name, gm.print_readable(print_output=False))
         self._guard_input_overlap()
+        for relation in symbolic_shapes.produce_guards(self.fake_mode.shape_env, self.tracked_fakes, self.scope):
+            self.add_guard("SHAPE_ENV", None, relation)
         check_fn = self.guard_builder.build()
         artifacts.record("guards", self.frame_name, check_fn.code)
         logs.get_logger("guards").info("GUARDS %s\n%s", self.frame_name,
@@ -303,7 +338,7 @@ class OutputGraph:
         from tinydynamo.guards import storage_groups
 
         pairs = [(src, t) for src, t in zip(self.input_sources, self.example_inputs)
-                 if not isinstance(src, ModuleMemberSource)]  # parameters and buffers: not checked per call
+                 if not isinstance(src, ModuleMemberSource) and isinstance(t, torch.Tensor)]  # parameters and buffers: not checked per call
         if len(pairs) < 2 or not any(_writes_in_place(n) for n in self.graph.nodes):
             return
         self.add_guard("STORAGE_OVERLAP", None, (tuple(s for s, _ in pairs), storage_groups(*[t for _, t in pairs])))
