@@ -37,9 +37,12 @@ class TensorMeta:
     @classmethod
     def of(cls, t: torch.Tensor, fake: torch.Tensor | None = None) -> "TensorMeta":
         size, stride = tuple(t.shape), tuple(t.stride())
-        if fake is not None:  # keep only the static entries
-            size = tuple(None if isinstance(s, torch.SymInt) else v for s, v in zip(fake.shape, size))
-            stride = tuple(None if isinstance(s, torch.SymInt) else v for s, v in zip(fake.stride(), stride))
+        if fake is not None:  # keep only the static entries (a symbol the trace specialised is static)
+            def symbolic(s) -> bool:
+                return isinstance(s, torch.SymInt) and s.node.maybe_as_int() is None
+
+            size = tuple(None if symbolic(s) else v for s, v in zip(fake.shape, size))
+            stride = tuple(None if symbolic(s) else v for s, v in zip(fake.stride(), stride))
         return cls(type(t), t.dtype, t.device, size, stride, t.requires_grad)
 
 
@@ -454,7 +457,11 @@ class CheckFunction:
                 other = self.scope.evaluate(g.expected[0], L, G)
                 reason = None if (value is other) == g.expected[1] else GUARD_KINDS[g.kind].failure(g, value)
             elif g.kind == "SHAPE_ENV":  # a relation over several sources
-                reason = GUARD_KINDS[g.kind].failure(g, eval(g.expected, {**self.scope.names, "L": L, "G": G}))
+                try:
+                    holds = eval(g.expected, {**self.scope.names, "L": L, "G": G})
+                except Exception as e:  # e.g. a modulo by a size that is now 0
+                    return f"shape guard {g.expected} raised {type(e).__name__}: {e}"
+                reason = GUARD_KINDS[g.kind].failure(g, holds)
             elif g.kind == "STORAGE_OVERLAP":  # over several sources
                 groups = storage_groups(*[self.scope.evaluate(src, L, G) for src in g.expected[0]])
                 reason = None if groups == g.expected[1] else GUARD_KINDS[g.kind].failure(g, groups)
@@ -486,6 +493,11 @@ class GuardBuilder:
         elif kind == "SHAPE_ENV":  # one per relation
             key += (expected,)
         self.guards.setdefault(key, Guard(kind, source, expected))
+
+    def replace(self, kind: str, source: Source, expected: Any) -> None:
+        """Change what an installed guard expects (in place: its position in the check stays)."""
+        key = (kind, source.name())
+        self.guards[key] = Guard(kind, source, expected)
 
     def build(self) -> CheckFunction:
         return CheckFunction(list(self.guards.values()), self.scope)

@@ -138,7 +138,8 @@ class OutputGraph:
             self.fake_mode = FakeTensorMode(shape_env=symbolic_shapes.new_shape_env())
         self.frame_state = frame_state  # per code object: input sizes seen so far (automatic dynamic)
         self.symbol_nodes: dict = {}  # sympy symbol -> (its SymInt placeholder, source)
-        self.tracked_fakes: list[tuple[torch.Tensor, Source]] = []  # symbolic inputs, for the shape guards
+        #: symbolic inputs (fake, source, real value, symbolic context), for the shape guards
+        self.tracked_fakes: list[tuple[torch.Tensor, Source, torch.Tensor, Any]] = []
         self.scope = SourceScope(f_globals)
         self.guard_builder = GuardBuilder(self.scope)
         self.input_sources: list[Source] = []
@@ -198,13 +199,13 @@ class OutputGraph:
         sizes, constraints, reasons = symbolic_shapes.dynamic_dims(value, source, self.frame_state)
         if not reasons:
             return self.fake_mode.from_tensor(value, static_shapes=True)
-        fake = self.fake_mode.from_tensor(value, source=symbolic_shapes.TorchSource(source),
-                                          symbolic_context=symbolic_shapes.symbolic_context(sizes, constraints))
+        context = symbolic_shapes.symbolic_context(sizes, constraints)
+        fake = self.fake_mode.from_tensor(value, source=symbolic_shapes.TorchSource(source), symbolic_context=context)
         if not symbolic_shapes.has_symbols(fake):  # only sizes 0/1 were asked for: they stay static
             return fake
         symbolic_shapes.log.info("%s: dynamic %s -> fake %s", source.name(), ", ".join(reasons),
                                  tuple(fake.shape))
-        self.tracked_fakes.append((fake, source))
+        self.tracked_fakes.append((fake, source, value, context))
         for sym in (*fake.shape, *fake.stride(), fake.storage_offset()):
             expr = sym.node.expr if isinstance(sym, torch.SymInt) else None
             if expr is None or not expr.is_Symbol or expr in self.symbol_nodes:
@@ -286,6 +287,8 @@ class OutputGraph:
         if logs.enabled("graph_code"):
             logs.get_logger("graph_code").info("TRACED GRAPH %s\n%s", self.frame_name, gm.print_readable(print_output=False))
         self._guard_input_overlap()
+        for fake, source, value, _ in self.tracked_fakes:  # dims the trace specialised are static again
+            self.guard_builder.replace("TENSOR_MATCH", source, TensorMeta.of(value, fake))
         for relation in symbolic_shapes.produce_guards(self.fake_mode.shape_env, self.tracked_fakes, self.scope):
             self.add_guard("SHAPE_ENV", None, relation)
         check_fn = self.guard_builder.build()

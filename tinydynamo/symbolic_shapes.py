@@ -201,12 +201,13 @@ def symbol_source(shape_env: ShapeEnv, symbol) -> SymbolSource:
 
 
 # ---- SHAPE_ENV guards (the kind itself is registered in tinydynamo.guards) ----------------------
-def produce_guards(shape_env: ShapeEnv, tracked: list[tuple[torch.Tensor, Source]], scope: SourceScope) -> list[str]:
+def produce_guards(shape_env: ShapeEnv, tracked: list[tuple], scope: SourceScope) -> list[str]:
     """The ShapeEnv's facts about the inputs, as Python relations over their sources (one SHAPE_ENV
     guard each). Raises torch's ConstraintViolationError if a ``mark_dynamic`` dim was specialised."""
     if not tracked:
         return []
-    exprs = shape_env.produce_guards([f for f, _ in tracked], [TorchSource(s) for _, s in tracked])
+    exprs = shape_env.produce_guards([t[0] for t in tracked], [TorchSource(t[1]) for t in tracked],
+                                     input_contexts=[t[3] for t in tracked])
     if exprs:
         from torch.fx.experimental.symbolic_shapes import IsNonOverlappingAndDenseIndicator
 
