@@ -328,6 +328,28 @@ def test_graph_break_with_symbolic_sizes():
         torch.testing.assert_close(compiled(x), with_break(x))
     first = tinydynamo.cache_info(compiled).entries
     assert len(first) <= 2 and first[0].break_reason is not None
+    from tinydynamo.eval_frame import _caches
+
+    # the resume function gets n as an int: specialised first, then an automatic-dynamic SymInt
+    resume = [c for code, c in _caches.items() if code.co_name.startswith("__resume_at_")]
+    assert resume and all(len(c.entries) <= 2 and c.run_eagerly is None for c in resume)
+
+
+def scale_by(x, n):
+    return x * n + torch.arange(n).sum()
+
+
+def test_int_arguments_become_dynamic_after_a_change():
+    cnt = CompileCounter()
+    compiled = tinydynamo.compile(scale_by, backend=cnt)
+    for n in (2, 3, 4, 7, 1, 9):
+        x = torch.randn(3)
+        torch.testing.assert_close(compiled(x, n), scale_by(x, n))
+    tcnt = torch._dynamo.testing.CompileCounter()
+    tcompiled = torch.compile(scale_by, backend=tcnt)
+    for n in (2, 3, 4, 7, 1, 9):
+        tcompiled(torch.randn(3), n)
+    assert cnt.frame_count == tcnt.frame_count
 
 
 def test_guards_print_and_tensor_match_skips_dynamic_dims():

@@ -220,6 +220,39 @@ class OutputGraph:
             self.example_inputs.append(sym)
         return fake
 
+    def lift_int(self, value: int, source: Source) -> VariableTracker | None:
+        """An int argument compiled as a symbol (automatic dynamic / ``dynamic=True``): a SymInt
+        placeholder read from ``L['n']`` at run time; None where the int stays a guarded constant."""
+        from tinydynamo.variables.sym_node import SymNodeVariable
+
+        why = symbolic_shapes.int_is_dynamic(value, source, self.frame_state)
+        if why is None:
+            return None
+        key = source.name()
+        if key in self._inputs:
+            return self._inputs[key]
+        env = self.fake_mode.shape_env
+        sym = env.create_unspecified_symint_and_symbol(value, symbolic_shapes.TorchSource(source),
+                                                       symbolic_shapes.DimDynamic.DYNAMIC)
+        symbolic_shapes.log.info("%s: dynamic int %s: %s -> %s", key, value, why, sym)
+        placeholders = [n for n in self.graph.nodes if n.op == "placeholder"]
+        anchor = placeholders[-1].next if placeholders else next(iter(self.graph.nodes), None)
+        if anchor is not None and anchor.op != "root":
+            with self.graph.inserting_before(anchor):
+                node = self.graph.placeholder(str(sym.node.expr))
+        else:
+            node = self.graph.placeholder(str(sym.node.expr))
+        node.meta["example_value"] = sym
+        node.meta["source"] = key
+        self.add_guard("TYPE_MATCH", source, int)
+        var = SymNodeVariable(node, sym, source)
+        self._inputs[key] = var
+        self.symbol_nodes[sym.node.expr] = (node, source)
+        self.tracked_fakes.append((sym, source, value, None))
+        self.input_sources.append(source)
+        self.example_inputs.append(sym)
+        return var
+
     # ---- ops ---------------------------------------------------------------------------------------
     def create_node(self, op: str, target: Any, args: list[VariableTracker], kwargs: dict[str, VariableTracker],
                     keep: bool = False) -> VariableTracker:
@@ -288,7 +321,8 @@ class OutputGraph:
             logs.get_logger("graph_code").info("TRACED GRAPH %s\n%s", self.frame_name, gm.print_readable(print_output=False))
         self._guard_input_overlap()
         for fake, source, value, _ in self.tracked_fakes:  # dims the trace specialised are static again
-            self.guard_builder.replace("TENSOR_MATCH", source, TensorMeta.of(value, fake))
+            if isinstance(fake, torch.Tensor):
+                self.guard_builder.replace("TENSOR_MATCH", source, TensorMeta.of(value, fake))
         for relation in symbolic_shapes.produce_guards(self.fake_mode.shape_env, self.tracked_fakes, self.scope):
             self.add_guard("SHAPE_ENV", None, relation)
         check_fn = self.guard_builder.build()

@@ -154,6 +154,30 @@ def dynamic_dims(value: torch.Tensor, source: Source, frame_state: dict | None) 
     return sizes, constraints, reasons
 
 
+def int_is_dynamic(value: int, source: Source, frame_state: dict | None) -> str | None:
+    """Why the int argument ``value`` (at ``source``) is compiled as a symbol, or None: as torch does,
+    ints are specialised (guarded by value) until one changes ("automatic dynamic"), or from the
+    start with ``dynamic=True``. 0 and 1 stay static; so do ints that are not frame arguments
+    (module attributes, globals: torch specialises those too)."""
+    from tinydynamo.source import LocalSource
+
+    if not isinstance(source, LocalSource) or value in (0, 1):
+        return None
+    changed = False
+    if frame_state is not None:
+        key = source.name()
+        before = frame_state.get(key)
+        changed = before is not None and before != ("int", value)
+        frame_state[key] = ("int", None) if changed or before == ("int", None) else ("int", value)
+        changed = frame_state[key] == ("int", None)
+    if changed and config.automatic_dynamic_shapes:
+        log.info("automatic dynamic: int %s changed (now %s); compiling it as a symbol", source.name(), value)
+        return "automatic dynamic (its value changed)"
+    if not config.assume_static_by_default:
+        return "dynamic=True"
+    return None
+
+
 def new_shape_env() -> ShapeEnv:
     """The ShapeEnv of one frame. Data-dependent output shapes (``nonzero``) and ``.item()`` stay
     errors (they are graph breaks here), as they were without one."""
@@ -208,6 +232,9 @@ def produce_guards(shape_env: ShapeEnv, tracked: list[tuple], scope: SourceScope
         return []
     exprs = shape_env.produce_guards([t[0] for t in tracked], [TorchSource(t[1]) for t in tracked],
                                      input_contexts=[t[3] for t in tracked])
+    for value, source, _, _ in tracked:  # an int the trace specialised: guarded by its value
+        if isinstance(value, torch.SymInt) and value.node.maybe_as_int() is not None:
+            exprs.append(f"{source.name()} == {value.node.maybe_as_int()}")
     if exprs:
         from torch.fx.experimental.symbolic_shapes import IsNonOverlappingAndDenseIndicator
 

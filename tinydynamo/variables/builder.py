@@ -72,6 +72,10 @@ class VariableBuilder:
         if type(value) is torch.Size:
             self.guard("CONSTANT_MATCH", value)
             return SizeVariable.of(value)
+        if type(value) is int and src is not None and self.tx is not None:
+            symbolic = self.tx.output.lift_int(value, src)  # an int argument that changed: a symbol
+            if symbolic is not None:
+                return symbolic
         if isinstance(value, CONSTANT_TYPES) and type(value) not in (tuple, list):
             self.guard("CONSTANT_MATCH", value)
             return ConstantVariable(value, src)
