@@ -362,3 +362,45 @@ def test_guards_print_and_tensor_match_skips_dynamic_dims():
     assert "shape ==" not in entry.check_fn.code.split("TENSOR_MATCH")[1].split("\n")[1]
     assert entry.check_fn(dict(x=torch.randn(40, 8)), {})
     assert not entry.check_fn(dict(x=torch.randn(40, 12)), {})  # the static dim is still checked
+
+
+def same_shape(x, y):
+    if x.shape == y.shape:
+        return x + y
+    return x - y.sum()
+
+
+def test_shape_comparison_is_a_relation():
+    cnt = CompileCounter()
+    compiled = tinydynamo.compile(same_shape, backend=cnt, dynamic=True)
+    for n, m in ((3, 3), (5, 5), (4, 6), (7, 2)):
+        x, y = torch.randn(n, 2), torch.randn(m, 2)
+        torch.testing.assert_close(compiled(x, y), same_shape(x, y))
+    assert cnt.frame_count == 2  # equal / not equal, whatever the sizes
+
+
+def test_course_gpt_sweep_training():
+    """The course's GPT (causal-mask buffer sliced by T, positions by arange(T)): losses and gradients
+    equal eager over T, with no more graphs than torch.compile makes."""
+    from course.models import GPT
+
+    torch.manual_seed(0)
+    model = GPT(vocab_size=32, block_size=16, n_layer=2, n_head=2, n_embd=16)
+    lengths = (3, 5, 8, 11, 16)
+    for dynamic in (None, True):
+        tinydynamo.reset()
+        cnt = CompileCounterWithBackend("aot_eager")
+        compiled = tinydynamo.compile(model, backend=cnt, dynamic=dynamic)
+        for T in lengths:
+            idx, tgt = torch.randint(0, 32, (2, T)), torch.randint(0, 32, (2, T))
+            loss, ref = compiled(idx, tgt)[1], model(idx, tgt)[1]
+            torch.testing.assert_close(loss, ref)
+            params = list(model.parameters())
+            for g, r in zip(torch.autograd.grad(loss, params), torch.autograd.grad(ref, params)):
+                torch.testing.assert_close(g, r, rtol=1e-4, atol=1e-5)
+        torch._dynamo.reset()
+        tcnt = torch._dynamo.testing.CompileCounter()
+        tcompiled = torch.compile(model, backend=tcnt, dynamic=dynamic)
+        for T in lengths:
+            tcompiled(torch.randint(0, 32, (2, T)), torch.randint(0, 32, (2, T)))
+        assert cnt.frame_count <= tcnt.frame_count <= 3, (dynamic, cnt.frame_count, tcnt.frame_count)

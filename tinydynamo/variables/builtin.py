@@ -114,6 +114,11 @@ class BuiltinVariable(VariableTracker):
                 else TupleVariable(a.items * b.as_python_constant())
         if fn is operator.getitem:
             return a.call_method(tx, "__getitem__", [b], {})
+        if fn in (operator.eq, operator.ne) and isinstance(a, BaseListVariable) and isinstance(b, BaseListVariable):
+            # ``x.shape == y.shape`` with symbolic sizes: item by item (each relation guarded)
+            same = len(a.items) == len(b.items) and all(
+                BuiltinVariable.binop(tx, operator.eq, i, j).truth(tx) for i, j in zip(a.items, b.items))
+            return ConstantVariable(same if fn is operator.eq else not same)
         if fn in (operator.eq, operator.ne) and _identity_known(a) and _identity_known(b):
             same = _identity(a) is _identity(b)
             return ConstantVariable(same if fn is operator.eq else not same)

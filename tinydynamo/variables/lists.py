@@ -24,6 +24,9 @@ class BaseListVariable(VariableTracker):
     def as_python_constant(self):
         return self.container(v.as_python_constant() for v in self.items)
 
+    def is_python_constant(self) -> bool:  # asking must not specialise a symbolic size among the items
+        return all(v.is_python_constant() for v in self.items)
+
     def as_node_arg(self):
         return self.container(v.as_node_arg() for v in self.items)
 
