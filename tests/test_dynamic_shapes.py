@@ -414,3 +414,20 @@ def test_course_gpt_sweep_training():
         for T in lengths:
             tcompiled(torch.randint(0, 32, (2, T)), torch.randint(0, 32, (2, T)))
         assert cnt.frame_count <= tcnt.frame_count <= 3, (dynamic, cnt.frame_count, tcnt.frame_count)
+
+
+def size_arguments(x, d, k):
+    return (x.sum(d), torch.topk(x, k).values, F.pad(x, (k, k)), x.transpose(d, 0), x.size(dim=1),
+            x.narrow(1, 0, k), x.roll(k, d))
+
+
+@pytest.mark.parametrize("dynamic", [None, True])
+def test_int_arguments_as_sizes_and_dims(dynamic):
+    compiled = tinydynamo.compile(size_arguments, backend="eager", dynamic=dynamic)
+    for k in (2, 3, 4):
+        x = torch.randn(5, 6)
+        for a, b in zip(compiled(x, 1, k), size_arguments(x, 1, k)):
+            torch.testing.assert_close(a, b)
+    cache = tinydynamo.cache_info(compiled)
+    assert cache.run_eagerly is None and all(e.break_reason is None for e in cache.entries)
+    assert len(cache.entries) == (2 if dynamic is None else 1)

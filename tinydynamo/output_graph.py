@@ -259,26 +259,49 @@ class OutputGraph:
         """Add ``target(*args, **kwargs)`` to the graph; its fake result says what it produces."""
         from tinydynamo.variables.builder import wrap_fx_result
 
-        node_args = tuple(a.as_node_arg() for a in args)
-        node_kwargs = {k: v.as_node_arg() for k, v in kwargs.items()}
-        ex_args = [a.as_example() for a in args]
-        ex_kwargs = {k: v.as_example() for k, v in kwargs.items()}
+        from tinydynamo.variables.sym_node import specialized
+
         name = target if isinstance(target, str) else getattr(target, "__name__", str(target))
         try:
-            with self.fake_mode:
-                if op == "call_method":
-                    example = getattr(ex_args[0], target)(*ex_args[1:], **ex_kwargs)
-                else:
-                    example = target(*ex_args, **ex_kwargs)
+            example = self._run_fake(op, target, args, kwargs)
         except Unsupported:
             raise
         except Exception as e:  # data-dependent output shapes, or the user's own error (eager will show it)
-            unimplemented(f"{name}(...) could not be traced with fake tensors: {type(e).__name__}: {e}")
+            fixed = specialized(args), {k: specialized(v) for k, v in kwargs.items()}
+            try:
+                if fixed == (args, kwargs):
+                    raise
+                # an op without a symbolic-shape rule for a size argument (F.pad(x, (n, n))): its sizes
+                # are specialised (guarded), as torch does where it cannot stay symbolic
+                example = self._run_fake(op, target, *fixed)
+                args, kwargs = fixed
+            except Unsupported:
+                raise
+            except Exception:
+                unimplemented(f"{name}(...) could not be traced with fake tensors: {type(e).__name__}: {e}")
+        node_args = tuple(a.as_node_arg() for a in args)
+        node_kwargs = {k: v.as_node_arg() for k, v in kwargs.items()}
         node = self.graph.create_node(op, target, node_args, node_kwargs)
         if keep:
             node.meta["example_value"] = example
             return None
         return wrap_fx_result(self, node, example)
+
+    def _run_fake(self, op: str, target: Any, args: list, kwargs: dict) -> Any:
+        """``target(*args, **kwargs)`` on the example values (fake tensors, SymInts): what it produces.
+        With symbolic sizes, under the Python dispatcher, whose meta functions and decompositions
+        handle SymInts (as TorchDynamo runs them)."""
+        ex_args = [a.as_example() for a in args]
+        ex_kwargs = {k: v.as_example() for k, v in kwargs.items()}
+        symbolic = self.tracked_fakes and contextlib.ExitStack() or contextlib.nullcontext()
+        with self.fake_mode, symbolic as stack:
+            if stack is not None:
+                from torch._dispatch.python import enable_python_dispatcher
+
+                stack.enter_context(enable_python_dispatcher())
+            if op == "call_method":
+                return getattr(ex_args[0], target)(*ex_args[1:], **ex_kwargs)
+            return target(*ex_args, **ex_kwargs)
 
     def op_count(self) -> int:
         return sum(1 for n in self.graph.nodes if n.op in CALL_OPS and not is_grad_mode_node(n))

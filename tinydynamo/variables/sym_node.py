@@ -63,8 +63,10 @@ class SymNodeVariable(VariableTracker):
     def as_python_constant(self) -> Any:
         """Python needs the value itself (``range(n)``, a list index, ``math.sqrt(n)``): specialise
         the symbol to it, with a guard (``L['x'].size()[1] == 7``)."""
+        expr = self.sym.node.expr
         value = _concrete(self.sym)
-        log.info("specializing %s = %s (%s needs a Python value)", self.sym.node.expr, value, self.node.name)
+        if log.isEnabledFor(20) and expr.free_symbols:
+            log.info("specializing %s (%s) = %s: Python needs its value", expr, self.node.name, value)
         return value
 
     def truth(self, tx) -> bool:
@@ -124,8 +126,20 @@ class SliceVariable(VariableTracker):
         return f"slice({', '.join(p.reconstruct(codegen) for p in self.parts)})"
 
 
+def specialized(v: VariableTracker) -> VariableTracker:
+    """``v`` with its symbolic sizes replaced by their values (guarded), inside tuples and lists too."""
+    from tinydynamo.variables.lists import BaseListVariable
+
+    if isinstance(v, (SymNodeVariable, SliceVariable)):
+        return ConstantVariable(v.as_python_constant())
+    if isinstance(v, BaseListVariable) and v.source is None and any(
+            isinstance(i, (SymNodeVariable, SliceVariable, BaseListVariable)) for i in v.items):
+        return v.rebuild([specialized(i) for i in v.items])
+    return v
+
+
 # ---- sizes of tensors ----------------------------------------------------------------------------
-def wrap_size(tx, tensor, value, method: str, *margs) -> VariableTracker:
+def wrap_size(tx, tensor, value, method: str, *margs, **mkwargs) -> VariableTracker:
     """One size-like number of ``tensor`` (``x.size(1)``, ``x.numel()``, ``x.stride(0)``): a constant
     when static; else the placeholder of its symbol if it is one, or a ``tensor.<method>(*margs)`` node."""
     if not is_symbolic(value):
@@ -135,7 +149,7 @@ def wrap_size(tx, tensor, value, method: str, *margs) -> VariableTracker:
     if lifted is not None:
         node, source = lifted
         return SymNodeVariable(node, value, source)
-    node = tx.output.graph.call_method(method, (tensor.node, *margs))
+    node = tx.output.graph.call_method(method, (tensor.node, *margs), mkwargs)
     return SymNodeVariable.create(tx.output, node, value)
 
 

@@ -108,7 +108,7 @@ class TensorVariable(VariableTracker):
                 if isinstance(result, tuple):  # x.size(), x.stride(): one item per dim
                     items = [wrap_size(tx, self, r, name, i) for i, r in enumerate(result)]
                     return SizeVariable(items) if name == "size" else TupleVariable(items)
-                return wrap_size(tx, self, result, name, *cargs)
+                return wrap_size(tx, self, result, name, *cargs, **ckw)
             if isinstance(result, torch.Size):
                 return SizeVariable.of(result)
             return ConstantVariable(tuple(result) if isinstance(result, tuple) else result)
