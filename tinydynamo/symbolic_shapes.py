@@ -19,7 +19,8 @@ This module holds what is ours:
   compile of the same code object and input source become dynamic ("automatic dynamic");
   ``mark_dynamic`` / ``maybe_mark_dynamic`` / ``mark_static`` per tensor, ahead of time (the same
   attributes torch._dynamo sets, so either API works); parameters and buffers stay static;
-* :class:`TensorSizeSource` style sources for the SymInt placeholders (``L['x'].size()[1]``);
+* :class:`TorchSource`, our sources as torch's ShapeEnv sees them, and :class:`SymbolSource`, where a
+  SymInt placeholder's value is read at run time (``L['x'].size()[1]``);
 * the ``SHAPE_ENV`` guard kind: the relations, checked in the frame's one generated check
   function, with the failing relation as the recompile reason.
 """
@@ -167,8 +168,10 @@ def int_is_dynamic(value: int, source: Source, frame_state: dict | None) -> str 
     if frame_state is not None:
         key = source.name()
         before = frame_state.get(key)
-        changed = before is not None and before != ("int", value)
-        frame_state[key] = ("int", None) if changed or before == ("int", None) else ("int", value)
+        if before is None:
+            frame_state[key] = ("int", value)
+        elif before != ("int", value):  # changed once: a symbol from now on
+            frame_state[key] = ("int", None)
         changed = frame_state[key] == ("int", None)
     if changed and config.automatic_dynamic_shapes:
         log.info("automatic dynamic: int %s changed (now %s); compiling it as a symbol", source.name(), value)
