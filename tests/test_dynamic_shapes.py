@@ -431,3 +431,31 @@ def test_int_arguments_as_sizes_and_dims(dynamic):
     cache = tinydynamo.cache_info(compiled)
     assert cache.run_eagerly is None and all(e.break_reason is None for e in cache.entries)
     assert len(cache.entries) == (2 if dynamic is None else 1)
+
+
+@pytest.mark.parametrize("name", ["softmax", "view"])
+def test_pytorch_aot_eager_backend_sees_the_symbols(name):
+    """PyTorch's own aot_eager finds the frame's ShapeEnv (a TracingContext around the backend call,
+    as under torch.compile): one graph serves every length, with values and gradients equal eager
+    (without the context it would bake the first sizes in and be wrong on the next length)."""
+    cnt = CompileCounterWithBackend(torch._dynamo.lookup_backend("aot_eager"))
+    _sweep(FUNCTIONS[name], name, cnt, True)
+    assert cnt.frame_count == 1
+
+
+def test_pytorch_aot_eager_backend_trains_the_block():
+    torch.manual_seed(0)
+    model = Block()
+    ref_model = copy.deepcopy(model)
+    compiled = tinydynamo.compile(model, backend=torch._dynamo.lookup_backend("aot_eager"), dynamic=True)
+    for T in (3, 6, 10):
+        x = torch.randn(4, T, 16)
+        out, ref = compiled(x), ref_model(x)
+        torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
+        model.zero_grad()
+        ref_model.zero_grad()
+        out.square().mean().backward()
+        ref.square().mean().backward()
+        for p, q in zip(model.parameters(), ref_model.parameters()):
+            torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-5)
+    assert len(tinydynamo.cache_info(compiled).entries) == 1

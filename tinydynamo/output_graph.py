@@ -354,7 +354,7 @@ class OutputGraph:
                                        "\n".join(str(g) for g in check_fn.guards))
         if n_ops:
             try:
-                with dynamo_timed("backend_compile"), preserve_rng_state():
+                with dynamo_timed("backend_compile"), preserve_rng_state(), self._tracing_context():
                     compiled_fn = backend(gm, list(self.example_inputs))
             except Unsupported:
                 raise
@@ -388,6 +388,17 @@ class OutputGraph:
                 artifacts.record("transformed_code", f"{resume_code.co_name} (decompiled)", DecompiledCode(resume_code))
         return CompiledFrame(check_fn, namespace["___compiled_frame"], gm, text, backend, n_ops,
                              graph_break.reason if graph_break is not None else None)
+
+    def _tracing_context(self):
+        """For a graph with symbolic sizes, the backend runs in a ``torch._guards.TracingContext`` holding
+        this frame's fake mode, as under torch.compile: backends written for it (PyTorch's aot_autograd)
+        find the ShapeEnv there (``detect_fake_mode``) and fake the inputs with the same symbols,
+        instead of baking in the example sizes."""
+        if not self.tracked_fakes:
+            return contextlib.nullcontext()
+        from torch._guards import TracingContext, tracing
+
+        return tracing(TracingContext(self.fake_mode))
 
     def _guard_input_overlap(self) -> None:
         """A graph that writes in place gets a STORAGE_OVERLAP guard over its tensor inputs: the
