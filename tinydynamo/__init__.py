@@ -35,6 +35,9 @@ _LAZY = {
     "export": "tinydynamo.api:export",
     "is_compiling": "tinydynamo.api:is_compiling",
     "compiler": "tinydynamo.compiler:",
+    "mark_dynamic": "tinydynamo.symbolic_shapes:mark_dynamic",
+    "maybe_mark_dynamic": "tinydynamo.symbolic_shapes:maybe_mark_dynamic",
+    "mark_static": "tinydynamo.symbolic_shapes:mark_static",
 }
 
 __getattr__, __dir__ = lazy_attributes(globals(), _LAZY)

@@ -28,7 +28,15 @@ disable: bool = os.environ.get("TINY_DISABLE", "0") not in ("", "0")
 #: off: ``.item()`` is a graph break (torch: ``torch._dynamo.config.capture_scalar_outputs``)
 capture_scalar_outputs: bool = False
 
-_SETTINGS = ("disable", "capture_scalar_outputs", "recompile_limit", "suppress_errors", "max_inline_depth", "max_instructions", "default_backend")
+#: dynamic shapes (tinydynamo.symbolic_shapes), named like torch._dynamo.config's settings:
+#: a recompile caused by a size change compiles the changed dims as symbols (``compile(dynamic=None)``)
+automatic_dynamic_shapes: bool = True
+#: dims are static unless marked or changed; False: every dim of size >= 2 is a symbol (``dynamic=True``)
+assume_static_by_default: bool = True
+#: parameters and buffers of modules always have static shapes
+force_parameter_static_shapes: bool = True
+
+_SETTINGS = ("automatic_dynamic_shapes", "assume_static_by_default", "force_parameter_static_shapes", "disable", "capture_scalar_outputs", "recompile_limit", "suppress_errors", "max_inline_depth", "max_instructions", "default_backend")
 _this = sys.modules[__name__]
 
 

@@ -23,7 +23,9 @@ from typing import Any, Callable, Iterator
 import torch
 from torch import nn
 
-from tinydynamo import artifacts, bytecode, logs
+from torch.fx.experimental.symbolic_shapes import ConstraintViolationError
+
+from tinydynamo import artifacts, bytecode, logs, symbolic_shapes
 from tinydynamo.backends import lookup_backend, lookup_backend_with_options
 from tinydynamo import config
 from tinydynamo.exc import Unsupported
@@ -45,6 +47,8 @@ class FrameCache:
     entries: list[CompiledFrame] = dataclasses.field(default_factory=list)
     run_eagerly: str | None = None  # why this code object now always runs eagerly
     last_reason: str | None = None  # the latest recompile reason
+    #: input source -> its sizes at the last compile, None where they changed (automatic dynamic)
+    frame_state: dict = dataclasses.field(default_factory=dict)
 
 
 def lookup_entry(entries: list[CompiledFrame], L: dict, G: dict, backend) -> CompiledFrame | None:
@@ -107,8 +111,9 @@ def _user_function(fn: Callable) -> tuple[types.FunctionType, Any]:
 class OptimizedFunction:
     """A function wrapped by ``optimize``: each call checks the cache, compiling on a miss."""
 
-    def __init__(self, fn: Callable, backend: Any, nopython: bool = False):
+    def __init__(self, fn: Callable, backend: Any, nopython: bool = False, dynamic: bool | None = None):
         self._orig_fn = fn
+        self._dynamic = dynamic  # compile(dynamic=...): None (automatic), True (symbolic), False (static)
         self._fn, self._self = _user_function(fn)
         self._code = self._fn.__code__
         self._globals = self._fn.__globals__
@@ -175,6 +180,9 @@ class OptimizedFunction:
             return entry.run(L, G)
         _current_backend.append(self._backend)  # for the functions called natively at the break
         try:
+            if self._dynamic is not None:  # functions compiled at the break follow this frame's dynamic=
+                with config.patch(symbolic_shapes.policy_patch(self._dynamic)):
+                    return entry.run(L, G)
             return entry.run(L, G)
         finally:
             _current_backend.pop()
@@ -206,7 +214,11 @@ class OptimizedFunction:
                                 "\n".join(f"    - entry {len(reasons) - 1 - i}: {r}" for i, r in enumerate(reasons)))
         _strict.append(self._nopython or not config.suppress_errors)
         try:
-            entry = compile_frame(self._fn, L, G, self._backend, name, allow_graph_breaks=not self._nopython)
+            with config.patch(symbolic_shapes.policy_patch(self._dynamic)):
+                entry = compile_frame(self._fn, L, G, self._backend, name, allow_graph_breaks=not self._nopython,
+                                      frame_state=cache.frame_state)
+        except ConstraintViolationError:  # mark_dynamic(t, d), but the code specialised dim d: the user must know
+            raise
         except Unsupported as e:
             counters["frames"]["unsupported"] += 1
             counters["unsupported"][e.reason] += 1
@@ -278,10 +290,11 @@ def wrap_for_resume(fn: Any, backend: Any) -> Any:
 
 
 def _function_wrapper(fn: types.FunctionType, backend) -> "OptimizedFunction":
-    key = (fn, id(backend))
+    dynamic = symbolic_shapes.current_policy()  # the calling frame's dynamic= (set in config while it compiles/runs)
+    key = (fn, id(backend), dynamic)
     wrapper = _resume_wrappers.get(key)
     if wrapper is None:
-        wrapper = _resume_wrappers[key] = OptimizedFunction(fn, backend)
+        wrapper = _resume_wrappers[key] = OptimizedFunction(fn, backend, dynamic=dynamic)
     return wrapper
 
 
@@ -298,7 +311,7 @@ _current_backend: list = [None]
 
 
 def compile_frame(fn: types.FunctionType, L: dict, G: dict, backend, name: str,
-                  allow_graph_breaks: bool = False) -> CompiledFrame:
+                  allow_graph_breaks: bool = False, frame_state: dict | None = None) -> CompiledFrame:
     """Trace ``fn``'s bytecode with the arguments in ``L`` and compile the graph: one cache entry."""
     from tinydynamo.symbolic_convert import InstructionTranslator
 
@@ -316,7 +329,7 @@ def compile_frame(fn: types.FunctionType, L: dict, G: dict, backend, name: str,
         listing = bytecode.format_instructions(bytecode.get_instructions(code))
         artifacts.record("bytecode", name, listing)
         bytecode_log.info("BYTECODE %s %s:%d\n%s", name, code.co_filename, code.co_firstlineno, listing)
-        output = OutputGraph(G, name.replace(".", "_").replace("<", "").replace(">", ""))
+        output = OutputGraph(G, name.replace(".", "_").replace("<", "").replace(">", ""), frame_state)
         tx = InstructionTranslator(code, G, L, output, allow_graph_breaks)
         grad_mode = torch.is_grad_enabled()
         try:
@@ -344,8 +357,8 @@ def compile_frame(fn: types.FunctionType, L: dict, G: dict, backend, name: str,
 _listeners: list = []
 
 
-def optimize(backend: Any = None, nopython: bool = False) -> Callable[[Callable], Callable]:
-    """``tinydynamo.optimize(backend)(fn)``: like ``torch._dynamo.optimize``."""
+def optimize(backend: Any = None, nopython: bool = False, dynamic: bool | None = None) -> Callable[[Callable], Callable]:
+    """``tinydynamo.optimize(backend)(fn)``: like ``torch._dynamo.optimize`` (``dynamic``: see :func:`compile`)."""
     backend_fn = lookup_backend(backend)
 
     def decorator(fn):
@@ -354,8 +367,8 @@ def optimize(backend: Any = None, nopython: bool = False) -> Callable[[Callable]
         elif isinstance(fn, OptimizedFunction):
             fn = fn._orig_fn
         if isinstance(fn, nn.Module):
-            return OptimizedModule(fn, backend_fn, nopython)
-        return OptimizedFunction(fn, backend_fn, nopython)
+            return OptimizedModule(fn, backend_fn, nopython, dynamic)
+        return OptimizedFunction(fn, backend_fn, nopython, dynamic)
 
     return _OptimizeDecorator(decorator)
 
@@ -382,15 +395,16 @@ def compile(model: Callable | None = None, *, backend: Any = None, fullgraph: bo
             dynamic: bool | None = None, mode: str | None = None, options: dict | None = None):
     """``tinydynamo.compile(fn_or_module, backend=..., fullgraph=...)``: like ``torch.compile``.
 
-    Shapes are always static here (``dynamic=True`` is accepted and ignored, with a warning).
-    ``mode="reduce-overhead"`` (CUDA graphs) and ``options={"triton.cudagraphs": True, ...}``
+    ``dynamic`` as torch.compile's (tinydynamo.symbolic_shapes): ``None`` static first, then the sizes that
+    change are compiled as symbols ("automatic dynamic"); ``True`` symbolic from the start (sizes 0 and 1
+    stay static); ``False`` always static (a new size is a recompile). ``mode="reduce-overhead"`` (CUDA graphs) and ``options={"triton.cudagraphs": True, ...}``
     configure the tininductor backend, as they configure inductor for torch.compile.
     """
-    if dynamic:
-        warnings.warn("tinydynamo specializes on shapes; dynamic=True is ignored", stacklevel=2)
+    if dynamic not in (None, True, False):
+        raise TypeError(f"compile(dynamic=...) takes None, True or False, not {dynamic!r}")
     if model is None:
         return lambda m: compile(m, backend=backend, fullgraph=fullgraph, dynamic=dynamic, mode=mode, options=options)
-    return optimize(lookup_backend_with_options(backend, mode, options), nopython=fullgraph)(model)
+    return optimize(lookup_backend_with_options(backend, mode, options), nopython=fullgraph, dynamic=dynamic)(model)
 
 
 def _call_module_with_hooks(module, *args, **kwargs):
@@ -402,16 +416,16 @@ class OptimizedModule(nn.Module):
     """A compiled ``nn.Module``: calls go through the compiled ``forward``; everything else
     (parameters, state_dict, attributes, train/eval) is the original module's, with the same names."""
 
-    def __init__(self, mod: nn.Module, backend, nopython: bool):
+    def __init__(self, mod: nn.Module, backend, nopython: bool, dynamic: bool | None = None):
         super().__init__()
         self._orig_mod = mod
-        self._compiled_forward = OptimizedFunction(mod.forward, backend, nopython)
+        self._compiled_forward = OptimizedFunction(mod.forward, backend, nopython, dynamic)
 
     def __deepcopy__(self, memo: dict) -> "OptimizedModule":
         """A compiled copy of a copy of the module (same backend and fullgraph setting; compiled caches are
         per code object, so the copy reuses them where its guards pass)."""
         fn = self._compiled_forward
-        return OptimizedModule(copy.deepcopy(self._orig_mod, memo), fn._backend, fn._nopython)
+        return OptimizedModule(copy.deepcopy(self._orig_mod, memo), fn._backend, fn._nopython, fn._dynamic)
 
     def __call__(self, *args, **kwargs):
         # the wrapper adds nothing around forward: hooks (global ones too) run once, on the
@@ -427,7 +441,7 @@ class OptimizedModule(nn.Module):
         if m._forward_hooks or m._forward_pre_hooks:  # compile the call with its hooks (inlined around forward)
             if getattr(self, "_compiled_call", None) is None:
                 self._compiled_call = OptimizedFunction(_call_module_with_hooks, self._compiled_forward._backend,
-                                                        self._compiled_forward._nopython)
+                                                        self._compiled_forward._nopython, self._compiled_forward._dynamic)
             return self._compiled_call(m, *args, **kwargs)
         if module_mod._global_forward_hooks or module_mod._global_forward_pre_hooks:
             return m(*args, **kwargs)  # global hooks are not captured: run the module as usual
@@ -438,7 +452,7 @@ class OptimizedModule(nn.Module):
             # ``m(...)`` would run now (each function keeps its own cache, by code object)
             compiled = self._compiled_forward = OptimizedFunction(
                 forward if "forward" in m.__dict__ else types.MethodType(forward, m),
-                compiled._backend, compiled._nopython)
+                compiled._backend, compiled._nopython, compiled._dynamic)
         return compiled(*args, **kwargs)
 
     def __getattr__(self, name: str):

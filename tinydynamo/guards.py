@@ -24,18 +24,26 @@ from tinydynamo.source import Source, SourceScope
 
 @dataclasses.dataclass(frozen=True)
 class TensorMeta:
-    """What TENSOR_MATCH pins down about a tensor."""
+    """What TENSOR_MATCH pins down about a tensor. A dynamic dim (a symbol in the fake value) is
+    ``None`` in ``size``/``stride``: its value is left to the SHAPE_ENV relations."""
 
     type: type
     dtype: torch.dtype
     device: torch.device
-    size: tuple[int, ...]
-    stride: tuple[int, ...]
+    size: tuple[int | None, ...]
+    stride: tuple[int | None, ...]
     requires_grad: bool
 
     @classmethod
-    def of(cls, t: torch.Tensor) -> "TensorMeta":
-        return cls(type(t), t.dtype, t.device, tuple(t.shape), tuple(t.stride()), t.requires_grad)
+    def of(cls, t: torch.Tensor, fake: torch.Tensor | None = None) -> "TensorMeta":
+        size, stride = tuple(t.shape), tuple(t.stride())
+        if fake is not None:  # keep only the static entries (a symbol the trace specialised is static)
+            def symbolic(s) -> bool:
+                return isinstance(s, torch.SymInt) and s.node.maybe_as_int() is None
+
+            size = tuple(None if symbolic(s) else v for s, v in zip(fake.shape, size))
+            stride = tuple(None if symbolic(s) else v for s, v in zip(fake.stride(), stride))
+        return cls(type(t), t.dtype, t.device, size, stride, t.requires_grad)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -94,10 +102,17 @@ def _tensor_code(g: Guard, ref: str, scope: SourceScope) -> list[str]:
         f"type({ref}) is {scope.constant(m.type, 't')}",
         f"{ref}.dtype is {scope.constant(m.dtype, 'dt')}",
         _device_check(ref, m.device, scope),
-        f"{ref}.shape == {m.size!r}",
-        f"{ref}.stride() == {m.stride!r}",
+        *_sizes_check(f"{ref}.shape", m.size),
+        *_sizes_check(f"{ref}.stride()", m.stride),
         f"{ref}.requires_grad is {m.requires_grad!r}",
     ]
+
+
+def _sizes_check(expr: str, sizes: tuple) -> list[str]:
+    """``x.shape == (6, 8)``; with dynamic dims (None) the rank and each static entry only."""
+    if None not in sizes:
+        return [f"{expr} == {sizes!r}"]
+    return [f"len({expr}) == {len(sizes)}"] + [f"{expr}[{i}] == {s}" for i, s in enumerate(sizes) if s is not None]
 
 
 def _device_check(ref: str, device: torch.device, scope: SourceScope) -> str:
@@ -120,10 +135,10 @@ def _tensor_failure(g: Guard, v: Any) -> str | None:
     if v.dim() != len(m.size):
         return f"tensor {g.name} rank mismatch: expected {len(m.size)}, actual {v.dim()}"
     for i, (e, a) in enumerate(zip(m.size, v.shape)):
-        if e != a:
+        if e is not None and e != a:
             return f"tensor {g.name} size mismatch at index {i}: expected {e}, actual {a}"
     for i, (e, a) in enumerate(zip(m.stride, v.stride())):
-        if e != a:
+        if e is not None and e != a:
             return f"tensor {g.name} stride mismatch at index {i}: expected {e}, actual {a}"
     if v.requires_grad != m.requires_grad:
         return f"tensor {g.name} requires_grad mismatch: expected {m.requires_grad}, actual {v.requires_grad}"
@@ -287,6 +302,18 @@ register_guard_kind(
 )
 
 
+# ---- SHAPE_ENV: a relation over input sizes (dynamic shapes, see tinydynamo.symbolic_shapes) ----
+# ``2 <= L['x'].size()[1]``, ``L['y'].size()[0] == L['x'].size()[0]``: what torch's ShapeEnv
+# recorded while the trace ran on symbolic sizes. One guard per relation (its own line in the logs).
+
+register_guard_kind(
+    "SHAPE_ENV",
+    lambda g, ref, scope: [f"({g.expected})"],
+    lambda g, v: None if v else f"shape guard failed: {g.expected}",  # v: the relation's value
+    lambda g: g.expected,
+)
+
+
 # ---- STORAGE_OVERLAP: which tensor inputs share memory (for graphs that write to an input) ----
 # A functional graph takes its inputs as independent values; a write to one is then not seen
 # through another that shares its memory. TorchDynamo guards duplicate inputs and storage
@@ -429,6 +456,12 @@ class CheckFunction:
             if g.kind == "ALIAS_MATCH":  # needs two values: ask its own condition
                 other = self.scope.evaluate(g.expected[0], L, G)
                 reason = None if (value is other) == g.expected[1] else GUARD_KINDS[g.kind].failure(g, value)
+            elif g.kind == "SHAPE_ENV":  # a relation over several sources
+                try:
+                    holds = eval(g.expected, {**self.scope.names, "L": L, "G": G})
+                except Exception as e:  # e.g. a modulo by a size that is now 0
+                    return f"shape guard {g.expected} raised {type(e).__name__}: {e}"
+                reason = GUARD_KINDS[g.kind].failure(g, holds)
             elif g.kind == "STORAGE_OVERLAP":  # over several sources
                 groups = storage_groups(*[self.scope.evaluate(src, L, G) for src in g.expected[0]])
                 reason = None if groups == g.expected[1] else GUARD_KINDS[g.kind].failure(g, groups)
@@ -457,7 +490,14 @@ class GuardBuilder:
             key += (expected[0],)
         elif kind == "ID_MATCH":  # two classes of one name (local classes) are two guards
             key += (id(expected),)
+        elif kind == "SHAPE_ENV":  # one per relation
+            key += (expected,)
         self.guards.setdefault(key, Guard(kind, source, expected))
+
+    def replace(self, kind: str, source: Source, expected: Any) -> None:
+        """Change what an installed guard expects (in place: its position in the check stays)."""
+        key = (kind, source.name())
+        self.guards[key] = Guard(kind, source, expected)
 
     def build(self) -> CheckFunction:
         return CheckFunction(list(self.guards.values()), self.scope)

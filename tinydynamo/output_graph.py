@@ -26,7 +26,7 @@ import torch
 import torch.fx
 from torch._subclasses.fake_tensor import FakeTensorMode
 
-from tinydynamo import artifacts, logs
+from tinydynamo import artifacts, logs, symbolic_shapes
 from tinydynamo.exc import Unsupported, unimplemented
 from tinydynamo.side_effects import SideEffects
 from tinydynamo.guards import CheckFunction, GuardBuilder, TensorMeta
@@ -129,12 +129,17 @@ def _node_name(source: Source) -> str:
 
 
 class OutputGraph:
-    def __init__(self, f_globals: dict, frame_name: str):
+    def __init__(self, f_globals: dict, frame_name: str, frame_state: dict | None = None):
         self.frame_name = frame_name
         self.graph = torch.fx.Graph()
         self.root = torch.nn.Module()
         with dynamo_timed("fake_tensor_mode"):  # the first one imports torch._dynamo (its config)
-            self.fake_mode = FakeTensorMode()
+            # sizes may be symbols of this ShapeEnv (dynamic shapes: tinydynamo.symbolic_shapes)
+            self.fake_mode = FakeTensorMode(shape_env=symbolic_shapes.new_shape_env())
+        self.frame_state = frame_state  # per code object: input sizes seen so far (automatic dynamic)
+        self.symbol_nodes: dict = {}  # sympy symbol -> (its SymInt placeholder, source)
+        #: symbolic inputs (fake, source, real value, symbolic context), for the shape guards
+        self.tracked_fakes: list[tuple[torch.Tensor, Source, torch.Tensor, Any]] = []
         self.scope = SourceScope(f_globals)
         self.guard_builder = GuardBuilder(self.scope)
         self.input_sources: list[Source] = []
@@ -173,17 +178,79 @@ class OutputGraph:
                 node = self.graph.placeholder(_node_name(source))
         else:
             node = self.graph.placeholder(_node_name(source))
-        fake = self.fake_mode.from_tensor(value, static_shapes=True)
+        fake = self._fake_input(value, source, node)
         node.meta["example_value"] = fake
         node.meta["source"] = key
         # a parameter/buffer: backends may assume it does not share memory with the other inputs
         node.meta["module_state"] = isinstance(source, ModuleMemberSource)
-        self.add_guard("TENSOR_MATCH", source, TensorMeta.of(value))
+        self.add_guard("TENSOR_MATCH", source, TensorMeta.of(value, fake))
         var = TensorVariable(node, fake, source)
         var.py_type = type(value)
         self._inputs[key] = var
         self.input_sources.append(source)
         self.example_inputs.append(value)
+        return var
+
+    def _fake_input(self, value: torch.Tensor, source: Source, node: torch.fx.Node) -> torch.Tensor:
+        """The input's fake value: static, or with symbols for its dynamic dims (the policy is
+        tinydynamo.symbolic_shapes.dynamic_dims). Each new symbol becomes a SymInt placeholder just
+        before the tensor's (TorchDynamo's convention: ``s0, s1, L_x_``), read at run time from
+        ``L['x'].size()[i]`` by the generated frame."""
+        sizes, constraints, reasons = symbolic_shapes.dynamic_dims(value, source, self.frame_state)
+        if not reasons:
+            return self.fake_mode.from_tensor(value, static_shapes=True)
+        context = symbolic_shapes.symbolic_context(sizes, constraints)
+        fake = self.fake_mode.from_tensor(value, source=symbolic_shapes.TorchSource(source), symbolic_context=context)
+        if not symbolic_shapes.has_symbols(fake):  # only sizes 0/1 were asked for: they stay static
+            return fake
+        symbolic_shapes.log.info("%s: dynamic %s -> fake %s", source.name(), ", ".join(reasons),
+                                 tuple(fake.shape))
+        self.tracked_fakes.append((fake, source, value, context))
+        for sym in (*fake.shape, *fake.stride(), fake.storage_offset()):
+            expr = sym.node.expr if isinstance(sym, torch.SymInt) else None
+            if expr is None or not expr.is_Symbol or expr in self.symbol_nodes:
+                continue
+            with self.graph.inserting_before(node):
+                sym_node = self.graph.placeholder(str(expr))
+            sym_source = symbolic_shapes.symbol_source(self.fake_mode.shape_env, expr)
+            sym_node.meta["example_value"] = sym
+            sym_node.meta["source"] = sym_source.name()
+            self.symbol_nodes[expr] = (sym_node, sym_source)
+            self.input_sources.append(sym_source)
+            self.example_inputs.append(sym)
+        return fake
+
+    def lift_int(self, value: int, source: Source) -> VariableTracker | None:
+        """An int argument compiled as a symbol (automatic dynamic / ``dynamic=True``): a SymInt
+        placeholder read from ``L['n']`` at run time; None where the int stays a guarded constant."""
+        from tinydynamo.variables.sym_node import SymNodeVariable
+
+        why = symbolic_shapes.int_is_dynamic(value, source, self.frame_state)
+        if why is None:
+            return None
+        key = source.name()
+        if key in self._inputs:
+            return self._inputs[key]
+        env = self.fake_mode.shape_env
+        sym = env.create_unspecified_symint_and_symbol(value, symbolic_shapes.TorchSource(source),
+                                                       symbolic_shapes.DimDynamic.DYNAMIC)
+        symbolic_shapes.log.info("%s: dynamic int %s: %s -> %s", key, value, why, sym)
+        placeholders = [n for n in self.graph.nodes if n.op == "placeholder"]
+        anchor = placeholders[-1].next if placeholders else next(iter(self.graph.nodes), None)
+        if anchor is not None and anchor.op != "root":
+            with self.graph.inserting_before(anchor):
+                node = self.graph.placeholder(str(sym.node.expr))
+        else:
+            node = self.graph.placeholder(str(sym.node.expr))
+        node.meta["example_value"] = sym
+        node.meta["source"] = key
+        self.add_guard("TYPE_MATCH", source, int)
+        var = SymNodeVariable(node, sym, source)
+        self._inputs[key] = var
+        self.symbol_nodes[sym.node.expr] = (node, source)
+        self.tracked_fakes.append((sym, source, value, None))
+        self.input_sources.append(source)
+        self.example_inputs.append(sym)
         return var
 
     # ---- ops ---------------------------------------------------------------------------------------
@@ -192,26 +259,49 @@ class OutputGraph:
         """Add ``target(*args, **kwargs)`` to the graph; its fake result says what it produces."""
         from tinydynamo.variables.builder import wrap_fx_result
 
-        node_args = tuple(a.as_node_arg() for a in args)
-        node_kwargs = {k: v.as_node_arg() for k, v in kwargs.items()}
-        ex_args = [a.as_example() for a in args]
-        ex_kwargs = {k: v.as_example() for k, v in kwargs.items()}
+        from tinydynamo.variables.sym_node import specialized
+
         name = target if isinstance(target, str) else getattr(target, "__name__", str(target))
         try:
-            with self.fake_mode:
-                if op == "call_method":
-                    example = getattr(ex_args[0], target)(*ex_args[1:], **ex_kwargs)
-                else:
-                    example = target(*ex_args, **ex_kwargs)
+            example = self._run_fake(op, target, args, kwargs)
         except Unsupported:
             raise
         except Exception as e:  # data-dependent output shapes, or the user's own error (eager will show it)
-            unimplemented(f"{name}(...) could not be traced with fake tensors: {type(e).__name__}: {e}")
+            fixed = specialized(args), {k: specialized(v) for k, v in kwargs.items()}
+            try:
+                if fixed == (args, kwargs):
+                    raise
+                # an op without a symbolic-shape rule for a size argument (F.pad(x, (n, n))): its sizes
+                # are specialised (guarded), as torch does where it cannot stay symbolic
+                example = self._run_fake(op, target, *fixed)
+                args, kwargs = fixed
+            except Unsupported:
+                raise
+            except Exception:
+                unimplemented(f"{name}(...) could not be traced with fake tensors: {type(e).__name__}: {e}")
+        node_args = tuple(a.as_node_arg() for a in args)
+        node_kwargs = {k: v.as_node_arg() for k, v in kwargs.items()}
         node = self.graph.create_node(op, target, node_args, node_kwargs)
         if keep:
             node.meta["example_value"] = example
             return None
         return wrap_fx_result(self, node, example)
+
+    def _run_fake(self, op: str, target: Any, args: list, kwargs: dict) -> Any:
+        """``target(*args, **kwargs)`` on the example values (fake tensors, SymInts): what it produces.
+        With symbolic sizes, under the Python dispatcher, whose meta functions and decompositions
+        handle SymInts (as TorchDynamo runs them)."""
+        ex_args = [a.as_example() for a in args]
+        ex_kwargs = {k: v.as_example() for k, v in kwargs.items()}
+        symbolic = self.tracked_fakes and contextlib.ExitStack() or contextlib.nullcontext()
+        with self.fake_mode, symbolic as stack:
+            if stack is not None:
+                from torch._dispatch.python import enable_python_dispatcher
+
+                stack.enter_context(enable_python_dispatcher())
+            if op == "call_method":
+                return getattr(ex_args[0], target)(*ex_args[1:], **ex_kwargs)
+            return target(*ex_args, **ex_kwargs)
 
     def op_count(self) -> int:
         return sum(1 for n in self.graph.nodes if n.op in CALL_OPS and not is_grad_mode_node(n))
@@ -253,13 +343,18 @@ class OutputGraph:
         if logs.enabled("graph_code"):
             logs.get_logger("graph_code").info("TRACED GRAPH %s\n%s", self.frame_name, gm.print_readable(print_output=False))
         self._guard_input_overlap()
+        for fake, source, value, _ in self.tracked_fakes:  # dims the trace specialised are static again
+            if isinstance(fake, torch.Tensor):
+                self.guard_builder.replace("TENSOR_MATCH", source, TensorMeta.of(value, fake))
+        for relation in symbolic_shapes.produce_guards(self.fake_mode.shape_env, self.tracked_fakes, self.scope):
+            self.add_guard("SHAPE_ENV", None, relation)
         check_fn = self.guard_builder.build()
         artifacts.record("guards", self.frame_name, check_fn.code)
         logs.get_logger("guards").info("GUARDS %s\n%s", self.frame_name,
                                        "\n".join(str(g) for g in check_fn.guards))
         if n_ops:
             try:
-                with dynamo_timed("backend_compile"), preserve_rng_state():
+                with dynamo_timed("backend_compile"), preserve_rng_state(), self._tracing_context():
                     compiled_fn = backend(gm, list(self.example_inputs))
             except Unsupported:
                 raise
@@ -294,6 +389,17 @@ class OutputGraph:
         return CompiledFrame(check_fn, namespace["___compiled_frame"], gm, text, backend, n_ops,
                              graph_break.reason if graph_break is not None else None)
 
+    def _tracing_context(self):
+        """For a graph with symbolic sizes, the backend runs in a ``torch._guards.TracingContext`` holding
+        this frame's fake mode, as under torch.compile: backends written for it (PyTorch's aot_autograd)
+        find the ShapeEnv there (``detect_fake_mode``) and fake the inputs with the same symbols,
+        instead of baking in the example sizes."""
+        if not self.tracked_fakes:
+            return contextlib.nullcontext()
+        from torch._guards import TracingContext, tracing
+
+        return tracing(TracingContext(self.fake_mode))
+
     def _guard_input_overlap(self) -> None:
         """A graph that writes in place gets a STORAGE_OVERLAP guard over its tensor inputs: the
         same tensor passed twice, or two views of one base, where the first call had distinct
@@ -303,7 +409,7 @@ class OutputGraph:
         from tinydynamo.guards import storage_groups
 
         pairs = [(src, t) for src, t in zip(self.input_sources, self.example_inputs)
-                 if not isinstance(src, ModuleMemberSource)]  # parameters and buffers: not checked per call
+                 if not isinstance(src, ModuleMemberSource) and isinstance(t, torch.Tensor)]  # parameters and buffers: not checked per call
         if len(pairs) < 2 or not any(_writes_in_place(n) for n in self.graph.nodes):
             return
         self.add_guard("STORAGE_OVERLAP", None, (tuple(s for s, _ in pairs), storage_groups(*[t for _, t in pairs])))

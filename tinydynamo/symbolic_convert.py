@@ -41,6 +41,7 @@ from tinydynamo.variables import (
     VariableTracker,
 )
 from tinydynamo.variables.builder import VariableBuilder
+from tinydynamo.variables.sym_node import SliceVariable, SymNodeVariable
 from tinydynamo.variables.ctx_manager import (
     GradModeVariable,
     WithExitFunctionVariable,
@@ -380,7 +381,7 @@ def _unary(tx: T, inst):
         tx.push(ConstantVariable(not v.truth(tx)))
     elif v.is_python_constant():
         tx.push(ConstantVariable(fn(v.as_python_constant())))
-    elif isinstance(v, TensorVariable):
+    elif isinstance(v, (TensorVariable, SymNodeVariable)):
         tx.push(tx.output.create_node("call_function", fn, [v], {}))
     else:
         unimplemented(f"{inst.opname} on {v}")
@@ -444,6 +445,10 @@ def BUILD_CONST_KEY_MAP(tx: T, inst):
 @_handler
 def BUILD_SLICE(tx: T, inst):
     parts = tx.popn(inst.argval)
+    if any(isinstance(p, SymNodeVariable) for p in parts) and \
+            all(p.is_python_constant() or isinstance(p, SymNodeVariable) for p in parts):
+        tx.push(SliceVariable(parts))  # x[:n] with a symbolic n stays symbolic
+        return
     if not all(p.is_python_constant() for p in parts):
         unimplemented("slice with non-constant bounds")
     tx.push(ConstantVariable(slice(*[p.as_python_constant() for p in parts])))

@@ -72,6 +72,10 @@ class VariableBuilder:
         if type(value) is torch.Size:
             self.guard("CONSTANT_MATCH", value)
             return SizeVariable.of(value)
+        if type(value) is int and src is not None and self.tx is not None:
+            symbolic = self.tx.output.lift_int(value, src)  # an int argument that changed: a symbol
+            if symbolic is not None:
+                return symbolic
         if isinstance(value, CONSTANT_TYPES) and type(value) not in (tuple, list):
             self.guard("CONSTANT_MATCH", value)
             return ConstantVariable(value, src)
@@ -235,10 +239,14 @@ def wrap_constant_result(value: Any) -> VariableTracker:
 
 def wrap_fx_result(output, node, example: Any) -> VariableTracker:
     """Wrap what a graph node produced at trace time (its fake value) as a variable."""
+    from tinydynamo.variables.sym_node import SYM_TYPES, SymNodeVariable
+
     if isinstance(example, torch.Tensor):
         node.meta["example_value"] = example
         return TensorVariable(node, example)
-    if isinstance(example, (tuple, list)) and any(isinstance(e, torch.Tensor) for e in example):
+    if isinstance(example, SYM_TYPES):  # a symbolic size (dynamic shapes)
+        return SymNodeVariable.create(output, node, example)
+    if isinstance(example, (tuple, list)) and any(isinstance(e, (torch.Tensor, *SYM_TYPES)) for e in example):
         node.meta["example_value"] = example
         items = []
         for i, e in enumerate(example):  # tensors get a getitem node; other items (None, ints) are constants
@@ -246,6 +254,8 @@ def wrap_fx_result(output, node, example: Any) -> VariableTracker:
                 item = output.graph.call_function(operator.getitem, (node, i))
                 item.meta["example_value"] = e
                 items.append(TensorVariable(item, e))
+            elif isinstance(e, SYM_TYPES):
+                items.append(SymNodeVariable.create(output, output.graph.call_function(operator.getitem, (node, i)), e))
             elif isinstance(e, CONSTANT_TYPES) or type(e) in (tuple, list, torch.Size):
                 items.append(wrap_constant_result(e))
             else:

@@ -93,6 +93,9 @@ class BuiltinVariable(VariableTracker):
                 if not (a.is_python_constant() or b.is_python_constant()):
                     unimplemented(f"{fn.__name__} of a tensor and a sequence of tensors")
             return tx.output.create_node("call_function", fn, [a, b], {})
+        sym = _sym_binop(tx, fn, a, b)  # a symbolic size in arithmetic or a comparison
+        if sym is not None:
+            return sym
         if fn is operator.iadd and isinstance(a, ListVariable) and isinstance(b, BaseListVariable):
             a.call_method(tx, "extend", [b], {})  # ``xs += ys`` changes xs in place (a side effect if xs is from outside)
             return a
@@ -111,6 +114,11 @@ class BuiltinVariable(VariableTracker):
                 else TupleVariable(a.items * b.as_python_constant())
         if fn is operator.getitem:
             return a.call_method(tx, "__getitem__", [b], {})
+        if fn in (operator.eq, operator.ne) and isinstance(a, BaseListVariable) and isinstance(b, BaseListVariable):
+            # ``x.shape == y.shape`` with symbolic sizes: item by item (each relation guarded)
+            same = len(a.items) == len(b.items) and all(
+                BuiltinVariable.binop(tx, operator.eq, i, j).truth(tx) for i, j in zip(a.items, b.items))
+            return ConstantVariable(same if fn is operator.eq else not same)
         if fn in (operator.eq, operator.ne) and _identity_known(a) and _identity_known(b):
             same = _identity(a) is _identity(b)
             return ConstantVariable(same if fn is operator.eq else not same)
@@ -177,7 +185,11 @@ class BuiltinVariable(VariableTracker):
             return ConstantVariable(issubclass(args[0].python_type(), cls))
         if fn is len and len(args) == 1:
             if isinstance(args[0], TensorVariable):
-                return ConstantVariable(args[0].example.shape[0])
+                if args[0].example.dim() == 0:
+                    unimplemented("len() of a 0-d tensor")
+                from tinydynamo.variables.sym_node import wrap_size
+
+                return wrap_size(tx, args[0], args[0].example.shape[0], "size", 0)
             return args[0].call_method(tx, "__len__", [], {})
         if fn is getattr and len(args) in (2, 3):
             name = args[1].as_python_constant()
@@ -196,6 +208,9 @@ class BuiltinVariable(VariableTracker):
             except Exception:
                 _guard_absent(tx, args[0], name)
                 return ConstantVariable(False)
+        sym = _sym_call(tx, fn, args, kwargs)  # int(n), max(n, 4) of symbolic sizes; else n is specialised
+        if sym is not None:
+            return sym
         # everything else: fold when all arguments are constants
         if all(a.is_python_constant() for a in args) and all(v.is_python_constant() for v in kwargs.values()) \
                 and is_foldable(fn):
@@ -276,6 +291,52 @@ class BuiltinVariable(VariableTracker):
         if fn is callable and len(args) == 1:
             return ConstantVariable(isinstance(args[0], _callable_kinds()))
         unimplemented(f"builtin {getattr(fn, '__qualname__', fn)} with arguments {args} {kwargs or ''}")
+
+
+def _sym_binop(tx, fn, a: VariableTracker, b: VariableTracker) -> VariableTracker | None:
+    """``n * 4``, ``n // m``, ``n > 4`` with a symbolic size: a graph node whose fake run gives the
+    result's symbol. With anything but a number, the size is specialised (Python needs its value)."""
+    from tinydynamo.variables.sym_node import SymNodeVariable
+
+    if not (isinstance(a, SymNodeVariable) or isinstance(b, SymNodeVariable)):
+        return None
+    if fn in INPLACE_TO_OUT_OF_PLACE:  # ``n += 1``: ints have no in-place add
+        fn = INPLACE_TO_OUT_OF_PLACE[fn]
+
+    def numeric(v):
+        return isinstance(v, SymNodeVariable) or (
+            v.is_python_constant() and type(v.as_python_constant()) in (int, float, bool))
+
+    if fn in TENSOR_OPERATORS and fn is not operator.getitem and numeric(a) and numeric(b):
+        return tx.output.create_node("call_function", fn, [a, b], {})
+    specialized = [ConstantVariable(v.as_python_constant()) if isinstance(v, SymNodeVariable) else v for v in (a, b)]
+    return BuiltinVariable.binop(tx, fn, *specialized)
+
+
+def _sym_call(tx, fn, args, kwargs) -> VariableTracker | None:
+    """Builtins of symbolic sizes: ``int``/``float`` and ``min``/``max`` stay symbolic (torch.sym_*);
+    other foldable builtins (``range(n)``, ``math.sqrt(n)``) specialise them (guarded)."""
+    from tinydynamo.variables.sym_node import SymNodeVariable
+
+    if not any(isinstance(a, SymNodeVariable) for a in [*args, *kwargs.values()]):
+        return None
+    if fn is int and len(args) == 1 and args[0].python_type() is int:
+        return args[0]
+    if fn in (int, float) and len(args) == 1 and not kwargs:
+        return tx.output.create_node("call_function", torch.sym_int if fn is int else torch.sym_float, args, {})
+    if fn in (min, max) and len(args) >= 2 and not kwargs and all(
+            isinstance(a, SymNodeVariable) or a.is_python_constant() for a in args):
+        result = args[0]
+        for a in args[1:]:
+            result = tx.output.create_node("call_function", torch.sym_min if fn is min else torch.sym_max,
+                                           [result, a], {})
+        return result
+    if is_foldable(fn) and fn not in (isinstance, type, callable, bool, getattr, hasattr, len, sum):
+        return BuiltinVariable(fn).call_function(
+            tx, [ConstantVariable(a.as_python_constant()) if isinstance(a, SymNodeVariable) else a for a in args],
+            {k: ConstantVariable(v.as_python_constant()) if isinstance(v, SymNodeVariable) else v
+             for k, v in kwargs.items()})
+    return None
 
 
 def _callable_kinds():

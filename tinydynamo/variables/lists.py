@@ -1,6 +1,8 @@
 """Sequences: tuples, lists, ``torch.Size`` and the iterators the interpreter walks in loops."""
 from __future__ import annotations
 
+import operator
+
 import torch
 
 from tinydynamo.exc import unimplemented
@@ -22,6 +24,9 @@ class BaseListVariable(VariableTracker):
     def as_python_constant(self):
         return self.container(v.as_python_constant() for v in self.items)
 
+    def is_python_constant(self) -> bool:  # asking must not specialise a symbolic size among the items
+        return all(v.is_python_constant() for v in self.items)
+
     def as_node_arg(self):
         return self.container(v.as_node_arg() for v in self.items)
 
@@ -42,6 +47,10 @@ class BaseListVariable(VariableTracker):
         return list(self.items)
 
     def getitem(self, tx, index: VariableTracker) -> VariableTracker:
+        from tinydynamo.variables.sym_node import SliceVariable, SymNodeVariable
+
+        if isinstance(index, (SymNodeVariable, SliceVariable)):  # shape[:n], items[n]: n is specialised
+            index = ConstantVariable(index.as_python_constant())
         if not index.is_python_constant():
             unimplemented(f"indexing a {self.container.__name__} with {index}")
         i = index.as_python_constant()
@@ -209,6 +218,13 @@ class SizeVariable(TupleVariable):
     def call_method(self, tx, name, args, kwargs):
         if name == "numel" and self.is_python_constant():
             return ConstantVariable(self.as_python_constant().numel())
+        if name == "numel" and not args:  # symbolic sizes: their product
+            from tinydynamo.variables.builtin import BuiltinVariable
+
+            total = ConstantVariable(1)
+            for item in self.items:
+                total = BuiltinVariable.binop(tx, operator.mul, total, item)
+            return total
         return super().call_method(tx, name, args, kwargs)
 
     def reconstruct(self, codegen) -> str:

@@ -69,7 +69,9 @@ class TensorVariable(VariableTracker):
         from tinydynamo.variables.misc import GetAttrVariable
 
         if name == "shape":
-            return SizeVariable.of(self.example.shape)
+            from tinydynamo.variables.sym_node import size_items
+
+            return SizeVariable(size_items(tx, self))
         if name in METADATA_ATTRS:
             value = getattr(self.example, name)
             return ConstantVariable(value() if callable(value) else value)
@@ -99,6 +101,14 @@ class TensorVariable(VariableTracker):
             except Exception:
                 unimplemented(f"Tensor.{name} with non-constant arguments")
             result = getattr(self.example, name)(*cargs, **ckw)
+            if name in ("size", "stride", "numel", "nelement", "storage_offset"):  # symbolic with dynamic shapes
+                from tinydynamo.variables.lists import TupleVariable
+                from tinydynamo.variables.sym_node import wrap_size
+
+                if isinstance(result, tuple):  # x.size(), x.stride(): one item per dim
+                    items = [wrap_size(tx, self, r, name, i) for i, r in enumerate(result)]
+                    return SizeVariable(items) if name == "size" else TupleVariable(items)
+                return wrap_size(tx, self, result, name, *cargs, **ckw)
             if isinstance(result, torch.Size):
                 return SizeVariable.of(result)
             return ConstantVariable(tuple(result) if isinstance(result, tuple) else result)
@@ -111,7 +121,7 @@ class TensorVariable(VariableTracker):
             unimplemented("iterating over a 0-d tensor")
         return [
             tx.output.create_node("call_function", operator.getitem, [self, ConstantVariable(i)], {})
-            for i in range(self.example.shape[0])
+            for i in range(_static(self.example.shape[0]))  # a symbolic length is specialised (guarded)
         ]
 
     def reconstruct(self, codegen) -> str:
@@ -121,6 +131,11 @@ class TensorVariable(VariableTracker):
 
     def __repr__(self) -> str:
         return f"TensorVariable({self.node.name}, {tuple(self.example.shape)}, {self.example.dtype})"
+
+
+def _static(n) -> int:
+    """A size as a Python int (a SymInt is specialised to its value, with a guard)."""
+    return int(n.node.guard_int("", 0)) if isinstance(n, torch.SymInt) else int(n)
 
 
 def _grad_of(tx, var: "TensorVariable") -> VariableTracker:
