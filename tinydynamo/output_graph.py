@@ -342,16 +342,6 @@ class OutputGraph:
         artifacts.record("graph", self.frame_name, gm.print_readable(print_output=False))
         if logs.enabled("graph_code"):
             logs.get_logger("graph_code").info("TRACED GRAPH %s\n%s", self.frame_name, gm.print_readable(print_output=False))
-        self._guard_input_overlap()
-        for fake, source, value, _ in self.tracked_fakes:  # dims the trace specialised are static again
-            if isinstance(fake, torch.Tensor):
-                self.guard_builder.replace("TENSOR_MATCH", source, TensorMeta.of(value, fake))
-        for relation in symbolic_shapes.produce_guards(self.fake_mode.shape_env, self.tracked_fakes, self.scope):
-            self.add_guard("SHAPE_ENV", None, relation)
-        check_fn = self.guard_builder.build()
-        artifacts.record("guards", self.frame_name, check_fn.code)
-        logs.get_logger("guards").info("GUARDS %s\n%s", self.frame_name,
-                                       "\n".join(str(g) for g in check_fn.guards))
         if n_ops:
             try:
                 with dynamo_timed("backend_compile"), preserve_rng_state(), self._tracing_context():
@@ -367,6 +357,18 @@ class OutputGraph:
                 raise TypeError(f"backend {backend!r} returned {type(compiled_fn).__name__}, not a callable")
         else:  # nothing to compile: TorchDynamo skips the backend for op-free graphs too
             compiled_fn = gm.forward
+        # guards last, as TorchDynamo builds them: a backend may specialise a size (a decomposition
+        # that needs its value), and what it assumed must be checked too
+        self._guard_input_overlap()
+        for fake, source, value, _ in self.tracked_fakes:  # dims the trace specialised are static again
+            if isinstance(fake, torch.Tensor):
+                self.guard_builder.replace("TENSOR_MATCH", source, TensorMeta.of(value, fake))
+        for relation in symbolic_shapes.produce_guards(self.fake_mode.shape_env, self.tracked_fakes, self.scope):
+            self.add_guard("SHAPE_ENV", None, relation)
+        check_fn = self.guard_builder.build()
+        artifacts.record("guards", self.frame_name, check_fn.code)
+        logs.get_logger("guards").info("GUARDS %s\n%s", self.frame_name,
+                                       "\n".join(str(g) for g in check_fn.guards))
         inputs = ", ".join(s.code() for s in self.input_sources)
         lines = ["def ___compiled_frame(L, G):"]
         grad_nodes = [n for n in self.graph.nodes if is_grad_mode_node(n)]
