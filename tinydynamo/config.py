@@ -28,7 +28,12 @@ disable: bool = os.environ.get("TINY_DISABLE", "0") not in ("", "0")
 #: off: ``.item()`` is a graph break (torch: ``torch._dynamo.config.capture_scalar_outputs``)
 capture_scalar_outputs: bool = False
 
-_SETTINGS = ("disable", "capture_scalar_outputs", "recompile_limit", "suppress_errors", "max_inline_depth", "max_instructions", "default_backend")
+#: tensor subclasses whose own Python ``__torch_function__`` is traced (inlined at each op); a subclass
+#: with an override that is not listed makes its frame fall back to eager (torch's name; torch >= 2.5
+#: traces every subclass). Subclasses inheriting torch.Tensor's default are always traced.
+traceable_tensor_subclasses: set = set()
+
+_SETTINGS = ("disable", "capture_scalar_outputs", "traceable_tensor_subclasses", "recompile_limit", "suppress_errors", "max_inline_depth", "max_instructions", "default_backend")
 _this = sys.modules[__name__]
 
 

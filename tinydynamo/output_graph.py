@@ -142,6 +142,8 @@ class OutputGraph:
         self._inputs: dict[str, TensorVariable] = {}
         self.instruction_count = 0
         self.side_effects = SideEffects(self)
+        self.current_tx = None  # the translator running an instruction (a __torch_function__ override is inlined there)
+        self.torch_function_disabled = 0  # depth of `with torch._C.DisableTorchFunctionSubclass()` blocks
         self.add_guard("GRAD_MODE", None, torch.is_grad_enabled())
         self.add_guard("DEFAULT_DTYPE", None, torch.get_default_dtype())  # torch.ones(3) bakes it in
 
@@ -191,7 +193,14 @@ class OutputGraph:
                     keep: bool = False) -> VariableTracker:
         """Add ``target(*args, **kwargs)`` to the graph; its fake result says what it produces."""
         from tinydynamo.variables.builder import wrap_fx_result
+        from tinydynamo.variables import torch_function
 
+        if op == "call_method" and target == "as_subclass" and not (
+                torch_function.has_overloaded_args(args, kwargs) and not self.torch_function_disabled):
+            return torch_function.as_subclass_variable(args, kwargs)  # the same node, seen as another type
+        if not self.torch_function_disabled and torch_function.has_overloaded_args(args, kwargs):
+            # a tensor subclass's __torch_function__ decides what the op does (it is inlined)
+            return torch_function.dispatch(self.current_tx, "call_function_keep" if keep else op, target, args, kwargs)
         node_args = tuple(a.as_node_arg() for a in args)
         node_kwargs = {k: v.as_node_arg() for k, v in kwargs.items()}
         ex_args = [a.as_example() for a in args]

@@ -126,7 +126,11 @@ class InstructionTranslatorBase:
         if self.output.instruction_count > config.max_instructions:
             unimplemented(f"more than config.max_instructions={config.max_instructions} instructions "
                           "(a very long or endless loop?)")
-        self.dispatch(inst)
+        outer, self.output.current_tx = self.output.current_tx, self
+        try:
+            self.dispatch(inst)
+        finally:
+            self.output.current_tx = outer
 
     def dispatch(self, inst: Instruction) -> None:
         handler = OPCODE_HANDLERS.get(inst.opname)

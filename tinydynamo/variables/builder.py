@@ -65,6 +65,10 @@ class VariableBuilder:
 
         src = self.source
         if isinstance(value, torch.Tensor):
+            from tinydynamo.variables import torch_function
+
+            if torch_function.has_torch_function_override(value):  # its ops go through __torch_function__
+                return torch_function.wrap_subclass_tensor(self.tx, value, src)
             return self.tx.output.lift_tensor(value, src)
         if isinstance(value, nn.Module):
             self.guard("NN_MODULE", weakref.ref(value))  # weak: compiled code does not keep modules alive

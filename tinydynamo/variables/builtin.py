@@ -119,7 +119,11 @@ class BuiltinVariable(VariableTracker):
     @staticmethod
     def is_(tx, a: VariableTracker, b: VariableTracker) -> bool:
         """``a is b`` when it is known at trace time."""
-        if a.is_python_constant() and b.is_python_constant():
+        from tinydynamo.variables.misc import GetAttrVariable
+
+        a, b = (ConstantVariable(getattr(v.obj.value, v.name)) if isinstance(v, GetAttrVariable) and
+                isinstance(v.obj, ConstantVariable) and isinstance(v.obj.value, type) else v for v in (a, b))
+        if a.is_python_constant() and b.is_python_constant():  # (``func is torch.Tensor.add``: a class's method)
             return a.as_python_constant() is b.as_python_constant()
         if a is b:
             return True

