@@ -165,3 +165,28 @@ def test_parameter_like_subclasses_are_plain_tensors():
         tinydynamo.reset()
         out = tinydynamo.optimize(CompileCounter())(f)(p, torch.randn(3))
         _check_types(out, f(p, torch.randn(3)))  # plain Tensor results, as eagerly
+
+
+# ---- export(aten_graph=True) ----------------------------------------------------------------------------
+def test_export_aten_graph_is_decomposed_and_equal_to_eager():
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Linear(3, 4), nn.ReLU())
+
+    def f(x, y):
+        return (m(x) @ y).softmax(-1) + 1
+
+    x, y = torch.randn(2, 3), torch.randn(4, 2)
+    for result in (tinydynamo.export(f, x, y, aten_graph=True), tinydynamo.export(f, aten_graph=True)(x, y)):
+        gm = result.graph_module
+        targets = [n.target for n in gm.graph.nodes if n.op == "call_function"]
+        assert targets and all(isinstance(t, torch._ops.OpOverload) for t in targets)  # ATen ops only
+        assert torch.ops.aten.addmm.default in targets and torch.ops.aten._softmax.default in targets
+        assert gm.meta["input_sources"][:2] == ["L['x']", "L['y']"]  # then the lifted parameters
+        inputs = [x, y, m[0].weight, m[0].bias]
+        torch.testing.assert_close(gm(*inputs)[0], f(x, y))
+        assert any(g.kind == "TENSOR_MATCH" for g in result.guards)
+    from torch._decomp import core_aten_decompositions
+
+    gm = tinydynamo.export(f, aten_graph=True, decomposition_table=core_aten_decompositions())(x, y).graph_module
+    assert torch.ops.aten.t.default not in [n.target for n in gm.graph.nodes]  # decomposed to permute
+    torch.testing.assert_close(gm(x, y, m[0].weight, m[0].bias)[0], f(x, y))
