@@ -190,3 +190,46 @@ def test_export_aten_graph_is_decomposed_and_equal_to_eager():
     gm = tinydynamo.export(f, aten_graph=True, decomposition_table=core_aten_decompositions())(x, y).graph_module
     assert torch.ops.aten.t.default not in [n.target for n in gm.graph.nodes]  # decomposed to permute
     torch.testing.assert_close(gm(x, y, m[0].weight, m[0].bias)[0], f(x, y))
+
+
+# ---- module hooks inside a compiled function ---------------------------------------------------------
+HOOKED = nn.Linear(3, 3)
+HOOKED.register_forward_pre_hook(lambda mod, args: (args[0] * 2,))
+HOOKED.register_forward_hook(lambda mod, args, out: out + 1)
+
+
+def calls_hooked_global(x):
+    return HOOKED(x).relu()
+
+
+def calls_hooked_argument(mod, x):
+    return mod(x).relu() + mod(x * 2)
+
+
+def test_hooks_of_modules_called_inside_a_compiled_function_are_inlined():
+    x = torch.randn(2, 3, requires_grad=True)
+    assert compare(calls_hooked_global, x, grad=True) == (1, 1)
+    assert compare(calls_hooked_argument, HOOKED, x, grad=True) == (1, 1)
+
+
+def test_hook_dicts_are_guarded_inside_a_compiled_function():
+    m = nn.Linear(3, 3)
+    m.register_forward_hook(lambda mod, args, out: out * 3)
+
+    def f(x):
+        return m(x) - 1
+
+    x = torch.randn(2, 3)
+    tinydynamo.reset()
+    cnt = CompileCounter()
+    compiled = tinydynamo.optimize(cnt)(f)
+    torch.testing.assert_close(compiled(x), f(x))
+    torch.testing.assert_close(compiled(x), f(x))
+    assert cnt.frame_count == 1
+    handle = m.register_forward_pre_hook(lambda mod, args: (args[0] + 5,))  # a new hook: recompiles
+    torch.testing.assert_close(compiled(x), f(x))
+    assert cnt.frame_count == 2
+    handle.remove()
+    torch.testing.assert_close(compiled(x), f(x))
+    assert cnt.frame_count == 2  # back to the first entry
+    assert "+ 5" not in cnt.graphs[0].code and "add" in cnt.graphs[1].code
