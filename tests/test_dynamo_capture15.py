@@ -233,3 +233,61 @@ def test_hook_dicts_are_guarded_inside_a_compiled_function():
     torch.testing.assert_close(compiled(x), f(x))
     assert cnt.frame_count == 2  # back to the first entry
     assert "+ 5" not in cnt.graphs[0].code and "add" in cnt.graphs[1].code
+
+
+# ---- .item() with config.capture_scalar_outputs ----------------------------------------------------
+def item_plus_one(x):
+    n = x.sum().item()
+    return x * (n + 1)
+
+
+def item_arithmetic(x):
+    n = x.max().item()
+    return x / (2 * n) - n ** 2
+
+
+def two_items(x):
+    n, m = x.sum().item(), x.mean().item()
+    return x * (n - m) + (n * m)
+
+
+def item_unary(x):
+    n = x.sum().item()
+    return x * -n + abs(n) + int(x.argmax().item()) * x
+
+
+def item_tolist(x):
+    a, b = x[:2].tolist()
+    return x * a + b
+
+
+def item_into_torch_function(x):
+    n = x.sum().item()
+    return torch.full((3,), n) + x
+
+
+SCALAR_CASES = [  # (fn, tiny/torch graphs with capture_scalar_outputs, without)
+    (item_plus_one, (1, 1), (2, 2)), (item_arithmetic, (1, 1), (2, 2)), (two_items, (1, 1), (3, 3)),
+    (item_unary, (1, 1), (3, 3)), (item_tolist, (2, 2), (2, 2)),
+    (item_into_torch_function, (2, 1), (2, 2)),  # tiny: a number as a torch function argument is a clean break
+]
+
+
+@pytest.mark.parametrize("fn,captured,broken", SCALAR_CASES, ids=[c[0].__name__ for c in SCALAR_CASES])
+def test_item_arithmetic_stays_in_the_graph(fn, captured, broken):
+    x = torch.randn(3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with tinydynamo.config.patch(capture_scalar_outputs=True), \
+                torch._dynamo.config.patch(capture_scalar_outputs=True):
+            assert compare(fn, x) == captured
+        assert compare(fn, x) == broken
+
+
+def test_item_arithmetic_nodes_are_numbers_in_the_graph():
+    tinydynamo.reset()
+    cnt = CompileCounter()
+    with tinydynamo.config.patch(capture_scalar_outputs=True):
+        tinydynamo.optimize(cnt, nopython=True)(item_plus_one)(torch.randn(3))
+    code = cnt.graphs[0].code
+    assert "item = sum_1.item()" in code and "add = item + 1" in code and "l_x * add" in code

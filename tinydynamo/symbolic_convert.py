@@ -378,6 +378,8 @@ def CONTAINS_OP(tx: T, inst):
 
 
 def _unary(tx: T, inst):
+    from tinydynamo.variables.tensor import ScalarNodeVariable
+
     v = tx.pop()
     fn = bc.UNARY_OPS[inst.opname]
     if inst.opname == "UNARY_NOT":
@@ -386,6 +388,8 @@ def _unary(tx: T, inst):
         tx.push(ConstantVariable(fn(v.as_python_constant())))
     elif isinstance(v, TensorVariable):
         tx.push(tx.output.create_node("call_function", fn, [v], {}))
+    elif isinstance(v, ScalarNodeVariable) and inst.opname in ("UNARY_NEGATIVE", "UNARY_POSITIVE"):
+        tx.push(v.unary(tx, fn))  # -n of a captured .item() value
     else:
         unimplemented(f"{inst.opname} on {v}")
 
