@@ -291,3 +291,102 @@ def test_item_arithmetic_nodes_are_numbers_in_the_graph():
         tinydynamo.optimize(cnt, nopython=True)(item_plus_one)(torch.randn(3))
     code = cnt.graphs[0].code
     assert "item = sum_1.item()" in code and "add = item + 1" in code and "l_x * add" in code
+
+
+# ---- graph breaks inside `with` blocks ------------------------------------------------------------
+def autocast_block(x):
+    y = x * 2
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        y = y @ y.T
+    return y.float() + 1
+
+
+def autocast_break(x):
+    y = x * 2
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        y = y @ y.T
+        print("", end="")
+        y = y @ y
+    return y.float() + 1
+
+
+def autocast_off_break(x):
+    y = x * 2
+    with torch.autocast("cpu", enabled=False):
+        y = y + 1
+        print("", end="")
+        y = y * 3
+    return y - 1
+
+
+def enable_grad_break_in_no_grad(x):
+    with torch.no_grad():
+        y = x * 2
+        with torch.enable_grad():
+            y = y * x
+            print("", end="")
+            y = y + 1
+    return y
+
+
+class Counting:
+    depth = 0
+
+    def __enter__(self):
+        Counting.depth += 1
+        return self
+
+    def __exit__(self, *exc):
+        Counting.depth -= 1
+
+
+def user_context_manager_break(x):
+    y = x * 2
+    with Counting():
+        y = y + Counting.depth
+        print("", end="")
+        y = y * 3
+    return y - Counting.depth
+
+
+WITH_CASES = [  # (fn, tiny, torch graphs)
+    (autocast_block, 1, 1), (autocast_break, 2, 2), (autocast_off_break, 2, 2),
+    (enable_grad_break_in_no_grad, 2, 2),
+    (user_context_manager_break, 0, 0),  # neither resumes inside a user __enter__/__exit__: both run it eagerly
+]
+
+
+@pytest.mark.parametrize("fn,tiny,torch_graphs", WITH_CASES, ids=[c[0].__name__ for c in WITH_CASES])
+def test_graph_break_inside_with_blocks(fn, tiny, torch_graphs):
+    x = torch.randn(3, 3, requires_grad=True)
+    assert compare(fn, x, grad=True) == (tiny, torch_graphs)
+    assert not torch.is_autocast_enabled("cpu") and torch.is_grad_enabled() and Counting.depth == 0
+
+
+def test_autocast_nodes_are_torch_compiles_and_every_backend_matches_eager():
+    x = torch.randn(3, 3, requires_grad=True)
+    expected = autocast_break(x)
+    expected.sum().backward()
+    expected_grad, x.grad = x.grad.clone(), None
+    for backend in ("eager", "aot_eager", "tininductor"):
+        tinydynamo.reset()
+        cnt = CompileCounterWithBackend(backend)
+        out = tinydynamo.optimize(cnt)(autocast_break)(x)
+        out.sum().backward()
+        torch.testing.assert_close(out, expected)  # bfloat16 matmuls inside, as eagerly (not float32)
+        torch.testing.assert_close(x.grad, expected_grad)
+        x.grad = None
+        assert cnt.frame_count == 2 and not torch.is_autocast_enabled("cpu")
+        codes = [g.code for g in cnt.graphs]
+        assert all("_enter_autocast('cpu', torch.bfloat16, True" in c and "_exit_autocast" in c for c in codes)
+
+
+def test_tracing_never_leaves_autocast_on():
+    def fails(x):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            return (x @ x).reshape(7)  # the user's error, inside the block
+
+    tinydynamo.reset()
+    with pytest.raises(RuntimeError):
+        tinydynamo.optimize(CompileCounter())(fails)(torch.randn(3, 3))
+    assert not torch.is_autocast_enabled("cpu")

@@ -25,6 +25,7 @@ from typing import Any, Callable
 import torch
 import torch.fx
 from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.amp.autocast_mode import _exit_autocast
 
 from tinydynamo import artifacts, logs
 from tinydynamo.exc import Unsupported, unimplemented
@@ -143,6 +144,7 @@ class OutputGraph:
         self.instruction_count = 0
         self.side_effects = SideEffects(self)
         self.current_tx = None  # the translator running an instruction (a __torch_function__ override is inlined there)
+        self.autocast_modes: list = []  # real torch.autocast modes entered while tracing (left when it ends)
         self.torch_function_disabled = 0  # depth of `with torch._C.DisableTorchFunctionSubclass()` blocks
         self.add_guard("GRAD_MODE", None, torch.is_grad_enabled())
         self.add_guard("DEFAULT_DTYPE", None, torch.get_default_dtype())  # torch.ones(3) bakes it in
@@ -232,7 +234,7 @@ class OutputGraph:
                 continue
             name = node.target if isinstance(node.target, str) else getattr(node.target, "__name__", "")
             if name.endswith("_") and not name.endswith("__") or node.target in (operator.setitem,) \
-                    or is_grad_mode_node(node) \
+                    or is_grad_mode_node(node) or node.target is _exit_autocast \
                     or "out" in node.kwargs or name.startswith("__i"):
                 continue
             self.graph.erase_node(node)

@@ -201,11 +201,21 @@ def _disable_torch_function_subclass(tx, args, kwargs):
     return DisableTorchFunctionSubclassVariable()
 
 
+def _autocast_handler(cls):
+    def handler(tx, args, kwargs):
+        from tinydynamo.variables.autocast import make_autocast
+
+        return make_autocast(tx, cls, list(args), dict(kwargs))
+
+    return handler
+
+
 def _class_handlers() -> dict:
     import contextlib
 
     import torch
 
+    from tinydynamo.variables import autocast
     from tinydynamo.variables import iter as it
     from tinydynamo.variables import misc_ctx
 
@@ -213,6 +223,7 @@ def _class_handlers() -> dict:
         torch.autograd.profiler.record_function: misc_ctx.record_function,
         contextlib.nullcontext: misc_ctx.nullcontext,
         torch._C.DisableTorchFunctionSubclass: _disable_torch_function_subclass,
+        **{cls: _autocast_handler(cls) for cls in autocast.AUTOCAST_CLASSES},
         map: it.map_, filter: it.filter_, itertools.count: it.count, itertools.repeat: it.repeat,
         itertools.islice: it.islice, itertools.cycle: it.cycle, functools.partial: _partial_handler,
         collections.deque: it.deque, collections.OrderedDict: it.ordered_dict,

@@ -718,7 +718,10 @@ def BEFORE_WITH(tx: T, inst):
     if isinstance(ctx, UserDefinedObjectVariable) and _python_dunder(ctx.python_type(), "__enter__") \
             and _python_dunder(ctx.python_type(), "__exit__"):
         ctx = UserContextManagerVariable(ctx)  # a class with Python __enter__/__exit__: both inlined
-    if isinstance(ctx, (NullContextVariable, UserContextManagerVariable, GeneratorContextManagerVariable)):
+    from tinydynamo.variables.autocast import AutocastModeVariable
+
+    if isinstance(ctx, (NullContextVariable, UserContextManagerVariable, GeneratorContextManagerVariable,
+                        AutocastModeVariable)):
         tx.push(WithExitFunctionVariable(ctx))
         tx.push(ctx.enter(tx))
         return
@@ -964,8 +967,12 @@ class InstructionTranslator(InstructionTranslatorBase):
                 raise  # inside try (or a `with` we did not trace): not resumable, the frame runs eagerly
             self.stack, self.symbolic_locals = stack, local_vars
             self._undo_instruction(last_node, contexts, grad_mode)
-            if contexts:  # the graph leaves the `with` blocks; the transformed code re-enters them
-                set_grad_enabled(self, contexts[0].initial_mode)
+            for ctx in reversed(contexts):  # the graph leaves the `with` blocks; the transformed code re-enters them
+                if hasattr(ctx, "leave_for_graph_break"):  # torch.autocast: an exit node
+                    ctx.leave_for_graph_break(self)
+            grad_contexts = [c for c in contexts if isinstance(c, GradModeVariable)]
+            if grad_contexts:
+                set_grad_enabled(self, grad_contexts[0].initial_mode)
             self.graph_break = GraphBreak(inst, e, stack, local_vars)
             self.graph_break.cells = dict(self.cells)  # closures rebuilt at the break share these
 
@@ -979,6 +986,9 @@ class InstructionTranslator(InstructionTranslatorBase):
         for node in reversed(nodes[start:]):
             if node.op != "placeholder":  # new inputs stay (placed before the ops); unused ones are harmless
                 self.output.graph.erase_node(node)
+        for ctx in reversed(self.grad_contexts[len(contexts):]):  # autocast blocks the instruction entered
+            if hasattr(ctx, "undo_real"):
+                ctx.undo_real(self.output)
         self.grad_contexts = contexts
         torch._C._set_grad_enabled(grad_mode)
 

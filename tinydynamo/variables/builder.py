@@ -128,6 +128,15 @@ class VariableBuilder:
         if any(value is cls for cls in GRAD_MODE_CLASSES):  # torch.no_grad, ... (classes)
             self.guard("ID_MATCH", value)
             return GradModeClassVariable(value, src)
+        from tinydynamo.variables.autocast import AUTOCAST_CLASSES, AutocastModeVariable
+
+        if type(value) in AUTOCAST_CLASSES and src is not None:  # a torch.autocast passed to a resume function
+            from tinydynamo.source import AttrSource
+
+            self.guard("TYPE_MATCH", type(value))
+            for name in ("device", "fast_dtype", "_enabled", "_cache_enabled"):
+                self.tx.output.add_guard("CONSTANT_MATCH", AttrSource(src, name), getattr(value, name))
+            return AutocastModeVariable.of(value, src)
         if type(value) in (torch.no_grad, torch.enable_grad):  # a context manager passed to a resume function
             self.guard("TYPE_MATCH", type(value))
             return GradModeVariable(type(value) is torch.enable_grad, source=src)
