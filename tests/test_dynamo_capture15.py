@@ -390,3 +390,68 @@ def test_tracing_never_leaves_autocast_on():
     with pytest.raises(RuntimeError):
         tinydynamo.optimize(CompileCounter())(fails)(torch.randn(3, 3))
     assert not torch.is_autocast_enabled("cpu")
+
+
+# ---- graph breaks inside loops over lazy iterators -----------------------------------------------
+def zip_loop(x):
+    out = x * 1
+    for a, b in zip([x, x + 1, x + 2], [1, 2, 3]):
+        out = out + a * b
+        print("", end="")
+    return out
+
+
+def enumerate_loop(x):
+    out = x * 1
+    for i, a in enumerate([x, x * 2]):
+        out = out + a * i
+        print("", end="")
+    return out
+
+
+def reversed_loop(x):
+    out = x * 1
+    for a in reversed([x, x + 1]):
+        out = out + a
+        print("", end="")
+    return out
+
+
+def iter_loop(x):
+    out = x * 1
+    for a in iter([x, x + 1]):
+        out = out + a
+        print("", end="")
+    return out
+
+
+def generator_loop(x):
+    def gen():
+        for i in range(3):
+            yield x * i
+
+    out = x * 1
+    for a in gen():
+        out = out + a
+        print("", end="")
+    return out
+
+
+def map_loop(x):
+    out = x * 1
+    for a in map(torch.relu, [x, x + 1]):
+        out = out + a
+        print("", end="")
+    return out
+
+
+LOOP_CASES = [  # (fn, tiny, torch graphs): torch 2.13 runs a frame with a break inside a loop eagerly
+    (zip_loop, 3, 0), (enumerate_loop, 2, 0), (reversed_loop, 2, 0), (iter_loop, 2, 0),
+    (generator_loop, 3, 0),
+    (map_loop, 0, 0),  # the rest of a lazy map is not known at the break: the frame runs eagerly
+]
+
+
+@pytest.mark.parametrize("fn,tiny,torch_graphs", LOOP_CASES, ids=[c[0].__name__ for c in LOOP_CASES])
+def test_graph_break_inside_loops_over_iterators(fn, tiny, torch_graphs):
+    assert compare(fn, torch.randn(3, requires_grad=True), grad=True) == (tiny, torch_graphs)
