@@ -56,6 +56,24 @@ def mixed(x, y):
     return torch.cat([x, y]).sum(0), x[0], -x, 2 * x, torch.nn.functional.gelu(y), x + y
 
 
+LINEAR = nn.Linear(3, 3)
+
+
+def more_ops(x):
+    v, i = x.max(0)  # a structseq of two subclass tensors
+    total = 0
+    for row in x:  # Tensor.__iter__ -> unbind, through the override
+        total = total + row
+    x[0] = 5  # __setitem__
+    return LINEAR(x).relu(), v + i, total, x.clone().add_(1), x.unsqueeze(0).mT
+
+
+def break_between(x):
+    y = x * 2
+    print("", end="")  # a subclass tensor on the stack and in the locals at a graph break
+    return y + x
+
+
 def _check_types(out, expected):
     outs = out if isinstance(out, tuple) else (out,)
     exps = expected if isinstance(expected, tuple) else (expected,)
@@ -63,29 +81,30 @@ def _check_types(out, expected):
 
 
 @pytest.mark.parametrize("cls", [Scaled, Unwrapping, Inherits], ids=lambda c: c.__name__)
-@pytest.mark.parametrize("fn", [ops, mixed], ids=lambda f: f.__name__)
+@pytest.mark.parametrize("fn", [ops, mixed, more_ops, break_between], ids=lambda f: f.__name__)
 @pytest.mark.parametrize("backend", ["eager", "aot_eager"])
 def test_torch_function_subclass_is_traced_through_its_override(cls, fn, backend):
-    x = torch.randn(3).as_subclass(cls)
-    y = torch.randn(3).as_subclass(cls)
+    x = torch.randn(3, 3).as_subclass(cls)
+    y = torch.randn(3, 3).as_subclass(cls)
     args = (x, y)[:fn.__code__.co_argcount]
-    expected = fn(*args)
+    expected = fn(*[a.clone() for a in args])
     with tinydynamo.config.patch(traceable_tensor_subclasses={Scaled, Unwrapping}):
         tinydynamo.reset()
         cnt = CompileCounterWithBackend(backend)
-        compiled = tinydynamo.optimize(cnt, nopython=True)(fn)
+        compiled = tinydynamo.optimize(cnt, nopython=fn is not break_between)(fn)
         for _ in range(2):
-            out = compiled(*args)
+            out = compiled(*[a.clone() for a in args])
             _check_types(out, expected)  # the subclass type survives, as eagerly
             torch.testing.assert_close(out, expected)
-    assert cnt.frame_count == 1
+    assert cnt.frame_count == (2 if fn is break_between else 1)
 
 
 def test_torch_function_subclass_graph_counts_equal_torch_compile():
-    x = torch.randn(3).as_subclass(Scaled)
+    x = torch.randn(3, 3).as_subclass(Scaled)
     with tinydynamo.config.patch(traceable_tensor_subclasses={Scaled}):
         assert compare(ops, x) == (1, 1)
         assert compare(mixed, x, x * 2) == (1, 1)
+        assert compare(break_between, x) == (2, 2)
 
 
 def test_override_effects_are_in_the_graph_and_gradients_flow():

@@ -141,6 +141,13 @@ class TensorWithTFOverrideVariable(TensorVariable):
     def call_method(self, tx, name: str, args, kwargs) -> VariableTracker:
         return dispatch(tx, "call_method", name, [self, *args], kwargs)
 
+    def unpack_var_sequence(self, tx) -> list[VariableTracker]:
+        """``for row in x``: ``Tensor.__iter__`` is ``iter(x.unbind(0))`` (it has no override of its own), and
+        the override sees that unbind (and a ``dim()`` call first, answered here from metadata)."""
+        if self.example.dim() == 0:
+            unimplemented("iterating over a 0-d tensor")
+        return dispatch(tx, "call_method", "unbind", [self, ConstantVariable(0)], {}).unpack_var_sequence(tx)
+
     def reconstruct(self, codegen) -> str:
         if self.base_source is not None and self.source is not None:
             return codegen.source_expr(self.base_source)  # the input itself
@@ -211,6 +218,11 @@ def _record(kind: str, target, args: list, kwargs: dict):
         with torch._C._EnableTorchFunction():
             _probe_call(kind, target, pargs, pkw)
     except _Recorded as r:
+        method = getattr(torch.Tensor, target, None) if kind == "call_method" else None
+        if inspect.isfunction(method) and r.func is not method:
+            # a Python method without an override of its own: its body makes several calls, the probe saw the first
+            unimplemented(f"Tensor.{target} on a __torch_function__ subclass (a Python method whose body makes "
+                          f"several overridable calls; not traced)")
         return r.func, [_from_probe(a, back) for a in r.args], {k: _from_probe(v, back) for k, v in r.kwargs.items()}
     except Exception as e:
         unimplemented(f"{name} on a __torch_function__ subclass: its __torch_function__ call could not be "
