@@ -214,7 +214,10 @@ def _record(kind: str, target, args: list, kwargs: dict):
     pargs = [_to_probe(a, back) for a in args]
     pkw = {k: _to_probe(v, back) for k, v in kwargs.items()}
     name = target if isinstance(target, str) else getattr(target, "__qualname__", str(target))
-    try:  # (tracing runs with subclass overrides switched off: switch them on for the probe)
+    # tracing runs with subclass overrides switched off: switch them on for the probe, and set aside any
+    # TorchFunctionMode (a mode sees calls before subclasses do; it must not see the probe's)
+    modes = [torch._C._pop_torch_function_stack() for _ in range(torch._C._len_torch_function_stack())]
+    try:
         with torch._C._EnableTorchFunction():
             _probe_call(kind, target, pargs, pkw)
     except _Recorded as r:
@@ -227,6 +230,9 @@ def _record(kind: str, target, args: list, kwargs: dict):
     except Exception as e:
         unimplemented(f"{name} on a __torch_function__ subclass: its __torch_function__ call could not be "
                       f"found ({type(e).__name__}: {e})")
+    finally:
+        for mode in reversed(modes):
+            torch._C._push_on_torch_function_stack(mode)
     unimplemented(f"{name} does not go through __torch_function__ for a subclass tensor (not traced)")
 
 
