@@ -474,3 +474,33 @@ LOOP_CASES = [  # (fn, tiny, torch graphs): torch 2.13 runs a frame with a break
 @pytest.mark.parametrize("fn,tiny,torch_graphs", LOOP_CASES, ids=[c[0].__name__ for c in LOOP_CASES])
 def test_graph_break_inside_loops_over_iterators(fn, tiny, torch_graphs):
     assert compare(fn, torch.randn(3, requires_grad=True), grad=True) == (tiny, torch_graphs)
+
+
+def _autocast_inner(y):
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        y = y @ y
+        print("", end="")
+        y = y @ y
+    return y
+
+
+def autocast_break_in_inlined_call(x):
+    z = _autocast_inner(x * 2)
+    return z.float() + 1, torch.is_autocast_enabled("cpu")
+
+
+def autocast_and_no_grad_nested_break(x):
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        with torch.no_grad():
+            y = x @ x
+            print("", end="")
+            y = y @ x
+        z = x @ x
+    return y.float(), z.float(), y.requires_grad, z.requires_grad
+
+
+@pytest.mark.parametrize("fn,graphs", [(autocast_break_in_inlined_call, 4), (autocast_and_no_grad_nested_break, 2)],
+                         ids=["inlined_call", "nested_with_no_grad"])
+def test_autocast_breaks_in_inlined_calls_and_nested_blocks(fn, graphs):
+    assert compare(fn, torch.randn(3, 3, requires_grad=True)) == (graphs, graphs)
+    assert not torch.is_autocast_enabled("cpu") and torch.is_grad_enabled()

@@ -194,8 +194,8 @@ class OutputGraph:
     def create_node(self, op: str, target: Any, args: list[VariableTracker], kwargs: dict[str, VariableTracker],
                     keep: bool = False) -> VariableTracker:
         """Add ``target(*args, **kwargs)`` to the graph; its fake result says what it produces."""
-        from tinydynamo.variables.builder import wrap_fx_result
         from tinydynamo.variables import torch_function
+        from tinydynamo.variables.builder import wrap_fx_result
 
         if op == "call_method" and target == "as_subclass" and not (
                 torch_function.has_overloaded_args(args, kwargs) and not self.torch_function_disabled):
