@@ -116,10 +116,15 @@ class ExportResult(NamedTuple):
     guards: list  # tinydynamo.guards.Guard: what must hold for the graph to be valid
 
 
-def export(f: Callable, *extra_args, **extra_kwargs):
+def export(f: Callable, *extra_args, aten_graph: bool = False, decomposition_table: dict | None = None,
+           **extra_kwargs):
     """``export(f)(*args)`` -> ExportResult(graph_module, guards): the whole of ``f`` as ONE graph (any
     graph break raises Unsupported, as fullgraph does). The graph's placeholders are the frame's inputs
-    (arguments, then lifted parameters/buffers), in the order ``graph_module.meta['input_sources']`` names."""
+    (arguments, then lifted parameters/buffers), in the order ``graph_module.meta['input_sources']`` names.
+
+    ``aten_graph=True`` (torch._dynamo.export's flag): the captured graph is traced once more with
+    ``make_fx`` on fake copies of the inputs, so its nodes are ATen ops (``aten.mm.default``...), further
+    decomposed by ``decomposition_table`` if given; it takes the same inputs in the same order."""
     from tinydynamo.eval_frame import OptimizedFunction, OptimizedModule, compile_frame, _user_function
 
     if isinstance(f, OptimizedModule):
@@ -133,7 +138,7 @@ def export(f: Callable, *extra_args, **extra_kwargs):
         captured = {}
 
         def backend(gm, example_inputs):
-            captured["gm"] = gm
+            captured["gm"], captured["inputs"] = gm, list(example_inputs)
             return gm.forward
 
         wrapper = OptimizedFunction(f, backend, nopython=True)
@@ -142,8 +147,26 @@ def export(f: Callable, *extra_args, **extra_kwargs):
         if entry.break_reason is not None:
             unimplemented(f"export needs one graph; the frame breaks: {entry.break_reason}")
         gm = captured.get("gm", entry.graph_module)
+        sources = [n.meta.get("source") for n in gm.graph.nodes if n.op == "placeholder"]
+        if aten_graph:
+            gm = _aten_graph(gm, captured.get("inputs", []), decomposition_table)
+        gm.meta["input_sources"] = sources
         return ExportResult(gm, list(entry.check_fn.guards))
 
     if extra_args or extra_kwargs:  # the old spelling export(f, *args)
         return inner(*extra_args, **extra_kwargs)
     return inner
+
+
+def _aten_graph(gm: torch.fx.GraphModule, example_inputs: list, decomposition_table) -> torch.fx.GraphModule:
+    """The captured (torch-level) graph re-traced to ATen ops by ``make_fx`` on fake tensors."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    fake_mode = FakeTensorMode()
+    fakes = [fake_mode.from_tensor(t, static_shapes=True) for t in example_inputs]
+    with fake_mode:
+        aten = make_fx(gm, decomposition_table=decomposition_table, tracing_mode="real")(*fakes)
+    aten.graph.eliminate_dead_code()  # unused aten.detach nodes autograd records for saved tensors
+    aten.recompile()
+    return aten

@@ -36,7 +36,14 @@ assume_static_by_default: bool = True
 #: parameters and buffers of modules always have static shapes
 force_parameter_static_shapes: bool = True
 
-_SETTINGS = ("automatic_dynamic_shapes", "assume_static_by_default", "force_parameter_static_shapes", "disable", "capture_scalar_outputs", "recompile_limit", "suppress_errors", "max_inline_depth", "max_instructions", "default_backend")
+#: tensor subclasses whose own Python ``__torch_function__`` is traced (inlined at each op); a subclass
+#: with an override that is not listed makes its frame fall back to eager (torch's name; torch >= 2.5
+#: traces every subclass). Subclasses inheriting torch.Tensor's default are always traced.
+traceable_tensor_subclasses: set = set()
+
+_SETTINGS = ("automatic_dynamic_shapes", "assume_static_by_default", "force_parameter_static_shapes", "disable",
+             "capture_scalar_outputs", "traceable_tensor_subclasses", "recompile_limit", "suppress_errors",
+             "max_inline_depth", "max_instructions", "default_backend")
 _this = sys.modules[__name__]
 
 

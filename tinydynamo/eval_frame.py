@@ -337,6 +337,9 @@ def compile_frame(fn: types.FunctionType, L: dict, G: dict, backend, name: str,
                 return_value = tx.run()
         finally:  # tracing `with torch.no_grad():` flips the real mode; the backend must see the frame's
             torch._C._set_grad_enabled(grad_mode)
+            from tinydynamo.variables.autocast import exit_all
+
+            exit_all(output.autocast_modes)  # and `with torch.autocast(...)` blocks left open by an error
         brk = tx.graph_break
         if brk is not None:
             counters["graph_breaks"][brk.reason] += 1

@@ -25,6 +25,7 @@ from typing import Any, Callable
 import torch
 import torch.fx
 from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.amp.autocast_mode import _exit_autocast
 
 from tinydynamo import artifacts, logs, symbolic_shapes
 from tinydynamo.exc import Unsupported, unimplemented
@@ -147,6 +148,9 @@ class OutputGraph:
         self._inputs: dict[str, TensorVariable] = {}
         self.instruction_count = 0
         self.side_effects = SideEffects(self)
+        self.current_tx = None  # the translator running an instruction (a __torch_function__ override is inlined there)
+        self.autocast_modes: list = []  # real torch.autocast modes entered while tracing (left when it ends)
+        self.torch_function_disabled = 0  # depth of `with torch._C.DisableTorchFunctionSubclass()` blocks
         self.add_guard("GRAD_MODE", None, torch.is_grad_enabled())
         self.add_guard("DEFAULT_DTYPE", None, torch.get_default_dtype())  # torch.ones(3) bakes it in
 
@@ -257,10 +261,16 @@ class OutputGraph:
     def create_node(self, op: str, target: Any, args: list[VariableTracker], kwargs: dict[str, VariableTracker],
                     keep: bool = False) -> VariableTracker:
         """Add ``target(*args, **kwargs)`` to the graph; its fake result says what it produces."""
+        from tinydynamo.variables import torch_function
         from tinydynamo.variables.builder import wrap_fx_result
-
         from tinydynamo.variables.sym_node import specialized
 
+        if op == "call_method" and target == "as_subclass" and not (
+                torch_function.has_overloaded_args(args, kwargs) and not self.torch_function_disabled):
+            return torch_function.as_subclass_variable(args, kwargs)  # the same node, seen as another type
+        if not self.torch_function_disabled and torch_function.has_overloaded_args(args, kwargs):
+            # a tensor subclass's __torch_function__ decides what the op does (it is inlined)
+            return torch_function.dispatch(self.current_tx, "call_function_keep" if keep else op, target, args, kwargs)
         name = target if isinstance(target, str) else getattr(target, "__name__", str(target))
         try:
             example = self._run_fake(op, target, args, kwargs)
@@ -313,7 +323,7 @@ class OutputGraph:
                 continue
             name = node.target if isinstance(node.target, str) else getattr(node.target, "__name__", "")
             if name.endswith("_") and not name.endswith("__") or node.target in (operator.setitem,) \
-                    or is_grad_mode_node(node) \
+                    or is_grad_mode_node(node) or node.target is _exit_autocast \
                     or "out" in node.kwargs or name.startswith("__i"):
                 continue
             self.graph.erase_node(node)

@@ -195,17 +195,35 @@ def _partial_handler(tx, args, kwargs):
     return PartialVariable(args[0], list(args[1:]), dict(kwargs))
 
 
+def _disable_torch_function_subclass(tx, args, kwargs):
+    from tinydynamo.variables.torch_function import DisableTorchFunctionSubclassVariable
+
+    return DisableTorchFunctionSubclassVariable()
+
+
+def _autocast_handler(cls):
+    def handler(tx, args, kwargs):
+        from tinydynamo.variables.autocast import make_autocast
+
+        return make_autocast(tx, cls, list(args), dict(kwargs))
+
+    return handler
+
+
 def _class_handlers() -> dict:
     import contextlib
 
     import torch
 
+    from tinydynamo.variables import autocast
     from tinydynamo.variables import iter as it
     from tinydynamo.variables import misc_ctx
 
     return {
         torch.autograd.profiler.record_function: misc_ctx.record_function,
         contextlib.nullcontext: misc_ctx.nullcontext,
+        torch._C.DisableTorchFunctionSubclass: _disable_torch_function_subclass,
+        **{cls: _autocast_handler(cls) for cls in autocast.AUTOCAST_CLASSES},
         map: it.map_, filter: it.filter_, itertools.count: it.count, itertools.repeat: it.repeat,
         itertools.islice: it.islice, itertools.cycle: it.cycle, functools.partial: _partial_handler,
         collections.deque: it.deque, collections.OrderedDict: it.ordered_dict,
@@ -287,6 +305,11 @@ def variable_for(value: Any, source) -> Any:
     special = api.special_variable(value, source)  # allow_in_graph, disallow_in_graph, graph_break...
     if special is not None:
         return special
+    from tinydynamo.variables.torch_function import default_torch_function_variable
+
+    default_tf = default_torch_function_variable(value)  # torch.Tensor.__torch_function__, bound
+    if default_tf is not None:
+        return default_tf
     if value is _copy_other:
         from tinydynamo.variables.objects import OpaqueCallVariable
 

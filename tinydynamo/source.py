@@ -151,6 +151,21 @@ class CallSource(Source):
 
 
 @dataclasses.dataclass(frozen=True)
+class PlainTensorSource(Source):
+    """A tensor subclass input seen as a plain tensor (``base.as_subclass(torch.Tensor)``, read through
+    the scope function ``fn_name``): what the graph of a ``__torch_function__`` subclass takes."""
+
+    base: Source
+    fn_name: str
+
+    def name(self) -> str:
+        return f"{self.base.name()}.as_subclass(torch.Tensor)"
+
+    def code(self) -> str:
+        return f"{self.fn_name}({self.base.code()})"
+
+
+@dataclasses.dataclass(frozen=True)
 class ConstSource(Source):
     """A value referred to by a scope name (e.g. a closure cell of an inlined function)."""
 

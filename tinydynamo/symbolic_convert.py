@@ -127,7 +127,11 @@ class InstructionTranslatorBase:
         if self.output.instruction_count > config.max_instructions:
             unimplemented(f"more than config.max_instructions={config.max_instructions} instructions "
                           "(a very long or endless loop?)")
-        self.dispatch(inst)
+        outer, self.output.current_tx = self.output.current_tx, self
+        try:
+            self.dispatch(inst)
+        finally:
+            self.output.current_tx = outer
 
     def dispatch(self, inst: Instruction) -> None:
         handler = OPCODE_HANDLERS.get(inst.opname)
@@ -375,6 +379,8 @@ def CONTAINS_OP(tx: T, inst):
 
 
 def _unary(tx: T, inst):
+    from tinydynamo.variables.tensor import ScalarNodeVariable
+
     v = tx.pop()
     fn = bc.UNARY_OPS[inst.opname]
     if inst.opname == "UNARY_NOT":
@@ -383,6 +389,8 @@ def _unary(tx: T, inst):
         tx.push(ConstantVariable(fn(v.as_python_constant())))
     elif isinstance(v, (TensorVariable, SymNodeVariable)):
         tx.push(tx.output.create_node("call_function", fn, [v], {}))
+    elif isinstance(v, ScalarNodeVariable) and inst.opname in ("UNARY_NEGATIVE", "UNARY_POSITIVE"):
+        tx.push(v.unary(tx, fn))  # -n of a captured .item() value
     else:
         unimplemented(f"{inst.opname} on {v}")
 
@@ -715,7 +723,10 @@ def BEFORE_WITH(tx: T, inst):
     if isinstance(ctx, UserDefinedObjectVariable) and _python_dunder(ctx.python_type(), "__enter__") \
             and _python_dunder(ctx.python_type(), "__exit__"):
         ctx = UserContextManagerVariable(ctx)  # a class with Python __enter__/__exit__: both inlined
-    if isinstance(ctx, (NullContextVariable, UserContextManagerVariable, GeneratorContextManagerVariable)):
+    from tinydynamo.variables.autocast import AutocastModeVariable
+
+    if isinstance(ctx, (NullContextVariable, UserContextManagerVariable, GeneratorContextManagerVariable,
+                        AutocastModeVariable)):
         tx.push(WithExitFunctionVariable(ctx))
         tx.push(ctx.enter(tx))
         return
@@ -961,8 +972,12 @@ class InstructionTranslator(InstructionTranslatorBase):
                 raise  # inside try (or a `with` we did not trace): not resumable, the frame runs eagerly
             self.stack, self.symbolic_locals = stack, local_vars
             self._undo_instruction(last_node, contexts, grad_mode)
-            if contexts:  # the graph leaves the `with` blocks; the transformed code re-enters them
-                set_grad_enabled(self, contexts[0].initial_mode)
+            for ctx in reversed(contexts):  # the graph leaves the `with` blocks; the transformed code re-enters them
+                if hasattr(ctx, "leave_for_graph_break"):  # torch.autocast: an exit node
+                    ctx.leave_for_graph_break(self)
+            grad_contexts = [c for c in contexts if isinstance(c, GradModeVariable)]
+            if grad_contexts:
+                set_grad_enabled(self, grad_contexts[0].initial_mode)
             self.graph_break = GraphBreak(inst, e, stack, local_vars)
             self.graph_break.cells = dict(self.cells)  # closures rebuilt at the break share these
 
@@ -976,6 +991,9 @@ class InstructionTranslator(InstructionTranslatorBase):
         for node in reversed(nodes[start:]):
             if node.op != "placeholder":  # new inputs stay (placed before the ops); unused ones are harmless
                 self.output.graph.erase_node(node)
+        for ctx in reversed(self.grad_contexts[len(contexts):]):  # autocast blocks the instruction entered
+            if hasattr(ctx, "undo_real"):
+                ctx.undo_real(self.output)
         self.grad_contexts = contexts
         torch._C._set_grad_enabled(grad_mode)
 

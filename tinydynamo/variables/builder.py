@@ -65,6 +65,10 @@ class VariableBuilder:
 
         src = self.source
         if isinstance(value, torch.Tensor):
+            from tinydynamo.variables import torch_function
+
+            if torch_function.has_torch_function_override(value):  # its ops go through __torch_function__
+                return torch_function.wrap_subclass_tensor(self.tx, value, src)
             return self.tx.output.lift_tensor(value, src)
         if isinstance(value, nn.Module):
             self.guard("NN_MODULE", weakref.ref(value))  # weak: compiled code does not keep modules alive
@@ -128,6 +132,15 @@ class VariableBuilder:
         if any(value is cls for cls in GRAD_MODE_CLASSES):  # torch.no_grad, ... (classes)
             self.guard("ID_MATCH", value)
             return GradModeClassVariable(value, src)
+        from tinydynamo.variables.autocast import AUTOCAST_CLASSES, AutocastModeVariable
+
+        if type(value) in AUTOCAST_CLASSES and src is not None:  # a torch.autocast passed to a resume function
+            from tinydynamo.source import AttrSource
+
+            self.guard("TYPE_MATCH", type(value))
+            for name in ("device", "fast_dtype", "_enabled", "_cache_enabled"):
+                self.tx.output.add_guard("CONSTANT_MATCH", AttrSource(src, name), getattr(value, name))
+            return AutocastModeVariable.of(value, src)
         if type(value) in (torch.no_grad, torch.enable_grad):  # a context manager passed to a resume function
             self.guard("TYPE_MATCH", type(value))
             return GradModeVariable(type(value) is torch.enable_grad, source=src)

@@ -30,6 +30,14 @@ TENSOR_OPERATORS = {
     operator.ixor, operator.neg, operator.pos, operator.invert, operator.lt, operator.le,
     operator.eq, operator.ne, operator.gt, operator.ge, operator.getitem,
 }
+#: arithmetic that keeps a captured ``.item()`` number a number (in-place forms: numbers have none)
+SCALAR_ARITHMETIC = {
+    **{f: f for f in (operator.add, operator.sub, operator.mul, operator.truediv, operator.floordiv,
+                      operator.mod, operator.pow)},
+    operator.iadd: operator.add, operator.isub: operator.sub, operator.imul: operator.mul,
+    operator.itruediv: operator.truediv, operator.ifloordiv: operator.floordiv, operator.imod: operator.mod,
+    operator.ipow: operator.pow,
+}
 #: side effects or values the graph cannot hold
 UNSUPPORTED_BUILTINS = {
     print: "print() has a side effect outside the graph",
@@ -86,6 +94,9 @@ class BuiltinVariable(VariableTracker):
         for s, other in ((a, b), (b, a)):  # a captured .item() value with a tensor (config.capture_scalar_outputs)
             if isinstance(s, ScalarNodeVariable) and isinstance(other, _T) and fn in TENSOR_OPERATORS:
                 return s.binop_with_tensor(tx, fn, a, b)
+            if isinstance(s, ScalarNodeVariable) and fn in SCALAR_ARITHMETIC and (isinstance(other, ScalarNodeVariable) or (
+                    other.is_python_constant() and type(other.as_python_constant()) in (int, float, bool))):
+                return s.binop_with_scalar(tx, SCALAR_ARITHMETIC[fn], a, b)  # n + 1: still a number node
         if isinstance(a, TensorVariable) or isinstance(b, TensorVariable):
             if not isinstance(a, TensorVariable) and fn in INPLACE_TO_OUT_OF_PLACE:
                 fn = INPLACE_TO_OUT_OF_PLACE[fn]  # ``total = 0; total += t``: a number has no in-place add
@@ -127,7 +138,11 @@ class BuiltinVariable(VariableTracker):
     @staticmethod
     def is_(tx, a: VariableTracker, b: VariableTracker) -> bool:
         """``a is b`` when it is known at trace time."""
-        if a.is_python_constant() and b.is_python_constant():
+        from tinydynamo.variables.misc import GetAttrVariable
+
+        a, b = (ConstantVariable(getattr(v.obj.value, v.name)) if isinstance(v, GetAttrVariable) and
+                isinstance(v.obj, ConstantVariable) and isinstance(v.obj.value, type) else v for v in (a, b))
+        if a.is_python_constant() and b.is_python_constant():  # (``func is torch.Tensor.add``: a class's method)
             return a.as_python_constant() is b.as_python_constant()
         if a is b:
             return True
@@ -279,6 +294,10 @@ class BuiltinVariable(VariableTracker):
             if all(i.is_python_constant() for i in items):
                 return ConstantVariable(fn(i.as_python_constant() for i in items))
             unimplemented(f"{fn.__name__}() of tensors compares values (use torch.maximum / torch.max)")
+        from tinydynamo.variables.tensor import ScalarNodeVariable
+
+        if fn in (abs, int, float) and len(args) == 1 and not kwargs and isinstance(args[0], ScalarNodeVariable):
+            return args[0].unary(tx, fn)
         if fn is abs and len(args) == 1 and isinstance(args[0], TensorVariable):
             return tx.output.create_node("call_function", torch.abs, args, {})
         if fn in (bool, int, float) and len(args) == 1 and isinstance(args[0], TensorVariable):

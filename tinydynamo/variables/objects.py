@@ -189,6 +189,11 @@ class SuperVariable(VariableTracker):
             if isinstance(attr, staticmethod):
                 return UserFunctionVariable(attr.__func__)
             if isinstance(attr, classmethod):
+                from tinydynamo.variables.torch_function import default_torch_function_variable
+
+                default_tf = default_torch_function_variable(attr.__get__(None, objtype))
+                if default_tf is not None:  # super().__torch_function__ in a tensor subclass: modelled
+                    return default_tf
                 return UserMethodVariable(attr.__func__, ConstantVariable(objtype))
             if isinstance(attr, types.FunctionType):
                 return UserFunctionVariable(attr) if obj_is_class else UserMethodVariable(attr, self.obj)

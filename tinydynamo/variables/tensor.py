@@ -203,6 +203,28 @@ class ScalarNodeVariable(VariableTracker):
         node = tx.output.graph.call_function(fn, (a.as_node_arg(), b.as_node_arg()))
         return wrap_fx_result(tx.output, node, example)
 
+    def binop_with_scalar(self, tx, fn, a: VariableTracker, b: VariableTracker) -> "ScalarNodeVariable":
+        """``n + 1``, ``n * m``, ``2 ** n``: arithmetic on captured numbers stays a number node (its Python
+        type from the same operation on sample values); it may still only end in tensor arithmetic."""
+        return self._apply(tx, fn, [a, b])
+
+    def unary(self, tx, fn) -> "ScalarNodeVariable":
+        """``-n``, ``abs(n)``, ``int(n)``, ``float(n)``."""
+        return self._apply(tx, fn, [self])
+
+    def _apply(self, tx, fn, operands: list) -> "ScalarNodeVariable":
+        samples = [v.py_type(1) if isinstance(v, ScalarNodeVariable) else v.as_python_constant() for v in operands]
+        try:
+            py_type = type(fn(*samples))
+        except Exception as e:
+            unimplemented(f"{getattr(fn, '__name__', fn)} of a captured .item() value: {type(e).__name__}: {e}")
+        if py_type not in (int, float, bool):
+            unimplemented(f"{getattr(fn, '__name__', fn)} of a captured .item() value gives a {py_type.__name__}")
+        node = tx.output.graph.call_function(fn, tuple(v.as_node_arg() if isinstance(v, ScalarNodeVariable)
+                                                       else v.as_python_constant() for v in operands))
+        node.meta["example_value"] = py_type(1)
+        return ScalarNodeVariable(node, py_type)
+
     def reconstruct(self, codegen) -> str:
         return codegen.graph_output(self)
 
