@@ -1,6 +1,6 @@
 """Run every benchmark, each in its own process, and gather the results into one JSON file.
 
-Chapter 10 reads such a file for the GPU numbers (notebooks/data/gpu_results.json, from a run
+Chapter 11 reads such a file for the GPU numbers (notebooks/data/gpu_results.json, from a run
 on the device machine). A benchmark that fails is recorded with its error; the rest still run.
 
     python bench/run_all.py --out bench/results/all.json [--quick]
