@@ -28,7 +28,7 @@ timeout 120 python3 -m pytest -q -p no:cacheprovider $xdist tests/test_inductor_
 timeout 60 python3 bench/gpu_e2e.py 2>&1 | tail -30 | tee "$out/e2e.txt"
 
 start=$(date +%s)
-IFS=, read -r -a names <<<"${BENCHES:-gpt_train,block,profile_step,pointwise_chain,call_overhead,cold_compile,block reduce-overhead,softmax_layernorm,call_overhead reduce-overhead,guard_overhead,resnet_train}"
+IFS=, read -r -a names <<<"${BENCHES:-gpt_train,block,profile_step,pointwise_chain,call_overhead,cold_compile,block reduce-overhead,softmax_layernorm,call_overhead reduce-overhead,guard_overhead,resnet_train,dynamic_shapes}"
 for name in "${names[@]}"; do
     left=$((budget - ($(date +%s) - start)))
     [ "$left" -gt 20 ] || { echo "== $name: skipped (time budget spent)"; continue; }

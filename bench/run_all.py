@@ -32,6 +32,8 @@ BENCHMARKS = {
     "gpt_train": ("gpt_train", ["--cold"], ["--iters", "3", "--warmup", "1", "--layers", "1", "--embd", "32",
                                             "--heads", "2", "--batch", "2", "--seq", "16", "--vocab", "64"]),
     "resnet_train": ("resnet_train", [], ["--iters", "2", "--warmup", "1", "--batch", "2", "--size", "32"]),
+    "dynamic_shapes": ("dynamic_shapes", [], ["--seqs", "16,24", "--batch", "2", "--hidden", "32", "--iters", "3",
+                                              "--warmup", "1"]),
 }
 # CUDA graphs and autotuning (modes for both compilers): GPU only
 CUDA_BENCHMARKS = {
