@@ -409,8 +409,9 @@ print("one compiled block, lengths 24, 40, 57: match eager")
 # * a size that takes many values (sequence length, batch of a server): let the default mark it
 #   dynamic after the first change, or `mark_dynamic` it ahead of time, and measure the
 #   dynamic kernels against static ones;
-# * padding must not change the answer: pad with values the computation ignores (zeros for
-#   a row-wise op on *other* rows; a mask for attention or a reduction over the padded dim).
+# * padding must not change the answer: padded rows are harmless when each row is computed on
+#   its own (a LayerNorm over the hidden dim, padded along the sequence) and sliced away after;
+#   an op that reduces or attends *along* the padded dim needs a mask, or it reads the padding.
 #
 # `bench/dynamic_shapes.py` runs the seeds' experiment: the block at lengths 64..512, compiled
 # with `dynamic=None` and `dynamic=True` by both compilers, counting compiles and compile
