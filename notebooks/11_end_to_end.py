@@ -258,6 +258,8 @@ for fn in (bad_fn, ch.positive_branch):
 # Guards specialise a compiled graph to its input shapes. Feed a new sequence length every
 # call and every call compiles — until `recompile_limit` gives up and runs eagerly. Padding
 # to a few buckets (Exercise 11.3) bounds the number of compiles by the number of buckets.
+# (Shapes are kept static here with `dynamic=False`; chapter 10's default policy would make
+# the length a symbol at its first change instead, and compile twice.)
 
 # %%
 def row_norm(x):
@@ -268,7 +270,7 @@ lengths = [3, 5, 8, 9, 12, 16, 17, 20, 31, 32, 4, 15]
 for label, wrap in (("every length", lambda f: f), ("buckets 8/16/32", lambda f: ch.bucketed(f, [8, 16, 32]))):
     tinydynamo.reset()
     counter = CompileCounterWithBackend("eager")
-    fn = wrap(tinydynamo.compile(row_norm, backend=counter))
+    fn = wrap(tinydynamo.compile(row_norm, backend=counter, dynamic=False))
     for n in lengths:
         x = torch.randn(2, n, 24)
         torch.testing.assert_close(fn(x), row_norm(x))

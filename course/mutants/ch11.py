@@ -18,5 +18,6 @@ MUTANTS = [
     Mutant("11.3", "buckets taken in the given order", "for size in sorted(buckets):", "for size in buckets:"),
     Mutant("11.3", "pads in front of the data", "x = torch.cat([x, x.new_zeros(pad_shape)], dim=dim)",
            "x = torch.cat([x.new_zeros(pad_shape), x], dim=dim)"),
+    Mutant("11.3", "never pads: every length is its own shape", "target = bucket_length(n, buckets)", "target = n"),
     Mutant("11.3", "slices the last dim instead of dim", "return fn(x).narrow(dim, 0, n)", "return fn(x).narrow(-1, 0, n)"),
 ]
