@@ -229,8 +229,9 @@ print(cnt.graphs[-1].code.strip())
 print("graphs:", cnt.frame_count)
 
 # %% [markdown]
-# TorchDynamo's graph of the same function, for comparison (torch names symbols after a hash
-# of their source, so the numbers differ from ours):
+# TorchDynamo's graph of the same function, for comparison. The package fakes its inputs with
+# torch's own `ShapeEnv` (as TorchDynamo does), which names each symbol after a hash of its
+# source, so the two graphs use the same names:
 
 # %% tags=["nbval-ignore-output"]
 def keep_graph(gm, example_inputs):
@@ -422,9 +423,9 @@ print("one compiled block, lengths 24, 40, 57: match eager")
 #
 # | piece | torch | here |
 # |---|---|---|
-# | symbols, hints, guards on them | `ShapeEnv`, `SymInt`, `guard_bool` | `ch.ShapeEnv` (this chapter), the package's own in `tinydynamo` |
-# | size rules over symbols | meta functions over `SymInt` | Exercise 10.2; fake tensors with symbolic sizes in the package |
-# | automatic dynamic, `mark_dynamic` | `torch._dynamo` frame state | Exercise 10.3; `tinydynamo.compile(dynamic=...)`, `tinydynamo.mark_dynamic` |
-# | kernels over symbols | Inductor's `sympy` indexing, `xnumel` arguments | Exercise 10.4; `tininductor`'s Triton and C++ kernels |
+# | symbols, hints, guards on them | `ShapeEnv`, `SymInt`, `guard_bool` | `ch.ShapeEnv` (Exercise 10.1); the package fakes inputs with torch's own `ShapeEnv` and checks its relations as `SHAPE_ENV` guards (`tinydynamo/symbolic_shapes.py`, `variables/sym_node.py`) |
+# | size rules over symbols | meta functions over `SymInt` | Exercise 10.2; in the package, torch's meta functions on fake tensors with symbolic sizes |
+# | automatic dynamic, `mark_dynamic` | `torch._dynamo` frame state | Exercise 10.3; `tinydynamo.compile(dynamic=...)`, `tinydynamo.mark_dynamic` (`tinydynamo/symbolic_shapes.py`) |
+# | kernels over symbols | Inductor's `sympy` indexing, `xnumel` arguments | Exercise 10.4; `tininductor/indexing.py`, its Triton and C++ kernels and wrapper |
 #
 # Next chapter: the whole stack measured end to end against eager and `torch.compile`.
