@@ -40,7 +40,7 @@ def pytest_addoption(parser):
 def pytest_configure(config):
     chosen = config.getoption("--course-mode") or os.environ.get("TINY_COURSE_MODE") or "exercises"
     os.environ["TINY_COURSE_MODE"] = chosen
-    for chapter in range(11):
+    for chapter in range(12):
         for task in range(1, 10):
             config.addinivalue_line("markers", f"ch{chapter:02d}_{task}: graded task {task} of chapter {chapter}")
     config.addinivalue_line("markers", "gpu: needs a CUDA device (skipped without one)")

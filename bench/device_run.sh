@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# The GPU run behind chapter 10's GPU numbers and the README's GPU rows, in one command (device
+# The GPU run behind chapter 11's GPU numbers and the README's GPU rows, in one command (device
 # time is scarce): the tests that need CUDA, the end-to-end check, then the benchmarks, most
 # important first, each under a time limit. Results land in OUT (default bench/results/device):
 # tests.txt (versions, then tests), e2e.txt, gpu_results.json (copy it to notebooks/data/ for
-# chapter 10), run_all.txt.
+# chapter 11), run_all.txt.
 #
 #   bash bench/device_run.sh [OUT] [SECONDS_FOR_BENCHMARKS]
 #   BENCHES="block,call_overhead" bash bench/device_run.sh   # another order or subset of benchmarks
@@ -28,7 +28,7 @@ timeout 120 python3 -m pytest -q -p no:cacheprovider $xdist tests/test_inductor_
 timeout 60 python3 bench/gpu_e2e.py 2>&1 | tail -30 | tee "$out/e2e.txt"
 
 start=$(date +%s)
-IFS=, read -r -a names <<<"${BENCHES:-gpt_train,block,profile_step,pointwise_chain,call_overhead,cold_compile,block reduce-overhead,softmax_layernorm,call_overhead reduce-overhead,guard_overhead,resnet_train}"
+IFS=, read -r -a names <<<"${BENCHES:-gpt_train,block,profile_step,pointwise_chain,call_overhead,cold_compile,block reduce-overhead,softmax_layernorm,call_overhead reduce-overhead,guard_overhead,resnet_train,dynamic_shapes}"
 for name in "${names[@]}"; do
     left=$((budget - ($(date +%s) - start)))
     [ "$left" -gt 20 ] || { echo "== $name: skipped (time budget spent)"; continue; }

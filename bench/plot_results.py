@@ -1,7 +1,7 @@
 """Plots of saved benchmark results: one PNG per benchmark, from one script's JSON or run_all's.
 
 Plots are drawn from the JSON files, never from a new measurement, so they can be drawn again
-(and the GPU run's, which chapter 10 shows, drawn on a machine without a GPU):
+(and the GPU run's, which chapter 11 shows, drawn on a machine without a GPU):
 
     python bench/plot_results.py notebooks/data/gpu_results.json --out bench/results/plots
     python bench/plot_results.py bench/results/pointwise_chain-cpu-*.json

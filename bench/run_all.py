@@ -1,6 +1,6 @@
 """Run every benchmark, each in its own process, and gather the results into one JSON file.
 
-Chapter 10 reads such a file for the GPU numbers (notebooks/data/gpu_results.json, from a run
+Chapter 11 reads such a file for the GPU numbers (notebooks/data/gpu_results.json, from a run
 on the device machine). A benchmark that fails is recorded with its error; the rest still run.
 
     python bench/run_all.py --out bench/results/all.json [--quick]
@@ -32,6 +32,8 @@ BENCHMARKS = {
     "gpt_train": ("gpt_train", ["--cold"], ["--iters", "3", "--warmup", "1", "--layers", "1", "--embd", "32",
                                             "--heads", "2", "--batch", "2", "--seq", "16", "--vocab", "64"]),
     "resnet_train": ("resnet_train", [], ["--iters", "2", "--warmup", "1", "--batch", "2", "--size", "32"]),
+    "dynamic_shapes": ("dynamic_shapes", [], ["--seqs", "16,24", "--batch", "2", "--hidden", "32", "--iters", "3",
+                                              "--warmup", "1"]),
 }
 # CUDA graphs and autotuning (modes for both compilers): GPU only
 CUDA_BENCHMARKS = {

@@ -214,7 +214,7 @@ def save(name: str, device: str, rows: list[dict], meta: dict | None = None, pat
     return path
 
 
-# ---- plots of stored results (chapter 10, bench/plot_results.py) ------------------------------------
+# ---- plots of stored results (chapter 11, bench/plot_results.py) ------------------------------------
 COLOURS = {"eager": "tab:blue", "torch.compile": "tab:orange", "tiny": "tab:green"}
 
 

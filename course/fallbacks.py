@@ -6,7 +6,7 @@ line and calls the counterpart registered here. Most exercises rebuild a piece o
 tininductor, so the counterpart *is* that piece (``tinydynamo.symbolic_convert.BINARY_OP``,
 ``tininductor.codecache.write_atomic``...), adapted to the exercise's signature where the two
 differ. A few exercises are course tools with no package twin (chapter 0's op counter and
-timer, chapter 1's stack machine, chapter 10's bucketing); for those a short stand-in written
+timer, chapter 1's stack machine, chapter 11's bucketing); for those a short stand-in written
 on PyTorch and the package is given here. Nothing here imports ``solutions/``.
 
 Each entry maps ``"chNN.qualname"`` to ``(factory, where)``: ``factory(module)`` returns the
@@ -516,7 +516,115 @@ simple("ch09.row_sum_source", "a stand-in from course/fallbacks.py", _row_sum_so
 REGISTRY["ch09.write_atomic"] = (_codecache("write_atomic"), "tininductor's own (tininductor.codecache.write_atomic)")
 REGISTRY["ch09.entry_is_intact"] = (_codecache("entry_is_intact"), "tininductor's own (tininductor.codecache.entry_is_intact)")
 
-# ---- chapter 10: end to end -----------------------------------------------------------------------
+# ---- chapter 10: dynamic shapes --------------------------------------------------------------------
+# Stand-ins for now; once tinydynamo has its own ShapeEnv and symbolic indexing, these can point there.
+
+
+def _evaluate_expr(env, expr) -> bool:
+    import sympy
+
+    relation = sympy.sympify(expr)
+    answer = bool(relation.subs(env.var_to_val))
+    holds = relation if answer else sympy.Not(relation)
+    if relation.free_symbols and holds not in env.guards:
+        env.guards.append(holds)
+    return answer
+
+
+@register("ch10.ShapeEnv.produce_guards", "a stand-in from course/fallbacks.py")
+def _produce_guards(module):
+    def produce_guards(env) -> list[str]:
+        import sympy
+
+        first = {sym: srcs[0] for sym, srcs in env.var_to_sources.items()}
+        equal = [f"{src} == {first[sym]}" for sym, srcs in env.var_to_sources.items() for src in srcs[1:]]
+        ranges = [f"2 <= {src}" for src in first.values()]
+        rename = {sym: sympy.Symbol(src) for sym, src in first.items()}
+        return equal + ranges + [module.pexpr(g.subs(rename)) for g in env.guards]
+    return produce_guards
+
+
+def _broadcast_shapes(a, b, guards) -> tuple:
+    import sympy
+
+    rank = max(len(a), len(b))
+    pad_a = [sympy.Integer(1)] * (rank - len(a)) + [sympy.sympify(v) for v in a]
+    pad_b = [sympy.Integer(1)] * (rank - len(b)) + [sympy.sympify(v) for v in b]
+    result = []
+    for x, y in zip(pad_a, pad_b):
+        if x == y or y == 1:
+            result.append(x)
+        elif x == 1:
+            result.append(y)
+        elif x.is_number and y.is_number:
+            raise ValueError(f"shapes {tuple(a)} and {tuple(b)} do not broadcast: {x} vs {y}")
+        else:
+            guards.append(sympy.Eq(x, y))
+            result.append(x if x.is_number else y)
+    return tuple(result)
+
+
+def _view_shape(numel, shape) -> tuple:
+    import sympy
+
+    sizes = [sympy.sympify(v) for v in shape]
+    if sizes.count(-1) > 1:
+        raise ValueError("only one dimension can be -1")
+    rest = math.prod([v for v in sizes if v != -1], start=sympy.Integer(1))
+    if -1 not in sizes:
+        if sympy.simplify(rest - sympy.sympify(numel)) != 0:
+            raise ValueError(f"view{tuple(sizes)} does not hold {numel} elements")
+        return tuple(sizes)
+    q = sympy.cancel(sympy.sympify(numel) / rest)
+    if sympy.denom(q) != 1:
+        raise ValueError(f"{numel} elements do not split into rows of {rest}")
+    return tuple(q if v == -1 else v for v in sizes)
+
+
+def _update_frame_state(state, sizes) -> list:
+    if state is None or len(state) != len(sizes):
+        return list(sizes) if state is None else [None for _ in sizes]
+    return [None if a != b else a for a, b in zip(state, sizes)]
+
+
+def _symbolic_dims(state, sizes, dynamic, marked=()) -> list[int]:
+    wanted = {i for i in range(len(sizes)) if dynamic is True or i in set(marked)
+              or (dynamic is None and state[i] is None)}
+    return [i for i in sorted(wanted) if sizes[i] not in (0, 1)]
+
+
+def _contiguous_strides(sizes) -> tuple:
+    import sympy
+
+    return tuple(math.prod(sizes[i + 1:], start=sympy.Integer(1)) for i in range(len(sizes)))
+
+
+def _broadcast_index(out_sizes, in_sizes, xindex=None):
+    import sympy
+
+    xindex = sympy.Symbol("xindex", integer=True, nonnegative=True) if xindex is None else xindex
+    if [sympy.sympify(v) for v in in_sizes] == [sympy.sympify(v) for v in out_sizes]:
+        return xindex
+    out_strides, in_strides = _contiguous_strides(out_sizes), _contiguous_strides(in_sizes)
+    terms = []
+    for j in range(len(in_sizes)):
+        d = len(out_sizes) - len(in_sizes) + j
+        if in_sizes[j] == 1:
+            continue
+        coordinate = sympy.floor(xindex / out_strides[d])
+        terms.append((sympy.Mod(coordinate, out_sizes[d]) if d else coordinate) * in_strides[j])
+    return sympy.Add(*terms)
+
+
+simple("ch10.ShapeEnv.evaluate_expr", "a stand-in from course/fallbacks.py", _evaluate_expr)
+simple("ch10.broadcast_shapes", "a stand-in from course/fallbacks.py", _broadcast_shapes)
+simple("ch10.view_shape", "a stand-in from course/fallbacks.py", _view_shape)
+simple("ch10.update_frame_state", "a stand-in from course/fallbacks.py", _update_frame_state)
+simple("ch10.symbolic_dims", "a stand-in from course/fallbacks.py", _symbolic_dims)
+simple("ch10.contiguous_strides", "a stand-in from course/fallbacks.py", _contiguous_strides)
+simple("ch10.broadcast_index", "a stand-in from course/fallbacks.py", _broadcast_index)
+
+# ---- chapter 11: end to end -----------------------------------------------------------------------
 
 
 def _ideal_bytes(gm, example_inputs) -> int:
@@ -548,7 +656,7 @@ def _bucketed(fn, buckets, dim: int = 1):
     return wrapper
 
 
-simple("ch10.ideal_bytes", "a stand-in from course/fallbacks.py", _ideal_bytes)
-simple("ch10.positive_branch", "a stand-in from course/fallbacks.py", _positive_branch)
-simple("ch10.bucket_length", "a stand-in from course/fallbacks.py", _bucket_length)
-simple("ch10.bucketed", "a stand-in from course/fallbacks.py", _bucketed)
+simple("ch11.ideal_bytes", "a stand-in from course/fallbacks.py", _ideal_bytes)
+simple("ch11.positive_branch", "a stand-in from course/fallbacks.py", _positive_branch)
+simple("ch11.bucket_length", "a stand-in from course/fallbacks.py", _bucket_length)
+simple("ch11.bucketed", "a stand-in from course/fallbacks.py", _bucketed)

@@ -184,13 +184,36 @@ HINTS: dict[str, list[str]] = {
     "9.5": ["Missing files mean False, not an exception; the checksum file may end with a newline.",
             "Read the checksum text stripped and the library's bytes (catch OSError), compare "
             "hashlib.sha256(bytes).hexdigest() with it; an empty checksum is not a match."],
-    "10.1": ["Read every tensor input once, write every distinct output once; non-tensors cost nothing; an "
+    "10.1": ["Substitute the example values (var_to_val) into the relation to get its answer; what must stay "
+             "true is the relation if the answer was yes, its negation if no. No free symbols: nothing to guard.",
+             "evaluate_expr: value = bool(expr.xreplace(var_to_val)); if expr.free_symbols, append expr or "
+             "sympy.Not(expr) unless already there. produce_guards: for each symbol, its other sources == its "
+             "first; then 2 <= first source per symbol; then each guard with symbols replaced by "
+             "sympy.Symbol(first source), printed by pexpr."],
+    "10.2": ["Walk both shapes from the right, treating a missing dim as 1. A 1 takes the other size; equal sizes "
+             "stay; two different expressions must be equal at run time: that is a guard. For view, the -1 is "
+             "numel divided by the product of the other sizes.",
+             "broadcast: two different numbers raise ValueError; otherwise append Eq(x, y) to guards and keep the "
+             "number if one side is a number. view: sympify everything, refuse two -1; without -1 the product must "
+             "simplify to numel; with one, sympy.simplify(numel / known) must have denominator 1 "
+             "(sympy.fraction(sympy.together(q)))."],
+    "10.3": ["The frame state remembers each dim's size until it changes; then the dim is None for good. A compile "
+             "gives symbols to the dims the policy asks for, except sizes 0 and 1.",
+             "update_frame_state: None -> list(sizes); other rank -> all None; else keep old where equal, None "
+             "where not. symbolic_dims: skip n in (0, 1); take i if dynamic is True, or i is marked, or "
+             "dynamic is None and state[i] is None."],
+    "10.4": ["Strides: the innermost is 1, each outer one the product of the sizes inside it. A flat output "
+             "index gives coordinate d as xindex // stride_d, wrapped by % size_d except the outermost dim.",
+             "Align the input's dims on the right (lead = len(out) - len(in)); skip missing and size-1 input "
+             "dims; sum coordinate * input stride, with sympy.floor(xindex / stride) and sympy.Mod. An input of "
+             "the output's own sizes is read at xindex."],
+    "11.1": ["Read every tensor input once, write every distinct output once; non-tensors cost nothing; an "
              "output that is an input was not written.",
              "Sum numel * element_size over tensor inputs; run gm, then add each output tensor whose id you have "
              "not seen (inputs' ids start in the seen set)."],
-    "10.2": ["A Python if on a tensor's value breaks the graph; torch.where keeps both sides in it.",
+    "11.2": ["A Python if on a tensor's value breaks the graph; torch.where keeps both sides in it.",
              "Compute y, then torch.where(y.sum() > 0, y * 2, y - 2)."],
-    "10.3": ["bucket_length: the smallest bucket >= n (buckets may come unsorted); past the largest, round up to "
+    "11.3": ["bucket_length: the smallest bucket >= n (buckets may come unsorted); past the largest, round up to "
              "a multiple of it. The wrapper pads with zeros along dim and slices back.",
              "torch.cat([x, x.new_zeros(shape with dim = target - n)], dim=dim), call fn, then .narrow(dim, 0, n)."],
 }

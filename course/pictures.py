@@ -2,7 +2,7 @@
 
 * :func:`partition_dot`: what a partitioner does with a joint graph (chapter 6): which values the
   forward saves, which ops the backward recomputes, which run in the forward only.
-* :func:`cudagraph_dot`: what ``mode="reduce-overhead"`` changes (chapter 10): a launch per
+* :func:`cudagraph_dot`: what ``mode="reduce-overhead"`` changes (chapter 11): a launch per
   kernel on every call, versus recording the launches once and replaying them with one call.
 """
 from __future__ import annotations

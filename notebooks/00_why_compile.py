@@ -649,7 +649,8 @@ torch._dynamo.reset()
 # | 7 | the loop IR, the ops handler, fusion decisions | `tininductor` |
 # | 8 | Triton code generation, run in the interpreter or on a GPU | `tininductor` |
 # | 9 | C++ code generation and the code cache | `tininductor` |
-# | 10 | end to end: the benchmarks of this chapter, with our compiler as a column | both |
+# | 10 | dynamic shapes: sizes as symbols, guards on them, kernels that take sizes as arguments | both |
+# | 11 | end to end: the benchmarks of this chapter, with our compiler as a column | both |
 #
 # The two packages mirror PyTorch's halves: **`tinydynamo`** is the front end (TorchDynamo:
 # capture, guards, cache, graph breaks), **`tininductor`** the back end (AOTAutograd,

@@ -446,8 +446,9 @@ print(f"pointwise chain: eager {eager_t * 1e3:.2f} ms, tininductor C++ {tiny_t *
 # | `PyCodeCache`, `CppCodeCache` | `tininductor/codecache.py` |
 #
 # `config.cpu_backend` picks C++ or the Triton interpreter for CPU graphs, so the same graph
-# can be checked through both code generators against eager. Next chapter: the whole stack,
-# from `tinydynamo.compile(model)` to these kernels.
+# can be checked through both code generators against eager. Next chapter: sizes that change
+# from call to call, as symbols in the graph, the guards and these kernels; then the whole
+# stack, from `tinydynamo.compile(model)` to these kernels.
 
 # %%
 from tininductor.codegen.cpp import CppScheduling

@@ -3,7 +3,7 @@ exercise saying so in one line and standing in with the package's implementation
 
 The notebook runs take minutes on a small machine, so CI runs a representative subset (chapter 0,
 the door; 2, whose stand-ins run inside tinydynamo's tracer; 7, whose stand-ins meet the
-scheduler the notebook patches). ``TINY_ALL_NOTEBOOKS=1`` runs all eleven.
+scheduler the notebook patches). ``TINY_ALL_NOTEBOOKS=1`` runs all twelve.
 """
 from __future__ import annotations
 
@@ -47,26 +47,26 @@ def test_fallbacks_never_use_the_solutions():
 
 def _write_chapter(tmp_path, body: str):
     (tmp_path / "exercises").mkdir()
-    (tmp_path / "exercises" / "ch10_end_to_end.py").write_text(textwrap.dedent(body))
+    (tmp_path / "exercises" / "ch11_end_to_end.py").write_text(textwrap.dedent(body))
 
 
 def test_unfinished_exercise_says_so_once_and_uses_the_package(tmp_path, monkeypatch, capsys):
     _write_chapter(tmp_path, '''
         def bucket_length(n, buckets):
-            raise NotImplementedError("Exercise 10.3: return the first bucket >= n")
+            raise NotImplementedError("Exercise 11.3: return the first bucket >= n")
 
         def uses_it(n):
             return bucket_length(n, [8, 16])
         ''')
     monkeypatch.setattr(loader, "ROOT", tmp_path)
-    ch = loader.load("ch10", "exercises", unfinished="package")
+    ch = loader.load("ch11", "exercises", unfinished="package")
     assert ch.bucket_length(9, [8, 16]) == 16
     assert ch.uses_it(17) == 32  # a call from inside the module goes through the stand-in too
     lines = capsys.readouterr().out.splitlines()
-    assert lines == ["Exercise 10.3 not done yet: using a stand-in from course/fallbacks.py"]
+    assert lines == ["Exercise 11.3 not done yet: using a stand-in from course/fallbacks.py"]
 
-    strict = loader.load("ch10", "exercises")  # what the graded tests get
-    with pytest.raises(NotImplementedError, match="Exercise 10.3"):
+    strict = loader.load("ch11", "exercises")  # what the graded tests get
+    with pytest.raises(NotImplementedError, match="Exercise 11.3"):
         strict.bucket_length(9, [8, 16])
 
 
@@ -76,7 +76,7 @@ def test_finished_exercise_runs_the_learners_code(tmp_path, monkeypatch, capsys)
             return 1000 + n  # the learner's (wrong) answer must be what runs
         ''')
     monkeypatch.setattr(loader, "ROOT", tmp_path)
-    ch = loader.load("ch10", "exercises", unfinished="package")
+    ch = loader.load("ch11", "exercises", unfinished="package")
     assert ch.bucket_length(9, [8, 16]) == 1009
     assert capsys.readouterr().out == ""
 
@@ -87,10 +87,10 @@ def test_other_errors_are_not_hidden(tmp_path, monkeypatch):
             if n < 0:
                 raise NotImplementedError("negative lengths")  # the learner's own error
             else:  # half done: the stub's raise is now on one path only
-                raise NotImplementedError("Exercise 10.3: return the first bucket >= n")
+                raise NotImplementedError("Exercise 11.3: return the first bucket >= n")
         ''')
     monkeypatch.setattr(loader, "ROOT", tmp_path)
-    ch = loader.load("ch10", "exercises", unfinished="package")
+    ch = loader.load("ch11", "exercises", unfinished="package")
     with pytest.raises(NotImplementedError, match="negative lengths"):
         ch.bucket_length(-1, [8])
     assert ch.bucket_length(3, [8]) == 8
@@ -101,13 +101,13 @@ def test_stand_in_of_a_traced_function_compiles_in_one_graph(capsys):
     it with fullgraph=True (a try/except wrapper around the raising stub could not be)."""
     import tinydynamo
 
-    ch = loader.load("ch10", "exercises", unfinished="package")
+    ch = loader.load("ch11", "exercises", unfinished="package")
     x = torch.randn(5)
     compiled = tinydynamo.compile(ch.positive_branch, backend="eager", fullgraph=True)
     y = x.sin() + x.cos()
     expected = y * 2 if y.sum().item() > 0 else y - 2
     torch.testing.assert_close(compiled(x), expected)
-    assert "Exercise 10.2 not done yet" in capsys.readouterr().out
+    assert "Exercise 11.2 not done yet" in capsys.readouterr().out
 
 
 NOTEBOOKS = [p for p in sources() if os.environ.get("TINY_ALL_NOTEBOOKS") == "1" or p.name[:2] in SUBSET]

@@ -1,7 +1,7 @@
 # %% [markdown]
-# # Chapter 10 — End to end: tiny against eager and `torch.compile`
+# # Chapter 11 — End to end: tiny against eager and `torch.compile`
 #
-# Nine chapters built a compiler one layer at a time. This one runs the whole stack on the
+# Ten chapters built a compiler one layer at a time. This one runs the whole stack on the
 # seeds' LayerNorm-MLP block and measures it the way the seeds' benchmark does: the same
 # inputs through eager, PyTorch's `torch.compile` and our `tinydynamo` + `tininductor`,
 # first-call cost kept apart, every output checked against eager before it is timed.
@@ -9,11 +9,11 @@
 # **What you will learn**
 #
 # * how to read a benchmark of a compiler: time per call, GB/s, and percent of the memory
-#   bandwidth the machine can actually deliver (Exercise 10.1 computes the yardstick);
+#   bandwidth the machine can actually deliver (Exercise 11.1 computes the yardstick);
 # * where the speed comes from (fewer kernels, fewer bytes) and where it is lost;
 # * when compiling is *slower* — tiny inputs, graph breaks, recompiles — each shown by a
-#   measurement, with the fixes: a tensor-only rewrite (Exercise 10.2) and shape bucketing
-#   (Exercise 10.3).
+#   measurement, with the fixes: a tensor-only rewrite (Exercise 11.2) and shape bucketing
+#   (Exercise 11.3).
 #
 # CPU numbers below are measured when the notebook runs, on whatever machine runs it (CI has
 # 2 cores, so keep your expectations modest); GPU numbers come from a stored run on the
@@ -35,7 +35,7 @@ from course.models import TinyBlock
 from tinydynamo import artifacts
 from tinydynamo.testing import CompileCounterWithBackend
 
-ch = load("ch10", unfinished="package")
+ch = load("ch11", unfinished="package")
 torch.manual_seed(0)
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 # A fixed thread count (one per physical core, at most 8): left to itself, torch's count and a
@@ -77,7 +77,7 @@ print(wrapper_source[call_start:call_start + 1500])
 #
 # A pointwise chain does almost no arithmetic per byte, so its speed limit is memory
 # bandwidth. The best any implementation can do is read each input once and write each
-# output once: that is `ideal_bytes` (Exercise 10.1). Divide by the time to get GB/s, and by
+# output once: that is `ideal_bytes` (Exercise 11.1). Divide by the time to get GB/s, and by
 # the bandwidth of a plain copy on the same machine to get "percent of what is possible".
 
 # %%
@@ -225,7 +225,7 @@ print(compile_times())
 # The seeds' `bad_fn` prints and branches on `.item()`: a data-dependent jump that no guard
 # can cover, because the value only exists after the computation runs. TorchDynamo (and
 # chapter 4's tinydynamo) split the function there; each piece is a separate graph with its
-# own launch and a trip back to Python in between. The tensor-only rewrite of Exercise 10.2
+# own launch and a trip back to Python in between. The tensor-only rewrite of Exercise 11.2
 # keeps one graph.
 
 # %%
@@ -257,7 +257,9 @@ for fn in (bad_fn, ch.positive_branch):
 #
 # Guards specialise a compiled graph to its input shapes. Feed a new sequence length every
 # call and every call compiles — until `recompile_limit` gives up and runs eagerly. Padding
-# to a few buckets (Exercise 10.3) bounds the number of compiles by the number of buckets.
+# to a few buckets (Exercise 11.3) bounds the number of compiles by the number of buckets.
+# (Shapes are kept static here with `dynamic=False`; chapter 10's default policy would make
+# the length a symbol at its first change instead, and compile twice.)
 
 # %%
 def row_norm(x):
@@ -268,7 +270,7 @@ lengths = [3, 5, 8, 9, 12, 16, 17, 20, 31, 32, 4, 15]
 for label, wrap in (("every length", lambda f: f), ("buckets 8/16/32", lambda f: ch.bucketed(f, [8, 16, 32]))):
     tinydynamo.reset()
     counter = CompileCounterWithBackend("eager")
-    fn = wrap(tinydynamo.compile(row_norm, backend=counter))
+    fn = wrap(tinydynamo.compile(row_norm, backend=counter, dynamic=False))
     for n in lengths:
         x = torch.randn(2, n, 24)
         torch.testing.assert_close(fn(x), row_norm(x))

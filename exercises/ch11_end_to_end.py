@@ -1,5 +1,5 @@
-# GENERATED from solutions/ch10_end_to_end.py by `python -m course.exercises`: edit the marked parts.
-"""Chapter 10: end to end — measuring the whole compiler honestly, and writing code it likes.
+# GENERATED from solutions/ch11_end_to_end.py by `python -m course.exercises`: edit the marked parts.
+"""Chapter 11: end to end — measuring the whole compiler honestly, and writing code it likes.
 
 Three pieces a performance engineer writes around any compiler: the ideal memory traffic of a
 graph (the yardstick for "percent of bandwidth"), a tensor-only rewrite that removes a graph
@@ -18,7 +18,7 @@ def ideal_bytes(gm: torch.fx.GraphModule, example_inputs) -> int:
     ``example_inputs`` are tensors (or other values, which cost nothing). An output that is an
     input returned unchanged costs nothing extra; an output listed twice is written once.
     """
-    raise NotImplementedError("Exercise 10.1: the bytes any implementation must move; checked on graphs with several dtypes, repeated and returned-input outputs, and non-tensor inputs (notebook 10, section 2). Stuck? course.hint('10.1')")
+    raise NotImplementedError("Exercise 11.1: the bytes any implementation must move; checked on graphs with several dtypes, repeated and returned-input outputs, and non-tensor inputs (notebook 11, section 2). Stuck? course.hint('11.1')")
 
 
 def positive_branch(x: torch.Tensor) -> torch.Tensor:
@@ -32,12 +32,12 @@ def positive_branch(x: torch.Tensor) -> torch.Tensor:
     Write it with tensor ops only, so ``tinydynamo.compile(..., fullgraph=True)`` captures it
     in one graph and it returns exactly what ``bad_fn`` returns.
     """
-    raise NotImplementedError("Exercise 10.2: bad_fn's values in one graph; checked with fullgraph=True on inputs of both signs and mixed signs (notebook 10, section 4b). Stuck? course.hint('10.2')")
+    raise NotImplementedError("Exercise 11.2: bad_fn's values in one graph; checked with fullgraph=True on inputs of both signs and mixed signs (notebook 11, section 4b). Stuck? course.hint('11.2')")
 
 
 def bucket_length(n: int, buckets: list[int]) -> int:
     """The smallest bucket that holds ``n``; past the largest bucket, the next multiple of it."""
-    raise NotImplementedError("Exercise 10.3: the bucket a length goes to; checked on lengths at, between and past the buckets (notebook 10, section 4c). Stuck? course.hint('10.3')")
+    raise NotImplementedError("Exercise 11.3: the bucket a length goes to; checked on lengths at, between and past the buckets (notebook 11, section 4c). Stuck? course.hint('11.3')")
 
 
 def bucketed(fn, buckets: list[int], dim: int = 1):
@@ -48,6 +48,6 @@ def bucketed(fn, buckets: list[int], dim: int = 1):
     """
 
     def wrapper(x: torch.Tensor) -> torch.Tensor:
-        raise NotImplementedError("Exercise 10.3: call fn only on bucket lengths and return what fn(x) would; checked by outputs and the number of compiles (notebook 10, section 4c). Stuck? course.hint('10.3')")
+        raise NotImplementedError("Exercise 11.3: call fn only on bucket lengths and return what fn(x) would; checked by outputs and the number of compiles (notebook 11, section 4c). Stuck? course.hint('11.3')")
 
     return wrapper

@@ -1,4 +1,4 @@
-"""Chapter 10: end to end — measuring the whole compiler honestly, and writing code it likes.
+"""Chapter 11: end to end — measuring the whole compiler honestly, and writing code it likes.
 
 Three pieces a performance engineer writes around any compiler: the ideal memory traffic of a
 graph (the yardstick for "percent of bandwidth"), a tensor-only rewrite that removes a graph
@@ -17,7 +17,7 @@ def ideal_bytes(gm: torch.fx.GraphModule, example_inputs) -> int:
     ``example_inputs`` are tensors (or other values, which cost nothing). An output that is an
     input returned unchanged costs nothing extra; an output listed twice is written once.
     """
-    # BEGIN SOLUTION (Exercise 10.1: the bytes any implementation must move; checked on graphs with several dtypes, repeated and returned-input outputs, and non-tensor inputs (notebook 10, section 2))
+    # BEGIN SOLUTION (Exercise 11.1: the bytes any implementation must move; checked on graphs with several dtypes, repeated and returned-input outputs, and non-tensor inputs (notebook 11, section 2))
     total = sum(t.numel() * t.element_size() for t in example_inputs if isinstance(t, torch.Tensor))
     outputs = gm(*example_inputs)
     outputs = outputs if isinstance(outputs, (tuple, list)) else (outputs,)
@@ -41,7 +41,7 @@ def positive_branch(x: torch.Tensor) -> torch.Tensor:
     Write it with tensor ops only, so ``tinydynamo.compile(..., fullgraph=True)`` captures it
     in one graph and it returns exactly what ``bad_fn`` returns.
     """
-    # BEGIN SOLUTION (Exercise 10.2: bad_fn's values in one graph; checked with fullgraph=True on inputs of both signs and mixed signs (notebook 10, section 4b))
+    # BEGIN SOLUTION (Exercise 11.2: bad_fn's values in one graph; checked with fullgraph=True on inputs of both signs and mixed signs (notebook 11, section 4b))
     y = x.sin() + x.cos()
     return torch.where(y.sum() > 0, y * 2, y - 2)
     # END SOLUTION
@@ -49,7 +49,7 @@ def positive_branch(x: torch.Tensor) -> torch.Tensor:
 
 def bucket_length(n: int, buckets: list[int]) -> int:
     """The smallest bucket that holds ``n``; past the largest bucket, the next multiple of it."""
-    # BEGIN SOLUTION (Exercise 10.3: the bucket a length goes to; checked on lengths at, between and past the buckets (notebook 10, section 4c))
+    # BEGIN SOLUTION (Exercise 11.3: the bucket a length goes to; checked on lengths at, between and past the buckets (notebook 11, section 4c))
     for size in sorted(buckets):
         if size >= n:
             return size
@@ -66,7 +66,7 @@ def bucketed(fn, buckets: list[int], dim: int = 1):
     """
 
     def wrapper(x: torch.Tensor) -> torch.Tensor:
-        # BEGIN SOLUTION (Exercise 10.3: call fn only on bucket lengths and return what fn(x) would; checked by outputs and the number of compiles (notebook 10, section 4c))
+        # BEGIN SOLUTION (Exercise 11.3: call fn only on bucket lengths and return what fn(x) would; checked by outputs and the number of compiles (notebook 11, section 4c))
         n = x.shape[dim]
         target = bucket_length(n, buckets)
         if target != n:

@@ -1,0 +1,340 @@
+# GENERATED from solutions/ch10_dynamic_shapes.py by `python -m course.exercises`: edit the marked parts.
+"""Chapter 10: dynamic shapes — sizes as symbols, guards as relations, kernels that take sizes.
+
+Small versions of four pieces of torch.compile's dynamic shapes, on sympy (the library torch's
+own ``ShapeEnv`` and Inductor's indexing are built on):
+
+* a ``ShapeEnv``: a symbol per size, 0/1 specialisation, duck sizing, and the guards that a
+  branch on a size records (Exercise 10.1);
+* size propagation over symbols: broadcasting, ``view(-1)`` (Exercise 10.2);
+* the recompile policy: automatic dynamic, ``dynamic=True/False``, ``mark_dynamic`` (Exercise 10.3);
+* index expressions over symbols, and a kernel whose sizes are arguments (Exercise 10.4).
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import operator
+from typing import Callable, Iterable, Sequence
+
+import sympy
+from sympy.printing.str import StrPrinter
+
+# ---- printing sympy expressions as Python (guards, index expressions) -----------------------------
+
+
+class PythonPrinter(StrPrinter):
+    """sympy -> Python source: ``Eq(a, b)`` as ``a == b``, ``floor(a/b)`` as ``a // b``, ``Mod`` as ``%``."""
+
+    def _print_Relational(self, expr):
+        return f"{self._print(expr.lhs)} {expr.rel_op} {self._print(expr.rhs)}"
+
+    def _print_Mod(self, expr):
+        return f"({self._atom(expr.args[0])} % {self._atom(expr.args[1])})"
+
+    def _print_floor(self, expr):
+        num, den = sympy.fraction(sympy.together(expr.args[0]))
+        return f"({self._atom(num)} // {self._atom(den)})"
+
+    def _atom(self, expr):
+        text = self._print(expr)
+        return text if expr.is_Atom or isinstance(expr, (sympy.Mod, sympy.floor)) else f"({text})"
+
+
+def pexpr(expr) -> str:
+    """A sympy expression (guard or index) as Python source."""
+    return PythonPrinter().doprint(sympy.sympify(expr))
+
+
+# ---- 1. symbols for sizes, and the guards on them ----------------------------------------------------
+
+
+class ShapeEnv:
+    """The symbols of one compile: each size's example value and where it was read, and the guards.
+
+    Mirrors ``torch.fx.experimental.symbolic_shapes.ShapeEnv``: ``create_symbol`` hands out ``s0``,
+    ``s1``... (0 and 1 stay constants: *0/1 specialisation*; with ``duck_shape`` two sizes with
+    the same example value get one symbol: *duck sizing*), ``evaluate_expr`` answers a question
+    about sizes and records the answer as a guard, ``produce_guards`` writes the guards as
+    Python over the sources (``L['x'].size()[0]``), for the check function of chapter 3.
+    """
+
+    def __init__(self, duck_shape: bool = True):
+        self.duck_shape = duck_shape
+        self.var_to_val: dict[sympy.Symbol, int] = {}
+        self.var_to_sources: dict[sympy.Symbol, list[str]] = {}
+        self.guards: list[sympy.Basic] = []
+
+    def create_symbol(self, val: int, source: str) -> sympy.Expr:
+        """The size ``val`` read from ``source`` as a symbol (or as the constant, for 0 and 1)."""
+        if val in (0, 1):
+            return sympy.Integer(val)
+        if self.duck_shape:
+            for symbol, seen in self.var_to_val.items():
+                if seen == val:
+                    self.var_to_sources[symbol].append(source)
+                    return symbol
+        symbol = sympy.Symbol(f"s{len(self.var_to_val)}", integer=True, positive=True)
+        self.var_to_val[symbol] = val
+        self.var_to_sources[symbol] = [source]
+        return symbol
+
+    def create_sizes(self, name: str, sizes: Sequence[int], dims: Iterable[int] | None = None) -> tuple:
+        """Symbolic sizes of the tensor ``L[name]``: the dims in ``dims`` (default all) get symbols."""
+        dims = range(len(sizes)) if dims is None else set(dims)
+        return tuple(self.create_symbol(n, f"L['{name}'].size()[{i}]") if i in dims else sympy.Integer(n)
+                     for i, n in enumerate(sizes))
+
+    def size_hint(self, expr) -> int:
+        """The example value of a size expression."""
+        return int(sympy.sympify(expr).xreplace(self.var_to_val))
+
+    def evaluate_expr(self, expr) -> bool:
+        """The truth of ``expr`` (a relation over symbols) at the example sizes; records it as a guard.
+
+        The compiled code is only right for sizes where the question has the same answer, so what
+        holds now (``expr``, or its negation) is appended to ``self.guards`` once. A question
+        with no symbols left in it (constants, or settled by the symbols' assumptions) needs no guard.
+        """
+        raise NotImplementedError("Exercise 10.1: answer a question about sizes at the example values and record what must stay true; checked on branches both ways, equalities, constants and repeats (notebook 10, section 2). Stuck? course.hint('10.1')")
+
+    def produce_guards(self) -> list[str]:
+        """Every guard as Python over the sources, in this order: a duck-sized symbol's other sources
+        equal its first (``L['y'].size()[0] == L['x'].size()[0]``); each symbol at least 2
+        (``2 <= L['x'].size()[0]``: 0 and 1 were specialised); then the recorded guards, each symbol
+        written as its first source."""
+        raise NotImplementedError("Exercise 10.1: the guard strings; checked by the strings and by running them on inputs that must pass and fail (notebook 10, section 2). Stuck? course.hint('10.1')")
+
+
+def check_fn(guards: list[str]) -> Callable[[dict], bool]:
+    """One generated function that checks every guard (as chapter 3's), given ``L``."""
+    body = "\n".join(f"    if not ({guard}): return False" for guard in guards)
+    source = f"def check(L):\n{body or '    pass'}\n    return True\n"
+    scope: dict = {}
+    exec(source, scope)
+    check = scope["check"]
+    check.source = source
+    return check
+
+
+class SymInt:
+    """An int whose value is a symbol: arithmetic builds expressions, comparisons ask the ShapeEnv.
+
+    ``bool()`` of a comparison is where a guard is born (``if n > 4:`` in user code), which is
+    what torch's ``SymInt``/``SymBool`` do through ``guard_bool``.
+    """
+
+    def __init__(self, expr, env: ShapeEnv):
+        self.expr, self.env = sympy.sympify(expr), env
+
+    def _wrap(self, other, op, reverse=False):
+        other = other.expr if isinstance(other, SymInt) else sympy.sympify(other)
+        a, b = (other, self.expr) if reverse else (self.expr, other)
+        return SymInt(op(a, b), self.env)
+
+    def __add__(self, other): return self._wrap(other, operator.add)
+    def __radd__(self, other): return self._wrap(other, operator.add, True)
+    def __mul__(self, other): return self._wrap(other, operator.mul)
+    def __rmul__(self, other): return self._wrap(other, operator.mul, True)
+    def __sub__(self, other): return self._wrap(other, operator.sub)
+    def __floordiv__(self, other): return self._wrap(other, lambda a, b: sympy.floor(a / b))
+
+    def _compare(self, other, op):
+        other = other.expr if isinstance(other, SymInt) else sympy.sympify(other)
+        return SymBool(op(self.expr, other), self.env)
+
+    def __gt__(self, other): return self._compare(other, sympy.Gt)
+    def __ge__(self, other): return self._compare(other, sympy.Ge)
+    def __lt__(self, other): return self._compare(other, sympy.Lt)
+    def __le__(self, other): return self._compare(other, sympy.Le)
+    def __eq__(self, other): return self._compare(other, sympy.Eq)
+    def __ne__(self, other): return self._compare(other, sympy.Ne)
+    __hash__ = None
+
+    def __int__(self):  # reading the value specialises: a guard that it stays this value
+        value = self.env.size_hint(self.expr)
+        self.env.evaluate_expr(sympy.Eq(self.expr, value))
+        return value
+
+    def __repr__(self):
+        return f"SymInt({self.expr})"
+
+
+class SymBool:
+    def __init__(self, expr, env: ShapeEnv):
+        self.expr, self.env = expr, env
+
+    def __bool__(self):
+        return self.env.evaluate_expr(self.expr)
+
+    def __repr__(self):
+        return f"SymBool({self.expr})"
+
+
+# ---- 2. sizes of results, over symbols -----------------------------------------------------------
+
+
+def broadcast_shapes(a: Sequence, b: Sequence, guards: list) -> tuple:
+    """The broadcast of two shapes whose sizes are ints or sympy expressions (aligned on the right).
+
+    A dim of size 1 takes the other's size. Two sizes that must be equal but are different
+    expressions (``s0`` and ``s1``, or ``s0`` and 5) put ``Eq`` of them in ``guards`` and the dim
+    takes the constant if there is one. Two different constants raise ``ValueError``, as eager.
+    0/1 specialisation is what makes this simple: a symbol is never 1, so no case splits on it.
+    """
+    raise NotImplementedError("Exercise 10.2: broadcast two symbolic shapes, recording the equalities it needs; checked on ranks, 1s, symbols and constants (notebook 10, section 3). Stuck? course.hint('10.2')")
+
+
+def view_shape(numel, shape: Sequence) -> tuple:
+    """The sizes of ``x.view(*shape)`` for an ``x`` of ``numel`` elements, with one ``-1`` inferred.
+
+    ``numel`` and the sizes may be sympy expressions: ``view_shape(s0*s1*4, (s0, -1))`` is
+    ``(s0, 4*s1)``. Raises ``ValueError`` for two ``-1``, or when the sizes cannot hold exactly
+    ``numel`` elements for every value of the symbols.
+    """
+    raise NotImplementedError("Exercise 10.2: infer the -1 of a view over symbols; checked on symbols, constants, and views that must be refused (notebook 10, section 3). Stuck? course.hint('10.2')")
+
+
+# ---- 3. the recompile policy ---------------------------------------------------------------------
+
+
+def update_frame_state(state: list | None, sizes: Sequence[int]) -> list:
+    """Automatic dynamic's memory of one tensor input, updated at each compile of the frame.
+
+    ``state`` is ``None`` before the first compile, then per dim the size seen so far, or
+    ``None`` once that dim has had two different sizes (it is dynamic from then on). A change
+    of rank makes every dim dynamic.
+    """
+    raise NotImplementedError("Exercise 10.3: remember which dims changed between compiles; checked on first calls, changes, repeats and rank changes (notebook 10, section 4). Stuck? course.hint('10.3')")
+
+
+def symbolic_dims(state: list, sizes: Sequence[int], dynamic: bool | None, marked: Iterable[int] = ()) -> list[int]:
+    """The dims that get a symbol when the frame compiles for ``sizes``.
+
+    ``dynamic=True``: every dim; ``dynamic=None`` (the default): the dims ``state`` marks as
+    changed; any setting: the dims ``mark_dynamic`` marked. Sizes 0 and 1 are always
+    specialised (no symbol), whatever asked for one.
+    """
+    raise NotImplementedError("Exercise 10.3: which dims become symbols under dynamic=None/True/False and mark_dynamic; checked against torch.compile's compile counts (notebook 10, section 4). Stuck? course.hint('10.3')")
+
+
+@dataclasses.dataclass(frozen=True)
+class CacheEntry:
+    """A compiled graph's shape contract: per dim an int (static) or a symbol name (any size >= 2;
+    dims sharing a name must be equal: duck sizing)."""
+
+    pattern: tuple
+
+    def accepts(self, sizes: Sequence[int]) -> bool:
+        if len(sizes) != len(self.pattern):
+            return False
+        bound: dict[str, int] = {}
+        for want, n in zip(self.pattern, sizes):
+            if isinstance(want, int):
+                if want != n:
+                    return False
+            elif n < 2 or bound.setdefault(want, n) != n:
+                return False
+        return True
+
+
+def compile_entry(sizes: Sequence[int], dims: Iterable[int], duck: Iterable[int] = ()) -> CacheEntry:
+    """The entry a compile for ``sizes`` with symbols on ``dims`` leaves in the cache; the dims in
+    ``duck`` share a symbol when their sizes are equal, the others get one each."""
+    dims, duck, names, pattern = set(dims), set(duck), {}, []
+    for i, n in enumerate(sizes):
+        if i not in dims:
+            pattern.append(n)
+        elif i in duck:
+            pattern.append(names.setdefault(n, f"s{len(names)}"))
+        else:
+            pattern.append(f"u{i}")
+    return CacheEntry(tuple(pattern))
+
+
+def simulate_cache(calls: Iterable[Sequence[int]], dynamic: bool | None = None, marked: Iterable[int] = (),
+                   recompile_limit: int = 8) -> list[tuple]:
+    """Replay a frame's cache over the input sizes of ``calls``: the pattern of every compile.
+
+    Newest entry first on lookup; a miss compiles (automatic dynamic updates its state first),
+    until ``recompile_limit`` compiles, after which misses run eagerly. Duck sizing only for the
+    dims ``dynamic=True`` made symbolic: torch gives automatic and marked dims a symbol each.
+    """
+    state, entries = None, []
+    for sizes in calls:
+        if any(entry.accepts(sizes) for entry in entries) or len(entries) >= recompile_limit:
+            continue
+        state = update_frame_state(state, sizes)
+        dims = symbolic_dims(state, sizes, dynamic, marked)
+        duck = [d for d in dims if d not in set(marked)] if dynamic is True else []
+        entries.insert(0, compile_entry(sizes, dims, duck))
+    return [entry.pattern for entry in reversed(entries)]
+
+
+# ---- 4. index expressions over symbols, and a kernel that takes its sizes ---------------------------
+
+
+XINDEX = sympy.Symbol("xindex", integer=True, nonnegative=True)
+
+
+def contiguous_strides(sizes: Sequence) -> tuple:
+    """Strides of a contiguous tensor of ``sizes`` (ints or sympy expressions), innermost 1."""
+    raise NotImplementedError("Exercise 10.4: contiguous strides over symbols; checked on symbolic, constant and mixed sizes (notebook 10, section 5). Stuck? course.hint('10.4')")
+
+
+def broadcast_index(out_sizes: Sequence, in_sizes: Sequence, xindex=XINDEX) -> sympy.Expr:
+    """The offset, into a contiguous input of ``in_sizes`` broadcast to ``out_sizes``, of the
+    element that output element ``xindex`` (a flat index) reads.
+
+    The output coordinate of dim ``d`` is ``xindex // stride_d``, taken modulo ``size_d`` except
+    for the outermost dim (``xindex < numel`` already bounds it, as Inductor's indexing knows).
+    Input dims align on the right; an input dim of size 1 (or missing) contributes nothing. An
+    input of the output's own sizes is read at ``xindex`` itself.
+    """
+    raise NotImplementedError("Exercise 10.4: the flat offset an input is read at, over symbols; checked by running one generated kernel at many sizes against eager (notebook 10, section 5). Stuck? course.hint('10.4')")
+
+
+def kernel_symbols(out_sizes: Sequence, in_shapes: Sequence[Sequence]) -> list[sympy.Symbol]:
+    """The size symbols a kernel needs as arguments, in a fixed order."""
+    found = set().union(*(sympy.sympify(s).free_symbols for shape in (out_sizes, *in_shapes) for s in shape))
+    return sorted(found, key=str)
+
+
+def pointwise_kernel(name: str, out_sizes: Sequence, in_shapes: Sequence[Sequence], op: str) -> str:
+    """Python source of a pointwise kernel: one loop ``for xindex in range(xnumel)``, with
+    ``xnumel`` and every size symbol as arguments, so one source serves every size.
+    ``op`` combines the loads, e.g. ``"{0} + {1}"``."""
+    symbols = kernel_symbols(out_sizes, in_shapes)
+    args = [f"in_ptr{i}" for i in range(len(in_shapes))] + ["out_ptr0", "xnumel"] + [str(s) for s in symbols]
+    lines = [f"def {name}({', '.join(args)}):", "    for xindex in range(xnumel):"]
+    for i, shape in enumerate(in_shapes):
+        lines.append(f"        tmp{i} = in_ptr{i}[{pexpr(broadcast_index(out_sizes, shape))}]")
+    loads = [f"tmp{i}" for i in range(len(in_shapes))]
+    lines.append(f"        out_ptr0[xindex] = {op.format(*loads)}")
+    return "\n".join(lines) + "\n"
+
+
+def bind_symbols(shapes: Sequence[Sequence], tensors: Sequence) -> dict[sympy.Symbol, int]:
+    """Each size symbol's value, read from the actual tensors (what the wrapper does per call)."""
+    values: dict[sympy.Symbol, int] = {}
+    for shape, tensor in zip(shapes, tensors):
+        for size, actual in zip(shape, tensor.shape):
+            size = sympy.sympify(size)
+            if isinstance(size, sympy.Symbol):
+                values.setdefault(size, int(actual))
+    return values
+
+
+def run_pointwise(source: str, out_sizes: Sequence, in_shapes: Sequence[Sequence], inputs: Sequence):
+    """Compile ``source`` (once per source text) and run it on ``inputs``: sizes come from the tensors."""
+    import torch
+
+    scope: dict = {}
+    exec(source, scope)
+    kernel = next(v for k, v in scope.items() if callable(v) and not k.startswith("__"))
+    values = bind_symbols(in_shapes, inputs)
+    shape = [int(sympy.sympify(s).xreplace(values)) for s in out_sizes]
+    out = [0.0] * math.prod(shape)
+    flat = [t.contiguous().flatten().tolist() for t in inputs]
+    kernel(*flat, out, len(out), *[values[s] for s in kernel_symbols(out_sizes, in_shapes)])
+    return torch.tensor(out, dtype=inputs[0].dtype).view(shape)
