@@ -33,7 +33,9 @@ def tensor_match_failure(guard: Guard, value: Any) -> str | None:
     type -> ``"{name} type mismatch: expected {Tensor}, actual {float}"`` (``__name__`` of types,
     ``torch.Tensor`` written as ``torch.Tensor``), dtype, device, rank, each size, each stride,
     requires_grad, e.g. ``"tensor L['x'] size mismatch at index 0: expected 4, actual 5"``.
-    ``guard.expected`` is a :class:`TensorMeta`; ``guard.name`` the source (``L['x']``).
+    ``guard.expected`` is a :class:`TensorMeta`; ``guard.name`` the source (``L['x']``). A ``None``
+    size or stride is a dynamic dimension (chapter 10): any value passes here, the SHAPE_ENV
+    guards check the relations on it.
     """
     m: TensorMeta = guard.expected
     name = guard.name

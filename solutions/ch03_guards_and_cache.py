@@ -38,7 +38,9 @@ def tensor_match_failure(guard: Guard, value: Any) -> str | None:
     type -> ``"{name} type mismatch: expected {Tensor}, actual {float}"`` (``__name__`` of types,
     ``torch.Tensor`` written as ``torch.Tensor``), dtype, device, rank, each size, each stride,
     requires_grad, e.g. ``"tensor L['x'] size mismatch at index 0: expected 4, actual 5"``.
-    ``guard.expected`` is a :class:`TensorMeta`; ``guard.name`` the source (``L['x']``).
+    ``guard.expected`` is a :class:`TensorMeta`; ``guard.name`` the source (``L['x']``). A ``None``
+    size or stride is a dynamic dimension (chapter 10): any value passes here, the SHAPE_ENV
+    guards check the relations on it.
     """
     m: TensorMeta = guard.expected
     name = guard.name
@@ -54,10 +56,10 @@ def tensor_match_failure(guard: Guard, value: Any) -> str | None:
     if value.dim() != len(m.size):
         return f"tensor {name} rank mismatch: expected {len(m.size)}, actual {value.dim()}"
     for i, (e, a) in enumerate(zip(m.size, value.shape)):
-        if e != a:
+        if e is not None and e != a:
             return f"tensor {name} size mismatch at index {i}: expected {e}, actual {a}"
     for i, (e, a) in enumerate(zip(m.stride, value.stride())):
-        if e != a:
+        if e is not None and e != a:
             return f"tensor {name} stride mismatch at index {i}: expected {e}, actual {a}"
     if value.requires_grad != m.requires_grad:
         return f"tensor {name} requires_grad mismatch: expected {m.requires_grad}, actual {value.requires_grad}"

@@ -67,6 +67,19 @@ def test_tensor_match_failure_reason():
                      "tensor L['x'] size mismatch at index 0: expected 4, actual 6", "recompile reason")
 
 
+@pytest.mark.ch03_2
+def test_tensor_match_failure_leaves_dynamic_dims_to_the_shape_guards():
+    """A dynamic dimension (chapter 10) has ``None`` for its size and stride: any value passes here."""
+    meta = TensorMeta(torch.Tensor, torch.float32, torch.device("cpu"), (None, 3), (3, 1), False)
+    guard = Guard("TENSOR_MATCH", LocalSource("x"), meta)
+    for n in (2, 7, 64):
+        expect_equal(ch.tensor_match_failure(guard, torch.randn(n, 3)), None, f"a ({n}, 3) tensor")
+    expect_equal(ch.tensor_match_failure(guard, torch.randn(7, 2)),
+                 "tensor L['x'] size mismatch at index 1: expected 3, actual 2", "the static dim is still checked")
+    expect_equal(ch.tensor_match_failure(guard, torch.randn(7, 3, 1)),
+                 "tensor L['x'] rank mismatch: expected 2, actual 3", "rank")
+
+
 @pytest.mark.ch03_3
 def test_generate_check_code():
     class Cfg:
