@@ -145,11 +145,41 @@ class GraphLowering(torch.fx.Interpreter):
 
     def output(self, target, args, kwargs):
         leaves, self.output_spec = tree_flatten(args[0])
-        for leaf in leaves:
+        traced = tree_flatten(self.current_node.args[0])[0] if self.current_node is not None else []
+        for i, leaf in enumerate(leaves):
             if isinstance(leaf, ir.IRNode):
-                leaf = ir.realize_input(leaf)
+                node = traced[i] if i < len(traced) else None
+                val = node.meta.get("val") if isinstance(node, torch.fx.Node) else None
+                leaf = self._realize_output(leaf, val)
             self.graph_outputs.append(leaf)
         return args[0]
+
+    def _realize_output(self, leaf: ir.IRNode, val) -> "ir.Buffer | ir.ReinterpretView":
+        """Realize a graph output with the strides it had in the traced graph.
+
+        Our buffers are contiguous, but the trace (fake tensors) may have given a value other
+        strides: a pointwise op keeps a transposed input's layout, an extern op's output layout
+        follows its inputs' (CPU flash attention). The backward graph was compiled from that
+        same trace and reads a saved tensor by the traced strides, and callers expect eager's
+        layout, so an output whose strides differ is written (or copied) with the traced ones.
+        """
+        if not isinstance(val, torch.Tensor) or not _stride_fixable(val) or list(val.shape) != leaf.get_size():
+            return ir.realize_input(leaf)
+        want = list(val.stride())
+        layout = ir.Layout(leaf.get_device(), leaf.get_dtype(), leaf.get_size(), want, 0)
+        if isinstance(leaf, ir.StorageBox) and isinstance(leaf.data, ir.Pointwise):
+            data = leaf.data  # not in memory yet: store it with the traced strides directly
+        else:
+            out = ir.realize_input(leaf)
+            if _same_strides(out.layout, want):
+                return out
+            data = ir.Pointwise(out.get_device(), out.get_dtype(), out.make_loader(), out.get_size())
+        buf = ir.ComputedBuffer(None, layout, data)
+        buf.origins = list(getattr(leaf, "origins", []) or self.current_origins)
+        self.register_buffer(buf)
+        if isinstance(leaf, ir.StorageBox) and leaf.data is data:
+            leaf.data = buf
+        return buf
 
     # ---------------------------------------------------------------- extern / fallback
 
@@ -220,6 +250,16 @@ class GraphLowering(torch.fx.Interpreter):
     def ir_str(self) -> str:
         lines = [repr(b) for b in self.graph_inputs.values()] + [repr(b) for b in self.buffers]
         return "\n".join(lines)
+
+
+def _same_strides(layout: ir.Layout, stride) -> bool:
+    """Equal strides, ignoring dimensions of size 1 (their stride never moves an index)."""
+    return all(n == 1 or a == b for n, a, b in zip(layout.size, layout.stride, stride))
+
+
+def _stride_fixable(val: torch.Tensor) -> bool:
+    """A traced value a buffer can be laid out like: no element appears twice (no stride 0)."""
+    return val.numel() > 0 and all(n == 1 or st != 0 for n, st in zip(val.shape, val.stride()))
 
 
 #: library kernels called through their public torch function: the same ATen kernel and schema,
