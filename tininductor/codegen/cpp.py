@@ -539,6 +539,8 @@ class CppKernel:
     def to_dtype(self, value: str, dtype: torch.dtype, src_dtype: torch.dtype | None = None, **_: Any) -> str:
         if dtype == torch.bool:
             return self._emit(f"static_cast<bool>({value} != 0)")
+        if dtype in _STORE_CONVERT:  # computed in float, but rounded to 16 bits here, as eager's cast does
+            return self._emit(f"{_LOAD_CONVERT[dtype]}({_STORE_CONVERT[dtype]}({value}))")
         return self._emit(f"static_cast<{cpp_type(dtype)}>({value})")
 
     def __getattr__(self, name: str) -> Callable[..., str]:
