@@ -132,6 +132,17 @@ def test_casts_to_16_bit_floats_round_inside_a_fused_kernel(dtype):
     check(chain, x.to(dtype), atol=0, rtol=0, kernels=1)
 
 
+def test_internal_buffer_reread_by_a_later_loop_is_stored():
+    """``y`` (kept in registers: read only inside this kernel) is re-read by the loop after its
+    reduction over two dims, whose index variables get new names (r3, r4 for r0, r1): it must be
+    stored, not left undefined (was: ``NameError: buf0`` in masked.std's backward)."""
+    def f(a, b, c, d, e):
+        y = a * b + c * d + e   # five reads: realized, not inlined into both users
+        return y + y.sum([1, 2], keepdim=True)
+
+    check(f, *[rand(4, 3, 5) for _ in range(5)], kernels=1)
+
+
 def test_reductions_empty_and_noncontiguous():
     check(lambda x: (x.sum(-1), x.sum(0)), rand(0, 3))
     check(lambda x: (x.sum(-1), x.amax(-1)), rand(9, 17).t())
