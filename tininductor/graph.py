@@ -15,7 +15,7 @@ import torch
 from torch.utils._pytree import tree_flatten, tree_map
 
 from . import ir
-from .lowering import EXTERN_OPS, Unsupported, lookup
+from .lowering import EXTERN_OPS, KERNEL_DTYPES, Unsupported, lookup
 from .virtualized import V
 
 log = logging.getLogger("tininductor.lowering")
@@ -129,6 +129,9 @@ class GraphLowering(torch.fx.Interpreter):
             return args[0][args[1]]
         if getattr(target, "overloadpacket", None) in EXTERN_OPS:
             return self.extern_kernel(target, args, kwargs, "extern by design: library kernel")
+        bad = self._dtype_without_kernels(args, kwargs)
+        if bad is not None:
+            return self.extern_kernel(target, args, kwargs, f"fallback: {target}: generated kernels have no {bad} type")
         lowering = lookup(target)
         if lowering is None:
             return self.extern_kernel(target, args, kwargs, f"fallback: no lowering for {target}")
@@ -136,6 +139,14 @@ class GraphLowering(torch.fx.Interpreter):
             return lowering(*args, **kwargs)
         except Unsupported as e:
             return self.extern_kernel(target, args, kwargs, f"fallback: {target}: {e}")
+
+    def _dtype_without_kernels(self, args, kwargs) -> torch.dtype | None:
+        """A dtype of this op's tensors that Triton/C++ kernels cannot hold (complex), if any:
+        such an op runs in torch, as a fallback with its reason logged, instead of failing."""
+        dtypes = [a.get_dtype() for a in tree_flatten((args, kwargs))[0] if isinstance(a, ir.IRNode)]
+        val = self.current_node.meta.get("val") if self.current_node is not None else None
+        dtypes += [v.dtype for v in tree_flatten(val)[0] if isinstance(v, torch.Tensor)]
+        return next((d for d in dtypes if d not in KERNEL_DTYPES), None)
 
     def call_method(self, target, args, kwargs):
         raise Unsupported(f"call_method {target} in a prim graph (decompose first)")
