@@ -173,23 +173,27 @@ class GraphLowering(torch.fx.Interpreter):
         follows its inputs' (CPU flash attention). The backward graph was compiled from that
         same trace and reads a saved tensor by the traced strides, and callers expect eager's
         layout, so an output whose strides differ is written (or copied) with the traced ones.
+        An expanded dim (stride 0) is computed once and viewed with stride 0.
         """
-        if not isinstance(val, torch.Tensor) or not _stride_fixable(val) or list(val.shape) != leaf.get_size():
+        size = leaf.get_size()
+        if not isinstance(val, torch.Tensor) or val.numel() == 0 or list(val.shape) != size:
             return ir.realize_input(leaf)
         want = list(val.stride())
-        layout = ir.Layout(leaf.get_device(), leaf.get_dtype(), leaf.get_size(), want, 0)
-        if isinstance(leaf, ir.StorageBox) and isinstance(leaf.data, ir.Pointwise):
+        compact = [1 if st == 0 else n for n, st in zip(size, want)]
+        if compact == size and isinstance(leaf, ir.StorageBox) and isinstance(leaf.data, ir.Pointwise):
             data = leaf.data  # not in memory yet: store it with the traced strides directly
         else:
             out = ir.realize_input(leaf)
             if _same_strides(out.layout, want):
                 return out
-            data = ir.Pointwise(out.get_device(), out.get_dtype(), out.make_loader(), out.get_size())
-        buf = ir.ComputedBuffer(None, layout, data)
+            data = ir.Pointwise(out.get_device(), out.get_dtype(), out.make_loader(), compact)
+        buf = ir.ComputedBuffer(None, ir.Layout(leaf.get_device(), leaf.get_dtype(), compact, want, 0), data)
         buf.origins = list(getattr(leaf, "origins", []) or self.current_origins)
         self.register_buffer(buf)
         if isinstance(leaf, ir.StorageBox) and leaf.data is data:
             leaf.data = buf
+        if compact != size:
+            return ir.ReinterpretView(buf, ir.Layout(leaf.get_device(), leaf.get_dtype(), size, want, 0))
         return buf
 
     # ---------------------------------------------------------------- extern / fallback
@@ -266,11 +270,6 @@ class GraphLowering(torch.fx.Interpreter):
 def _same_strides(layout: ir.Layout, stride) -> bool:
     """Equal strides, ignoring dimensions of size 1 (their stride never moves an index)."""
     return all(n == 1 or a == b for n, a, b in zip(layout.size, layout.stride, stride))
-
-
-def _stride_fixable(val: torch.Tensor) -> bool:
-    """A traced value a buffer can be laid out like: no element appears twice (no stride 0)."""
-    return val.numel() > 0 and all(n == 1 or st != 0 for n, st in zip(val.shape, val.stride()))
 
 
 #: library kernels called through their public torch function: the same ATen kernel and schema,
