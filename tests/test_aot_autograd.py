@@ -308,3 +308,31 @@ def test_training_dropout_uses_one_mask_forward_and_backward(backend):
     assert 0.3 < kept.double().mean() < 0.7
     torch.testing.assert_close(y, torch.where(kept, torch.sin(2 * x), 0.0))
     torch.testing.assert_close(grad, torch.where(kept, 2 * torch.cos(2 * x), 0.0))
+
+
+@pytest.mark.parametrize("backend", [aot_eager, "tininductor"])
+def test_mixed_dtype_gradient_takes_its_inputs_dtype(backend):
+    """``bf16 * fp32`` (T5's layer norm: ``x * rsqrt(var.float())``): the gradient reaching the
+    bf16 operand is rounded to bf16, as autograd's engine does; it then meets bf16 weights in
+    the matmul's backward (was: ``mm`` of fp32 and bf16 raised while tracing the joint graph)."""
+    import tinydynamo
+    from tininductor import config
+
+    def f(x, w, s):
+        return (x @ w) * s
+
+    x = torch.randn(4, 8, dtype=torch.bfloat16, requires_grad=True)
+    w = torch.randn(8, 6, dtype=torch.bfloat16, requires_grad=True)
+    s = torch.rand(6, dtype=torch.float32) + 0.5
+    expected = f(x, w, s)
+    expected.sum().backward()
+    eager_grads = x.grad, w.grad
+    x.grad = w.grad = None
+    compiled = (tinydynamo.compile(f, backend="tininductor") if backend == "tininductor"
+                else torch.compile(f, backend=backend))
+    with config.patch({"fallback_to_eager": False}):
+        actual = compiled(x, w, s)
+        actual.sum().backward()
+    assert actual.dtype == torch.float32 and x.grad.dtype == w.grad.dtype == torch.bfloat16
+    torch.testing.assert_close(actual, expected)
+    torch.testing.assert_close((x.grad, w.grad), eager_grads)

@@ -64,3 +64,25 @@ def test_min_cut_recomputes_only_cheap_ops():
     assert recomputed, "expected the backward to recompute something"
     assert all(is_recomputable(n) for n in recomputed), [str(n.target) for n in recomputed]
     assert part.saved_bytes < default_partition(joint).saved_bytes
+
+
+def test_default_partition_saves_tensors_of_a_multi_output_op():
+    """CPU flash attention returns (out, logsumexp); only out feeds the forward's result, the
+    backward reads both: the default partitioner saves the two tensors, not the op's tuple
+    (which no compiled graph can take as an input)."""
+    import torch.nn.functional as F
+
+    def f(q, k, v):
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True) * 2
+
+    inputs = [torch.randn(1, 2, 4, 8, requires_grad=True) for _ in range(3)]
+    fakes, mode = fake_inputs(inputs)
+    joint = create_joint(decompose(f, fakes), fakes, [True] * 3, mode)
+    part = default_partition(joint)
+    saved = [n for n in part.bw_gm.graph.nodes if n.op == "placeholder"]
+    assert all(isinstance(n.meta.get("val"), torch.Tensor) for n in saved), saved
+    fw = part.fw_gm(*inputs)
+    tangent = torch.randn(fw[0].shape)
+    grads = part.bw_gm(*fw[joint.num_outputs:], tangent)
+    expected = torch.autograd.grad(f(*inputs), inputs, tangent)
+    torch.testing.assert_close(list(grads), list(expected))

@@ -110,6 +110,39 @@ def test_rounding_as_eager_no_fused_multiply_add():
     check(f, rand(64, 1) * 3, atol=0, rtol=0)
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_casts_to_16_bit_floats_round_inside_a_fused_kernel(dtype):
+    """``.to(bf16)`` rounds where it is, even when the value never leaves the kernel (values are
+    computed in float), and so does each bf16 op of a chain: results equal eager's bit for bit
+    (an RMSNorm's ``(x.float() * rsqrt(var)).to(bf16) * w`` and an fp32 round trip through bf16)."""
+    def round_trip(x):
+        return (x * 3.1).to(dtype).float() + 1
+
+    def rms_norm(x, w):
+        h = x.float()
+        return (h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + 1e-6)).to(dtype) * w
+
+    def chain(x):
+        return (x * 3 + 0.5) * x - 1
+
+    x = rand(16, 33) * 4
+    c = check(round_trip, x, atol=0, rtol=0, kernels=1)
+    assert "to_float(tiny_float_to_" in c.source
+    check(rms_norm, x.to(dtype), rand(33, dtype=dtype), atol=0, rtol=0)
+    check(chain, x.to(dtype), atol=0, rtol=0, kernels=1)
+
+
+def test_internal_buffer_reread_by_a_later_loop_is_stored():
+    """``y`` (kept in registers: read only inside this kernel) is re-read by the loop after its
+    reduction over two dims, whose index variables get new names (r3, r4 for r0, r1): it must be
+    stored, not left undefined (was: ``NameError: buf0`` in masked.std's backward)."""
+    def f(a, b, c, d, e):
+        y = a * b + c * d + e   # five reads: realized, not inlined into both users
+        return y + y.sum([1, 2], keepdim=True)
+
+    check(f, *[rand(4, 3, 5) for _ in range(5)], kernels=1)
+
+
 def test_reductions_empty_and_noncontiguous():
     check(lambda x: (x.sum(-1), x.sum(0)), rand(0, 3))
     check(lambda x: (x.sum(-1), x.amax(-1)), rand(9, 17).t())

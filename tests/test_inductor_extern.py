@@ -150,3 +150,34 @@ def test_outputs_keep_the_strides_the_graph_promises():
         fn(x, w).pow(2).mean().backward()
         grads.append(w.grad)
     torch.testing.assert_close(grads[1], grads[0], rtol=1e-9, atol=1e-12)
+
+
+@pytest.mark.parametrize("backend", ["cpp", "triton"])
+def test_complex_dtype_ops_run_in_torch_with_a_reason(backend, caplog):
+    """Generated kernels have no complex type: an op on complex32/complex64 tensors (``chalf`` and
+    its backward's cast of a complex32 gradient) is a fallback with its reason logged, the rest of
+    the graph still compiles (was: a Triton launch error, ``KeyError: 'complex32'``)."""
+    import tinydynamo
+    import tininductor
+    from tininductor.testing import patch_config
+
+    if backend == "cpp" and DEVICE != "cpu":
+        pytest.skip("the C++ backend runs on the CPU")
+
+    scale = {"cpp": 2.0, "triton": 3.0}[backend]  # another graph per backend: not a cache hit, logs again
+
+    def f(x):
+        return (x.sin() * scale).chalf()
+
+    x = rand(3, 4).double().requires_grad_()
+    grad = torch.randn(3, 4, dtype=torch.complex64, device=DEVICE).to(torch.complex32)
+    expected = f(x)
+    (want,) = torch.autograd.grad(expected, x, grad)
+    with patch_config(tininductor.config, fallback_to_eager=False, cpu_backend=backend), \
+            caplog.at_level(logging.INFO, logger="tininductor.lowering"):
+        actual = tinydynamo.compile(f, backend="tininductor")(x)
+        (got,) = torch.autograd.grad(actual, x, grad)
+    assert actual.dtype == torch.complex32
+    torch.testing.assert_close(actual, expected)
+    torch.testing.assert_close(got, want)
+    assert any("complex32" in r.message for r in caplog.records)

@@ -127,3 +127,20 @@ def test_advanced_indexing():
     j = torch.tensor([1, 5], device=DEVICE)
     c = check(lambda x, i, j: (x[i] + 1, x[:, j], x[i, :, j], x[:, i, j[:1]] * 2), x, i, j)
     assert "fallback" not in c.source
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_casts_to_16_bit_floats_round_to_nearest_even_inside_a_kernel(dtype):
+    """``.to(bf16)`` inside a fused kernel rounds there, to nearest even as eager does, and so does
+    each bf16 op of a chain: equal to eager bit for bit (the Triton interpreter truncated
+    float32 -> bfloat16; triton_helpers makes it round like a GPU)."""
+    def round_trip(x):
+        return (x * 3.1).to(dtype).float() + 1
+
+    def chain(x):
+        return (x * 3 + 0.5) * x - 1
+
+    x = rand(16, 33) * 4
+    c = check(round_trip, x, atol=0, rtol=0, kernels=1)
+    assert ".to(tl.bfloat16)" in c.source or ".to(tl.float16)" in c.source or "tiny_float_to_" in c.source
+    check(chain, x.to(dtype), atol=0, rtol=0, kernels=1)

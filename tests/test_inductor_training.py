@@ -76,3 +76,42 @@ def test_linear_weight_gradient_comes_out_in_the_weights_layout():
     compiled = tinydynamo.compile(lin, backend="tininductor")
     compiled(torch.randn(4, 8, device=DEVICE)).sum().backward()
     assert seen == [lin.weight.stride()]
+
+
+@pytest.mark.parametrize("backend", ["cpp", "triton"])
+def test_saved_activation_keeps_its_traced_strides(backend):
+    """``x.t().sin()`` keeps x's transposed layout in the trace; the backward graph (compiled
+    from that trace) reads the saved activation by those strides, so the forward must write it
+    with them, not contiguous as its buffers are by default (was silently wrong: w's gradient
+    read a transposed matrix, as bf16 llama's saved flash-attention output was)."""
+    import tinydynamo
+
+    def f(x, w):
+        return x.t().sin() @ w
+
+    x = torch.randn(6, 4, device=DEVICE)
+    w = torch.randn(6, 5, device=DEVICE, requires_grad=True)
+    expected = f(x, w)
+    expected.pow(2).sum().backward()
+    w_grad, w.grad = w.grad, None
+    # the default partitioner saves sin's output (min_cut would recompute it in the backward)
+    with patch_config(tininductor.config, fallback_to_eager=False, cpu_backend=backend, partitioner="default"):
+        actual = tinydynamo.compile(f, backend="tininductor")(x, w)
+        actual.pow(2).sum().backward()
+    torch.testing.assert_close(actual, expected)
+    torch.testing.assert_close(w.grad, w_grad)
+
+
+def test_graph_output_has_eagers_strides():
+    """A compiled function's output has the strides eager gives it (TorchInductor's
+    keep_output_stride): here the transposed layout a pointwise op inherits from its input."""
+    from tininductor.testing import compile_graph
+
+    def f(x):
+        y = x.t().cos() + 1
+        return y, y[:, None, :].expand(3, 4, 5)  # an expanded one: computed once, viewed with stride 0
+
+    x = torch.randn(5, 3, device=DEVICE)
+    for out, expected in zip(compile_graph(f, [x])(x), f(x)):
+        torch.testing.assert_close(out, expected)
+        assert out.stride() == expected.stride()

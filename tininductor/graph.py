@@ -15,7 +15,7 @@ import torch
 from torch.utils._pytree import tree_flatten, tree_map
 
 from . import ir
-from .lowering import EXTERN_OPS, Unsupported, lookup
+from .lowering import EXTERN_OPS, KERNEL_DTYPES, Unsupported, lookup
 from .virtualized import V
 
 log = logging.getLogger("tininductor.lowering")
@@ -129,6 +129,9 @@ class GraphLowering(torch.fx.Interpreter):
             return args[0][args[1]]
         if getattr(target, "overloadpacket", None) in EXTERN_OPS:
             return self.extern_kernel(target, args, kwargs, "extern by design: library kernel")
+        bad = self._dtype_without_kernels(args, kwargs)
+        if bad is not None:
+            return self.extern_kernel(target, args, kwargs, f"fallback: {target}: generated kernels have no {bad} type")
         lowering = lookup(target)
         if lowering is None:
             return self.extern_kernel(target, args, kwargs, f"fallback: no lowering for {target}")
@@ -136,6 +139,14 @@ class GraphLowering(torch.fx.Interpreter):
             return lowering(*args, **kwargs)
         except Unsupported as e:
             return self.extern_kernel(target, args, kwargs, f"fallback: {target}: {e}")
+
+    def _dtype_without_kernels(self, args, kwargs) -> torch.dtype | None:
+        """A dtype of this op's tensors that Triton/C++ kernels cannot hold (complex), if any:
+        such an op runs in torch, as a fallback with its reason logged, instead of failing."""
+        dtypes = [a.get_dtype() for a in tree_flatten((args, kwargs))[0] if isinstance(a, ir.IRNode)]
+        val = self.current_node.meta.get("val") if self.current_node is not None else None
+        dtypes += [v.dtype for v in tree_flatten(val)[0] if isinstance(v, torch.Tensor)]
+        return next((d for d in dtypes if d not in KERNEL_DTYPES), None)
 
     def call_method(self, target, args, kwargs):
         raise Unsupported(f"call_method {target} in a prim graph (decompose first)")
@@ -145,44 +156,45 @@ class GraphLowering(torch.fx.Interpreter):
 
     def output(self, target, args, kwargs):
         leaves, self.output_spec = tree_flatten(args[0])
-        vals = tree_flatten(tree_map(lambda n: n.meta.get("val") if isinstance(n, torch.fx.Node) else None,
-                                     self.current_node.args[0]))[0] if self.current_node is not None else []
+        traced = tree_flatten(self.current_node.args[0])[0] if self.current_node is not None else []
         for i, leaf in enumerate(leaves):
             if isinstance(leaf, ir.IRNode):
-                leaf = self._with_graph_strides(leaf, vals[i] if i < len(vals) else None)
+                node = traced[i] if i < len(traced) else None
+                val = node.meta.get("val") if isinstance(node, torch.fx.Node) else None
+                leaf = self._realize_output(leaf, val)
             self.graph_outputs.append(leaf)
         return args[0]
 
-    def _with_graph_strides(self, node: ir.IRNode, val) -> ir.IRNode:
-        """An output in memory with the strides its FX node's example value has.
+    def _realize_output(self, leaf: ir.IRNode, val) -> "ir.Buffer | ir.ReinterpretView":
+        """Realize a graph output with the strides it had in the traced graph.
 
-        The graph's contract is its example values: a caller reads an output by those strides, and
-        the backward of a training graph is compiled for the saved activations' strides as the
-        forward graph says (AOT autograd hands it those example values). Our kernels choose their
-        own layouts (contiguous buffers; an extern kernel such as CPU flash attention lays its
-        output out after its query's strides), so an output whose strides differ is written once
-        more into the promised layout (TorchInductor keeps output strides the same way).
+        Our buffers are contiguous, but the trace (fake tensors) may have given a value other
+        strides: a pointwise op keeps a transposed input's layout, an extern op's output layout
+        follows its inputs' (CPU flash attention). The backward graph was compiled from that
+        same trace and reads a saved tensor by the traced strides, and callers expect eager's
+        layout, so an output whose strides differ is written (or copied) with the traced ones.
+        An expanded dim (stride 0) is computed once and viewed with stride 0.
         """
-        if isinstance(node, ir.StorageBox) and not node.is_realized() and isinstance(val, torch.Tensor) \
-                and list(node.get_size()) == list(val.shape):  # not in memory yet: store it that way at once
-            buf = ir.ComputedBuffer(None, ir.Layout(node.get_device(), node.get_dtype(), list(val.shape),
-                                                    list(val.stride()), 0), node.data)
-            buf.origins = list(node.origins)
-            self.register_buffer(buf)
-            node.data = buf
-            return buf
-        out = ir.realize_input(node)
-        if not isinstance(val, torch.Tensor) or isinstance(out, ir.InputBuffer) or \
-                (isinstance(out, ir.ReinterpretView) and isinstance(out.data, ir.InputBuffer)):
-            return out  # inputs (and views of them) keep their own layout: they alias the caller's tensors
-        size, stride = list(val.shape), list(val.stride())
-        if list(out.get_size()) != size or all(a == b for s, a, b in zip(size, out.layout.stride, stride) if s > 1):
-            return out
-        layout = ir.Layout(out.get_device(), out.get_dtype(), size, stride, 0)
-        copy = ir.ComputedBuffer(None, layout, ir.Pointwise(out.get_device(), out.get_dtype(), out.make_loader(), size))
-        copy.origins = list(getattr(out, "origins", []))
-        self.register_buffer(copy)
-        return copy
+        size = leaf.get_size()
+        if not isinstance(val, torch.Tensor) or val.numel() == 0 or list(val.shape) != size:
+            return ir.realize_input(leaf)
+        want = list(val.stride())
+        compact = [1 if st == 0 else n for n, st in zip(size, want)]
+        if compact == size and isinstance(leaf, ir.StorageBox) and isinstance(leaf.data, ir.Pointwise):
+            data = leaf.data  # not in memory yet: store it with the traced strides directly
+        else:
+            out = ir.realize_input(leaf)
+            if _same_strides(out.layout, want):
+                return out
+            data = ir.Pointwise(out.get_device(), out.get_dtype(), out.make_loader(), compact)
+        buf = ir.ComputedBuffer(None, ir.Layout(leaf.get_device(), leaf.get_dtype(), compact, want, 0), data)
+        buf.origins = list(getattr(leaf, "origins", []) or self.current_origins)
+        self.register_buffer(buf)
+        if isinstance(leaf, ir.StorageBox) and leaf.data is data:
+            leaf.data = buf
+        if compact != size:
+            return ir.ReinterpretView(buf, ir.Layout(leaf.get_device(), leaf.get_dtype(), size, want, 0))
+        return buf
 
     # ---------------------------------------------------------------- extern / fallback
 
@@ -253,6 +265,11 @@ class GraphLowering(torch.fx.Interpreter):
     def ir_str(self) -> str:
         lines = [repr(b) for b in self.graph_inputs.values()] + [repr(b) for b in self.buffers]
         return "\n".join(lines)
+
+
+def _same_strides(layout: ir.Layout, stride) -> bool:
+    """Equal strides, ignoring dimensions of size 1 (their stride never moves an index)."""
+    return all(n == 1 or a == b for n, a, b in zip(layout.size, layout.stride, stride))
 
 
 #: library kernels called through their public torch function: the same ATen kernel and schema,

@@ -156,6 +156,19 @@ def check_no_differentiable_mutation(graph: fx.Graph, needs_grad: set[fx.Node]) 
                 f"AOT autograd needs a functional graph there (later readers would get wrong gradients)")
 
 
+def _like_input(grad, value):
+    """``grad`` in the dtype of the input it is the gradient of, as autograd's engine makes it
+    (``validate_outputs``): a rule mixing dtypes (``bf16 * fp32`` in T5's layer norm) computes
+    ``bf16``'s gradient in fp32, and the eager backward rounds it to bf16 right there."""
+    if not isinstance(grad, torch.Tensor) or not isinstance(value, torch.Tensor) or grad.dtype == value.dtype:
+        return grad
+    if not (value.is_floating_point() or value.is_complex()):
+        return grad
+    if grad.is_complex() and not value.is_complex():
+        grad = torch.ops.aten.real(grad)
+    return torch.ops.prims.convert_element_type(grad, value.dtype)
+
+
 def _accumulate(grads: dict, node: fx.Node, grad: torch.Tensor) -> None:
     grads[node] = grad if node not in grads else torch.ops.aten.add(grads[node], grad)
 
@@ -207,16 +220,16 @@ def backward_pass(graph: fx.Graph, env: dict[fx.Node, object], needs_grad: set[f
             if isinstance(arg, fx.Node) and arg in needs_grad:
                 if kwarg_grads.get(name) is None:
                     raise MissingVJPRule(node.target, node.name, argument=name)
-                _accumulate(grads, arg, kwarg_grads[name])
+                _accumulate(grads, arg, _like_input(kwarg_grads[name], env[arg]))
         for i, (arg, grad) in enumerate(zip(node.args, input_grads)):
             if isinstance(arg, (list, tuple)) and isinstance(grad, (list, tuple)):  # cat's tensor list
                 for a, g in zip(arg, grad):
                     if isinstance(a, fx.Node) and a in needs_grad:
                         _check_grad(node, i, g)
-                        _accumulate(grads, a, g)
+                        _accumulate(grads, a, _like_input(g, env[a]))
             elif isinstance(arg, fx.Node) and arg in needs_grad:
                 _check_grad(node, i, grad)
-                _accumulate(grads, arg, grad)
+                _accumulate(grads, arg, _like_input(grad, env[arg]))
     return grads
 
 

@@ -30,6 +30,10 @@ prims = torch.ops.prims
 lowerings: dict = {}
 #: targets that are extern calls by design (library kernels beat generated code)
 EXTERN_OPS = {aten.mm, aten.bmm, aten.addmm, aten.baddbmm, aten.convolution}
+#: dtypes generated kernels hold (codegen/triton.py's TRITON_TYPES, codegen/cpp.py's CPP_DTYPES);
+#: an op on any other (complex) tensor runs in torch (graph.py)
+KERNEL_DTYPES = {torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.int8, torch.int16,
+                 torch.int32, torch.int64, torch.uint8, torch.bool}
 
 
 class Unsupported(Exception):

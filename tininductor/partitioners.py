@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import operator
 
 import networkx as nx
 import torch
@@ -122,6 +123,10 @@ def default_partition(joint: JointGraph) -> Partition:
     """Run every forward op in the forward; save each forward value the backward reads."""
     roles = _roles(joint)
     forward = _ancestors(roles.fw_outputs, set()) | set(roles.primals)
+    # a multi-output op's other outputs (flash attention's logsumexp) are forward values too:
+    # the backward saves them, never the op's tuple (a graph input must be a tensor)
+    forward |= {u for n in list(forward) for u in n.users
+                if u.target is operator.getitem and u not in roles.tangent_dependent}
     # walk back from the gradients; the forward values where the walk stops are the saved ones
     backward = _ancestors(roles.grad_outputs, forward | set(roles.tangents))
     return partition_with_saved(joint, [n for n in backward if n in forward])

@@ -432,8 +432,10 @@ class CppKernel:
             if stored_dtype in _STORE_CONVERT:  # a read sees the value rounded to 16 bits, as in memory
                 return self._emit(f"{_LOAD_CONVERT[stored_dtype]}({_STORE_CONVERT[stored_dtype]}({value}))")
             return value
-        if name in self.keep_in_registers and value is not None:
-            self.needs_memory.add(name)     # its register died with an earlier loop: store it after all
+        if name in self.keep_in_registers:
+            # its register died with an earlier loop, or this read is at another index (a later
+            # loop names its index variables afresh): store it after all
+            self.needs_memory.add(name)
         dtype = dtype or self._buffer_dtype(name)
         ptr = self._arg(name, dtype, output=name in self.outputs)
         expr = f"{ptr}[{text}]"
@@ -539,6 +541,8 @@ class CppKernel:
     def to_dtype(self, value: str, dtype: torch.dtype, src_dtype: torch.dtype | None = None, **_: Any) -> str:
         if dtype == torch.bool:
             return self._emit(f"static_cast<bool>({value} != 0)")
+        if dtype in _STORE_CONVERT:  # computed in float, but rounded to 16 bits here, as eager's cast does
+            return self._emit(f"{_LOAD_CONVERT[dtype]}({_STORE_CONVERT[dtype]}({value}))")
         return self._emit(f"static_cast<{cpp_type(dtype)}>({value})")
 
     def __getattr__(self, name: str) -> Callable[..., str]:

@@ -92,3 +92,33 @@ else:
     @triton.jit
     def pow(a, b):
         return libdevice.pow(a, b)
+
+
+def _round_to_bfloat16_like_a_gpu() -> None:
+    """Make the interpreter round float32 -> bfloat16 to nearest even, as a GPU's ``.to(tl.bfloat16)``
+    (``cvt.rn.bf16.f32``) and torch do; the interpreter (triton 3.x) truncates, so every bf16 value
+    a kernel rounded (a store, an explicit ``.to``) was up to an ulp off eager's on the CPU.
+    float64 -> bfloat16 goes through float32, as torch's conversion does."""
+    import numpy as np
+    from triton.runtime import interpreter
+
+    builder = getattr(interpreter, "InterpreterBuilder", None)
+    original = getattr(builder, "cast_impl", None)
+    if original is None or getattr(builder, "_tiny_bf16_rtne", False):
+        return  # another triton: leave its interpreter as it is
+
+    def cast_impl(self, src, dst_type):
+        if dst_type.scalar == tl.bfloat16 and src.dtype.scalar in (tl.float32, tl.float64):
+            value = np.asarray(src.data, dtype=np.float32)
+            bits = value.view(np.uint32).astype(np.uint64)
+            rounded = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(np.uint16)
+            rounded = np.where(np.isnan(value), (bits >> 16).astype(np.uint16) | 0x0040, rounded)  # quiet NaN
+            return interpreter.TensorHandle(rounded.reshape(value.shape), tl.bfloat16)
+        return original(self, src, dst_type)
+
+    builder.cast_impl = cast_impl
+    builder._tiny_bf16_rtne = True
+
+
+if INTERPRET:
+    _round_to_bfloat16_like_a_gpu()
