@@ -9,8 +9,12 @@ fused kernel rounds at other places than eager's op-by-op kernels, so both bf16 
 against a float64 run of the same model (as torch's own model tests do): the compiled result's
 relative error in norm must be at most 3x eager bf16's plus 0.01. A wrong or missing gradient
 (relative error ~1) still fails.
-An fp32 mismatch is arbitrated in float64 (rtol = atol = 1e-7): BatchNorm over a handful of values
-amplifies rounding, a real bug does not go away. TF32 is off (fp32 means fp32).
+An fp32 mismatch is arbitrated in float64 (rtol = atol = 1e-5): BatchNorm over a handful of values
+amplifies rounding, a real bug does not go away. Where float64 differs too, the model is so
+ill-conditioned that two equal formulas disagree even in float64 (mnasnet at 32x32: BatchNorm over
+the 2 values of a 1x1 map; eager fp32 itself is off from float64 in most gradients): then the fp32
+run is measured against float64 as bf16's is, with a slack of 1e-4 instead of 0.01.
+TF32 is off (fp32 means fp32).
 A gradient that eager has and the compiled model lacks (or the reverse) always fails.
 
     python scripts/gpu_models.py [names...] [--dtypes fp32,bf16] [--json out.json]
@@ -56,7 +60,7 @@ def _step(model, inputs):
     return [t.detach().float().clone() for t in flat_tensors(out) if t.is_floating_point()], grads, bufs
 
 
-def _problems(what, expected, actual, dtype, reference=None):
+def _problems(what, expected, actual, dtype, reference=None, against_truth=False):
     if isinstance(expected, list):
         if len(expected) != len(actual):
             return [f"{what}: {len(actual)} tensors vs eager {len(expected)}"]
@@ -72,23 +76,24 @@ def _problems(what, expected, actual, dtype, reference=None):
         if (e is None) != (a is None):
             out.append(f"{what} {name}: {'missing' if a is None else 'extra'} gradient")
             continue
-        if dtype in (torch.float32, torch.float64):
+        if dtype in (torch.float32, torch.float64) and not against_truth:
             tol = 1e-3 if dtype == torch.float32 else 1e-5  # (float64 Triton math: ~1e-6 from fp32 libdevice calls)
             if not torch.allclose(a, e, rtol=tol, atol=tol, equal_nan=True):
                 out.append(f"{what} {name}: max abs diff {(a - e).abs().max().item():.3g}")
-        else:  # bf16: as close to the float64 truth as eager's own bf16 result, up to a factor
+        else:  # bf16 (or ill-conditioned fp32): as close to the float64 truth as eager's own result, up to a factor
             r = reference.get(name) if reference is not None else None
             if r is None:
                 r = e
             denom = r.norm().item() or 1.0
             err_compiled = (a - r).norm().item() / denom
             err_eager = (e - r).norm().item() / denom
-            if not err_compiled <= 3 * err_eager + 0.01:
-                out.append(f"{what} {name}: relative error {err_compiled:.3g} vs eager bf16's {err_eager:.3g}")
+            if not err_compiled <= 3 * err_eager + (0.01 if dtype == torch.bfloat16 else 1e-4):
+                out.append(f"{what} {name}: relative error {err_compiled:.3g} vs eager's {err_eager:.3g}")
     return out
 
 
-def check(zoo, dtype) -> dict:
+def check(zoo, dtype, against_truth=False) -> dict:
+    """Eager vs compiled ``zoo`` model in ``dtype``; ``against_truth``: both measured against float64."""
     made = zoo.make()
     if made is None:
         return {"status": "skipped (library missing)"}
@@ -98,7 +103,7 @@ def check(zoo, dtype) -> dict:
     compiled_model = copy.deepcopy(model)
     compiled = tinydynamo.compile(compiled_model, backend="tininductor")
     reference = None
-    if dtype == torch.bfloat16:  # the float64 truth both bf16 runs are measured against
+    if dtype == torch.bfloat16 or against_truth:  # the float64 truth both runs are measured against
         ref_model, _ = zoo.make()
         ref_model = ref_model.to(DEVICE, torch.float64)
         ref_inputs = tuple(_cast(x, torch.float64, DEVICE) for x in made[1])
@@ -106,21 +111,28 @@ def check(zoo, dtype) -> dict:
     start = time.perf_counter()
     for call in (1, 2):
         exp = _step(model, inputs)
-        if dtype == torch.bfloat16:
+        if dtype == torch.bfloat16 or against_truth:
             reference = _step(ref_model, ref_inputs)
         act = _step(compiled, inputs)
         for i, (what, e, a) in enumerate(zip(("output", "grad", "buffer"), exp, act)):
             ref = reference[i] if reference is not None else None
-            problems += [f"call {call} {p}" for p in _problems(what, e, a, dtype, ref)]
+            problems += [f"call {call} {p}" for p in _problems(what, e, a, dtype, ref, against_truth)]
         if call == 1:
             first = time.perf_counter() - start
     result = {"status": "ok" if not problems else "WRONG", "problems": problems[:8], "first_call_s": round(first, 2)}
-    if problems and dtype == torch.float32 and not any("gradient" in p for p in problems):
+    if problems and dtype == torch.float32 and not against_truth and not any("gradient" in p for p in problems):
         # BatchNorm over a few values amplifies fp32 rounding: a real bug stays large in float64
         tinydynamo.reset()
         exact = check(zoo, torch.float64)
-        result["status"] = "ok" if exact["status"] == "ok" else "WRONG"
-        result["problems"] = ["fp32 rounding only: equal in float64"] if exact["status"] == "ok" else exact["problems"]
+        if exact["status"] == "ok":
+            result["status"], result["problems"] = "ok", ["fp32 rounding only: equal in float64"]
+            return result
+        # so ill-conditioned that float64 formulas disagree too: is compiled fp32 as near the truth as eager fp32?
+        tinydynamo.reset()
+        truth = check(zoo, torch.float32, against_truth=True)
+        result["status"] = truth["status"]
+        result["problems"] = (["ill-conditioned: as close to float64 as eager fp32"] if truth["status"] == "ok"
+                              else (exact["problems"] + truth["problems"])[:8])
     return result
 
 

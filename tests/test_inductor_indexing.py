@@ -175,3 +175,38 @@ def test_position_embedding_of_arange_is_a_direct_load():
         _train_check(f, wpe)
     source = "\n".join(str(code) for _, code in arts.get("output_code"))
     assert "device_assert" not in source and "tiny_check_index" not in source and "atomic_add" not in source
+
+
+def test_index_printer_parenthesizes_the_operands_of_floordiv_and_mod():
+    """``//`` and ``%`` bind as tightly as ``*``: ``FloorDiv(x + 4, 4)`` must print as
+    ``(x + 4) // 4``, never ``x + 4 // 4`` (which is ``x + 1``: silently wrong indices)."""
+    from tininductor.indexing import FloorDiv, ModularIndexing, pexpr, sym
+
+    x, y = sym("x"), sym("y")
+    fd = lambda a, b: a // b  # noqa: E731
+    mod = lambda a, b: a % b  # noqa: E731
+    exprs = [FloorDiv(x + 4, 4), ModularIndexing(x + 4, 4), 36 * FloorDiv(x + 4, 4), FloorDiv(x, 2 * y),
+             ModularIndexing(x, y + 1), ModularIndexing(FloorDiv(x + 1, 3), 5), FloorDiv(2 * x + y, 4)]
+    for expr in exprs:
+        text = pexpr(expr)
+        for xv in range(12):
+            for yv in (1, 3):
+                want = expr.subs({x: xv, y: yv}).replace(FloorDiv, fd).replace(ModularIndexing, mod)
+                assert eval(text, {"x": xv, "y": yv}) == int(want), (text, xv, yv)
+
+
+def test_slice_of_a_channel_shuffle():
+    """A slice of a shuffled view (ShuffleNet's channel shuffle, then ``chunk``): the load's index
+    divides a shifted channel, ``(c + 4) // 4``; the gradient of ``cat`` does the same."""
+    x = torch.randn(2, 8, 3, device=DEVICE, requires_grad=True)
+
+    def shuffle(t):
+        return t.view(2, 2, 4, 3).transpose(1, 2).reshape(2, 8, 3)
+
+    check(lambda t: shuffle(t)[:, 4:] * 2, x.detach())
+
+    def f(x):
+        a, b = x.chunk(2, dim=1)
+        return (shuffle(torch.cat([a, torch.relu(b * 3)], 1)) ** 2 * torch.arange(8.0, device=x.device)[:, None]).sum()
+
+    _train_check(f, x)

@@ -12,6 +12,7 @@ import math
 from typing import Sequence
 
 import sympy
+from sympy.printing.precedence import PRECEDENCE
 from sympy.printing.str import StrPrinter
 
 
@@ -106,13 +107,20 @@ class IndexPrinter(StrPrinter):
 
     floordiv = "//"
 
-    def _print_FloorDiv(self, expr):
+    def _operands(self, expr) -> tuple[str, str]:
+        """Both operands of ``//`` / ``%``, parenthesized where needed: those bind as tightly
+        as ``*``, so ``(x1 + 4) // 4`` printed bare would be ``x1 + (4 // 4)``."""
         base, div = expr.args
-        return f"({self._print(base)} {self.floordiv} {self._print(div)})"
+        level = PRECEDENCE["Mul"]
+        return self.parenthesize(base, level, strict=True), self.parenthesize(div, level)
+
+    def _print_FloorDiv(self, expr):
+        base, div = self._operands(expr)
+        return f"({base} {self.floordiv} {div})"
 
     def _print_ModularIndexing(self, expr):
-        base, mod = expr.args
-        return f"({self._print(base)} % {self._print(mod)})"
+        base, mod = self._operands(expr)
+        return f"({base} % {mod})"
 
 
 def pexpr(expr) -> str:
