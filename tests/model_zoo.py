@@ -266,7 +266,7 @@ BY_NAME = {m.name: m for m in MODELS}
 # --extra`. Each is still built from a config with random weights, at a size that runs in seconds on a CPU.
 def _tv(fn_name, **kwargs):
     def build(tv):
-        return getattr(tv.models, fn_name)(num_classes=10, **kwargs), _image(hw=kwargs.pop("_hw", 32))
+        return getattr(tv.models, fn_name)(num_classes=10, **kwargs), _image()
     return build
 
 
