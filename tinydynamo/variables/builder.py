@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import collections
 import enum
+import functools
 import math
 import operator
 import os
@@ -112,6 +113,8 @@ class VariableBuilder:
         if getattr(value, "_tinydynamo_disabled", False):
             self.guard("ID_MATCH", value)
             return DisabledFunctionVariable(value, src)
+        if type(value) is functools.partial:
+            return self._wrap_partial(value)
         from tinydynamo import polyfills
 
         replacement = polyfills.variable_for(value, src)  # a C/library function done another way
@@ -169,6 +172,24 @@ class VariableBuilder:
         if src is not None and self.tx is not None:  # remembered for the not-aliased guards of attribute stores
             self.tx.output.side_effects.track_object_seen(value, src)
         return UserDefinedObjectVariable(value, src)
+
+    def _wrap_partial(self, value: functools.partial) -> VariableTracker:
+        """A ``functools.partial`` from outside the frame: its ``func``, ``args`` and ``keywords``
+        are wrapped (and guarded) through their own sources, as TorchDynamo's
+        ``FunctoolsPartialVariable`` does, so calling it inlines ``func`` with the merged arguments
+        and a partial rebuilt with other contents recompiles."""
+        from tinydynamo.source import AttrSource
+        from tinydynamo.variables.iter import PartialVariable
+
+        src = self.source
+        self.guard("TYPE_MATCH", type(value))
+
+        def part(name: str, v: Any) -> VariableTracker:
+            return VariableBuilder(self.tx, AttrSource(src, name) if src else None).wrap(v)
+
+        args = part("args", value.args).unpack_var_sequence(self.tx)
+        keywords = part("keywords", value.keywords)
+        return PartialVariable(part("func", value.func), list(args), dict(keywords.items))
 
 
 def guard_class_lookup(tx, obj: Any, source: Source | None, name: str, cls_attr: Any) -> Source | None:
