@@ -258,3 +258,97 @@ def test_partial_module_attribute_and_made_in_frame():
     explain = tinydynamo.explain(model)(x)
     assert (explain.graph_count, explain.graph_break_count) == (torch_graphs(model, x), 0) == (1, 0)
     check_grads(model, "aot_eager", x, fullgraph=True)
+
+
+# ---- graph breaks inside try blocks --------------------------------------------------------------
+
+FINALLY_RUNS = []
+
+
+def keep_defaults(func):
+    """Like transformers' ``merge_with_config_defaults``: a try/finally around the wrapped call."""
+    @functools.wraps(func)
+    def wrapper(*args, **kwargs):
+        try:
+            out = func(*args, **kwargs)
+        finally:
+            FINALLY_RUNS.append(1)
+        return out
+    return wrapper
+
+
+@keep_defaults
+def breaks_inside(x):
+    x = x.sin()
+    print("", end="")  # graph break
+    return x.cos()
+
+
+def calls_breaking_helper(x):
+    x = x.sin()
+    try:
+        y = breaks_inside(x)
+    except ImportError:
+        y = x
+    return y * 2
+
+
+def test_break_under_try_finally_compiles_the_called_function():
+    """The wrapper frame cannot resume inside its try block: it runs natively (its finally too),
+    and the function it calls gets its own graphs, as TorchDynamo's frame hook gives them."""
+    x = torch.randn(5)
+    explain = tinydynamo.explain(breaks_inside)(x)
+    assert explain.graph_count == torch_graphs(breaks_inside, x) == 2
+    FINALLY_RUNS.clear()
+    counter = CompileCounter()
+    out = tinydynamo.compile(breaks_inside, backend=counter)(x)
+    torch.testing.assert_close(out, x.sin().cos())
+    assert counter.frame_count == 2 and FINALLY_RUNS == [1]
+
+
+def test_break_under_try_except_compiles_the_called_function():
+    x = torch.randn(5)
+    explain = tinydynamo.explain(calls_breaking_helper)(x)
+    assert explain.graph_count == torch_graphs(calls_breaking_helper, x) == 2
+    check_grads(calls_breaking_helper, "aot_eager", torch.randn(5, requires_grad=True))
+
+
+def raises_import_error(x):
+    print("", end="")
+    raise ImportError("no such backend")
+
+
+def test_exception_from_the_compiled_callee_reaches_the_handler():
+    def f(x):
+        x = x + 1
+        try:
+            y = raises_import_error(x)
+        except ImportError:
+            y = x * 3
+        return y
+
+    x = torch.randn(4)
+    torch.testing.assert_close(tinydynamo.compile(f, backend="eager")(x), f(x))
+    torch.testing.assert_close(tinydynamo.compile(f, backend="eager")(x), f(x))  # cached: runs the same
+
+
+class Wrapped(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(4, 4)
+
+    @keep_defaults
+    def forward(self, x, *, scale=2.0):
+        h = self.fc(x).relu()
+        print("", end="")
+        return self.fc(h) * scale
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_module_forward_under_try_finally_wrapper(backend):
+    model, x = Wrapped(), torch.randn(3, 4, requires_grad=True)
+    explain = tinydynamo.explain(model)(x)
+    assert explain.graph_count == torch_graphs(model, x) == 2
+    check_grads(model, backend, x)
+    compiled = tinydynamo.compile(model, backend=backend)
+    torch.testing.assert_close(compiled(x, scale=3.0), model(x, scale=3.0))
