@@ -4,6 +4,7 @@ and gradients: custom ``torch.autograd.Function``s (bloom's GeLUFunction), ``fun
 objects (gemma's activation), and graph breaks inside ``try`` blocks (transformers' forward wrapper)."""
 from __future__ import annotations
 
+import copy
 import functools
 import warnings
 
@@ -352,3 +353,63 @@ def test_module_forward_under_try_finally_wrapper(backend):
     check_grads(model, backend, x)
     compiled = tinydynamo.compile(model, backend=backend)
     torch.testing.assert_close(compiled(x, scale=3.0), model(x, scale=3.0))
+
+
+# ---- list.copy (torchvision's Swin: shift_size = shift_size.copy()) -------------------------------
+
+SHIFT = [1, 2]
+
+
+def test_list_copy_is_a_new_list():
+    def f(x):
+        shift = SHIFT.copy()
+        shift[0] = 0  # changes the copy only
+        return torch.roll(x, shift, (0, 1))
+
+    x = torch.randn(4, 5)
+    explain = tinydynamo.explain(f)(x)
+    assert (explain.graph_count, explain.graph_break_count) == (torch_graphs(f, x), 0) == (1, 0)
+    torch.testing.assert_close(tinydynamo.compile(f, backend="eager")(x), f(x))
+    assert SHIFT == [1, 2]
+
+
+@pytest.mark.parametrize("dim", [0, 2])
+def test_weight_norm_gradients_under_aot(dim):
+    """wav2vec2's positional convolution: weight_norm's ``_weight_norm_interface`` decomposes."""
+    conv = torch.nn.utils.parametrizations.weight_norm(torch.nn.Conv1d(4, 4, 3, padding=1), dim=dim)
+    twin = copy.deepcopy(conv)
+    x = torch.randn(2, 4, 6)
+    (conv(x) ** 2).sum().backward()
+    compiled = tinydynamo.compile(twin, backend="aot_eager", fullgraph=True)
+    out = compiled(x)
+    torch.testing.assert_close(out, conv(x))
+    (out ** 2).sum().backward()
+    for (name, p), q in zip(conv.named_parameters(), twin.parameters()):
+        torch.testing.assert_close(q.grad, p.grad, msg=name)
+
+
+# ---- lru_cache and assume_constant_result (transformers' is_torch_distributed_available) ----------
+
+@functools.lru_cache
+def cached_scale(n):
+    return n * 2
+
+
+@functools.lru_cache
+@torch._dynamo.assume_constant_result
+def probe_installed():
+    import importlib.metadata
+
+    return importlib.metadata.version("torch") != ""  # a library call: folded, not traced
+
+
+def test_lru_cache_function_and_assume_constant_result_are_traced_through():
+    def f(x):
+        if probe_installed():
+            return x * cached_scale(3)
+        return x
+
+    x = torch.randn(4)
+    explain = tinydynamo.explain(f)(x)
+    assert (explain.graph_count, explain.graph_break_count) == (torch_graphs(f, x), 0) == (1, 0)
+    torch.testing.assert_close(tinydynamo.compile(f, backend="eager")(x), x * 6)

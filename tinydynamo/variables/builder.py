@@ -115,6 +115,14 @@ class VariableBuilder:
             return DisabledFunctionVariable(value, src)
         if type(value) is functools.partial:
             return self._wrap_partial(value)
+        if isinstance(value, functools._lru_cache_wrapper) and isinstance(
+                getattr(value, "__wrapped__", None), types.FunctionType):
+            # @functools.lru_cache: the cache is not traced, the function under it is (as TorchDynamo
+            # does); a call computes what the cache holds or would hold for pure functions
+            self.guard("ID_MATCH", value)
+            from tinydynamo.source import AttrSource
+
+            return VariableBuilder(self.tx, AttrSource(src, "__wrapped__") if src else None).wrap(value.__wrapped__)
         from tinydynamo import polyfills
 
         replacement = polyfills.variable_for(value, src)  # a C/library function done another way
@@ -142,6 +150,10 @@ class VariableBuilder:
                 self.tx.output.add_guard("ID_MATCH", AttrSource(src, "__code__"), value.__code__)
                 return UserFunctionVariable(value, src)
             self.guard("ID_MATCH", value)
+            if getattr(value, "_dynamo_marked_constant", False):  # torch._dynamo.assume_constant_result:
+                from tinydynamo.variables.iter import PureFunctionVariable  # called at trace time, as torch
+
+                return PureFunctionVariable(value, src)
             decorated = unwrap_grad_mode_decorator(value)  # @torch.no_grad() def f(...)
             if decorated is not None:
                 return GradModeDecoratedFunctionVariable(*decorated, src)
