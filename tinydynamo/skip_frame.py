@@ -56,6 +56,10 @@ def compile_callee_at(code: types.CodeType, offset: int, depth_from_top: int) ->
     instrs = [i for i in body if isinstance(i, Instr)]
     call = instrs[k]
     at = body.index(call)
+    if call.name == "CALL_KW":  # 3.13: LOAD_CONST <names>; CALL_KW (the names are not on our stack)
+        if not (isinstance(body[at - 1], Instr) and body[at - 1].name == "LOAD_CONST"):
+            raise ValueError(f"CALL_KW at offset {offset} without its LOAD_CONST of names right before it")
+        at -= 1
     while at > 0 and isinstance(body[at - 1], Instr) and body[at - 1].name in _CALL_PREFIX:
         at -= 1
     line = call.lineno

@@ -976,7 +976,14 @@ class InstructionTranslator(InstructionTranslatorBase):
             return None
         slot0 = len(stack) - above - 2  # the two call slots: the callable is slot0 unless it is NULL
         callable_slot = slot0 + 1 if stack[slot0] is NULL else slot0
-        return compile_callee_at(self.code, inst.offset, len(stack) - 1 - callable_slot)
+        try:
+            return compile_callee_at(self.code, inst.offset, len(stack) - 1 - callable_slot)
+        except Exception as e:  # the frame then runs its own code, callees eagerly, as before
+            from tinydynamo import logs
+
+            logs.get_logger("graph_breaks").info("not compiling the callee at offset %d of %s: %s",
+                                                 inst.offset, self.code.co_name, e)
+            return None
 
     def _undo_instruction(self, last_node, contexts, grad_mode: bool) -> None:
         """Forget what the instruction that broke added to the graph. It runs natively instead (a call
