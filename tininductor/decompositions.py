@@ -282,6 +282,15 @@ def new_full(x, size, value, dtype=None, layout=None, device=None, pin_memory=No
 
 
 # ----------------------------------------------------------------------------- normalisation
+@register_decomposition(aten._weight_norm_interface)
+def _weight_norm_interface(v, g, dim=0):
+    """``torch.nn.utils.weight_norm``'s ``v * (g / ||v||)``, the norm over every dim but ``dim``
+    (kept, and returned too, as the ATen op does)."""
+    dims = [i for i in range(v.dim()) if i != dim]
+    norm = aten.linalg_vector_norm(v, 2, dims, keepdim=True)
+    return aten.mul(v, aten.div(g, norm)), norm
+
+
 @register_decomposition(aten.native_layer_norm)
 def native_layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5):
     """(x - mean) * rsqrt(var + eps) * weight + bias over the last len(normalized_shape) dims.

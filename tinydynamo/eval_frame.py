@@ -46,6 +46,7 @@ class FrameCache:
 
     entries: list[CompiledFrame] = dataclasses.field(default_factory=list)
     run_eagerly: str | None = None  # why this code object now always runs eagerly
+    eager_code: types.CodeType | None = None  # what it runs then, if not its own code (tinydynamo.skip_frame)
     last_reason: str | None = None  # the latest recompile reason
     #: input source -> its sizes at the last compile, None where they changed (automatic dynamic)
     frame_state: dict = dataclasses.field(default_factory=dict)
@@ -171,11 +172,10 @@ class OptimizedFunction:
         cache = _caches.get(self._code) or get_cache(self._code)
         entry = _lookup["fn"](cache.entries, L, G, self._backend)  # newest entry whose guards pass
         if entry is None:
-            if cache.run_eagerly is not None:
-                return eager(*args, **kwargs)
-            entry = self._compile(cache, L, G)
+            if cache.run_eagerly is None:
+                entry = self._compile(cache, L, G)
             if entry is None:
-                return eager(*args, **kwargs)
+                return self._run_eagerly(cache, eager, args, kwargs)
         if entry.break_reason is None:  # one graph and no native calls: nothing asks for the backend
             return entry.run(L, G)
         _current_backend.append(self._backend)  # for the functions called natively at the break
@@ -184,6 +184,21 @@ class OptimizedFunction:
                 with config.patch(symbolic_shapes.policy_patch(self._dynamic)):
                     return entry.run(L, G)
             return entry.run(L, G)
+        finally:
+            _current_backend.pop()
+
+    def _run_eagerly(self, cache: FrameCache, eager, args: tuple, kwargs: dict):
+        """The frame runs natively: its own code, or the copy whose breaking call is compiled."""
+        if cache.eager_code is None or self._nopython:
+            return eager(*args, **kwargs)
+        fn = types.FunctionType(cache.eager_code, eager.__globals__, eager.__name__, eager.__defaults__,
+                                eager.__closure__)
+        fn.__kwdefaults__ = eager.__kwdefaults__
+        if isinstance(eager, types.MethodType):  # a module's forward: bound to the module
+            fn = types.MethodType(fn, eager.__self__)
+        _current_backend.append(self._backend)  # the backend the compiled callee gets
+        try:
+            return fn(*args, **kwargs)
         finally:
             _current_backend.pop()
 
@@ -225,6 +240,7 @@ class OptimizedFunction:
             if self._nopython:
                 raise
             cache.run_eagerly = e.reason
+            cache.eager_code = getattr(e, "eager_code", None)
             breaks_log.info("running %s eagerly: %s", name, e)
             for listener in _listeners:
                 listener("eager", (name, e.reason))

@@ -969,7 +969,10 @@ class InstructionTranslator(InstructionTranslatorBase):
         except Unsupported as e:
             blocks = enclosing_blocks(self.code, inst.offset)
             if blocks != ["with"] * len(contexts):
-                raise  # inside try (or a `with` we did not trace): not resumable, the frame runs eagerly
+                # inside try (or a `with` we did not trace): not resumable, the frame runs eagerly,
+                # but the function it calls there is compiled (tinydynamo.skip_frame)
+                e.eager_code = self._compile_callee_code(inst, stack)
+                raise
             self.stack, self.symbolic_locals = stack, local_vars
             self._undo_instruction(last_node, contexts, grad_mode)
             for ctx in reversed(contexts):  # the graph leaves the `with` blocks; the transformed code re-enters them
@@ -980,6 +983,27 @@ class InstructionTranslator(InstructionTranslatorBase):
                 set_grad_enabled(self, grad_contexts[0].initial_mode)
             self.graph_break = GraphBreak(inst, e, stack, local_vars)
             self.graph_break.cells = dict(self.cells)  # closures rebuilt at the break share these
+
+    def _compile_callee_code(self, inst: Instruction, stack: list) -> types.CodeType | None:
+        """The frame's code with the callable of the call ``inst`` compiled (None: not a call)."""
+        from tinydynamo.skip_frame import compile_callee_at
+
+        if inst.opname == "CALL":
+            above = inst.argval
+        elif inst.opname == "CALL_FUNCTION_EX":
+            above = 1 + bool(inst.argval)
+        else:
+            return None
+        slot0 = len(stack) - above - 2  # the two call slots: the callable is slot0 unless it is NULL
+        callable_slot = slot0 + 1 if stack[slot0] is NULL else slot0
+        try:
+            return compile_callee_at(self.code, inst.offset, len(stack) - 1 - callable_slot)
+        except Exception as e:  # the frame then runs its own code, callees eagerly, as before
+            from tinydynamo import logs
+
+            logs.get_logger("graph_breaks").info("not compiling the callee at offset %d of %s: %s",
+                                                 inst.offset, self.code.co_name, e)
+            return None
 
     def _undo_instruction(self, last_node, contexts, grad_mode: bool) -> None:
         """Forget what the instruction that broke added to the graph. It runs natively instead (a call

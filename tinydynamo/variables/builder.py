@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import collections
 import enum
+import functools
 import math
 import operator
 import os
@@ -120,6 +121,16 @@ class VariableBuilder:
         if getattr(value, "_tinydynamo_disabled", False):
             self.guard("ID_MATCH", value)
             return DisabledFunctionVariable(value, src)
+        if type(value) is functools.partial:
+            return self._wrap_partial(value)
+        if isinstance(value, functools._lru_cache_wrapper) and isinstance(
+                getattr(value, "__wrapped__", None), types.FunctionType):
+            # @functools.lru_cache: the cache is not traced, the function under it is (as TorchDynamo
+            # does); a call computes what the cache holds or would hold for pure functions
+            self.guard("ID_MATCH", value)
+            from tinydynamo.source import AttrSource
+
+            return VariableBuilder(self.tx, AttrSource(src, "__wrapped__") if src else None).wrap(value.__wrapped__)
         from tinydynamo import polyfills
 
         replacement = polyfills.variable_for(value, src)  # a C/library function done another way
@@ -156,6 +167,10 @@ class VariableBuilder:
                 self.tx.output.add_guard("ID_MATCH", AttrSource(src, "__code__"), value.__code__)
                 return UserFunctionVariable(value, src)
             self.guard("ID_MATCH", value)
+            if getattr(value, "_dynamo_marked_constant", False):  # torch._dynamo.assume_constant_result:
+                from tinydynamo.variables.iter import PureFunctionVariable  # called at trace time, as torch
+
+                return PureFunctionVariable(value, src)
             decorated = unwrap_grad_mode_decorator(value)  # @torch.no_grad() def f(...)
             if decorated is not None:
                 return GradModeDecoratedFunctionVariable(*decorated, src)
@@ -186,6 +201,24 @@ class VariableBuilder:
         if src is not None and self.tx is not None:  # remembered for the not-aliased guards of attribute stores
             self.tx.output.side_effects.track_object_seen(value, src)
         return UserDefinedObjectVariable(value, src)
+
+    def _wrap_partial(self, value: functools.partial) -> VariableTracker:
+        """A ``functools.partial`` from outside the frame: its ``func``, ``args`` and ``keywords``
+        are wrapped (and guarded) through their own sources, as TorchDynamo's
+        ``FunctoolsPartialVariable`` does, so calling it inlines ``func`` with the merged arguments
+        and a partial rebuilt with other contents recompiles."""
+        from tinydynamo.source import AttrSource
+        from tinydynamo.variables.iter import PartialVariable
+
+        src = self.source
+        self.guard("TYPE_MATCH", type(value))
+
+        def part(name: str, v: Any) -> VariableTracker:
+            return VariableBuilder(self.tx, AttrSource(src, name) if src else None).wrap(v)
+
+        args = part("args", value.args).unpack_var_sequence(self.tx)
+        keywords = part("keywords", value.keywords)
+        return PartialVariable(part("func", value.func), list(args), dict(keywords.items))
 
 
 def guard_class_lookup(tx, obj: Any, source: Source | None, name: str, cls_attr: Any) -> Source | None:

@@ -113,10 +113,9 @@ def _class_attribute(tx, cls_var: ConstantVariable, name: str, value: Any):
 
         return ObjectSetattrVariable()
     if name == "apply" and _is_autograd_function(cls):
-        from tinydynamo.variables.objects import OpaqueCallVariable
+        from tinydynamo.variables.autograd_function import AutogradFunctionApplyVariable
 
-        return OpaqueCallVariable(value, f"{cls.__name__}.apply: a custom torch.autograd.Function runs outside "
-                                         "the graph (its backward must stay the one autograd calls)")
+        return AutogradFunctionApplyVariable(cls, source)
     if isinstance(value, (types.FunctionType, types.MethodType)) or (
             not callable(value) and source is not None):
         return VariableBuilder(tx, source).wrap(value)

@@ -186,6 +186,8 @@ class ListVariable(BaseListVariable):
             tx.output.side_effects.mutation(self)
             self.items[:] = result.unpack_var_sequence(tx)
             return ConstantVariable(None)
+        if name == "copy" and not args and not kwargs:  # a new list made in the frame, same items
+            return ListVariable(list(self.items))
         if name == "remove":
             value = args[0].as_python_constant()
             for i, v in enumerate(self.items):
