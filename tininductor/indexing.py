@@ -177,6 +177,13 @@ class IndexPrinter(StrPrinter):
         text = self._print(expr)
         return f"({text})" if expr.is_Add else text
 
+    def _print_Pow(self, expr):
+        """``s0**2`` (a product of symbolic sizes) as ``s0*s0``: Triton has no ``**`` on integers."""
+        base, exp = expr.args
+        if exp.is_Integer and int(exp) > 0:
+            return "*".join([self._operand(base)] * int(exp))
+        return super()._print_Pow(expr)
+
     def _print_FloorDiv(self, expr):
         base, div = expr.args
         return f"({self._base(base)} {self.floordiv} {self._operand(div)})"

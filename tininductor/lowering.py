@@ -323,7 +323,12 @@ def arange(*args, dtype=None, layout=None, device=None, pin_memory=None):
     if V.graph.current_node is not None and "val" in V.graph.current_node.meta:
         dtype = V.graph.current_node.meta["val"].dtype
     start, end, step = (0, args[0], 1) if len(args) == 1 else (list(args) + [1])[:3]
-    n = max(0, math.ceil((end - start) / step))
+    if all(is_static(v) for v in (start, end, step)):
+        n = max(0, math.ceil((end - start) / step))
+    elif is_static(start) and is_static(step) and step > 0:  # arange(s0): a symbolic length
+        n = size_expr(end - start) if step == 1 else size_expr(FloorDiv(end - start + step - 1, step))
+    else:
+        raise Unsupported(f"arange({start}, {end}, {step}) with symbolic start or step")
     dtype = dtype or torch.int64
 
     def inner_fn(index):
@@ -836,11 +841,14 @@ def affine_index(x) -> tuple[int, int, int] | None:
     step, start = expr.coeff(i, 1), expr.coeff(i, 0)
     if not (step.is_Integer and start.is_Integer):
         return None
-    return int(start), int(step), int(x.get_size()[0])
+    return int(start), int(step), size_expr(x.get_size()[0])
 
 
 def _affine_in_bounds(affine, size) -> bool:
     start, step, n = affine
+    if not (is_static(n) and is_static(size)):  # symbolic: in bounds only if it holds for every size
+        last = sympy.expand(start + step * (n - 1) - size)
+        return step >= 0 and 0 <= start and (size - start) != 0 and last.is_negative is True
     return n == 0 or (0 <= start < size and 0 <= start + step * (n - 1) < size)
 
 
