@@ -249,3 +249,14 @@ def test_gpt_over_sequence_lengths(backend):
                 torch.testing.assert_close(p.grad, q.grad, atol=1e-5, rtol=1e-4, msg=name)
     assert counter.frame_count == 1
     assert len(counter.sources) == 2
+
+
+@pytest.mark.skipif("triton" not in BACKENDS, reason="Triton backend not tested here")
+def test_triton_reduction_picks_persistent_or_looped_per_call():
+    """A symbolic row length: the wrapper picks the persistent kernel (blocks from the actual
+    length) for short rows and the looped one for long rows, at each call."""
+    with patch_config(tininductor.config.triton, persistent_reduction_max=8):
+        counter = sweep(lambda x: torch.log_softmax(x, -1), lambda n: [rand(3, n)], "triton", lengths=(3, 8, 9, 20))
+    source = counter.sources[0]
+    assert "triton_per_" in source and "triton_red_" in source
+    assert ".run_rows(" in source and " <= 8 else " in source

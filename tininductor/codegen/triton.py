@@ -19,10 +19,12 @@ already stored at the same index reuses the stored value (that is what makes fus
 
 Dynamic shapes: when sizes are symbols (``s0``), a kernel takes ``xnumel``/``rnumel`` and every
 size symbol its index expressions use as runtime arguments, and the wrapper computes its grid
-per call (``launcher.run_grid(grid, ...)``). Blocks cannot follow an unknown size, so a
-symbolic reduction size always gets a looped reduction (``RBLOCK = looped_rblock``, one row
-per program) and a symbolic pointwise size ``XBLOCK = max_xblock``, masked; a static
-reduction size keeps the persistent kernel. One compiled kernel serves every size.
+per call (``launcher.run_grid(grid, ...)``). A symbolic pointwise size gets ``XBLOCK =
+max_xblock``, masked. A symbolic reduction size gets two kernels, chosen per call from the
+actual row length: a persistent one whose ``RBLOCK`` (the row rounded up to a power of two) and
+``XBLOCK`` are picked at launch (``launcher.run_rows``: one compiled variant per power of two),
+used up to ``persistent_reduction_max``, and a looped one beyond. A static reduction size keeps
+the static choice. One module serves every size.
 """
 from __future__ import annotations
 
@@ -117,16 +119,19 @@ def reduction_init(rtype: str, dtype: torch.dtype) -> str:
 class TritonKernel:
     """Generates one kernel; installed as the ``ops`` handler while node bodies run."""
 
-    def __init__(self, group: FusedGroup, name: str):
+    def __init__(self, group: FusedGroup, name: str, persistent: bool | None = None,
+                 keep_in_registers: set | None = None):
         self.group = group
         self.name = name
         self.is_reduction = group.is_reduction
-        self.persistent = is_persistent(group)
+        self.persistent = is_persistent(group) if persistent is None else persistent
+        #: persistent over a symbolic row length: RBLOCK/XBLOCK chosen per call (launcher.run_rows)
+        self.rows_per_call = self.persistent and not is_static(group.rnumel)
         self.cse = CSE("tmp")
         self.in_args: dict[str, str] = {}  # buffer -> pointer argument
         self.out_args: dict[str, str] = {}
         self.stored: set[str] = set()
-        self.keep_in_registers: set[str] = set(group.internal)
+        self.keep_in_registers: set[str] = set(group.internal if keep_in_registers is None else keep_in_registers)
         self.range_vars: dict[sympy.Expr, sympy.Symbol] = {}
         self.x_defs = IndentedBuffer()
         self.r_defs: list[str] = []
@@ -373,7 +378,7 @@ class TritonKernel:
             # where the blocks tile the range exactly no lane is out of range: an all-true mask
             # (folded away by Triton, so loads and stores need no compare), as TorchInductor does
             shape = "[XBLOCK, 1]" if self.is_reduction else "[XBLOCK]"
-            if is_static(group.numel) and group.numel % xblock == 0:
+            if is_static(group.numel) and group.numel % xblock == 0 and not self.rows_per_call:
                 code.writeline(f"xmask = tl.full({shape}, True, tl.int1)")
             else:
                 code.writeline("xmask = xindex < xnumel")
@@ -401,6 +406,8 @@ class TritonKernel:
         # a TritonLauncher skips Triton's per-call argument binding (runtime/triton_launcher.py)
         code.writeline("")
         code.writeline("")
+        if self.rows_per_call:  # XBLOCK, RBLOCK, warps and grid follow the row length, per call
+            consts += f", rows_block={config.triton.max_reduction_block}"
         tune = ""
         if config.triton.max_autotune and not dynamic and not symbols:
             tune = f", numel={numel},\n    autotune={self.autotune_configs(xblock, rblock, warps)}"
@@ -416,6 +423,8 @@ class TritonKernel:
         def launch(arg_refs):
             if numel == 0:
                 return f"pass  # {name}: nothing to compute (numel 0)"
+            if self.rows_per_call:
+                return f"{name}.run_rows({pexpr(numel)}, {pexpr(rnumel)}, {', '.join(arg_refs + size_args)})"
             if dynamic:  # the grid follows the size: computed per call, in plain Python arithmetic
                 return f"{name}.run_grid({grid}, {', '.join(arg_refs + size_args)})"
             return f"{name}.run({', '.join(arg_refs + size_args)})"
@@ -430,6 +439,8 @@ class TritonKernel:
             xblock = min(next_power_of_2(max(numel, 1)), config.triton.max_xblock)
             return xblock, 1, max(1, min(8, xblock // 256))
         if self.persistent:
+            if not is_static(rnumel):  # placeholders: the launcher picks both per call (run_rows)
+                return 1, 1, 1
             rblock = next_power_of_2(max(rnumel, 1))
             xblock = min(next_power_of_2(max(numel, 1)), max(1, config.triton.max_reduction_block // rblock))
             return xblock, rblock, max(1, min(8, (xblock * rblock) // 256))
@@ -515,7 +526,30 @@ class TritonScheduling:
         return f"triton_{prefix}_fused_{'_'.join(ops_[:5]) or 'kernel'}_{index}"
 
     def codegen_kernel(self, group: FusedGroup, index: int) -> GeneratedKernel:
+        if group.is_reduction and not is_static(group.rnumel):
+            return self._per_call_reduction(group, index)
         return TritonKernel(group, self.kernel_name(group, index)).codegen()
+
+    def _per_call_reduction(self, group: FusedGroup, index: int) -> GeneratedKernel:
+        """A symbolic row length: a persistent kernel (blocks picked per call) for rows up to
+        ``persistent_reduction_max``, a looped one beyond, chosen by the wrapper at each call.
+        Both store the same buffers (the looped kernel's choice), so they take the same arguments."""
+        name = self.kernel_name(group, index).replace("triton_red_", "triton_per_", 1)
+        looped = TritonKernel(group, name.replace("triton_per_", "triton_red_", 1), persistent=False)
+        red = looped.codegen()
+        if not config.triton.persistent_reduction_max or group.reduction_hint == "outer":
+            return red
+        per = TritonKernel(group, name, persistent=True, keep_in_registers=looped.keep_in_registers).codegen()
+        if per.arg_names != red.arg_names or per.stored != red.stored:
+            return red
+        limit = config.triton.persistent_reduction_max
+        rnumel = pexpr(group.rnumel)
+
+        def launch(arg_refs):
+            return f"({per.launch(arg_refs)} if {rnumel} <= {limit} else {red.launch(arg_refs)})"
+
+        return GeneratedKernel(name, per.source + "\n\n" + red.source, per.arg_names, per.stored, launch,
+                               per.origins)
 
     @staticmethod
     def header() -> str:

@@ -70,7 +70,7 @@ class TritonLauncher:
 
     def __init__(self, fn, grid: tuple[int, ...], num_warps: int, autotune: list[dict] | None = None,
                  numel: int | None = None, checks_indices: bool = False, example_args: tuple | None = None,
-                 **constants):
+                 rows_block: int | None = None, **constants):
         self.fn = fn
         self.grid = tuple(grid) + (1,) * (3 - len(grid))
         self.num_warps = num_warps
@@ -83,6 +83,9 @@ class TritonLauncher:
         # the heuristic's; timed at the first launch on a GPU (runtime/autotune.py)
         self.autotune = autotune if autotune and len(autotune) > 1 else None
         self.numel = numel
+        # run_rows (a persistent reduction over a symbolic row length): XBLOCK * RBLOCK at most this
+        self.rows_block = rows_block
+        self._by_rblock: dict[int, "TritonLauncher"] = {}
         # alignment pattern of the pointer arguments -> a direct launch closure
         self._launchers: dict[int, object] = {}
         self._pointer_positions: tuple[int, ...] | None = None
@@ -114,6 +117,21 @@ class TritonLauncher:
             self._first_launch(key, args)
         else:
             launch(args)
+
+    def run_rows(self, numel: int, rnumel: int, *args):
+        """A persistent reduction whose row length is only known now: RBLOCK is the row rounded
+        up to a power of two, XBLOCK fills ``rows_block`` elements, and each RBLOCK gets its own
+        compiled variant (a handful over a sweep of lengths), kept for the next call."""
+        rblock = 1 << (rnumel - 1).bit_length() if rnumel > 1 else 1
+        launcher = self._by_rblock.get(rblock)
+        if launcher is None:
+            xblock = max(1, self.rows_block // rblock)
+            warps = max(1, min(8, (xblock * rblock) // 256))
+            launcher = TritonLauncher(self.fn, (1,), warps, checks_indices=self.checks_indices,
+                                      **{**self.constants, "XBLOCK": xblock, "RBLOCK": rblock})
+            self._by_rblock[rblock] = launcher
+        xblock = launcher.constants["XBLOCK"]
+        launcher.run_grid((numel + xblock - 1) // xblock, *args)
 
     def run_grid(self, grid_x: int, *args):
         """A launch over ``grid_x`` programs: a kernel compiled for dynamic shapes, whose grid and
