@@ -260,3 +260,26 @@ def test_triton_reduction_picks_persistent_or_looped_per_call():
     source = counter.sources[0]
     assert "triton_per_" in source and "triton_red_" in source
     assert ".run_rows(" in source and " <= 8 else " in source
+
+
+def test_symbolic_compile_error_falls_back_to_per_shape(caplog):
+    """A compiler that cannot handle the symbolic graph makes AOT autograd compile per concrete
+    shape (logged with the reason) instead of running eagerly."""
+    from tininductor.aot_autograd import aot_autograd
+
+    shapes = []
+
+    def static_only(gm, example_inputs):
+        if any(isinstance(x, torch.SymInt) for x in example_inputs):
+            raise NotImplementedError("this compiler takes static shapes only")
+        shapes.append([tuple(x.shape) for x in example_inputs if isinstance(x, torch.Tensor)])
+        return gm
+
+    torch._dynamo.reset()
+    fn = torch.compile(lambda x: x.sin() * 2, dynamic=True, backend=aot_autograd(static_only))
+    with caplog.at_level(logging.WARNING, logger="tininductor.aot_autograd"):
+        for n in (3, 5):
+            x = torch.randn(n)
+            torch.testing.assert_close(fn(x), x.sin() * 2)
+    assert "per concrete shape" in caplog.text and "static shapes only" in caplog.text
+    assert shapes == [[(3,)], [(5,)]]

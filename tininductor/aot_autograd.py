@@ -413,8 +413,13 @@ def dynamo_example_fakes(gm, example_inputs) -> list | None:
 def compile_dynamic(gm, example_inputs, fw_compiler, bw_compiler, partition_fn,
                     inference_compiler=None) -> Callable:
     """A graph with symbolic sizes (SymInt example inputs), compiled once for every size; per
-    shape (logged) where that is not possible."""
+    shape (logged) where that is not possible: a NeedsStaticShapes reason, or any error while
+    compiling symbolically (the compilers raise instead of falling back to eager meanwhile, so
+    a lowering that cannot handle a symbolic size is compiled per shape, not run eagerly)."""
     import logging
+
+    from tininductor import config
+    from tininductor.joint_graph import AutogradCompileError
 
     log = logging.getLogger("tininductor.aot_autograd")
     fakes = dynamo_example_fakes(gm, example_inputs)
@@ -423,11 +428,16 @@ def compile_dynamic(gm, example_inputs, fw_compiler, bw_compiler, partition_fn,
         try:
             # trace in the fake mode of the recorded values (torch.compile hands the backend a
             # fresh mode on the same ShapeEnv in its tracing context: leave that one aside)
-            with torch._guards.tracing(None):
+            with torch._guards.tracing(None), config.patch({"fallback_to_eager": False}):
                 return compile_aot(gm, example_inputs, fw_compiler, bw_compiler, partition_fn, inference_compiler,
                                    example_fakes=fakes)
         except NeedsStaticShapes as e:
             reason = str(e)
+        except AutogradCompileError:
+            raise
+        except Exception as e:  # noqa: BLE001 - logged, and the per-shape compile reports its own errors
+            reason = f"{type(e).__name__}: {e}"
+            log.debug("symbolic compile failure", exc_info=e)
     log.warning("dynamic shapes: compiling per concrete shape instead (%s)", reason)
     return _specialize_per_shape(gm, example_inputs, fw_compiler, bw_compiler, partition_fn, inference_compiler)
 
