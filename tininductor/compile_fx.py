@@ -277,6 +277,9 @@ def _check_sizes_bound(source: str, graph) -> None:
     unbound = sorted(set(re.findall(r"\b[su]\d+\b", body)) - bound)
     if unbound:
         raise Unsupported(f"size symbols {unbound} cannot be read from the graph's inputs")
+    if re.search(r"\b(Max|Min|Piecewise|ToFloat|FloatTrueDiv)\(", source):  # sympy left unprinted
+        raise Unsupported("a size expression has no Python/Triton form here (Max/Min of sizes the ShapeEnv "
+                          "cannot order)")
 
 
 def _use_interpreter_if_needed(graph) -> None:
