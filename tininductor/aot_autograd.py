@@ -16,6 +16,15 @@ Compilers are called as ``compiler(gm, example_inputs)``: ``gm`` is a prim-set G
 whose nodes carry ``meta["val"]``, and ``example_inputs`` are *fake* tensors
 (``torch._subclasses.FakeTensor``: shape, dtype, strides and device, no data). They return a
 callable taking the graph's inputs as positional tensors and returning its outputs.
+
+Dynamic shapes (TorchDynamo's convention: SymInt placeholders such as ``s0`` plus tensors whose
+fake example values have symbolic sizes from one ShapeEnv) are compiled once for every size:
+the graph is traced on those fake values (their fake mode is reused, so the symbols flow
+through decompositions, the VJP rules and the partitioner: sizes the backward needs are saved
+as SymInts, passed to it as ints), and the compilers receive SymInt example inputs. At run time
+the callable takes concrete ints for the SymInt inputs. What cannot be compiled symbolically
+(an output that is a view of an input, whose size/strides are rebuilt from constants) is
+compiled per concrete shape instead, logged (``_specialize_per_shape``).
 """
 from __future__ import annotations
 
@@ -42,8 +51,12 @@ def _readable(gm: fx.GraphModule) -> str:
     return gm.print_readable(print_output=False)
 
 
-def _fake_vals(gm: fx.GraphModule) -> list:
-    return [n.meta.get("val") for n in gm.graph.nodes if n.op == "placeholder"]
+def _fake_vals(gm: fx.GraphModule, inputs: list | None = None) -> list:
+    """The placeholders' example values; where one has none (an int input), ``inputs``'s."""
+    vals = [n.meta.get("val") for n in gm.graph.nodes if n.op == "placeholder"]
+    if inputs is not None and len(inputs) == len(vals):
+        vals = [x if v is None else v for v, x in zip(vals, inputs)]
+    return vals
 
 
 @dataclasses.dataclass
@@ -187,9 +200,18 @@ def _lift_parameters(gm: torch.nn.Module):
     return flat_fn, names
 
 
+class NeedsStaticShapes(Exception):
+    """This graph cannot be compiled with symbolic sizes (the message says why)."""
+
+
 def compile_aot(gm: torch.nn.Module, example_inputs, fw_compiler: Callable, bw_compiler: Callable,
-                partition_fn: Callable = default_partition, inference_compiler: Callable | None = None) -> Callable:
-    """The body of the backend :func:`aot_autograd` returns (see the module docstring)."""
+                partition_fn: Callable = default_partition, inference_compiler: Callable | None = None,
+                example_fakes: list | None = None) -> Callable:
+    """The body of the backend :func:`aot_autograd` returns (see the module docstring).
+
+    ``example_fakes``: fake values of ``example_inputs`` with symbolic sizes (dynamic shapes), to
+    trace with instead of fresh fake copies.
+    """
     # `with torch.enable_grad():` inside the graph makes it a training graph even when called under no_grad
     eager_gm = gm  # the captured graph as it is: eager semantics, for what functionalization cannot do
     grad_inside = isinstance(gm, fx.GraphModule) and any(
@@ -207,10 +229,18 @@ def compile_aot(gm: torch.nn.Module, example_inputs, fw_compiler: Callable, bw_c
     state = current_state()
     all_inputs = [*state, *example_inputs]
     with dynamo_timed("aliasing"):  # how outputs alias inputs; what only eager can do
-        alias_info = aliasing.analyze(_lift_parameters(eager_gm)[0], all_inputs)
+        alias_info = aliasing.analyze(_lift_parameters(eager_gm)[0], [_hint(x) for x in all_inputs])
     if alias_info.unsupported is not None:
         return _run_graph_eagerly(eager_gm, alias_info.unsupported)
-    fakes, mode = fake_inputs(all_inputs)
+    if example_fakes is not None:
+        views = [a for a in alias_info.outputs if a is not None and a.kind != "input"]
+        if views:
+            raise NeedsStaticShapes("an output is a view of an input or of another output "
+                                    "(rebuilt with constant sizes and strides)")
+        mode = _symbolic_fake_mode(example_fakes)
+        fakes = [mode.from_tensor(p) for p in state] + list(example_fakes)
+    else:
+        fakes, mode = fake_inputs(all_inputs)
     with dynamo_timed("decompose"):
         prim_gm = decompose(fn, fakes)  # finds and reuses the fake mode of ``fakes``
     # the graph is functional inside: mutated inputs come out as extra outputs, copied back after
@@ -245,7 +275,7 @@ def compile_aot(gm: torch.nn.Module, example_inputs, fw_compiler: Callable, bw_c
 
     if not ((torch.is_grad_enabled() or grad_inside) and any(requires_grad)):
         artifacts.record("forward_graph", "inference graph (no input requires grad)", _readable(prim_gm))
-        compiled = (inference_compiler or fw_compiler)(prim_gm, _fake_vals(prim_gm))
+        compiled = (inference_compiler or fw_compiler)(prim_gm, _fake_vals(prim_gm, fakes))
 
         tensors = [i for i, x in enumerate(all_inputs) if isinstance(x, torch.Tensor)]
 
@@ -277,7 +307,7 @@ def compile_aot(gm: torch.nn.Module, example_inputs, fw_compiler: Callable, bw_c
                      _readable(part.bw_gm))
     aot.joint, aot.partition = joint, part
     runtime = _Runtime(
-        compiled_fw=fw_compiler(part.fw_gm, _fake_vals(part.fw_gm)),
+        compiled_fw=fw_compiler(part.fw_gm, _fake_vals(part.fw_gm, fakes)),
         compiled_bw=bw_compiler(part.bw_gm, _fake_vals(part.bw_gm)),
         num_outputs=joint.num_outputs, diff_outputs=joint.diff_outputs, grad_mask=joint.grad_mask,
         eager_forward=prim_gm, no_rerun_reason=_random_ops(prim_gm),
@@ -338,13 +368,106 @@ def _any_requires_grad(inputs, positions) -> bool:
     return False
 
 
+def _hint(x):
+    """A SymInt's example value (its ShapeEnv hint); anything else as it is."""
+    if isinstance(x, torch.SymInt):
+        hint = x.node.hint
+        if hint is None:
+            raise NeedsStaticShapes(f"size {x} has no example value")
+        return hint
+    return x
+
+
+def _symbolic_fake_mode(fakes):
+    from torch._guards import detect_fake_mode
+
+    mode = detect_fake_mode([f for f in fakes if isinstance(f, torch.Tensor)])
+    if mode is None:
+        raise NeedsStaticShapes("no fake mode found on the graph's example values")
+    return mode
+
+
+def dynamo_example_fakes(gm, example_inputs) -> list | None:
+    """The fake example values TorchDynamo recorded on ``gm``'s placeholders (symbolic sizes), one
+    per example input, or None when some are missing."""
+    if not isinstance(gm, fx.GraphModule):
+        return None
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    if len(placeholders) != len(example_inputs):
+        return None
+    fakes = []
+    for node, x in zip(placeholders, example_inputs):
+        val = node.meta.get("example_value", node.meta.get("val"))
+        if isinstance(x, torch.SymInt):
+            val = x
+        elif isinstance(x, torch.Tensor) and isinstance(x, torch._subclasses.fake_tensor.FakeTensor):
+            val = x
+        if not isinstance(val, (torch.Tensor, torch.SymInt, int, float, bool)) and val is not None:
+            return None
+        fakes.append(x if val is None and not isinstance(x, torch.Tensor) else val)
+    if any(isinstance(x, torch.Tensor) and not isinstance(f, torch.Tensor) for x, f in zip(example_inputs, fakes)):
+        return None
+    return fakes
+
+
+def compile_dynamic(gm, example_inputs, fw_compiler, bw_compiler, partition_fn,
+                    inference_compiler=None) -> Callable:
+    """A graph with symbolic sizes (SymInt example inputs), compiled once for every size; per
+    shape (logged) where that is not possible: a NeedsStaticShapes reason, or any error while
+    compiling symbolically (the compilers raise instead of falling back to eager meanwhile, so
+    a lowering that cannot handle a symbolic size is compiled per shape, not run eagerly)."""
+    import logging
+
+    from tininductor import config
+    from tininductor.joint_graph import AutogradCompileError
+
+    log = logging.getLogger("tininductor.aot_autograd")
+    fakes = dynamo_example_fakes(gm, example_inputs)
+    reason = "the graph's placeholders carry no fake example values"
+    if fakes is not None:
+        try:
+            # trace in the fake mode of the recorded values (torch.compile hands the backend a
+            # fresh mode on the same ShapeEnv in its tracing context: leave that one aside)
+            with torch._guards.tracing(None), config.patch({"fallback_to_eager": False}):
+                return compile_aot(gm, example_inputs, fw_compiler, bw_compiler, partition_fn, inference_compiler,
+                                   example_fakes=fakes)
+        except NeedsStaticShapes as e:
+            reason = str(e)
+        except AutogradCompileError:
+            raise
+        except Exception as e:  # noqa: BLE001 - logged, and the per-shape compile reports its own errors
+            reason = f"{type(e).__name__}: {e}"
+            log.debug("symbolic compile failure", exc_info=e)
+    log.warning("dynamic shapes: compiling per concrete shape instead (%s)", reason)
+    return _specialize_per_shape(gm, example_inputs, fw_compiler, bw_compiler, partition_fn, inference_compiler)
+
+
+def _bake_int_inputs(gm, args):
+    """``gm`` with its int inputs (sizes) replaced by their values in ``args``, and the positions
+    of the inputs it still takes: a per-shape compile is specialised to them (they are in its key)."""
+    if not isinstance(gm, fx.GraphModule) or not any(isinstance(a, int) for a in args):
+        return gm, list(range(len(args)))
+    graph = fx.Graph()
+    out = graph.graph_copy(gm.graph, {})
+    graph.output(out)
+    keep = []
+    for i, node in enumerate([n for n in graph.nodes if n.op == "placeholder"]):
+        if isinstance(args[i], int) and not isinstance(args[i], bool):
+            for user in list(node.users):
+                user.args, user.kwargs = pytree.tree_map(lambda a, n=node, v=args[i]: v if a is n else a,
+                                                         (user.args, user.kwargs))
+            graph.erase_node(node)
+        else:
+            keep.append(i)
+    return fx.GraphModule(gm, graph), keep
+
+
 def _specialize_per_shape(gm, example_inputs, fw_compiler, bw_compiler, partition_fn,
                           inference_compiler=None) -> Callable:
-    """For graphs with dynamic sizes (SymInt inputs): compile one specialised version per shape.
-
-    Our traces are static (sizes are baked into views and reductions), so a graph that
-    TorchDynamo marked dynamic is compiled lazily, at each call with a new combination of
-    input shapes and sizes, from the real arguments; the versions are cached by that key.
+    """The fallback for graphs with dynamic sizes that cannot be compiled symbolically
+    (:func:`compile_dynamic` logs why): one specialised version per shape, compiled lazily at
+    each call with a new combination of input shapes and sizes, from the real arguments, and
+    cached by that key.
     """
     def key(args):
         return (torch.is_grad_enabled(),) + tuple(
@@ -356,7 +479,10 @@ def _specialize_per_shape(gm, example_inputs, fw_compiler, bw_compiler, partitio
     def run(*args):
         k = key(args)
         if k not in cache:
-            cache[k] = compile_aot(gm, list(args), fw_compiler, bw_compiler, partition_fn, inference_compiler)
+            static_gm, keep = _bake_int_inputs(gm, args)
+            compiled = compile_aot(static_gm, [args[i] for i in keep], fw_compiler, bw_compiler, partition_fn,
+                                   inference_compiler)
+            cache[k] = lambda *a: compiled(*[a[i] for i in keep])
         return cache[k](*args)
 
     run.cache = cache
@@ -373,8 +499,7 @@ def aot_autograd(fw_compiler: Callable, bw_compiler: Callable | None = None,
 
     def backend(gm: torch.nn.Module, example_inputs) -> Callable:
         if any(isinstance(x, torch.SymInt) for x in example_inputs):  # dynamic sizes
-            return _specialize_per_shape(gm, example_inputs, fw_compiler, bw_compiler, partition_fn,
-                                         inference_compiler)
+            return compile_dynamic(gm, example_inputs, fw_compiler, bw_compiler, partition_fn, inference_compiler)
         return compile_aot(gm, example_inputs, fw_compiler, bw_compiler, partition_fn, inference_compiler)
 
     backend.__name__ = f"aot_autograd({getattr(fw_compiler, '__name__', 'fw_compiler')})"

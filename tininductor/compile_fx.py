@@ -225,6 +225,7 @@ def _compile_fx_inner(gm: torch.fx.GraphModule, example_inputs, cudagraphs: str 
         with dynamo_timed("codegen"):
             wrapper = WrapperCodeGen(graph, scheduler)
             source = wrapper.generate()
+    _check_sizes_bound(source, graph)
     for k in wrapper.kernels:
         artifacts.record("kernels", k.name, k.source)
     artifacts.record("output_code", "wrapper", source)
@@ -258,6 +259,27 @@ def _compile_fx_inner(gm: torch.fx.GraphModule, example_inputs, cudagraphs: str 
     compiled.fallback_reasons = list(graph.fallback_reasons)
     compiled.module = module
     return compiled
+
+
+def _check_sizes_bound(source: str, graph) -> None:
+    """Dynamic shapes: every size symbol the module uses (``s0``) must be computable from the
+    call's arguments (a SymInt argument, or a dimension of an input tensor). One that is not (a
+    size that only appears inside an expression, ``2*s0``) cannot be evaluated: refuse the graph
+    (it then runs eagerly, with a warning) rather than compute with a wrong value."""
+    import re
+
+    from .lowering import Unsupported
+
+    if not graph.size_sources and not any(isinstance(v, torch.SymInt) for v in graph.example_inputs):
+        return
+    body = source[source.index("def call(args):"):]
+    bound = {str(s) for s in graph.size_sources} | set(graph.graph_input_names)
+    unbound = sorted(set(re.findall(r"\b[su]\d+\b", body)) - bound)
+    if unbound:
+        raise Unsupported(f"size symbols {unbound} cannot be read from the graph's inputs")
+    if re.search(r"\b(Max|Min|Piecewise|ToFloat|FloatTrueDiv)\(", source):  # sympy left unprinted
+        raise Unsupported("a size expression has no Python/Triton form here (Max/Min of sizes the ShapeEnv "
+                          "cannot order)")
 
 
 def _use_interpreter_if_needed(graph) -> None:

@@ -18,6 +18,8 @@ an op's rare forms and leaves its common form alone.
 """
 from __future__ import annotations
 
+import contextlib
+
 import logging
 import math
 import operator
@@ -83,6 +85,18 @@ def addmm(bias, a, b, beta=1, alpha=1):
     if beta != 1:
         bias = aten.mul(bias, beta)
     return aten.add(y, bias)
+
+
+def linear(x, weight, bias=None):
+    """``x @ weight.T + bias`` as a 2-D ``addmm``/``mm`` over the flattened leading dims: what
+    ATen's C++ composite does, for graphs with symbolic sizes, where that composite reads
+    ``x.sizes()`` as ints and would specialise a symbolic batch or sequence length (see
+    :class:`SymbolicComposites`)."""
+    if x.dim() != 3 and x.dim() != 2:
+        return aten.matmul(x, aten.t(weight)) if bias is None else aten.add(aten.matmul(x, aten.t(weight)), bias)
+    flat = x if x.dim() == 2 else reshape(x, [x.shape[0] * x.shape[1], x.shape[2]])
+    out = aten.mm(flat, aten.t(weight)) if bias is None else aten.addmm(bias, flat, aten.t(weight))
+    return out if x.dim() == 2 else aten.view(out, [x.shape[0], x.shape[1], weight.shape[0]])
 
 
 # ----------------------------------------------------------------------------- views
@@ -442,6 +456,22 @@ def fake_inputs(example_inputs):
     return fakes, mode
 
 
+class SymbolicComposites(torch.overrides.TorchFunctionMode):
+    """While tracing a graph with symbolic sizes: run the composite ops whose C++ implementation
+    reads sizes as ints (``linear``) as their Python decomposition instead."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func in (torch._C._nn.linear, torch.nn.functional.linear):
+            return linear(*args, **kwargs)
+        return func(*args, **kwargs)
+
+
+def _has_symbolic_sizes(fakes) -> bool:
+    return any(isinstance(x, torch.SymInt) or (isinstance(x, torch.Tensor) and any(
+        isinstance(s, torch.SymInt) for s in x.shape)) for x in fakes)
+
+
 def decompose(gm: torch.fx.GraphModule, example_inputs, table: dict | None = None) -> torch.fx.GraphModule:
     """Re-trace ``gm`` into a graph of prim-set ATen ops with the same calling convention.
 
@@ -458,7 +488,8 @@ def decompose(gm: torch.fx.GraphModule, example_inputs, table: dict | None = Non
     # input is written back with a final ``copy_`` (a logged fallback)
     functional = torch.func.functionalize(gm, remove="mutations")
     # the Python dispatcher makes torch's composite kernels emit functional ops (squeeze, not squeeze_)
-    with torch.no_grad(), mode, enable_python_dispatcher():
+    composites = SymbolicComposites() if _has_symbolic_sizes(fakes) else contextlib.nullcontext()
+    with torch.no_grad(), mode, enable_python_dispatcher(), composites:
         out = make_fx(functional, decomposition_table=table)(*fakes)
     if functionalize_inplace_views(out):
         # the in-place op restrided its base's example value too: recompute every node's ``val``

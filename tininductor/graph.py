@@ -4,6 +4,13 @@ It is a ``torch.fx.Interpreter`` whose values are IR nodes: placeholders become
 ``InputBuffer``s, each ``call_function`` calls the op's lowering (or builds a fallback
 ``ExternKernel`` when there is none, logging the reason), and the outputs are realized.
 Realized buffers are collected in ``self.buffers`` in program order for the scheduler.
+
+Dynamic shapes: a graph whose example inputs carry symbolic sizes (SymInt placeholders, fake
+tensors whose sizes are ShapeEnv symbols) lowers with sizes that are sympy expressions over
+those symbols (``indexing.size_expr``). Every FX node whose value is a ``SymInt`` (a SymInt
+placeholder, ``sym_size``, size arithmetic) becomes its ShapeEnv expression. ``size_sources``
+says where the wrapper reads each symbol from at run time (an int argument, or an input
+tensor's size), so kernels and allocations can take sizes as plain Python ints.
 """
 from __future__ import annotations
 
@@ -11,10 +18,12 @@ import logging
 import operator
 from typing import Any
 
+import sympy
 import torch
 from torch.utils._pytree import tree_flatten, tree_map
 
 from . import ir
+from .indexing import size_expr
 from .lowering import EXTERN_OPS, KERNEL_DTYPES, Unsupported, lookup
 from .virtualized import V
 
@@ -42,6 +51,9 @@ class GraphLowering(torch.fx.Interpreter):
         self.current_node: torch.fx.Node | None = None
         self.current_origins: list[str] = []  # FX nodes inlined into what is being built
         self.device_types: set[str] = set()
+        #: size symbol -> Python expression over the wrapper's inputs that computes it
+        #: (``"s0"`` for a SymInt argument named s0, ``"arg0_1.size(1)"`` for a tensor's dim)
+        self.size_sources: dict[sympy.Symbol, str] = {}
 
     # ---------------------------------------------------------------- buffers
 
@@ -72,6 +84,10 @@ class GraphLowering(torch.fx.Interpreter):
             return super().run(*args)
 
     def run_node(self, n: torch.fx.Node):
+        if n.op == "call_function" and isinstance(n.meta.get("val"), torch.SymInt):
+            return size_expr(n.meta["val"])  # size arithmetic (sym_size, s0 * 4): its ShapeEnv expression
+        if n.op == "call_function" and isinstance(n.meta.get("val"), torch.SymFloat):
+            return n.meta["val"].node.expr  # a float computed from sizes (``2.0 / x.shape[-1]``)
         self.current_node = n
         self.current_origins = self._input_origins(n) + [n.name] if n.op == "call_function" else []
         try:
@@ -104,13 +120,27 @@ class GraphLowering(torch.fx.Interpreter):
         example = self.example_inputs[len(self.graph_input_names)]
         name = self.current_node.name
         self.graph_input_names.append(name)
+        if isinstance(example, torch.SymInt):  # a size passed as an int at run time
+            expr = size_expr(example)
+            if isinstance(expr, sympy.Symbol):
+                self.size_sources.setdefault(expr, name)
+            return expr
         if not isinstance(example, torch.Tensor):
-            raise Unsupported(f"non-tensor graph input {name}={example!r} (only static shapes are supported)")
-        return self._input_buffer(name, example)
+            raise Unsupported(f"non-tensor graph input {name}={example!r}")
+        buf = self._input_buffer(name, example)
+        for d, s in enumerate(buf.layout.size):
+            if isinstance(s, sympy.Symbol):
+                self.size_sources.setdefault(s, f"{name}.size({d})")
+        return buf
+
+    def size_symbols(self) -> set:
+        """The size symbols this graph's buffers and kernels use (empty for a static graph)."""
+        return set(self.size_sources)
 
     def _input_buffer(self, name, tensor: torch.Tensor) -> ir.InputBuffer:
         # offset 0: kernels and reinterpret_tensor address relative to the tensor's data_ptr
-        layout = ir.Layout(tensor.device, tensor.dtype, list(tensor.shape), list(tensor.stride()), 0)
+        layout = ir.Layout(tensor.device, tensor.dtype, [size_expr(s) for s in tensor.shape],
+                           [size_expr(s) for s in tensor.stride()], 0)
         buf = ir.InputBuffer(name, layout)
         self.graph_inputs[name] = buf
         self.device_types.add(tensor.device.type)
@@ -176,9 +206,12 @@ class GraphLowering(torch.fx.Interpreter):
         An expanded dim (stride 0) is computed once and viewed with stride 0.
         """
         size = leaf.get_size()
-        if not isinstance(val, torch.Tensor) or val.numel() == 0 or list(val.shape) != size:
+        if not isinstance(val, torch.Tensor):
             return ir.realize_input(leaf)
-        want = list(val.stride())
+        shape = [size_expr(n) for n in val.shape]  # ints, or sympy over size symbols (dynamic shapes)
+        if any(n == 0 for n in shape) or shape != list(size):
+            return ir.realize_input(leaf)
+        want = [size_expr(st) for st in val.stride()]
         compact = [1 if st == 0 else n for n, st in zip(size, want)]
         if compact == size and isinstance(leaf, ir.StorageBox) and isinstance(leaf.data, ir.Pointwise):
             data = leaf.data  # not in memory yet: store it with the traced strides directly
@@ -217,7 +250,12 @@ class GraphLowering(torch.fx.Interpreter):
                 return storage.as_strided(lay.size, lay.stride, lay.offset)
             return a
 
+        symbolic = any(isinstance(a, (ir.Buffer, ir.ReinterpretView)) and not a.layout.is_static()
+                       for a in tree_flatten((args, kwargs))[0]) or any(
+            isinstance(a, sympy.Basic) for a in tree_flatten((args, kwargs))[0])
         try:
+            if symbolic:  # sizes are symbols: the FX node's fake value has them (as SymInts)
+                raise Unsupported("symbolic sizes")
             with fake_mode:
                 fake_args, fake_kwargs = tree_map(to_fake, (args, kwargs))
                 out = target(*fake_args, **fake_kwargs)
@@ -229,7 +267,7 @@ class GraphLowering(torch.fx.Interpreter):
         kernel = _kernel_name(target)
 
         def layout_of(t):
-            return ir.Layout(device, t.dtype, list(t.shape), list(t.stride()), 0)
+            return ir.Layout(device, t.dtype, [size_expr(s) for s in t.shape], [size_expr(s) for s in t.stride()], 0)
 
         if isinstance(out, torch.Tensor):
             buf = ir.ExternKernel(None, layout_of(out), kernel, args, kwargs, reason, fn=target)

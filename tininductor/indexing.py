@@ -2,17 +2,18 @@
 
 Every load and store in the IR names a buffer and a *flat* index: a sympy expression over
 the loop variables, ``offset + sum(var_i * stride_i)``. Views, broadcasting and strides all
-become arithmetic here. Shapes are static (concrete ints), so every expression is a
-polynomial in the loop variables plus ``FloorDiv`` / ``ModularIndexing`` where a flat
-counter is split back into dimensions.
+become arithmetic here. Every expression is a polynomial in the loop variables plus
+``FloorDiv`` / ``ModularIndexing`` where a flat counter is split back into dimensions.
+
+Sizes are ints, or sympy expressions over the ShapeEnv's size symbols (``s0``, ``2*s1``) in a
+graph compiled for dynamic shapes (``size_expr``): the same arithmetic then yields index
+expressions over those symbols, which kernels take as arguments.
 """
 from __future__ import annotations
 
-import math
 from typing import Sequence
 
 import sympy
-from sympy.printing.precedence import PRECEDENCE
 from sympy.printing.str import StrPrinter
 
 
@@ -48,6 +49,59 @@ class ModularIndexing(sympy.Function):
         return None
 
 
+def size_expr(x):
+    """A size as IR uses it: an ``int`` when it is known, else a sympy expression over size symbols.
+
+    ``torch.SymInt`` (from a fake tensor of a dynamic-shape graph) gives its ShapeEnv expression
+    (``SymInt.node.expr``, e.g. ``s0`` or ``2*s0``); a sympy integer becomes a plain int.
+    """
+    if isinstance(x, int):
+        return x
+    if hasattr(x, "node") and hasattr(x.node, "expr"):  # torch.SymInt
+        x = _drop_max_min(x.node.expr, getattr(x.node, "shape_env", None))
+    if isinstance(x, sympy.Basic):
+        return int(x) if x.is_Integer else x
+    return int(x)
+
+
+def _drop_max_min(expr, shape_env):
+    """``Max(1, s0 // 2)`` (a stride rule's guard against size 0) -> ``s0 // 2`` where the ShapeEnv
+    knows which argument is larger (sizes >= 2 after 0/1 specialisation), so generated code is
+    plain arithmetic; undecided ones are kept."""
+    def is_max_min(e) -> bool:  # sympy's Max/Min or torch's own (torch.utils._sympy.functions)
+        return type(e).__name__ in ("Max", "Min") and len(e.args) == 2
+
+    if shape_env is None or not any(is_max_min(e) for e in sympy.preorder_traversal(expr)):
+        return expr
+
+    def decide(e):
+        a, b = e.args
+        is_max = type(e).__name__ == "Max"
+        if shape_env._maybe_evaluate_static(sympy.Ge(a, b) if is_max else sympy.Le(a, b)) == sympy.true:
+            return a
+        if shape_env._maybe_evaluate_static(sympy.Ge(b, a) if is_max else sympy.Le(b, a)) == sympy.true:
+            return b
+        return e
+
+    try:
+        return expr.replace(is_max_min, decide)
+    except Exception:  # a ShapeEnv without that query: keep the expression
+        return expr
+
+
+def is_static(x) -> bool:
+    """True when ``x`` (a size or expression) is a known integer."""
+    return isinstance(x, int) or (isinstance(x, sympy.Basic) and x.is_Integer)
+
+
+def statically_known(condition) -> bool:
+    """True only when ``condition`` (a bool or sympy relation) holds for every value of the symbols
+    sympy can decide it for; an undecidable condition is False (the caller takes the safe path)."""
+    if isinstance(condition, bool):
+        return condition
+    return bool(condition) if condition in (sympy.true, sympy.false) else False
+
+
 def sym(name: str) -> sympy.Symbol:
     """A non-negative integer loop variable."""
     return sympy.Symbol(name, integer=True, nonnegative=True)
@@ -58,7 +112,8 @@ def contiguous_strides(size: Sequence[int]) -> list[int]:
     strides, acc = [], 1
     for s in reversed(size):
         strides.append(acc)
-        acc *= max(int(s), 1)
+        s = size_expr(s)
+        acc = acc * (max(s, 1) if isinstance(s, int) else s)  # a symbolic size is >= 2 (0/1 are specialised)
     return list(reversed(strides))
 
 
@@ -70,7 +125,7 @@ def unflatten(flat: sympy.Expr, sizes: Sequence[int]) -> list[sympy.Expr]:
     """
     out: list[sympy.Expr] = []
     divisor = 1
-    sizes = [int(s) for s in sizes]
+    sizes = [size_expr(s) for s in sizes]
     nontrivial = [i for i, s in enumerate(sizes) if s != 1]
     outermost = nontrivial[0] if nontrivial else -1
     for i in reversed(range(len(sizes))):
@@ -95,8 +150,12 @@ def free_names(expr: sympy.Expr) -> set[str]:
     return {s.name for s in expr.free_symbols}
 
 
-def prod(xs) -> int:
-    return math.prod(int(x) for x in xs)
+def prod(xs):
+    """The product of sizes: an int when all are known, else a sympy expression."""
+    out = 1
+    for x in xs:
+        out = out * size_expr(x)
+    return size_expr(out) if isinstance(out, sympy.Basic) else out
 
 
 class IndexPrinter(StrPrinter):
@@ -107,20 +166,31 @@ class IndexPrinter(StrPrinter):
 
     floordiv = "//"
 
-    def _operands(self, expr) -> tuple[str, str]:
-        """Both operands of ``//`` / ``%``, parenthesized where needed: those bind as tightly
-        as ``*``, so ``(x1 + 4) // 4`` printed bare would be ``x1 + (4 // 4)``."""
-        base, div = expr.args
-        level = PRECEDENCE["Mul"]
-        return self.parenthesize(base, level, strict=True), self.parenthesize(div, level)
+    def _operand(self, expr) -> str:
+        """An operand of ``//`` or ``%``: parenthesised unless it is one symbol or number (a
+        symbolic size such as ``2*s0`` must not bind to the operator)."""
+        text = self._print(expr)
+        return text if expr.is_Atom or expr.func in (FloorDiv, ModularIndexing) else f"({text})"
+
+    def _base(self, expr) -> str:
+        """The left operand of ``//`` or ``%``: a sum needs parentheses (a product does not)."""
+        text = self._print(expr)
+        return f"({text})" if expr.is_Add else text
+
+    def _print_Pow(self, expr):
+        """``s0**2`` (a product of symbolic sizes) as ``s0*s0``: Triton has no ``**`` on integers."""
+        base, exp = expr.args
+        if exp.is_Integer and int(exp) > 0:
+            return "*".join([self._operand(base)] * int(exp))
+        return super()._print_Pow(expr)
 
     def _print_FloorDiv(self, expr):
-        base, div = self._operands(expr)
-        return f"({base} {self.floordiv} {div})"
+        base, div = expr.args
+        return f"({self._base(base)} {self.floordiv} {self._operand(div)})"
 
     def _print_ModularIndexing(self, expr):
-        base, mod = self._operands(expr)
-        return f"({base} % {mod})"
+        base, mod = expr.args
+        return f"({self._base(base)} % {self._operand(mod)})"
 
 
 def pexpr(expr) -> str:

@@ -28,13 +28,16 @@ from typing import Any, Callable, Sequence
 import sympy
 import torch
 
-from .indexing import contiguous_strides, pexpr, prod, sym
+from .indexing import contiguous_strides, is_static, pexpr, prod, size_expr, sym
 from .virtualized import V, ops
 
 
 @dataclasses.dataclass
 class Layout:
-    """Where a buffer's elements live: ``element[i] = storage[offset + sum(i_d * stride_d)]``."""
+    """Where a buffer's elements live: ``element[i] = storage[offset + sum(i_d * stride_d)]``.
+
+    Sizes, strides and offset are ints, or sympy expressions over size symbols (dynamic shapes).
+    """
 
     device: torch.device
     dtype: torch.dtype
@@ -44,8 +47,11 @@ class Layout:
 
     @classmethod
     def contiguous(cls, device, dtype, size) -> "Layout":
-        size = [int(s) for s in size]
+        size = [size_expr(s) for s in size]
         return cls(device, dtype, size, contiguous_strides(size), 0)
+
+    def is_static(self) -> bool:
+        return all(is_static(x) for x in [*self.size, *self.stride, self.offset])
 
     def index(self, index: Sequence[sympy.Expr]) -> sympy.Expr:
         """The flat storage position of ``index`` (a sympy expression)."""
@@ -57,6 +63,7 @@ class Layout:
         return expr
 
     def storage_size(self) -> int:
+        """Elements from the tensor's start to its last element (+1); an expression when symbolic."""
         if any(s == 0 for s in self.size):
             return 0
         return self.offset + 1 + sum((s - 1) * st for s, st in zip(self.size, self.stride))
@@ -328,7 +335,9 @@ class ReinterpretView(IRNode):
 
     def codegen_reference(self) -> str:
         lay = self.layout
-        return f"reinterpret_tensor({self.get_name()}, {tuple(lay.size)}, {tuple(lay.stride)}, {lay.offset})"
+        from .codegen.wrapper import tuple_source
+
+        return f"reinterpret_tensor({self.get_name()}, {tuple_source(lay.size)}, {tuple_source(lay.stride)}, {pexpr(lay.offset)})"
 
 
 class View(IRNode):
@@ -336,7 +345,7 @@ class View(IRNode):
 
     def __init__(self, base: IRNode, size: Sequence[int], reindex: Callable, layout_fn: Callable | None = None):
         self.base = base
-        self.size = [int(s) for s in size]
+        self.size = [size_expr(s) for s in size]
         self.reindex = reindex
         # the same view as a layout change (Layout -> Layout, or None when strides cannot express it),
         # used once the base is realized

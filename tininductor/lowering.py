@@ -20,7 +20,7 @@ import torch
 from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND as Promote, elementwise_dtypes
 
 from . import ir
-from .indexing import contiguous_strides, flatten, prod, unflatten
+from .indexing import FloorDiv, contiguous_strides, flatten, is_static, prod, size_expr, unflatten
 from .virtualized import V, ops
 
 aten = torch.ops.aten
@@ -67,12 +67,22 @@ def is_ir(x) -> bool:
 def _meta(x):
     """A meta tensor (or the scalar itself) standing for ``x`` in dtype/shape computations."""
     if is_ir(x):
-        return torch.empty(x.get_size(), dtype=x.get_dtype(), device="meta")
+        return torch.empty([s if is_static(s) else 2 for s in x.get_size()], dtype=x.get_dtype(), device="meta")
+    if isinstance(x, sympy.Basic):  # a symbolic size used as a scalar: an int, or a float (ToFloat(s0))
+        return 2 if x.is_integer else 2.0
     return x
 
 
 def broadcast_shapes(*shapes) -> list[int]:
-    return list(torch.broadcast_shapes(*[tuple(s) for s in shapes]))
+    if all(is_static(s) for shape in shapes for s in shape):
+        return list(torch.broadcast_shapes(*[tuple(int(s) for s in shape) for shape in shapes]))
+    out = []
+    for d in range(max(len(s) for s in shapes)):
+        sizes = {size_expr(shape[len(shape) - 1 - d]) for shape in shapes if d < len(shape)} - {1}
+        if len(sizes) > 1:
+            raise Unsupported(f"broadcast of symbolic sizes {sorted(map(str, sizes))}: not known to be equal")
+        out.append(sizes.pop() if sizes else 1)
+    return list(reversed(out))
 
 
 def broadcast_loader(x, out_size: Sequence[int]) -> Callable:
@@ -115,6 +125,8 @@ def pointwise(fn: Callable, *args, promote=Promote.DEFAULT, returns_bool=False, 
         if is_ir(a):
             src = a.get_dtype()
             loaders.append(lambda index, load=broadcast_loader(a, size), src=src: cast(load(index), src, compute))
+        elif isinstance(a, sympy.Basic):  # a symbolic scalar (``x * x.shape[0]``): from the kernel's size arguments
+            loaders.append(lambda index, value=a: symbolic_scalar(value, compute))
         else:
             loaders.append(lambda index, value=a: ops.constant(value, compute))
     fn_dtype = torch.bool if returns_bool else compute
@@ -123,6 +135,29 @@ def pointwise(fn: Callable, *args, promote=Promote.DEFAULT, returns_bool=False, 
         return cast(fn(*[load(index) for load in loaders]), fn_dtype, result)
 
     return ir.StorageBox(ir.Pointwise(device_of(tensors), result, inner_fn, size))
+
+
+def symbolic_scalar(expr: sympy.Expr, dtype: torch.dtype):
+    """``ops`` computing a scalar that depends on sizes: an integer expression (``s0 - 1``) is an
+    index expression cast to ``dtype``; float arithmetic over sizes (``2.0 / ToFloat(s0)``, from
+    ``x / x.shape[-1]``) becomes ops on those."""
+    if expr.is_integer:
+        return cast(ops.index_expr(expr, torch.int64), torch.int64, dtype)
+    if expr.is_Number:
+        return ops.constant(float(expr), dtype)
+    name = type(expr).__name__
+    args = [symbolic_scalar(a, dtype) for a in expr.args] if name != "ToFloat" else []
+    if name == "ToFloat":
+        return symbolic_scalar(expr.args[0], dtype)
+    if name in ("FloatTrueDiv", "IntTrueDiv"):
+        return ops.truediv(*args)
+    if isinstance(expr, (sympy.Add, sympy.Mul)):
+        op = ops.add if isinstance(expr, sympy.Add) else ops.mul
+        out = args[0]
+        for a in args[1:]:
+            out = op(out, a)
+        return out
+    raise Unsupported(f"symbolic scalar {expr} has no lowering")
 
 
 def register_pointwise(target, op_name=None, promote=Promote.DEFAULT, returns_bool=False):
@@ -292,7 +327,12 @@ def arange(*args, dtype=None, layout=None, device=None, pin_memory=None):
     if V.graph.current_node is not None and "val" in V.graph.current_node.meta:
         dtype = V.graph.current_node.meta["val"].dtype
     start, end, step = (0, args[0], 1) if len(args) == 1 else (list(args) + [1])[:3]
-    n = max(0, math.ceil((end - start) / step))
+    if all(is_static(v) for v in (start, end, step)):
+        n = max(0, math.ceil((end - start) / step))
+    elif is_static(start) and is_static(step) and step > 0:  # arange(s0): a symbolic length
+        n = size_expr(end - start) if step == 1 else size_expr(FloorDiv(end - start + step - 1, step))
+    else:
+        raise Unsupported(f"arange({start}, {end}, {step}) with symbolic start or step")
     dtype = dtype or torch.int64
 
     def inner_fn(index):
@@ -321,7 +361,8 @@ def _view_of(x, size, reindex, strided_layout: Callable | None):
 
 
 def _restride(layout: ir.Layout, size, stride, offset) -> ir.Layout:
-    return ir.Layout(layout.device, layout.dtype, [int(s) for s in size], [int(s) for s in stride], int(offset))
+    return ir.Layout(layout.device, layout.dtype, [size_expr(s) for s in size], [size_expr(s) for s in stride],
+                     size_expr(offset))
 
 
 @register_lowering(aten.permute)
@@ -389,10 +430,17 @@ def slice_(x, dim=0, start=None, end=None, step=1):
     size = x.get_size()
     dim = dim % len(size)
     n = size[dim]
-    start = 0 if start is None else (start + n if start < 0 else start)
-    end = n if end is None else (end + n if end < 0 else end)
-    start, end = min(max(start, 0), n), min(max(end, 0), n)
-    length = max(0, (end - start + step - 1) // step)
+    start, end = size_expr(0 if start is None else start), size_expr(n if end is None else end)
+    if is_static(n) and is_static(start) and is_static(end):
+        start = start + n if start < 0 else start
+        end = end + n if end < 0 else end
+        start, end = min(max(start, 0), n), min(max(end, 0), n)
+        length = max(0, (end - start + step - 1) // step)
+    else:  # symbolic: the usual forms x[a:], x[:b], x[a:s0 - c], in range as dynamo guarded them
+        if is_static(end) and end >= 2 ** 62:
+            end = n
+        start, end = (s + n if is_static(s) and s < 0 else s for s in (start, end))
+        length = size_expr(end - start) if step == 1 else size_expr(FloorDiv(end - start + step - 1, step))
     new = size[:dim] + [length] + size[dim + 1:]
 
     def reindex(index):
@@ -419,15 +467,32 @@ def select(x, dim, index):
     return _view_of(x, new, lambda idx: idx[:dim] + [sympy.Integer(index)] + idx[dim:], layout)
 
 
+def _smaller(a, b) -> str | None:
+    """Which of two products of sizes is the smaller, "old" (``a``) or "new" (``b``), when one
+    divides the other (always decidable for ints; for symbolic sizes, when the quotient is a
+    polynomial), else None."""
+    if is_static(a) and is_static(b):
+        return "old" if a < b else "new"
+    for which, small, big in (("old", a, b), ("new", b, a)):
+        quotient = sympy.cancel(sympy.sympify(big) / small)
+        if sympy.fraction(quotient)[1] == 1:
+            return which
+    return None
+
+
 @register_lowering(aten.view, aten._unsafe_view, aten.reshape)
 def view(x, size):
     old = x.get_size()
     size = list(size)
+    size = [size_expr(s) for s in size]
     if -1 in size:
         known = prod(s for s in size if s != -1)
-        size[size.index(-1)] = prod(old) // known if known else 0
-    if prod(size) != prod(old):
+        size[size.index(-1)] = (prod(old) // known if known else 0) if is_static(prod(old)) else \
+            size_expr(sympy.cancel(prod(old) / known))
+    if is_static(prod(size)) and is_static(prod(old)) and prod(size) != prod(old):
         raise Unsupported(f"view of {old} as {size}: element counts differ")
+    # symbolic counts: the traced graph's fake tensors checked them, under the ShapeEnv's guards
+    # (``s0 * (s1 // 2) * 2 == s0 * s1`` holds for the even s1 the guards admit; sympy cannot see it)
 
     def reindex(index):
         # split dims into groups whose products match, and map each group flat -> flat
@@ -436,8 +501,13 @@ def view(x, size):
             gi, gj = [i], [j]
             pi = old[i] if i < len(old) else 1
             pj = size[j] if j < len(size) else 1
-            while pi != pj:
-                if pi < pj:
+            while sympy.expand(pi - pj) != 0:
+                smaller = _smaller(pi, pj)
+                if smaller is None:  # symbolic sizes that do not nest: one group for the rest
+                    gi, gj = list(range(i, len(old))), list(range(j, len(size)))
+                    i, j = len(old), len(size)
+                    break
+                if smaller == "old":
                     i += 1
                     gi.append(i)
                     pi *= old[i]
@@ -456,6 +526,12 @@ def view(x, size):
         return out
 
     def layout(lay):
+        if not (lay.is_static() and all(is_static(s) for s in size)):
+            # symbolic: a contiguous layout views as contiguous; anything else is copied
+            if all(sympy.expand(a - b) == 0 for a, b, n in zip(lay.stride, contiguous_strides(lay.size), lay.size)
+                   if n != 1):
+                return _restride(lay, size, contiguous_strides(size), lay.offset)
+            return None
         # let torch's stride rules decide whether this view needs no copy
         base = torch.empty(lay.storage_size() + 1, device="meta").as_strided(lay.size, lay.stride, lay.offset)
         try:
@@ -581,7 +657,14 @@ def mean(x, dim=None, keepdim=False, dtype=None):
         raise Unsupported("mean of an integer tensor")
     total = reduction(x, dim, keepdim, "sum", _acc_dtype(out))
     n = _numel_of(x, dim)
-    return to_dtype(pointwise(ops.truediv, total, float(n) if n else float("nan")), out)
+    return to_dtype(pointwise(ops.truediv, total, _count(n)), out)
+
+
+def _count(n):
+    """An element count as a divisor: a float, or the symbolic size itself (read at run time)."""
+    if not is_static(n):
+        return n
+    return float(n) if n else float("nan")
 
 
 @register_lowering(aten.var)
@@ -592,10 +675,11 @@ def var(x, dim=None, *, correction=None, keepdim=False):
     n = _numel_of(x, dim)
     acc = _acc_dtype(x.get_dtype())
     xf = to_dtype(x, acc)
-    mu = pointwise(ops.truediv, reduction(xf, dim, True, "sum"), float(n) if n else float("nan"))
+    mu = pointwise(ops.truediv, reduction(xf, dim, True, "sum"), _count(n))
     centered = pointwise(ops.sub, xf, mu)
     sq = reduction(pointwise(lambda v: ops.mul(v, v), centered), dim, keepdim, "sum")
-    return to_dtype(pointwise(ops.truediv, sq, float(max(n - correction, 0))), x.get_dtype())
+    dof = float(max(n - correction, 0)) if is_static(n) else size_expr(n - correction)
+    return to_dtype(pointwise(ops.truediv, sq, dof), x.get_dtype())
 
 
 # --------------------------------------------------------------------------- composite ops
@@ -627,9 +711,9 @@ def native_layer_norm(x, normalized_shape, weight, bias, eps):
     n = prod(normalized_shape)
     acc = _acc_dtype(x.get_dtype())
     xf = to_dtype(x, acc)
-    mu = pointwise(ops.truediv, reduction(xf, dims, True, "sum"), float(n))
+    mu = pointwise(ops.truediv, reduction(xf, dims, True, "sum"), _count(n))
     centered = pointwise(ops.sub, xf, mu)
-    var_ = pointwise(ops.truediv, reduction(pointwise(lambda v: ops.mul(v, v), centered), dims, True, "sum"), float(n))
+    var_ = pointwise(ops.truediv, reduction(pointwise(lambda v: ops.mul(v, v), centered), dims, True, "sum"), _count(n))
     rstd = pointwise(ops.rsqrt, pointwise(ops.add, var_, eps))
     out = pointwise(ops.mul, centered, rstd)
     if weight is not None:
@@ -761,11 +845,14 @@ def affine_index(x) -> tuple[int, int, int] | None:
     step, start = expr.coeff(i, 1), expr.coeff(i, 0)
     if not (step.is_Integer and start.is_Integer):
         return None
-    return int(start), int(step), int(x.get_size()[0])
+    return int(start), int(step), size_expr(x.get_size()[0])
 
 
 def _affine_in_bounds(affine, size) -> bool:
     start, step, n = affine
+    if not (is_static(n) and is_static(size)):  # symbolic: in bounds only if it holds for every size
+        last = sympy.expand(start + step * (n - 1) - size)
+        return step >= 0 and 0 <= start and (size - start) != 0 and last.is_negative is True
     return n == 0 or (0 <= start < size and 0 <= start + step * (n - 1) < size)
 
 

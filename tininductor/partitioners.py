@@ -42,11 +42,15 @@ class Partition:
 
 
 def nbytes(node: fx.Node) -> int:
-    """Bytes of the tensor a node produces (0 for non-tensors)."""
+    """Bytes of the tensor a node produces (0 for non-tensors); for symbolic sizes, at the
+    example's sizes (the ShapeEnv's hints)."""
     val = node.meta.get("val")
     if not isinstance(val, torch.Tensor):
         return 0
-    return val.numel() * val.element_size()
+    numel = val.numel()
+    if isinstance(numel, torch.SymInt):
+        numel = numel.node.hint if numel.node.hint is not None else 1 << 20
+    return int(numel) * val.element_size()
 
 
 def is_recomputable(node: fx.Node) -> bool:
@@ -168,7 +172,10 @@ def min_cut_partition(joint: JointGraph) -> Partition:
         if node in roles.tangent_dependent or node.op == "output":
             continue
         is_tensor = isinstance(node.meta.get("val"), torch.Tensor)
-        net.add_edge((node, "in"), (node, "out"), capacity=nbytes(node) if is_tensor else math.inf)
+        # a size (SymInt, dynamic shapes) is saved for the backward as an int: almost free
+        is_size = isinstance(node.meta.get("val"), torch.SymInt)
+        net.add_edge((node, "in"), (node, "out"),
+                     capacity=nbytes(node) if is_tensor else 1 if is_size else math.inf)
         if node.op == "placeholder" or (node in forward and not is_recomputable(node)):
             net.add_edge("source", (node, "in"))
         if node in roles.grad_outputs:

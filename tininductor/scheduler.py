@@ -122,11 +122,12 @@ class FusedGroup:
         Decided by the loads' strides at the origin: d index / d rindex and d index / d xindex.
         """
         inner = outer = 0
+        sizes = set(getattr(V.graph, "size_sources", ()))  # size symbols (dynamic shapes) are not indirect
         for node in self.nodes:
             if self.kind(node) not in ("reduction", "full"):
                 continue
             for _, index in self.read_writes(node).reads:
-                if index.free_symbols - {XINDEX, RINDEX}:
+                if index.free_symbols - {XINDEX, RINDEX} - sizes:
                     continue  # an indirect (gathered) load: no fixed stride
                 base = index.subs({XINDEX: 0, RINDEX: 0})
                 r_stride = index.subs({XINDEX: 0, RINDEX: 1}) - base

@@ -18,7 +18,10 @@ that handler for C++. Each op is a format string in :data:`CPP_OPS` (a dict, lik
 renderers); each result becomes a ``tmpN`` variable, and a repeated expression reuses its
 variable (common-subexpression elimination). fp16/bf16 are stored as 16-bit integers and
 computed in float. Sums accumulate in double (or int64), which keeps float32 sums within
-eager's tolerance without tricks. Kernels take only data pointers: sizes are constants.
+eager's tolerance without tricks. Kernels take data pointers; sizes are constants, or, in a
+graph compiled for dynamic shapes, ``int64_t`` arguments named after their size symbols
+(``s0``) that loop bounds and indices use (``for (xindex = 0; xindex < 4*s0; ...)``), with
+OpenMP's ``if(...)`` clause deciding at run time whether the work is worth threads.
 :class:`CppScheduling` is the backend the scheduler talks to (protocol: codegen/common.py).
 """
 from __future__ import annotations
@@ -33,6 +36,8 @@ from typing import Any, Callable, Sequence
 
 import sympy
 import torch
+
+from tininductor.indexing import is_static, prod, size_expr
 
 _TMP_RE = re.compile(r"\btmp\d+\b")
 #: helpers every kernel includes (precompiled once per cache by CppCodeCache)
@@ -165,6 +170,8 @@ class _IndexPrinter(sympy.printing.str.StrPrinter):
     """Prints integer index expressions as C++ (``//`` is C++ ``/`` for the non-negative
     values indices are; ``FloorDiv``/``ModularIndexing``-style functions are printed by name)."""
 
+    printmethod = "_tiny_cpp_print"  # not the expressions' own ``_sympystr`` (torch's FloorDiv prints ``//``)
+
     def _print_Integer(self, expr):
         return str(int(expr))
 
@@ -199,6 +206,8 @@ class _IndexPrinter(sympy.printing.str.StrPrinter):
     def _print_Function(self, expr):
         name = type(expr).__name__
         args = [self._print(a) for a in expr.args]
+        if name in ("PythonMod", "Mod"):  # ShapeEnv's modulus of non-negative sizes
+            return f"(({args[0]}) % ({args[1]}))"
         if name in ("FloorDiv", "floordiv"):
             return f"(({args[0]}) / ({args[1]}))"
         if name == "ModularIndexing":  # base % mod, or (base // div) % mod
@@ -283,7 +292,7 @@ class CppKernel:
 
     def __init__(self, outer_ranges: Sequence[int], outer_names: Sequence[str] | None = None,
                  keep_in_registers: Sequence[str] = ()):
-        self.outer_ranges = [int(s) for s in outer_ranges]
+        self.outer_ranges = [size_expr(s) for s in outer_ranges]
         names = list(outer_names) if outer_names else [f"x{i}" for i in range(len(self.outer_ranges))]
         self.outer_vars = [sympy.Symbol(n, integer=True, nonnegative=True) for n in names]
         self.xdefs: list[str] = []
@@ -315,7 +324,7 @@ class CppKernel:
             inner_names = [f"r{self._rvar_count + i}" for i in range(len(inner_ranges))]
             self._rvar_count += len(inner_ranges)
         rvars = [sympy.Symbol(n, integer=True, nonnegative=True) for n in inner_names]
-        self._step = _Step(len(self.steps), [v.name for v in rvars], [int(s) for s in inner_ranges])
+        self._step = _Step(len(self.steps), [v.name for v in rvars], [size_expr(s) for s in inner_ranges])
         return list(self.outer_vars), rvars
 
     def close_loop(self) -> None:
@@ -507,7 +516,7 @@ class CppKernel:
         init, _, _ = reduction_code("max" if reduction_type == "argmax" else "min", best_t)
         cmp = ">" if reduction_type == "argmax" else "<"
         flat = " + ".join(
-            f"{v} * {math.prod(step.inner_ranges[i + 1:])}" for i, v in enumerate(step.inner_vars)
+            f"{v} * {cpp_index(prod(step.inner_ranges[i + 1:]))}" for i, v in enumerate(step.inner_vars)
         )
         step.prefix += [f"{best_t} {best} = {init};", f"int64_t {idx} = 0;"]
         step.body += [
@@ -573,6 +582,8 @@ class CppKernel:
             is_out = buf in self.outputs
             ctype = CPP_DTYPES[self.outputs[buf] if is_out else self.inputs[buf]][0]
             params.append(f"{'' if is_out else 'const '}{ctype}* __restrict__ {arg}")
+        loops = self._codegen_loops()
+        params += [f"const int64_t {name}" for name in self.size_args(loops)]
         lines = []
         if origins:
             lines.append(f"// source nodes: {', '.join(origins)}")
@@ -580,35 +591,55 @@ class CppKernel:
             lines.append(f"// {comment}")
         lines.append(f'extern "C" void {name}({", ".join(params)})')
         lines.append("{")
-        lines += ["    " + line for line in self._codegen_loops()]
+        lines += ["    " + line for line in loops]
         lines.append("}")
         return "\n".join(lines) + "\n"
 
-    def _work(self) -> int:
-        outer = math.prod(self.outer_ranges)
-        inner = sum(math.prod(st.inner_ranges) if st.looped else 1 for st in self.steps) or 1
-        return outer * inner
+    def size_args(self, lines: Sequence[str] | None = None) -> list[str]:
+        """The size symbols (dynamic shapes) the kernel's code uses, sorted: its int64 arguments."""
+        names = {str(s) for s in self.size_symbols}
+        if not names:
+            return []
+        text = "\n".join(lines if lines is not None else self._codegen_loops())
+        return sorted(names & set(re.findall(r"\b[A-Za-z_]\w*\b", text)))
+
+    @property
+    def size_symbols(self) -> set:
+        try:
+            from tininductor.virtualized import V
+
+            return set(getattr(V.graph, "size_sources", ()))
+        except Exception:  # used on its own, outside a graph: static sizes
+            return set()
+
+    def _work(self):
+        outer = prod(self.outer_ranges)
+        inner = sum(prod(st.inner_ranges) if st.looped else 1 for st in self.steps) or 1
+        return size_expr(outer * inner)
 
     def _codegen_loops(self) -> list[str]:
         """Outer loops around the steps; OpenMP pragmas chosen by the shape of the work."""
         n = len(self.outer_ranges)
         has_inner = any(st.looped for st in self.steps)
-        parallel = self._work() >= PARALLEL_THRESHOLD and not self.serial
-        single_row = math.prod(self.outer_ranges) == 1
+        work = self._work()
+        # a symbolic amount of work: threads or not is decided per call (OpenMP's if clause)
+        when = "" if is_static(work) else f" if({cpp_index(work)} >= {PARALLEL_THRESHOLD})"
+        parallel = (not is_static(work) or work >= PARALLEL_THRESHOLD) and not self.serial
+        single_row = prod(self.outer_ranges) == 1
         # one outer iteration (e.g. a full reduction): parallelise the inner loops instead
         parallel_inner = parallel and has_inner and single_row
         body: list[str] = list(self.xdefs)
         for st in self.steps:
-            body += self._codegen_step(st, parallel_inner)
+            body += self._codegen_step(st, parallel_inner, when)
         pragmas: dict[int, str] = {}
         if has_inner:
             if parallel and not single_row:
-                pragmas[0] = "#pragma omp parallel for" + (f" collapse({n})" if n > 1 else "")
+                pragmas[0] = "#pragma omp parallel for" + (f" collapse({n})" if n > 1 else "") + when
         elif n >= 1:
             if parallel and n == 1:
-                pragmas[0] = "#pragma omp parallel for simd"
+                pragmas[0] = "#pragma omp parallel for simd" + when
             elif parallel:
-                pragmas[0] = "#pragma omp parallel for" + (f" collapse({n - 1})" if n > 2 else "")
+                pragmas[0] = "#pragma omp parallel for" + (f" collapse({n - 1})" if n > 2 else "") + when
             if (n >= 2 or not parallel) and not self.serial:
                 pragmas[n - 1] = "#pragma omp simd"
         out: list[str] = []
@@ -616,14 +647,14 @@ class CppKernel:
             ind = "    " * depth
             if depth in pragmas:
                 out.append(ind + pragmas[depth])
-            out.append(f"{ind}for (int64_t {var} = 0; {var} < {size}; ++{var})")
+            out.append(f"{ind}for (int64_t {var} = 0; {var} < {cpp_index(size)}; ++{var})")
             out.append(ind + "{")
         out += ["    " * n + line for line in body]
         for depth in reversed(range(n)):
             out.append("    " * depth + "}")
         return out
 
-    def _codegen_step(self, st: _Step, parallel_inner: bool) -> list[str]:
+    def _codegen_step(self, st: _Step, parallel_inner: bool, when: str = "") -> list[str]:
         if not st.looped:
             return st.prefix + st.body + st.suffix
         out = list(st.prefix)
@@ -636,10 +667,10 @@ class CppKernel:
                 pass
             elif depth == 0 and parallel_inner:
                 collapse = f" collapse({m})" if m > 1 else ""
-                out.append(f"{ind}#pragma omp parallel for simd{collapse}{clauses}")
+                out.append(f"{ind}#pragma omp parallel for simd{collapse}{clauses}{when}")
             elif depth == m - 1 and not parallel_inner:
                 out.append(f"{ind}#pragma omp simd{clauses}")
-            out.append(f"{ind}for (int64_t {var} = 0; {var} < {size}; ++{var})")
+            out.append(f"{ind}for (int64_t {var} = 0; {var} < {cpp_index(size)}; ++{var})")
             out.append(ind + "{")
         out += ["    " * m + line for line in st.rdefs + st.body]
         for depth in reversed(range(m)):
@@ -651,7 +682,7 @@ class CppKernel:
 class CppKernelRunner:
     """A compiled kernel: call it with tensors (one per pointer argument); it passes data pointers."""
 
-    def __init__(self, name: str, source: str, arg_order: Sequence[str] | int):
+    def __init__(self, name: str, source: str, arg_order: Sequence[str] | int, nsizes: int = 0):
         from tininductor.codecache import CppCodeCache
 
         self.name, self.source = name, source
@@ -661,15 +692,22 @@ class CppKernelRunner:
         _loaded.add(full_source)
         self.library_path = CppCodeCache.paths(full_source, headers=headers)["so"]
         self.fn = getattr(lib, name)
-        self.fn.argtypes = [ctypes.c_void_p] * len(self.arg_order)
+        # pointers, then the int64 sizes of a kernel compiled for dynamic shapes
+        self.nsizes = nsizes
+        self.fn.argtypes = [ctypes.c_void_p] * len(self.arg_order) + [ctypes.c_int64] * nsizes
         self.fn.restype = None
         # the out-of-range index record of this library (prelude: tiny_check_index), if it checks any
         self._index_error = (ctypes.c_int64 * 3).in_dll(lib, "tiny_index_error") if "tiny_check_index(" in source else None
 
     def __call__(self, *tensors: torch.Tensor) -> None:
+        if self.nsizes:  # the trailing arguments are sizes (ints)
+            sizes, tensors = tensors[len(tensors) - self.nsizes:], tensors[:len(tensors) - self.nsizes]
         if len(tensors) != len(self.arg_order):
             raise TypeError(f"{self.name} takes {len(self.arg_order)} buffers ({self.arg_order}), got {len(tensors)}")
-        self.fn(*[t.data_ptr() for t in tensors])
+        if self.nsizes:
+            self.fn(*[t.data_ptr() for t in tensors], *sizes)
+        else:
+            self.fn(*[t.data_ptr() for t in tensors])
         if self._index_error is not None and self._index_error[0]:
             value, size = self._index_error[1], self._index_error[2]
             self._index_error[0] = 0
@@ -681,9 +719,10 @@ class CppKernelRunner:
         return f"<CppKernelRunner {self.name}({', '.join(self.arg_order)})>"
 
 
-def load_cpp_kernel(name: str, nargs: int, source: str) -> CppKernelRunner:
-    """What generated wrapper modules call: compile (or fetch from the code cache) and load."""
-    return CppKernelRunner(name, source, nargs)
+def load_cpp_kernel(name: str, nargs: int, source: str, nsizes: int = 0) -> CppKernelRunner:
+    """What generated wrapper modules call: compile (or fetch from the code cache) and load.
+    ``nsizes``: how many int64 size arguments follow the ``nargs`` pointers (dynamic shapes)."""
+    return CppKernelRunner(name, source, nargs, nsizes)
 
 
 _build_pool = None
@@ -777,11 +816,11 @@ class CppScheduling:
         """The common ranges of a pointwise group's nodes, when nesting loops over them pays."""
         if group.is_reduction:
             return None
-        ranges = {tuple(int(r) for r in n.get_ranges()) for n in group.nodes}
+        ranges = {tuple(size_expr(r) for r in n.get_ranges()) for n in group.nodes}
         if len(ranges) != 1:
             return None
         (only,) = ranges
-        if len(only) < 2 or only[-1] < cls.MIN_NESTED_INNER:
+        if len(only) < 2 or (is_static(only[-1]) and only[-1] < cls.MIN_NESTED_INNER):
             return None
         return list(only)
 
@@ -826,11 +865,13 @@ class CppScheduling:
         shape = f"numel={group.numel}" + (f", rnumel={group.rnumel}" if group.is_reduction else "")
         source = kernel.codegen(name, origins, comment=f"{len(group.nodes)} node(s) over {shape}")
         args = kernel.arg_order
-        text = f'{name} = load_cpp_kernel({name!r}, {len(args)}, r"""\n{source}""")'
+        sizes = kernel.size_args()
+        nsizes = f", nsizes={len(sizes)}" if sizes else ""
+        text = f'{name} = load_cpp_kernel({name!r}, {len(args)}, r"""\n{source}"""{nsizes})'
         prebuild(source)
 
         def launch(arg_refs: list[str]) -> str:
-            return f"{name}({', '.join(arg_refs)})"
+            return f"{name}({', '.join(arg_refs + sizes)})"
 
         return GeneratedKernel(name, text, args, set(kernel.stored), launch, origins)
 

@@ -16,6 +16,15 @@ The body is produced by running each node's ``inner_fn`` with ``TritonKernel`` i
 the ``ops`` handler; ``TritonOverrides`` holds the op -> Triton format strings. Each op
 result becomes a CSE'd temporary (``tmp3 = tmp1 + tmp2``). A load of a buffer this kernel
 already stored at the same index reuses the stored value (that is what makes fusion pay).
+
+Dynamic shapes: when sizes are symbols (``s0``), a kernel takes ``xnumel``/``rnumel`` and every
+size symbol its index expressions use as runtime arguments, and the wrapper computes its grid
+per call (``launcher.run_grid(grid, ...)``). A symbolic pointwise size gets ``XBLOCK =
+max_xblock``, masked. A symbolic reduction size gets two kernels, chosen per call from the
+actual row length: a persistent one whose ``RBLOCK`` (the row rounded up to a power of two) and
+``XBLOCK`` are picked at launch (``launcher.run_rows``: one compiled variant per power of two),
+used up to ``persistent_reduction_max``, and a looped one beyond. A static reduction size keeps
+the static choice. One module serves every size.
 """
 from __future__ import annotations
 
@@ -31,7 +40,7 @@ if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 from .. import config
-from ..indexing import pexpr
+from ..indexing import is_static, pexpr
 from ..runtime.index_check import ASSERT_MESSAGE
 from ..scheduler import FusedGroup, iteration_vars
 from ..virtualized import V
@@ -110,16 +119,19 @@ def reduction_init(rtype: str, dtype: torch.dtype) -> str:
 class TritonKernel:
     """Generates one kernel; installed as the ``ops`` handler while node bodies run."""
 
-    def __init__(self, group: FusedGroup, name: str):
+    def __init__(self, group: FusedGroup, name: str, persistent: bool | None = None,
+                 keep_in_registers: set | None = None):
         self.group = group
         self.name = name
         self.is_reduction = group.is_reduction
-        self.persistent = is_persistent(group)
+        self.persistent = is_persistent(group) if persistent is None else persistent
+        #: persistent over a symbolic row length: RBLOCK/XBLOCK chosen per call (launcher.run_rows)
+        self.rows_per_call = self.persistent and not is_static(group.rnumel)
         self.cse = CSE("tmp")
         self.in_args: dict[str, str] = {}  # buffer -> pointer argument
         self.out_args: dict[str, str] = {}
         self.stored: set[str] = set()
-        self.keep_in_registers: set[str] = set(group.internal)
+        self.keep_in_registers: set[str] = set(group.internal if keep_in_registers is None else keep_in_registers)
         self.range_vars: dict[sympy.Expr, sympy.Symbol] = {}
         self.x_defs = IndentedBuffer()
         self.r_defs: list[str] = []
@@ -130,6 +142,13 @@ class TritonKernel:
         self.literals: set[str] = set()
         self.in_loop = False
         self.checks_indices = False  # a tl.device_assert bounds check: compile with debug=True
+        self.graph_symbols = set(getattr(V.graph, "size_sources", ()))  # dynamic shapes: size symbols
+        self.size_args: set = set()  # the size symbols this kernel's expressions use (its int arguments)
+
+    def _note_sizes(self, expr) -> None:
+        """Record the size symbols in ``expr``: they become kernel arguments."""
+        if self.graph_symbols:
+            self.size_args |= sympy.sympify(expr).free_symbols & self.graph_symbols
 
     # ------------------------------------------------------------- index variables
 
@@ -138,6 +157,7 @@ class TritonKernel:
         if expr.is_Integer:
             return expr
         if expr not in self.range_vars:
+            self._note_sizes(expr)
             is_r = any(s.name == "rindex" for s in expr.free_symbols)
             prefix = "r" if is_r else "x"
             count = sum(1 for s in self.range_vars.values() if s.name[0] == prefix)
@@ -189,6 +209,7 @@ class TritonKernel:
         expr = sympy.sympify(expr)
         if expr.is_Integer:
             return self.constant(int(expr), dtype)
+        self._note_sizes(expr)
         return self.cse.generate(self.body, f"({pexpr(expr)}).to({triton_type(dtype)})")
 
     def indirect_indexing(self, value, size, check: bool = True):
@@ -197,6 +218,7 @@ class TritonKernel:
         ``check``: assert ``0 <= index < size`` in the kernel (runtime/index_check.py); lanes
         outside the range are exempt (their loads read 0 anyway).
         """
+        self._note_sizes(size)
         size = pexpr(sympy.sympify(size))
         var = self.cse.generate(self.body, f"tl.where({value} < 0, {value} + {size}, {value})")
         if check:
@@ -215,6 +237,7 @@ class TritonKernel:
         key = ("load", name, index)
         if key in self.cse.cache:
             return self.cse.cache[key]
+        self._note_sizes(index)
         ptr = self._arg(name, output=False)
         mask = self._mask(index)
         mask_args = f", {mask}, other=0" if mask else ""
@@ -231,6 +254,7 @@ class TritonKernel:
             self.cse.cache[("load", name, index)] = value
         if name in self.keep_in_registers and mode is None:
             return None
+        self._note_sizes(index)
         ptr = self._arg(name, output=True)
         self.stored.add(name)
         names = {s.name[0] for s in index.free_symbols}
@@ -326,10 +350,16 @@ class TritonKernel:
         group = self.group
         ordered = list(self.in_args) + list(self.out_args)
         params = list(self.in_args.values()) + list(self.out_args.values()) + ["xnumel"]
+        numel, rnumel = group.numel, group.rnumel
+        self._note_sizes(numel)
+        self._note_sizes(rnumel)
+        rnumel_static = is_static(rnumel)
         if self.is_reduction:
-            # looped kernels take rnumel as a compile-time constant: shapes are static, and the
-            # loop bound is then a plain int (older Triton interpreters need that)
-            params += ["rnumel" if self.persistent else "rnumel: tl.constexpr"]
+            # looped kernels over a known size take rnumel as a compile-time constant (the loop
+            # bound is then a plain int, as older Triton interpreters need); a symbolic one is an argument
+            params += ["rnumel" if self.persistent or not rnumel_static else "rnumel: tl.constexpr"]
+        symbols = sorted(self.size_args, key=str)
+        params += [str(s) for s in symbols]
         params += ["XBLOCK: tl.constexpr"] + (["RBLOCK: tl.constexpr"] if self.is_reduction else [])
         origins = [o for n in group.nodes for o in n.origins]
         xblock, rblock, warps = self.block_sizes()
@@ -348,13 +378,13 @@ class TritonKernel:
             # where the blocks tile the range exactly no lane is out of range: an all-true mask
             # (folded away by Triton, so loads and stores need no compare), as TorchInductor does
             shape = "[XBLOCK, 1]" if self.is_reduction else "[XBLOCK]"
-            if group.numel % xblock == 0:
+            if is_static(group.numel) and group.numel % xblock == 0 and not self.rows_per_call:
                 code.writeline(f"xmask = tl.full({shape}, True, tl.int1)")
             else:
                 code.writeline("xmask = xindex < xnumel")
             if self.persistent:
                 code.writeline("rindex = tl.arange(0, RBLOCK)[None, :]")
-                if group.rnumel == rblock:
+                if is_static(group.rnumel) and group.rnumel == rblock:
                     code.writeline("rmask = tl.full([1, RBLOCK], True, tl.int1)")
                 else:
                     code.writeline("rmask = rindex < rnumel")
@@ -363,11 +393,12 @@ class TritonKernel:
                 code.writeline("rbase = tl.arange(0, RBLOCK)[None, :]")
             code.splice(self.x_defs)
             code.splice(body)
-        numel, rnumel = group.numel, group.rnumel
-        grid = max(1, -(-numel // xblock))
-        size_args = [str(numel)] + ([str(rnumel)] if self.persistent else [])
+        dynamic = not is_static(numel)
+        grid = f"({pexpr(numel)} + {xblock - 1}) // {xblock}" if dynamic else max(1, -(-numel // xblock))
+        size_args = [pexpr(numel)] + ([pexpr(rnumel)] if self.persistent or not rnumel_static else [])
+        size_args += [str(s) for s in symbols]
         consts = f"XBLOCK={xblock}" + (f", RBLOCK={rblock}" if self.is_reduction else "")
-        if self.is_reduction and not self.persistent:
+        if self.is_reduction and not self.persistent and rnumel_static:
             consts = f"rnumel={rnumel}, " + consts
         name = self.name
 
@@ -375,29 +406,41 @@ class TritonKernel:
         # a TritonLauncher skips Triton's per-call argument binding (runtime/triton_launcher.py)
         code.writeline("")
         code.writeline("")
+        if self.rows_per_call:  # XBLOCK, RBLOCK, warps and grid follow the row length, per call
+            consts += f", rows_block={config.triton.max_reduction_block}"
         tune = ""
-        if config.triton.max_autotune:
+        if config.triton.max_autotune and not dynamic and not symbols:
             tune = f", numel={numel},\n    autotune={self.autotune_configs(xblock, rblock, warps)}"
         checks = ", checks_indices=True" if self.checks_indices else ""
         # what the runtime arguments look like (pointer dtypes, sizes): enough to compile the
         # kernel before its first launch, alongside the graph's other kernels (TritonLauncher)
         example = [str(V.graph.get_buffer(b).get_dtype()) for b in ordered] + size_args
-        example = f",\n    example_args=({', '.join(example)},)"
-        code.writeline(f"{name} = TritonLauncher({name}, grid=({grid},), num_warps={warps}, {consts}{checks}{tune}{example})")
+        # sizes unknown until the call: no compile ahead of it (Triton specialises int arguments)
+        example = f",\n    example_args=({', '.join(example)},)" if not symbols and rnumel_static and not dynamic else ""
+        code.writeline(f"{name} = TritonLauncher({name}, grid=({1 if dynamic else grid},), num_warps={warps}, "
+                       f"{consts}{checks}{tune}{example})")
 
         def launch(arg_refs):
             if numel == 0:
                 return f"pass  # {name}: nothing to compute (numel 0)"
+            if self.rows_per_call:
+                return f"{name}.run_rows({pexpr(numel)}, {pexpr(rnumel)}, {', '.join(arg_refs + size_args)})"
+            if dynamic:  # the grid follows the size: computed per call, in plain Python arithmetic
+                return f"{name}.run_grid({grid}, {', '.join(arg_refs + size_args)})"
             return f"{name}.run({', '.join(arg_refs + size_args)})"
 
         return GeneratedKernel(name, code.getvalue(), ordered, set(self.stored), launch, origins)
 
     def block_sizes(self) -> tuple[int, int, int]:
         numel, rnumel = self.group.numel, self.group.rnumel
+        if not is_static(numel):  # unknown row count: the blocks as for a large one
+            numel = config.triton.max_xblock * config.triton.min_programs
         if not self.is_reduction:
             xblock = min(next_power_of_2(max(numel, 1)), config.triton.max_xblock)
             return xblock, 1, max(1, min(8, xblock // 256))
         if self.persistent:
+            if not is_static(rnumel):  # placeholders: the launcher picks both per call (run_rows)
+                return 1, 1, 1
             rblock = next_power_of_2(max(rnumel, 1))
             xblock = min(next_power_of_2(max(numel, 1)), max(1, config.triton.max_reduction_block // rblock))
             return xblock, rblock, max(1, min(8, (xblock * rblock) // 256))
@@ -408,12 +451,16 @@ class TritonKernel:
             while xblock > 16 and -(-numel // xblock) < config.triton.min_programs:
                 xblock //= 2
             xblock = min(xblock, next_power_of_2(max(numel, 1)))
-            rblock = min(next_power_of_2(rnumel), config.triton.looped_rblock,
+            rblock = min(next_power_of_2(rnumel) if is_static(rnumel) else config.triton.looped_rblock,
+                         config.triton.looped_rblock,
                          max(1, config.triton.max_reduction_block // xblock))
             return xblock, rblock, max(1, min(8, (xblock * rblock) // 256))
         # Rows: long, so give each program one row and enough warps to keep many bytes in
         # flight; the grid then has one program per row, which fills the GPU.
-        rblock = min(next_power_of_2(rnumel), config.triton.looped_rblock)
+        rblock = min(next_power_of_2(rnumel), config.triton.looped_rblock) if is_static(rnumel) else \
+            config.triton.looped_rblock
+        if not is_static(rnumel):  # unknown row length: a chunk of 1024 (a short row is masked)
+            rblock = min(rblock, 1024)
         return 1, rblock, max(1, min(8, rblock // 256))
 
     def autotune_configs(self, xblock: int, rblock: int, warps: int) -> list[dict]:
@@ -454,8 +501,8 @@ class TritonKernel:
 def is_persistent(group: FusedGroup) -> bool:
     """Keep whole reduced rows in registers (one pass, no loop)? Yes for short rows; no for long
     ones, and no for long columns (only a few would fit in registers side by side)."""
-    if not group.is_reduction or group.rnumel > config.triton.persistent_reduction_max:
-        return False
+    if not group.is_reduction or not is_static(group.rnumel) or group.rnumel > config.triton.persistent_reduction_max:
+        return False  # a symbolic row length may be any length: looped
     return not (group.rnumel > config.triton.outer_persistent_max and group.reduction_hint == "outer")
 
 
@@ -479,7 +526,30 @@ class TritonScheduling:
         return f"triton_{prefix}_fused_{'_'.join(ops_[:5]) or 'kernel'}_{index}"
 
     def codegen_kernel(self, group: FusedGroup, index: int) -> GeneratedKernel:
+        if group.is_reduction and not is_static(group.rnumel):
+            return self._per_call_reduction(group, index)
         return TritonKernel(group, self.kernel_name(group, index)).codegen()
+
+    def _per_call_reduction(self, group: FusedGroup, index: int) -> GeneratedKernel:
+        """A symbolic row length: a persistent kernel (blocks picked per call) for rows up to
+        ``persistent_reduction_max``, a looped one beyond, chosen by the wrapper at each call.
+        Both store the same buffers (the looped kernel's choice), so they take the same arguments."""
+        name = self.kernel_name(group, index).replace("triton_red_", "triton_per_", 1)
+        looped = TritonKernel(group, name.replace("triton_per_", "triton_red_", 1), persistent=False)
+        red = looped.codegen()
+        if not config.triton.persistent_reduction_max or group.reduction_hint == "outer":
+            return red
+        per = TritonKernel(group, name, persistent=True, keep_in_registers=looped.keep_in_registers).codegen()
+        if per.arg_names != red.arg_names or per.stored != red.stored:
+            return red
+        limit = config.triton.persistent_reduction_max
+        rnumel = pexpr(group.rnumel)
+
+        def launch(arg_refs):
+            return f"({per.launch(arg_refs)} if {rnumel} <= {limit} else {red.launch(arg_refs)})"
+
+        return GeneratedKernel(name, per.source + "\n\n" + red.source, per.arg_names, per.stored, launch,
+                               per.origins)
 
     @staticmethod
     def header() -> str:

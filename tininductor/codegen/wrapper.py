@@ -16,14 +16,22 @@ and views (``empty_strided_cuda``, ``reinterpret_tensor``), ``torch.mm`` rather 
 ``torch.ops.aten.mm.default`` overload object (same kernel, less Python), and launchers that
 skip Triton's per-call argument binding (``runtime/triton_launcher.py``).
 Run as a script it builds random inputs of the right layouts and benchmarks ``call``.
+
+Dynamic shapes: a graph lowered with symbolic sizes gets the same module, over size symbols.
+``call`` first binds each symbol from its arguments (``s0 = arg2_1.size(0)``, or an int
+argument), then every size, stride, grid and kernel argument is plain Python arithmetic over
+those names (``empty_strided_cpu((s0, 64), (64, 1), torch.float32)``): no sympy at run time,
+and one module (one code-cache entry) for every size.
 """
 from __future__ import annotations
 
 import math
 
+import sympy
 import torch
 
 from .. import ir
+from ..indexing import pexpr, size_expr
 from ..scheduler import ExternNode, FusedGroup, Scheduler
 from .common import GeneratedKernel, IndentedBuffer, get_scheduling
 
@@ -64,6 +72,8 @@ def value_repr(value) -> str:
     """Python source for a constant argument of an extern call."""
     if isinstance(value, (ir.Buffer, ir.ReinterpretView)):
         return value.codegen_reference()
+    if isinstance(value, sympy.Basic):  # a symbolic size: arithmetic over the bound size symbols
+        return pexpr(value)
     if isinstance(value, torch.device):
         return f"torch.device({str(value)!r})"
     if isinstance(value, float) and (math.isinf(value) or math.isnan(value)):
@@ -74,9 +84,15 @@ def value_repr(value) -> str:
     return repr(value)
 
 
+def tuple_source(xs) -> str:
+    """``(8, s0)``: a tuple of sizes (ints or symbolic expressions) as Python source."""
+    xs = [pexpr(x) for x in xs]
+    return f"({', '.join(xs)}{',' if len(xs) == 1 else ''})"
+
+
 def allocation(layout) -> str:
     """Source that allocates a buffer of ``layout``: ``empty_strided_cuda(size, stride, dtype)``."""
-    size, stride = tuple(layout.size), tuple(layout.stride)
+    size, stride = tuple_source(layout.size), tuple_source(layout.stride)
     if layout.device.type in ("cpu", "cuda"):
         return f"empty_strided_{layout.device.type}({size}, {stride}, {layout.dtype})"
     return f"torch.empty_strided({size}, {stride}, device={str(layout.device)!r}, dtype={layout.dtype})"
@@ -95,10 +111,13 @@ class WrapperCodeGen:
 
     def generate(self) -> str:
         calls = IndentedBuffer(1)
-        inputs = list(self.graph.graph_inputs)  # placeholders, then constants
+        inputs = list(self.graph.graph_input_names) + list(self.graph.constants)  # placeholders, then constants
         if inputs:
             calls.writeline(f"{', '.join(inputs)}{',' if len(inputs) == 1 else ''} = args")
         calls.writeline("args.clear()")
+        for symbol, source in sorted(self.graph.size_sources.items(), key=lambda kv: str(kv[0])):
+            if str(symbol) != source:  # dynamic shapes: each size symbol from an argument
+                calls.writeline(f"{symbol} = {source}")
         last_use = self._last_uses()
         for i, node in enumerate(self.scheduler.nodes):
             if isinstance(node, FusedGroup):
@@ -158,11 +177,20 @@ class WrapperCodeGen:
         calls.writeline(f"{buf.get_name()} = {buf.kernel}({', '.join(args)})  # {buf.reason}")
 
     def _benchmark(self) -> str:
-        lines = ["def get_args():", "    return ["]
-        for name, buf in self.graph.graph_inputs.items():
+        # dynamic shapes: every size symbol is a parameter (8 unless given), so the module's text,
+        # hence its code-cache key, holds no size of the example it was compiled from
+        symbols = sorted(self.graph.size_sources, key=str)
+        lines = [f"def get_args({', '.join(f'{s}=8' for s in symbols)}):", "    return ["]
+        for name in self.graph.graph_input_names + list(self.graph.constants):
+            buf = self.graph.graph_inputs.get(name)
+            if buf is None:  # an int argument (a size)
+                example = self.graph.example_inputs[self.graph.graph_input_names.index(name)]
+                lines.append(f"        {pexpr(size_expr(example))},  # {name}")
+                continue
             lay = buf.layout
             lines.append(
-                f"        rand_strided({tuple(lay.size)}, {tuple(lay.stride)}, {lay.dtype}, {str(lay.device)!r}),  # {name}"
+                f"        rand_strided({tuple_source(lay.size)}, {tuple_source(lay.stride)}, {lay.dtype}, "
+                f"{str(lay.device)!r}),  # {name}"
             )
         lines += [
             "    ]",

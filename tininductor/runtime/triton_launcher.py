@@ -70,7 +70,7 @@ class TritonLauncher:
 
     def __init__(self, fn, grid: tuple[int, ...], num_warps: int, autotune: list[dict] | None = None,
                  numel: int | None = None, checks_indices: bool = False, example_args: tuple | None = None,
-                 **constants):
+                 rows_block: int | None = None, **constants):
         self.fn = fn
         self.grid = tuple(grid) + (1,) * (3 - len(grid))
         self.num_warps = num_warps
@@ -83,9 +83,13 @@ class TritonLauncher:
         # the heuristic's; timed at the first launch on a GPU (runtime/autotune.py)
         self.autotune = autotune if autotune and len(autotune) > 1 else None
         self.numel = numel
+        # run_rows (a persistent reduction over a symbolic row length): XBLOCK * RBLOCK at most this
+        self.rows_block = rows_block
+        self._by_rblock: dict[int, "TritonLauncher"] = {}
         # alignment pattern of the pointer arguments -> a direct launch closure
         self._launchers: dict[int, object] = {}
         self._pointer_positions: tuple[int, ...] | None = None
+        self._int_positions: tuple[int, ...] | None = None  # run_grid: the int arguments (sizes)
         # compile now, in the background, with the graph's other kernels (see precompile below)
         self._precompiled = None
         if example_args is not None and self.fast and self.autotune is None:
@@ -114,21 +118,56 @@ class TritonLauncher:
         else:
             launch(args)
 
+    def run_rows(self, numel: int, rnumel: int, *args):
+        """A persistent reduction whose row length is only known now: RBLOCK is the row rounded
+        up to a power of two, XBLOCK fills ``rows_block`` elements, and each RBLOCK gets its own
+        compiled variant (a handful over a sweep of lengths), kept for the next call."""
+        rblock = 1 << (rnumel - 1).bit_length() if rnumel > 1 else 1
+        launcher = self._by_rblock.get(rblock)
+        if launcher is None:
+            xblock = max(1, self.rows_block // rblock)
+            warps = max(1, min(8, (xblock * rblock) // 256))
+            launcher = TritonLauncher(self.fn, (1,), warps, checks_indices=self.checks_indices,
+                                      **{**self.constants, "XBLOCK": xblock, "RBLOCK": rblock})
+            self._by_rblock[rblock] = launcher
+        xblock = launcher.constants["XBLOCK"]
+        launcher.run_grid((numel + xblock - 1) // xblock, *args)
+
+    def run_grid(self, grid_x: int, *args):
+        """A launch over ``grid_x`` programs: a kernel compiled for dynamic shapes, whose grid and
+        int arguments (sizes) change from call to call. Triton specialises an int argument on
+        ``== 1`` and ``% 16 == 0``, so those facts are part of the compiled variant's key."""
+        if not self.fast:
+            self._launch_through_triton(args, (grid_x, 1, 1))
+            return
+        key = 0
+        for i in self._pointer_positions or ():
+            key = (key << 1) | ((args[i].data_ptr() & 15) == 0)
+        for i in self._int_positions or ():
+            v = args[i]
+            key = (key << 2) | ((v % 16 == 0) << 1) | (v == 1)
+        launch = self._launchers.get(key)
+        if launch is None:
+            self._first_launch(key, args, (grid_x, 1, 1))
+        else:
+            launch(args, grid_x)
+
     def _options(self) -> dict:
         """Triton compile options besides the constexprs: warps; for kernels that assert their
         indices, no integer-overflow checks (which ``debug=True`` would add to every index)."""
         return {"num_warps": self.num_warps, **({"sanitize_overflow": False} if self.checks_indices else {})}
 
-    def _launch_through_triton(self, args):
+    def _launch_through_triton(self, args, grid=None):
         """Triton's front door: binds, specialises, compiles on a miss, launches; returns the compiled kernel."""
+        grid = grid or self.grid
         if self.checks_indices and os.environ.get("TRITON_INTERPRET") == "1":
             from .index_check import interpreter_asserts
 
             with interpreter_asserts():
-                return self.fn[self.grid](*args, **self.constants, num_warps=self.num_warps)
-        return self.fn[self.grid](*args, **self.constants, **self._options())
+                return self.fn[grid](*args, **self.constants, num_warps=self.num_warps)
+        return self.fn[grid](*args, **self.constants, **self._options())
 
-    def _first_launch(self, key: int, args):
+    def _first_launch(self, key: int, args, grid=None):
         if self.autotune is not None and self.fast:  # timings mean something only on a GPU
             from .autotune import autotune
 
@@ -144,12 +183,17 @@ class TritonLauncher:
                     pass
             self._precompiled = None
         with dynamo_timed("triton_first_launch"):  # Triton's JIT compile (and its launcher's build)
-            compiled = self._launch_through_triton(args)
+            compiled = self._launch_through_triton(args, grid)
         if self._pointer_positions is None:
             self._pointer_positions = tuple(i for i, a in enumerate(args) if isinstance(a, torch.Tensor))
             key = 0
             for i in self._pointer_positions:
                 key = (key << 1) | ((args[i].data_ptr() & 15) == 0)
+            if grid is not None:
+                self._int_positions = tuple(i for i, a in enumerate(args) if isinstance(a, int))
+                for i in self._int_positions:
+                    v = args[i]
+                    key = (key << 2) | ((v % 16 == 0) << 1) | (v == 1)
         if compiled is not None and hasattr(compiled, "packed_metadata"):
             self._launchers[key] = self._direct_launch(compiled)
         else:  # not a compiled kernel (an unexpected Triton): stay on the front door
@@ -164,10 +208,10 @@ class TritonLauncher:
         get_device, get_stream = _stream_getters()
         knobs = _runtime_knobs()
 
-        def launch(args):
+        def launch(args, gx=gx):
             enter, exit_ = knobs.launch_enter_hook, knobs.launch_exit_hook
             if (enter is not None or exit_ is not None) and (_hook_set(enter) or _hook_set(exit_)):
-                self._launch_through_triton(args)  # a profiler is listening: let Triton call it
+                self._launch_through_triton(args, (gx, gy, gz))  # a profiler is listening: let Triton call it
                 return
             c_launch(gx, gy, gz, get_stream(get_device()), function, metadata, None, None, None,
                      *args, *constexprs)
