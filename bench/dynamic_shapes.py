@@ -94,7 +94,7 @@ def main(argv=None) -> None:
     parser.add_argument("--seqs", default="64,128,192,256,320,384,448,512" if gpu else "64,128,192",
                         help="comma list of sequence lengths, called in this order")
     parser.add_argument("--batch", type=int, default=32 if gpu else 2)
-    parser.add_argument("--hidden", type=int, default=768 if gpu else 64)
+    parser.add_argument("--hidden", type=int, default=768 if gpu else 48)
     parser.add_argument("--dtype", default=None, help="float16 on a GPU, float32 on a CPU by default")
     args = parser.parse_args(argv)
     seqs = parse_seqs(args.seqs, parser)
