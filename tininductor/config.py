@@ -49,6 +49,10 @@ class triton:
     max_xblock: int = 1024
     #: cap on XBLOCK * RBLOCK for reductions
     max_reduction_block: int = 4096
+    #: kernels compiled for dynamic shapes (sizes as int arguments) launch through the direct
+    #: launcher, like static ones; off until that path has been checked on a GPU: they go through
+    #: Triton's own ``kernel[grid](...)`` (runtime/triton_launcher.py, ``run_grid``)
+    direct_launch_dynamic: bool = False
 
 
 #: ``torch.compile``-style modes -> the config they set (``tinydynamo.compile(f, mode=...)``)

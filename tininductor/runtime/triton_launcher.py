@@ -28,6 +28,8 @@ import torch
 
 from tinydynamo.utils import dynamo_timed
 
+from .. import config
+
 
 def _triton_version() -> tuple[int, int]:
     import triton
@@ -136,8 +138,13 @@ class TritonLauncher:
     def run_grid(self, grid_x: int, *args):
         """A launch over ``grid_x`` programs: a kernel compiled for dynamic shapes, whose grid and
         int arguments (sizes) change from call to call. Triton specialises an int argument on
-        ``== 1`` and ``% 16 == 0``, so those facts are part of the compiled variant's key."""
-        if not self.fast:
+        ``== 1`` and ``% 16 == 0``, so those facts are part of the compiled variant's key.
+
+        Through Triton's own launch path (``kernel[grid](...)``), not the direct launcher, until the
+        direct launch of int-argument kernels has been checked on a GPU (``config.triton.
+        direct_launch_dynamic``): Triton binds and specialises the sizes itself, correct by
+        construction, at a few microseconds more per launch."""
+        if not self.fast or not config.triton.direct_launch_dynamic:
             self._launch_through_triton(args, (grid_x, 1, 1))
             return
         key = 0
