@@ -21,6 +21,7 @@ from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND as Promote, elem
 
 from . import ir
 from .indexing import FloorDiv, contiguous_strides, flatten, is_static, prod, size_expr, unflatten
+from .ops_table import OP_TABLE
 from .virtualized import V, ops
 
 aten = torch.ops.aten
@@ -161,6 +162,7 @@ def symbolic_scalar(expr: sympy.Expr, dtype: torch.dtype):
 
 
 def register_pointwise(target, op_name=None, promote=Promote.DEFAULT, returns_bool=False):
+    """Lower ``target`` to one ``ops.<op_name>`` over its broadcast, promoted arguments."""
     name = op_name or target.__name__
 
     @register_lowering(target)
@@ -170,12 +172,14 @@ def register_pointwise(target, op_name=None, promote=Promote.DEFAULT, returns_bo
     return lowering
 
 
-for _name in "neg abs relu sign".split():
-    register_pointwise(getattr(aten, _name), _name)
-for _name in "exp log log1p expm1 sqrt rsqrt reciprocal sin cos tanh sigmoid erf".split():
-    register_pointwise(getattr(aten, _name), _name, promote=Promote.INT_TO_FLOAT)
-for _name in "floor ceil".split():
-    register_pointwise(getattr(aten, _name), _name)
+#: the op table's dtype rule -> PyTorch's type promotion kind
+_PROMOTION = {"same": Promote.DEFAULT, "float": Promote.INT_TO_FLOAT, "bool": Promote.ALWAYS_BOOL}
+
+# The plain pointwise lowerings, one per aten op that the op table maps to an op.
+for _op in OP_TABLE:
+    for _target in _op.aten:
+        register_pointwise(getattr(aten, _target), _op.name, promote=_PROMOTION[_op.dtype],
+                           returns_bool=_op.dtype == "bool")
 
 
 @register_lowering(aten.bitwise_not)
@@ -183,8 +187,6 @@ def bitwise_not(x):
     if x.get_dtype() == torch.bool:
         return pointwise(ops.logical_not, x, promote=Promote.ALWAYS_BOOL, returns_bool=True)
     return pointwise(ops.bitwise_not, x)
-for _name in "eq ne lt le gt ge".split():
-    register_pointwise(getattr(aten, _name), _name, promote=Promote.ALWAYS_BOOL, returns_bool=True)
 
 
 def register_logical(target, name):
@@ -198,9 +200,6 @@ def register_logical(target, name):
 
 for _name in "logical_and logical_or logical_not".split():
     register_logical(getattr(aten, _name), _name)
-register_pointwise(aten.mul, "mul")
-register_pointwise(aten.maximum, "maximum")
-register_pointwise(aten.minimum, "minimum")
 
 
 @register_lowering(aten.add)

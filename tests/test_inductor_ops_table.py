@@ -1,0 +1,63 @@
+"""The op table (tininductor/ops_table.py) and everything driven by it stay in step."""
+import string
+
+import pytest
+import torch
+
+from tininductor import lowering, ops_table, virtualized
+from tininductor.codegen import common
+from tininductor.codegen.cpp import CPP_OPS, CppScheduling
+from tininductor.codegen.triton import TritonOverrides, TritonScheduling
+from tininductor.virtualized import PlainTextHandler, V, ops
+
+TABLE = set(ops_table.OPS)
+
+
+@pytest.mark.parametrize("name, table", [("triton", TritonOverrides.ops), ("cpp", CPP_OPS)])
+def test_backend_tables_have_exactly_the_ops_of_the_table(name, table):
+    assert sorted(set(table) - TABLE) == [], f"{name} prints ops the op table lacks"
+    assert ops_table.missing_ops(table) == [], f"{name} cannot print ops of the table"
+
+
+def test_registered_backends_declare_the_table():
+    assert TritonScheduling.op_formats is TritonOverrides.ops
+    assert CppScheduling.op_formats is CPP_OPS
+
+
+@pytest.mark.parametrize("op", ops_table.OP_TABLE, ids=lambda op: op.name)
+def test_format_strings_use_every_operand(op):
+    for fmt in (op.triton, op.cpp):
+        used = {int(f[1]) for f in string.Formatter().parse(fmt) if f[1] is not None}
+        assert used == set(range(op.arity)), (op.name, fmt)
+    assert op.dtype in ("same", "float", "bool")
+
+
+def test_protocol_lists_come_from_the_table():
+    assert set(virtualized.UNARY_OPS) | set(virtualized.BINARY_OPS) | {"where"} == TABLE
+    assert TABLE <= virtualized.ALL_OPS
+    with V.set_ops_handler(PlainTextHandler()):
+        with pytest.raises(AttributeError, match="ops_table.py"):
+            ops.not_an_op("a")
+        for op in ops_table.OP_TABLE:
+            assert getattr(ops, op.name)(*"abc"[: op.arity]).startswith(op.name + "(")
+
+
+@pytest.mark.parametrize("op", [op for op in ops_table.OP_TABLE if op.aten], ids=lambda op: op.name)
+def test_aten_targets_lower_to_their_op(op):
+    for target in op.aten:
+        assert lowering.lookup(getattr(torch.ops.aten, target)) is not None, target
+
+
+def test_register_backend_refuses_a_backend_missing_ops():
+    class Partial:
+        op_formats = {k: v for k, v in TritonOverrides.ops.items() if k not in ("exp", "where")}
+
+    with pytest.raises(TypeError, match=r"\['exp', 'where'\]"):
+        common.register_backend("test_device", Partial)
+
+    class Undeclared:
+        pass
+
+    with pytest.raises(TypeError, match="op_formats"):
+        common.register_backend("test_device", Undeclared)
+    assert "test_device" not in common.backends
