@@ -61,3 +61,42 @@ def test_register_backend_refuses_a_backend_missing_ops():
     with pytest.raises(TypeError, match="op_formats"):
         common.register_backend("test_device", Undeclared)
     assert "test_device" not in common.backends
+
+
+# ------------------------------------------------------------------ composite lowerings
+COMPOSITES = {
+    "softmax": (torch.ops.aten._softmax, lambda x, w, b: torch.softmax(x, -1)),
+    "log_softmax": (torch.ops.aten._log_softmax, lambda x, w, b: torch.log_softmax(x, -1)),
+    "layer_norm": (torch.ops.aten.native_layer_norm,
+                   lambda x, w, b: torch.nn.functional.layer_norm(x, (8,), w, b)),
+    "gelu": (torch.ops.aten.gelu, lambda x, w, b: torch.nn.functional.gelu(x)),
+    "gelu_tanh": (torch.ops.aten.gelu, lambda x, w, b: torch.nn.functional.gelu(x, approximate="tanh")),
+    "silu": (torch.ops.aten.silu, lambda x, w, b: torch.nn.functional.silu(x)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(COMPOSITES))
+def test_composite_lowerings_agree_with_decompositions_and_eager(name, monkeypatch):
+    """The composite lowerings (lowering.py) serve graphs lowered without decomposing; the
+    tininductor backend decomposes first and never calls them."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from tininductor import config
+    from tininductor.compile_fx import compile_fx_inner
+    from tininductor.decompositions import decompose
+    from tininductor.testing import patch_config
+
+    target, fn = COMPOSITES[name]
+    calls = []
+    real = lowering.lowerings[target]
+    monkeypatch.setitem(lowering.lowerings, target, lambda *a, **k: calls.append(1) or real(*a, **k))
+    args = [torch.randn(4, 8), torch.randn(8), torch.randn(8)]
+    expected = fn(*args)
+    with torch.no_grad(), patch_config(config, fallback_to_eager=False, cpu_backend="cpp"):
+        decomposed = compile_fx_inner(decompose(torch.fx.symbolic_trace(fn), args), args)(*args)
+        assert calls == [], "a decomposed graph reached the composite lowering"
+        direct = compile_fx_inner(make_fx(fn)(*args), args)(*args)
+        assert calls, "the aten graph did not reach the composite lowering"
+    for out in (decomposed, direct):
+        out = out[0] if isinstance(out, (list, tuple)) else out
+        torch.testing.assert_close(out, expected)

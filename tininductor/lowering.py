@@ -682,8 +682,13 @@ def var(x, dim=None, *, correction=None, keepdim=False):
 
 
 # --------------------------------------------------------------------------- composite ops
-# Lowered here as compositions of the lowerings above, so that graphs which still contain
-# them (before the decomposition table covers them) fuse the same way.
+# softmax, log_softmax, layer_norm, gelu and silu are decompositions (decompositions.py), and
+# compile_fx decomposes every graph before lowering it, so the tininductor backend never reaches
+# the five lowerings below (tests/test_inductor_ops_table.py checks that). They stay for graphs
+# lowered straight from ``make_fx`` without decomposing: chapters 7 and 8 compile such aten graphs
+# (``compile_aten`` / ``compile_triton``) so that a kernel is named after the op the learner
+# wrote (``triton_per_fused__softmax_0``) and its body reads as one formula. Each must compute
+# what its decomposition computes (the same test compares both against eager).
 
 
 @register_lowering(aten._softmax)
