@@ -19,6 +19,13 @@ def test_backend_tables_have_exactly_the_ops_of_the_table(name, table):
     assert ops_table.missing_ops(table) == [], f"{name} cannot print ops of the table"
 
 
+def test_backends_implement_every_reduction_type():
+    from tininductor.codegen.cpp import CPP_REDUCTIONS
+
+    assert set(ops_table.REDUCTION_TYPES) <= set(TritonOverrides.reductions)
+    assert set(ops_table.REDUCTION_TYPES) <= set(CPP_REDUCTIONS)
+
+
 def test_registered_backends_declare_the_table():
     assert TritonScheduling.op_formats is TritonOverrides.ops
     assert CppScheduling.op_formats is CPP_OPS

@@ -21,7 +21,7 @@ from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND as Promote, elem
 
 from . import ir
 from .indexing import FloorDiv, contiguous_strides, flatten, is_static, prod, size_expr, unflatten
-from .ops_table import OP_TABLE
+from .ops_table import OP_TABLE, REDUCTION_TYPES
 from .virtualized import V, ops
 
 aten = torch.ops.aten
@@ -592,6 +592,9 @@ def _acc_dtype(dtype: torch.dtype) -> torch.dtype:
 
 def reduction(x, dims, keepdim: bool, reduction_type: str, acc_dtype=None) -> ir.StorageBox:
     """A realized Reduction of ``x`` over ``dims``, computed (and stored) in ``acc_dtype``."""
+    if reduction_type not in REDUCTION_TYPES:
+        raise ValueError(f"reduction type {reduction_type!r} is not one of the op table's "
+                         f"{REDUCTION_TYPES} (ops_table.py); every kernel backend implements those")
     size = x.get_size()
     nd = len(size)
     if dims is None or (isinstance(dims, (list, tuple)) and len(dims) == 0):

@@ -18,7 +18,7 @@ The ops every handler understands (the *ops protocol*, shared by all backends):
 ``store(name, index, value[, mode])``  write ``value``; ``mode="atomic_add"`` adds it instead
                                        (a scatter-add; several elements may hit one place)
 ``reduction(dtype, src_dtype,          combine ``value`` over the reduction loop;
-  reduction_type, value)``             types: sum, prod, max, min, argmax, argmin
+  reduction_type, value)``             types: ops_table.REDUCTION_TYPES
 ``constant(value, dtype)``             a Python scalar
 ``index_expr(expr, dtype)``            an index expression used as a value (arange, masks)
 ``indirect_indexing(value, size[,     a loaded integer as an index *variable* (a sympy
