@@ -290,6 +290,9 @@ class MiniTritonScheduling:
     """The backend entry point (see tininductor/codegen/common.py): FusedGroup -> GeneratedKernel."""
 
     kind = "triton"
+    #: what register_backend checks against the op table: the package's strings, which cover
+    #: every op (MiniTritonKernel puts Exercise 8.1's on top of them)
+    op_formats = _package_op_strings()
 
     def codegen_kernel(self, group: FusedGroup, index: int) -> GeneratedKernel:
         if group.is_reduction and group.rnumel > PERSISTENT_MAX:

@@ -268,7 +268,7 @@ def _check_sizes_bound(source: str, graph) -> None:
     (it then runs eagerly, with a warning) rather than compute with a wrong value."""
     import re
 
-    from .lowering import Unsupported
+    from .lowering import LoweringDeclined
 
     if not graph.size_sources and not any(isinstance(v, torch.SymInt) for v in graph.example_inputs):
         return
@@ -276,9 +276,9 @@ def _check_sizes_bound(source: str, graph) -> None:
     bound = {str(s) for s in graph.size_sources} | set(graph.graph_input_names)
     unbound = sorted(set(re.findall(r"\b[su]\d+\b", body)) - bound)
     if unbound:
-        raise Unsupported(f"size symbols {unbound} cannot be read from the graph's inputs")
+        raise LoweringDeclined(f"size symbols {unbound} cannot be read from the graph's inputs")
     if re.search(r"\b(Max|Min|Piecewise|ToFloat|FloatTrueDiv)\(", source):  # sympy left unprinted
-        raise Unsupported("a size expression has no Python/Triton form here (Max/Min of sizes the ShapeEnv "
+        raise LoweringDeclined("a size expression has no Python/Triton form here (Max/Min of sizes the ShapeEnv "
                           "cannot order)")
 
 

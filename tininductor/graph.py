@@ -24,7 +24,7 @@ from torch.utils._pytree import tree_flatten, tree_map
 
 from . import ir
 from .indexing import size_expr
-from .lowering import EXTERN_OPS, KERNEL_DTYPES, Unsupported, lookup
+from .lowering import EXTERN_OPS, KERNEL_DTYPES, LoweringDeclined, lookup
 from .virtualized import V
 
 log = logging.getLogger("tininductor.lowering")
@@ -126,7 +126,7 @@ class GraphLowering(torch.fx.Interpreter):
                 self.size_sources.setdefault(expr, name)
             return expr
         if not isinstance(example, torch.Tensor):
-            raise Unsupported(f"non-tensor graph input {name}={example!r}")
+            raise LoweringDeclined(f"non-tensor graph input {name}={example!r}")
         buf = self._input_buffer(name, example)
         for d, s in enumerate(buf.layout.size):
             if isinstance(s, sympy.Symbol):
@@ -167,7 +167,7 @@ class GraphLowering(torch.fx.Interpreter):
             return self.extern_kernel(target, args, kwargs, f"fallback: no lowering for {target}")
         try:
             return lowering(*args, **kwargs)
-        except Unsupported as e:
+        except LoweringDeclined as e:
             return self.extern_kernel(target, args, kwargs, f"fallback: {target}: {e}")
 
     def _dtype_without_kernels(self, args, kwargs) -> torch.dtype | None:
@@ -179,10 +179,10 @@ class GraphLowering(torch.fx.Interpreter):
         return next((d for d in dtypes if d not in KERNEL_DTYPES), None)
 
     def call_method(self, target, args, kwargs):
-        raise Unsupported(f"call_method {target} in a prim graph (decompose first)")
+        raise LoweringDeclined(f"call_method {target} in a prim graph (decompose first)")
 
     def call_module(self, target, args, kwargs):
-        raise Unsupported(f"call_module {target} in a prim graph (decompose first)")
+        raise LoweringDeclined(f"call_module {target} in a prim graph (decompose first)")
 
     def output(self, target, args, kwargs):
         leaves, self.output_spec = tree_flatten(args[0])
@@ -255,14 +255,14 @@ class GraphLowering(torch.fx.Interpreter):
             isinstance(a, sympy.Basic) for a in tree_flatten((args, kwargs))[0])
         try:
             if symbolic:  # sizes are symbols: the FX node's fake value has them (as SymInts)
-                raise Unsupported("symbolic sizes")
+                raise LoweringDeclined("symbolic sizes")
             with fake_mode:
                 fake_args, fake_kwargs = tree_map(to_fake, (args, kwargs))
                 out = target(*fake_args, **fake_kwargs)
         except Exception as e:  # no fake kernel: take shapes from the FX node's example value
             out = self.current_node.meta.get("val") if self.current_node is not None else None
             if out is None:
-                raise Unsupported(f"cannot compute output layout of {target}: {e}") from e
+                raise LoweringDeclined(f"cannot compute output layout of {target}: {e}") from e
         device = self._node_device(args)
         kernel = _kernel_name(target)
 
@@ -286,7 +286,7 @@ class GraphLowering(torch.fx.Interpreter):
                 else:
                     results.append(t)
             return tuple(results)
-        raise Unsupported(f"{target} returned {type(out).__name__}")
+        raise LoweringDeclined(f"{target} returned {type(out).__name__}")
 
     def _node_device(self, args) -> torch.device:
         val = self.current_node.meta.get("val") if self.current_node is not None else None

@@ -8,6 +8,10 @@ become arithmetic here. Every expression is a polynomial in the loop variables p
 Sizes are ints, or sympy expressions over the ShapeEnv's size symbols (``s0``, ``2*s1``) in a
 graph compiled for dynamic shapes (``size_expr``): the same arithmetic then yields index
 expressions over those symbols, which kernels take as arguments.
+
+PyTorch spreads this over ``torch/utils/_sympy/functions.py`` (``FloorDiv``,
+``ModularIndexing``), ``torch/_inductor/sizevars.py`` (``SizeVarAllocator``: simplifying and
+comparing size expressions) and the printers in ``torch/_inductor/codegen/common.py``.
 """
 from __future__ import annotations
 

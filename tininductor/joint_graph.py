@@ -1,5 +1,9 @@
 """Reverse-mode AD over a prim graph: build the joint graph ``(primals, tangents) -> (outputs, grads)``.
 
+(In PyTorch the joint graph is traced by ``torch/_functorch/aot_autograd.py``'s
+``create_joint`` running eager autograd under ``make_fx``; ``torch/_inductor/fx_passes/joint_graph.py``
+is something else, a pattern-rewriting pass over the joint graph.)
+
 The pass is an interpreter. It runs the forward graph node by node, then walks the nodes
 backwards, and for every node whose output has a gradient it calls that op's VJP rule
 (vjp_rules.py) to get its inputs' gradients, adding up contributions of nodes with several

@@ -6,7 +6,7 @@ loads each input at the broadcast index and combines them with ``ops.*``; views 
 index arithmetic; reductions build a ``Reduction`` and realize it. The registry
 ``lowerings`` maps an ATen overload (or its packet, for all overloads) to its lowering.
 
-A lowering that cannot handle its arguments raises ``Unsupported(reason)``; the graph
+A lowering that cannot handle its arguments raises ``LoweringDeclined(reason)``; the graph
 lowering then calls the op through torch as a fallback kernel and logs the reason.
 """
 from __future__ import annotations
@@ -21,6 +21,7 @@ from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND as Promote, elem
 
 from . import ir
 from .indexing import FloorDiv, contiguous_strides, flatten, is_static, prod, size_expr, unflatten
+from .ops_table import OP_TABLE, REDUCTION_TYPES
 from .virtualized import V, ops
 
 aten = torch.ops.aten
@@ -36,8 +37,15 @@ KERNEL_DTYPES = {torch.float16, torch.bfloat16, torch.float32, torch.float64, to
                  torch.int32, torch.int64, torch.uint8, torch.bool}
 
 
-class Unsupported(Exception):
-    """This lowering cannot handle these arguments; the op runs in torch instead."""
+class LoweringDeclined(Exception):
+    """This lowering cannot handle these arguments; the op runs in torch instead.
+
+    GraphLowering catches it and calls the op as a fallback kernel, logging the message as the
+    reason (a whole-graph refusal, raised outside any lowering, makes the graph run eagerly).
+    PyTorch's inductor has no exception for this: a lowering declines by returning
+    ``fallback_handler(op)(...)``, and an op with no lowering is ``MissingOperatorWithoutDecomp``
+    (torch/_inductor/exc.py). Not to be confused with tinydynamo's ``Unsupported`` (a graph break).
+    """
 
 
 def register_lowering(*targets):
@@ -80,7 +88,7 @@ def broadcast_shapes(*shapes) -> list[int]:
     for d in range(max(len(s) for s in shapes)):
         sizes = {size_expr(shape[len(shape) - 1 - d]) for shape in shapes if d < len(shape)} - {1}
         if len(sizes) > 1:
-            raise Unsupported(f"broadcast of symbolic sizes {sorted(map(str, sizes))}: not known to be equal")
+            raise LoweringDeclined(f"broadcast of symbolic sizes {sorted(map(str, sizes))}: not known to be equal")
         out.append(sizes.pop() if sizes else 1)
     return list(reversed(out))
 
@@ -106,7 +114,7 @@ def device_of(args) -> torch.device:
     for a in args:
         if is_ir(a):
             return a.get_device()
-    raise Unsupported("no tensor argument to take the device from")
+    raise LoweringDeclined("no tensor argument to take the device from")
 
 
 def pointwise(fn: Callable, *args, promote=Promote.DEFAULT, returns_bool=False, out_dtype=None) -> ir.StorageBox:
@@ -157,10 +165,11 @@ def symbolic_scalar(expr: sympy.Expr, dtype: torch.dtype):
         for a in args[1:]:
             out = op(out, a)
         return out
-    raise Unsupported(f"symbolic scalar {expr} has no lowering")
+    raise LoweringDeclined(f"symbolic scalar {expr} has no lowering")
 
 
 def register_pointwise(target, op_name=None, promote=Promote.DEFAULT, returns_bool=False):
+    """Lower ``target`` to one ``ops.<op_name>`` over its broadcast, promoted arguments."""
     name = op_name or target.__name__
 
     @register_lowering(target)
@@ -170,12 +179,14 @@ def register_pointwise(target, op_name=None, promote=Promote.DEFAULT, returns_bo
     return lowering
 
 
-for _name in "neg abs relu sign".split():
-    register_pointwise(getattr(aten, _name), _name)
-for _name in "exp log log1p expm1 sqrt rsqrt reciprocal sin cos tanh sigmoid erf".split():
-    register_pointwise(getattr(aten, _name), _name, promote=Promote.INT_TO_FLOAT)
-for _name in "floor ceil".split():
-    register_pointwise(getattr(aten, _name), _name)
+#: the op table's dtype rule -> PyTorch's type promotion kind
+_PROMOTION = {"same": Promote.DEFAULT, "float": Promote.INT_TO_FLOAT, "bool": Promote.ALWAYS_BOOL}
+
+# The plain pointwise lowerings, one per aten op that the op table maps to an op.
+for _op in OP_TABLE:
+    for _target in _op.aten:
+        register_pointwise(getattr(aten, _target), _op.name, promote=_PROMOTION[_op.dtype],
+                           returns_bool=_op.dtype == "bool")
 
 
 @register_lowering(aten.bitwise_not)
@@ -183,8 +194,6 @@ def bitwise_not(x):
     if x.get_dtype() == torch.bool:
         return pointwise(ops.logical_not, x, promote=Promote.ALWAYS_BOOL, returns_bool=True)
     return pointwise(ops.bitwise_not, x)
-for _name in "eq ne lt le gt ge".split():
-    register_pointwise(getattr(aten, _name), _name, promote=Promote.ALWAYS_BOOL, returns_bool=True)
 
 
 def register_logical(target, name):
@@ -198,9 +207,6 @@ def register_logical(target, name):
 
 for _name in "logical_and logical_or logical_not".split():
     register_logical(getattr(aten, _name), _name)
-register_pointwise(aten.mul, "mul")
-register_pointwise(aten.maximum, "maximum")
-register_pointwise(aten.minimum, "minimum")
 
 
 @register_lowering(aten.add)
@@ -225,7 +231,7 @@ def rsub(a, b, alpha=1):
 @register_lowering(aten.div)
 def div(a, b, rounding_mode=None):
     if rounding_mode is not None:
-        raise Unsupported(f"div with rounding_mode={rounding_mode!r} has no lowering yet")
+        raise LoweringDeclined(f"div with rounding_mode={rounding_mode!r} has no lowering yet")
     return pointwise(ops.truediv, a, b, promote=Promote.INT_TO_FLOAT)
 
 
@@ -237,7 +243,7 @@ def pow_(a, b):
         return pointwise(ops.sqrt, a, promote=Promote.INT_TO_FLOAT)
     out = _pow_dtype(a, b)
     if not out.is_floating_point:
-        raise Unsupported("integer pow has no lowering")
+        raise LoweringDeclined("integer pow has no lowering")
     return pointwise(ops.pow, a, b)
 
 
@@ -268,7 +274,7 @@ def full_like_scalar(value, dtype, like) -> ir.StorageBox:
 @register_lowering(aten.clamp)
 def clamp(x, min=None, max=None):
     if is_ir(min) or is_ir(max):
-        raise Unsupported("clamp with tensor bounds")
+        raise LoweringDeclined("clamp with tensor bounds")
     if min is not None:
         x = pointwise(ops.maximum, x, min)
     if max is not None:
@@ -292,7 +298,7 @@ def to_dtype(x, dtype: torch.dtype):
 @register_lowering(aten._to_copy)
 def _to_copy(x, dtype=None, layout=None, device=None, pin_memory=None, non_blocking=False, memory_format=None):
     if device is not None and torch.device(device) != x.get_device():
-        raise Unsupported("device copy")
+        raise LoweringDeclined("device copy")
     return clone(to_dtype(x, dtype) if dtype is not None else x)
 
 
@@ -332,7 +338,7 @@ def arange(*args, dtype=None, layout=None, device=None, pin_memory=None):
     elif is_static(start) and is_static(step) and step > 0:  # arange(s0): a symbolic length
         n = size_expr(end - start) if step == 1 else size_expr(FloorDiv(end - start + step - 1, step))
     else:
-        raise Unsupported(f"arange({start}, {end}, {step}) with symbolic start or step")
+        raise LoweringDeclined(f"arange({start}, {end}, {step}) with symbolic start or step")
     dtype = dtype or torch.int64
 
     def inner_fn(index):
@@ -490,7 +496,7 @@ def view(x, size):
         size[size.index(-1)] = (prod(old) // known if known else 0) if is_static(prod(old)) else \
             size_expr(sympy.cancel(prod(old) / known))
     if is_static(prod(size)) and is_static(prod(old)) and prod(size) != prod(old):
-        raise Unsupported(f"view of {old} as {size}: element counts differ")
+        raise LoweringDeclined(f"view of {old} as {size}: element counts differ")
     # symbolic counts: the traced graph's fake tensors checked them, under the ShapeEnv's guards
     # (``s0 * (s1 // 2) * 2 == s0 * s1`` holds for the even s1 the guards admit; sympy cannot see it)
 
@@ -586,6 +592,9 @@ def _acc_dtype(dtype: torch.dtype) -> torch.dtype:
 
 def reduction(x, dims, keepdim: bool, reduction_type: str, acc_dtype=None) -> ir.StorageBox:
     """A realized Reduction of ``x`` over ``dims``, computed (and stored) in ``acc_dtype``."""
+    if reduction_type not in REDUCTION_TYPES:
+        raise ValueError(f"reduction type {reduction_type!r} is not one of the op table's "
+                         f"{REDUCTION_TYPES} (ops_table.py); every kernel backend implements those")
     size = x.get_size()
     nd = len(size)
     if dims is None or (isinstance(dims, (list, tuple)) and len(dims) == 0):
@@ -638,7 +647,7 @@ def amin(x, dim=(), keepdim=False):
 
 def _max_or_min(x, dim, keepdim, kind):
     if prod(x.get_size()) == 0:
-        raise Unsupported("max/min of an empty tensor (eager raises)")
+        raise LoweringDeclined("max/min of an empty tensor (eager raises)")
     acc = x.get_dtype() if x.get_dtype() != torch.bool else torch.int8
     return to_dtype(reduction(x, dim, keepdim, kind, _acc_dtype(acc) if acc.is_floating_point else acc), x.get_dtype())
 
@@ -654,7 +663,7 @@ def _numel_of(x, dims) -> int:
 def mean(x, dim=None, keepdim=False, dtype=None):
     out = dtype or x.get_dtype()
     if not out.is_floating_point:
-        raise Unsupported("mean of an integer tensor")
+        raise LoweringDeclined("mean of an integer tensor")
     total = reduction(x, dim, keepdim, "sum", _acc_dtype(out))
     n = _numel_of(x, dim)
     return to_dtype(pointwise(ops.truediv, total, _count(n)), out)
@@ -670,7 +679,7 @@ def _count(n):
 @register_lowering(aten.var)
 def var(x, dim=None, *, correction=None, keepdim=False):
     if not x.get_dtype().is_floating_point:
-        raise Unsupported("var of an integer tensor")
+        raise LoweringDeclined("var of an integer tensor")
     correction = 1 if correction is None else correction
     n = _numel_of(x, dim)
     acc = _acc_dtype(x.get_dtype())
@@ -683,8 +692,13 @@ def var(x, dim=None, *, correction=None, keepdim=False):
 
 
 # --------------------------------------------------------------------------- composite ops
-# Lowered here as compositions of the lowerings above, so that graphs which still contain
-# them (before the decomposition table covers them) fuse the same way.
+# softmax, log_softmax, layer_norm, gelu and silu are decompositions (decompositions.py), and
+# compile_fx decomposes every graph before lowering it, so the tininductor backend never reaches
+# the five lowerings below (tests/test_inductor_ops_table.py checks that). They stay for graphs
+# lowered straight from ``make_fx`` without decomposing: chapters 7 and 8 compile such aten graphs
+# (``compile_aten`` / ``compile_triton``) so that a kernel is named after the op the learner
+# wrote (``triton_per_fused__softmax_0``) and its body reads as one formula. Each must compute
+# what its decomposition computes (the same test compares both against eager).
 
 
 @register_lowering(aten._softmax)
@@ -755,10 +769,10 @@ def _check_indirect(x) -> None:
     from .codegen.common import get_scheduling
 
     if not config.indirect_indexing:
-        raise Unsupported("config.indirect_indexing is off")
+        raise LoweringDeclined("config.indirect_indexing is off")
     backend = get_scheduling(x.get_device())
     if not getattr(backend, "supports_indirect_indexing", False):
-        raise Unsupported(f"the {type(backend).__name__} kernel backend has no ops.indirect_indexing "
+        raise LoweringDeclined(f"the {type(backend).__name__} kernel backend has no ops.indirect_indexing "
                           "(it does not declare supports_indirect_indexing = True)")
 
 
@@ -766,7 +780,7 @@ def _check_indirect(x) -> None:
 def embedding(weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=False):
     _check_indirect(weight)
     if len(weight.get_size()) != 2:
-        raise Unsupported("embedding with a non-2-D weight")
+        raise LoweringDeclined("embedding with a non-2-D weight")
     rows, dim = weight.get_size()
     load_w, load_i = weight.make_loader(), indices.make_loader()
     isize = indices.get_size()
@@ -783,7 +797,7 @@ def gather(x, dim, index, sparse_grad=False):
     _check_indirect(x)
     size = x.get_size()
     if len(size) == 0:
-        raise Unsupported("gather from a 0-d tensor")
+        raise LoweringDeclined("gather from a 0-d tensor")
     dim = dim % len(size)
     load_x, load_i = x.make_loader(), index.make_loader()
 
@@ -866,7 +880,7 @@ def _index_plan(size, indices):
     indices = list(indices) + [None] * (len(size) - len(indices))
     pos = [d for d, t in enumerate(indices) if t is not None]
     if any(indices[d].get_dtype() == torch.bool for d in pos):
-        raise Unsupported("boolean-mask indexing (data-dependent output shape)")
+        raise LoweringDeclined("boolean-mask indexing (data-dependent output shape)")
     bshape = broadcast_shapes(*[indices[d].get_size() for d in pos])
     adjacent = pos == list(range(pos[0], pos[-1] + 1))
     before = [d for d in range(pos[0]) if indices[d] is None] if adjacent else []
@@ -946,7 +960,7 @@ def index_put(x, indices, values, accumulate=False):
     """``x[indices] = values`` (or ``+=`` with ``accumulate``) on a copy of ``x``."""
     _check_indirect(x)
     if all(t is None for t in indices):
-        raise Unsupported("index_put without index tensors")
+        raise LoweringDeclined("index_put without index tensors")
     plain = _index_put_as_select(x, indices, values, bool(accumulate))
     if plain is not None:
         return plain
@@ -1014,7 +1028,7 @@ def scatter_add(x, dim, index, src):
     _check_indirect(x)
     size = x.get_size()
     if len(size) == 0:
-        raise Unsupported("scatter_add into a 0-d tensor")
+        raise LoweringDeclined("scatter_add into a 0-d tensor")
     dim = dim % len(size)
     load_i, load_s = index.make_loader(), src.make_loader()
 
@@ -1031,7 +1045,7 @@ def embedding_dense_backward(grad_output, indices, num_weights, padding_idx, sca
     (atomic adds), none for ``padding_idx``."""
     _check_indirect(grad_output)
     if scale_grad_by_freq:
-        raise Unsupported("embedding backward with scale_grad_by_freq")
+        raise LoweringDeclined("embedding backward with scale_grad_by_freq")
     isize = indices.get_size()
     dim = grad_output.get_size()[-1]
     load_i, load_g = indices.make_loader(), grad_output.make_loader()

@@ -159,6 +159,9 @@ def _residual_reachable(net: nx.DiGraph, flow: dict, source) -> set:
 def min_cut_partition(joint: JointGraph) -> Partition:
     """Save the fewest bytes: a minimum s-t cut between the primals and the backward.
 
+    PyTorch's counterpart is ``min_cut_rematerialization_partition``
+    (torch/_functorch/partitioners.py), which also weighs recomputation by op kind.
+
     Flow network: every tangent-independent node ``n`` becomes an edge ``n_in -> n_out`` whose
     capacity is its size (cutting it = saving it); data edges are uncuttable. The source feeds
     the primals and every op the forward must run anyway and that cannot be recomputed

@@ -26,17 +26,17 @@ from __future__ import annotations
 
 import torch
 
+from .ops_table import OP_TABLE
+
 aten = torch.ops.aten
 prims = torch.ops.prims
 
-POINTWISE_UNARY = [
-    aten.neg, aten.abs, aten.exp, aten.log, aten.log1p, aten.expm1, aten.sqrt, aten.rsqrt,
-    aten.reciprocal, aten.sin, aten.cos, aten.tanh, aten.sigmoid, aten.erf, aten.sign,
-    aten.logical_not, aten.relu,
-]
-POINTWISE_BINARY = [
-    aten.add, aten.sub, aten.mul, aten.div, aten.pow, aten.maximum, aten.minimum,
-    aten.eq, aten.ne, aten.lt, aten.le, aten.gt, aten.ge, aten.logical_and, aten.logical_or,
+#: the aten ops the op table (ops_table.py) lowers to one op each, plus those with a
+#: hand-written lowering in lowering.py (alpha, rounding_mode, special exponents, bool casts)
+_TABLE = [(op.arity, getattr(aten, t)) for op in OP_TABLE for t in op.aten]
+POINTWISE_UNARY = [t for arity, t in _TABLE if arity == 1] + [aten.logical_not]
+POINTWISE_BINARY = [t for arity, t in _TABLE if arity == 2] + [
+    aten.add, aten.sub, aten.div, aten.pow, aten.logical_and, aten.logical_or,
 ]
 POINTWISE_OTHER = [aten.where, prims.convert_element_type, aten.clone]
 VIEWS = [aten.view, aten.expand, aten.permute, aten.unsqueeze, aten.squeeze, aten.slice,

@@ -86,7 +86,10 @@ def read_writes(node: ir.ComputedBuffer, kind: str, numel: int, rnumel: int) -> 
 
 @dataclasses.dataclass
 class FusedGroup:
-    """One generated kernel: ``nodes`` in program order over ``(numel, rnumel)``."""
+    """One generated kernel: ``nodes`` in program order over ``(numel, rnumel)``.
+
+    PyTorch's inductor calls this a ``FusedSchedulerNode`` (torch/_inductor/scheduler.py).
+    """
 
     device: object
     numel: int

@@ -18,7 +18,7 @@ The ops every handler understands (the *ops protocol*, shared by all backends):
 ``store(name, index, value[, mode])``  write ``value``; ``mode="atomic_add"`` adds it instead
                                        (a scatter-add; several elements may hit one place)
 ``reduction(dtype, src_dtype,          combine ``value`` over the reduction loop;
-  reduction_type, value)``             types: sum, prod, max, min, argmax, argmin
+  reduction_type, value)``             types: ops_table.REDUCTION_TYPES
 ``constant(value, dtype)``             a Python scalar
 ``index_expr(expr, dtype)``            an index expression used as a value (arange, masks)
 ``indirect_indexing(value, size[,     a loaded integer as an index *variable* (a sympy
@@ -27,10 +27,8 @@ The ops every handler understands (the *ops protocol*, shared by all backends):
                                        still out of range (runtime/index_check.py)
 ``to_dtype(x, dtype)``                 an explicit cast (``prims.convert_element_type``)
 ``where(cond, a, b)``                  select
-unary: ``neg abs exp log log1p expm1 sqrt rsqrt reciprocal sin cos tanh sigmoid erf sign
-relu logical_not bitwise_not floor ceil``
-binary: ``add sub mul truediv floordiv pow maximum minimum eq ne lt le gt ge logical_and logical_or
-bitwise_and bitwise_or``
+unary, binary: ``neg exp ... add mul ...``  one row each in ops_table.py (the op table), which
+                                       also says how each prints for Triton and C++
 =====================================  =================================================
 """
 from __future__ import annotations
@@ -39,16 +37,15 @@ import contextlib
 import threading
 from typing import Any, Iterator
 
-UNARY_OPS = (
-    "neg abs exp log log1p expm1 sqrt rsqrt reciprocal sin cos tanh sigmoid erf sign relu "
-    "logical_not bitwise_not floor ceil"
-).split()
-BINARY_OPS = (
-    "add sub mul truediv floordiv pow maximum minimum eq ne lt le gt ge logical_and logical_or "
-    "bitwise_and bitwise_or"
-).split()
-OTHER_OPS = "load store reduction constant index_expr indirect_indexing to_dtype where".split()
-ALL_OPS = frozenset(UNARY_OPS + BINARY_OPS + OTHER_OPS)
+from .ops_table import OP_TABLE, OPS
+
+#: the pointwise ops, by arity (from the op table, ops_table.py); ``where`` is the one ternary op
+UNARY_OPS = [op.name for op in OP_TABLE if op.arity == 1]
+BINARY_OPS = [op.name for op in OP_TABLE if op.arity == 2]
+#: the ops that are not pointwise format strings: memory, reductions, constants, indexing, casts
+OTHER_OPS = "load store reduction constant index_expr indirect_indexing to_dtype".split()
+POINTWISE_OPS = frozenset(OPS)
+ALL_OPS = POINTWISE_OPS | frozenset(OTHER_OPS)
 
 
 class NullHandler:
@@ -62,11 +59,16 @@ class NullHandler:
 
 
 class PlainTextHandler:
-    """Turns a body into a readable nested expression string (for teaching and debugging)."""
+    """Turns a body into a readable nested expression string (for teaching and debugging).
+
+    PyTorch's counterpart is ``MockHandler`` (torch/_inductor/ops_handler.py). It accepts the
+    ops of the op table (ops_table.py) and the other ops of the protocol; any other name is an error.
+    """
 
     def __getattr__(self, name: str):
         if name not in ALL_OPS:
-            raise AttributeError(f"unknown op {name!r}; the ops protocol is listed in virtualized.py")
+            raise AttributeError(f"unknown op {name!r}; the ops protocol is listed in virtualized.py "
+                                 "and its pointwise ops in ops_table.py")
 
         def op(*args):
             return f"{name}({', '.join(_fmt(a) for a in args)})"

@@ -33,8 +33,10 @@ says so with ``supports_indirect_indexing = True`` on its scheduling class: only
 embedding, gather, index, index_put and scatter_add lower to kernels on its device (otherwise
 they run in torch, logged as fallbacks).
 
-Backends register with ``register_backend("cuda", TritonScheduling)``; ``get_scheduling``
-picks one per device type (CPU: ``config.cpu_backend``).
+A backend names the table its ops handler prints pointwise ops with as ``op_formats`` on its
+scheduling class (op name -> format string); it must cover every op of the op table
+(ops_table.py). Backends register with ``register_backend("cuda", TritonScheduling)``, which
+checks that; ``get_scheduling`` picks one per device type (CPU: ``config.cpu_backend``).
 """
 from __future__ import annotations
 
@@ -132,6 +134,18 @@ backends: dict[str, type] = {}
 
 
 def register_backend(device_type: str, scheduling: type) -> None:
+    """Make ``scheduling`` the kernel backend for ``device_type``, once it covers the op table."""
+    from ..ops_table import missing_ops
+
+    name = getattr(scheduling, "__name__", repr(scheduling))
+    formats = getattr(scheduling, "op_formats", None)
+    if formats is None:
+        raise TypeError(f"kernel backend {name} declares no op_formats; give its scheduling class an "
+                        "op_formats dict (op name -> format string) covering tininductor/ops_table.py")
+    missing = missing_ops(formats)
+    if missing:
+        raise TypeError(f"kernel backend {name} for {device_type!r} cannot print the ops {missing}; "
+                        "add their format strings to its op_formats (the op table is tininductor/ops_table.py)")
     backends[device_type] = scheduling
 
 

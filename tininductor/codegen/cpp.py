@@ -37,6 +37,7 @@ from typing import Any, Callable, Sequence
 import sympy
 import torch
 
+from tininductor import ops_table
 from tininductor.indexing import is_static, prod, size_expr
 
 _TMP_RE = re.compile(r"\btmp\d+\b")
@@ -69,65 +70,9 @@ def cpp_type(dtype: torch.dtype) -> str:
         raise NotImplementedError(f"C++ codegen has no mapping for {dtype}; add it to CPP_DTYPES") from None
 
 
-#: op name -> C++ expression template ({0}, {1}, {2} are the operands' C++ expressions).
-CPP_OPS: dict[str, str] = {
-    # unary
-    "neg": "-{0}",
-    "abs": "std::abs({0})",
-    "exp": "std::exp({0})",
-    "exp2": "std::exp2({0})",
-    "log": "std::log({0})",
-    "log2": "std::log2({0})",
-    "log1p": "std::log1p({0})",
-    "expm1": "std::expm1({0})",
-    "sqrt": "std::sqrt({0})",
-    "rsqrt": "1 / std::sqrt({0})",
-    "reciprocal": "1 / {0}",
-    "sin": "std::sin({0})",
-    "cos": "std::cos({0})",
-    "tan": "std::tan({0})",
-    "tanh": "std::tanh({0})",
-    "sigmoid": "1 / (1 + std::exp(-{0}))",
-    "erf": "std::erf({0})",
-    "floor": "std::floor({0})",
-    "ceil": "std::ceil({0})",
-    "trunc": "std::trunc({0})",
-    "round": "std::nearbyint({0})",
-    "sign": "tiny_sign({0})",
-    "relu": "({0} < 0 ? 0 : {0})",  # a NaN passes through, as in eager
-    "logical_not": "!{0}",
-    "bitwise_not": "~{0}",
-    "square": "{0} * {0}",
-    "isnan": "std::isnan({0})",
-    "isinf": "std::isinf({0})",
-    # binary
-    "add": "{0} + {1}",
-    "sub": "{0} - {1}",
-    "mul": "{0} * {1}",
-    "truediv": "{0} / {1}",
-    "div": "{0} / {1}",
-    "floordiv": "tiny_floordiv({0}, {1})",
-    "remainder": "tiny_remainder({0}, {1})",
-    "mod": "{0} % {1}",
-    "pow": "std::pow({0}, {1})",
-    "maximum": "tiny_max({0}, {1})",
-    "minimum": "tiny_min({0}, {1})",
-    "eq": "{0} == {1}",
-    "ne": "{0} != {1}",
-    "lt": "{0} < {1}",
-    "le": "{0} <= {1}",
-    "gt": "{0} > {1}",
-    "ge": "{0} >= {1}",
-    "logical_and": "{0} && {1}",
-    "logical_or": "{0} || {1}",
-    "logical_xor": "{0} != {1}",
-    "bitwise_and": "{0} & {1}",
-    "bitwise_or": "{0} | {1}",
-    "bitwise_xor": "{0} ^ {1}",
-    "atan2": "std::atan2({0}, {1})",
-    # ternary
-    "where": "{0} ? {1} : {2}",
-}
+#: op name -> C++ expression template ({0}, {1}, {2} are the operands' C++ expressions), from the
+#: op table (ops_table.py); a dict the course may patch.
+CPP_OPS: dict[str, str] = ops_table.formats("cpp")
 
 #: reduction type -> (identity for a dtype's C++ type, update statement, OpenMP reduction identifier)
 CPP_REDUCTIONS: dict[str, tuple[Callable[[str], str], str, str]] = {
@@ -786,6 +731,8 @@ class CppScheduling:
     kind = "cpp"
     #: ops.indirect_indexing (bounds-checked) and store(..., mode="atomic_add") work (common.py)
     supports_indirect_indexing = True
+    #: op -> C++ format string (checked against the op table by register_backend)
+    op_formats = CPP_OPS
 
     @staticmethod
     def header() -> str:

@@ -39,7 +39,7 @@ import torch
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
-from .. import config
+from .. import config, ops_table
 from ..indexing import is_static, pexpr
 from ..runtime.index_check import ASSERT_MESSAGE
 from ..scheduler import FusedGroup, iteration_vars
@@ -60,29 +60,14 @@ def triton_type(dtype: torch.dtype) -> str:
 
 
 class TritonOverrides:
-    """op name -> Triton expression format string (operands are CSE'd names or literals)."""
+    """op name -> Triton expression format string (operands are CSE'd names or literals).
 
-    ops = {
-        # unary
-        "neg": "-{0}", "abs": "tl.abs({0})", "exp": "tl.exp({0})", "log": "tl.log({0})",
-        "log1p": "triton_helpers.log1p({0})", "expm1": "triton_helpers.expm1({0})",
-        "sqrt": "tl.sqrt({0})", "rsqrt": "tl.rsqrt({0})", "reciprocal": "1 / {0}",
-        "sin": "tl.sin({0})", "cos": "tl.cos({0})", "tanh": "triton_helpers.tanh({0})",
-        "sigmoid": "tl.sigmoid({0})", "erf": "tl.erf({0})", "sign": "triton_helpers.sign({0})",
-        "relu": "triton_helpers.maximum({0}, 0)", "logical_not": "{0} == 0", "bitwise_not": "~{0}",
-        "floor": "tl.floor({0})", "ceil": "tl.ceil({0})",
-        # binary
-        "add": "{0} + {1}", "sub": "{0} - {1}", "mul": "{0} * {1}", "truediv": "{0} / {1}",
-        "pow": "triton_helpers.pow({0}, {1})",
-        # integer division; lowerings pass it non-negative operands, where truncation is floor
-        "floordiv": "{0} // {1}",
-        "maximum": "triton_helpers.maximum({0}, {1})", "minimum": "triton_helpers.minimum({0}, {1})",
-        "eq": "{0} == {1}", "ne": "{0} != {1}", "lt": "{0} < {1}", "le": "{0} <= {1}",
-        "gt": "{0} > {1}", "ge": "{0} >= {1}",
-        "logical_and": "{0} & {1}", "logical_or": "{0} | {1}",
-        "bitwise_and": "{0} & {1}", "bitwise_or": "{0} | {1}",
-        "where": "tl.where({0}, {1}, {2})",
-    }
+    PyTorch's inductor has a class of that name with one method per op; here the strings come
+    from the op table (ops_table.py).
+    """
+
+    #: op -> format string, from the op table (ops_table.py); a dict the course may patch
+    ops = ops_table.formats("triton")
 
     #: reduction type -> (initial value, combine format, final reduction over axis 1)
     reductions = {
@@ -512,6 +497,8 @@ class TritonScheduling:
     kind = "triton"
     #: ops.indirect_indexing (bounds-checked) and store(..., mode="atomic_add") work (common.py)
     supports_indirect_indexing = True
+    #: op -> Triton format string (checked against the op table by register_backend)
+    op_formats = TritonOverrides.ops
 
     def kernel_name(self, group: FusedGroup, index: int) -> str:
         if not group.is_reduction:
