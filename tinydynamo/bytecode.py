@@ -154,6 +154,48 @@ def resolve_call_slots(slot0: Any, slot1: Any, is_null: Callable[[Any], bool]) -
     return slot0, [slot1]
 
 
+@dataclasses.dataclass
+class CallLayout:
+    """What a CALL / CALL_FUNCTION_EX finds on the stack, decoded once (the translator runs it, the
+    graph-break codegen rebuilds it): the callable, its arguments, and the stack ``below`` the call."""
+
+    fn: Any
+    args: list[Any]  # positional, the method's ``self`` (a leading argument) first
+    kwargs: dict[str, Any]  # CALL's keyword arguments (KW_NAMES / CALL_KW)
+    star_args: Any = None  # CALL_FUNCTION_EX: the ``*args`` sequence
+    star_kwargs: Any = None  # CALL_FUNCTION_EX: the ``**kwargs`` mapping, if any
+    below: list[Any] = dataclasses.field(default_factory=list)
+    depth: int = 0  # how many stack items the call consumes
+    fn_index: int = 0  # the callable's position in ``stack`` (slot0, or slot1 when slot0 is NULL)
+
+
+def call_layout(inst: "Instruction", stack: list[Any], is_null: Callable[[Any], bool]) -> CallLayout:
+    """Decode the top of ``stack`` for ``inst`` (a normalised CALL or CALL_FUNCTION_EX).
+
+    CALL ``n``: ``[..., slot0, slot1, arg1 .. argn]``, the last ``len(inst.kw_names)`` arguments
+    are keywords. CALL_FUNCTION_EX: ``[..., slot0, slot1, args(, kwargs if inst.argval)]``.
+    """
+    if inst.opname == "CALL":
+        n = inst.argval
+        depth = n + 2
+        slot0, slot1 = stack[len(stack) - depth], stack[len(stack) - depth + 1]
+        args = stack[len(stack) - n:]
+        fn, lead = resolve_call_slots(slot0, slot1, is_null)
+        nkw = len(inst.kw_names)
+        return CallLayout(fn, lead + args[:n - nkw], dict(zip(inst.kw_names, args[n - nkw:])),
+                          below=stack[:len(stack) - depth], depth=depth,
+                          fn_index=len(stack) - depth + (1 if is_null(slot0) else 0))
+    if inst.opname == "CALL_FUNCTION_EX":
+        has_kw = 1 if inst.argval else 0
+        depth = 3 + has_kw
+        slot0, slot1 = stack[len(stack) - depth], stack[len(stack) - depth + 1]
+        fn, lead = resolve_call_slots(slot0, slot1, is_null)
+        return CallLayout(fn, lead, {}, star_args=stack[len(stack) - depth + 2],
+                          star_kwargs=stack[-1] if has_kw else None, below=stack[:len(stack) - depth], depth=depth,
+                          fn_index=len(stack) - depth + (1 if is_null(slot0) else 0))
+    raise ValueError(f"call_layout: {inst.opname} is not a call instruction (CALL or CALL_FUNCTION_EX)")
+
+
 # ---------------------------------------------------------------------------------------------
 # normalisation
 # ---------------------------------------------------------------------------------------------
