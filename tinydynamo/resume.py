@@ -100,7 +100,8 @@ def live_locals(code: types.CodeType, offset: int, names: list[str]) -> list[str
 
 def make_resume_code(code: types.CodeType, resume_offset: int, stack_slots: list,
                      local_names: list[str]) -> types.CodeType:
-    """A code object running ``code`` from ``resume_offset``, given the stack and locals as arguments.
+    """A code object running ``code`` from ``resume_offset``, given the stack and locals as arguments
+    (PyTorch: ``ContinueExecutionCache.lookup`` in ``resume_execution.py``).
 
     ``stack_slots`` says what each stack slot holds, bottom first: ``"value"`` (passed as an
     argument), ``"null"`` (recreated with PUSH_NULL) or ``"iter"`` (a loop's iterator: passed as
