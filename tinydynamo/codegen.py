@@ -17,6 +17,7 @@ import math
 import types
 from typing import TYPE_CHECKING, Any, Callable
 
+import torch
 import torch.fx
 
 from tinydynamo import bytecode as bc
@@ -24,7 +25,7 @@ from tinydynamo.exc import unimplemented
 from tinydynamo.resume import live_locals, make_resume_code, next_offset
 from tinydynamo.source import LocalSource, Source
 from tinydynamo.variables.base import NULL
-from tinydynamo.variables.ctx_manager import WithExitFunctionVariable
+from tinydynamo.variables.ctx_manager import WithExitFunctionVariable, is_grad_mode_node
 from tinydynamo.variables.lists import ListIteratorVariable
 
 if TYPE_CHECKING:
@@ -65,6 +66,23 @@ class PyCodegen:
                 type(value) in (int, float) and math.isfinite(value)):
             return repr(value)
         return self.output.scope.constant(value, hint)
+
+    def compiled_frame_source(self, body: list[str], n_ops: int) -> str:
+        """The source of ``___compiled_frame(L, G)``, what a cache hit runs: the graph call on the
+        inputs read from their sources (the grad mode restored after it, also when it raises, as
+        eager's ``with`` exits), the temporaries of :meth:`shared` / :meth:`source_expr`, then ``body``."""
+        output = self.output
+        inputs = ", ".join(s.code() for s in output.input_sources)
+        lines = ["def ___compiled_frame(L, G):"]
+        grad_nodes = [n for n in output.graph.nodes if is_grad_mode_node(n)]
+        if grad_nodes:
+            lines += ["    try:", f"        ___o = ___compiled_fn({inputs})" if n_ops else "        pass",
+                      "    finally:", f"        {output.scope.constant(torch._C._set_grad_enabled, 'fn')}"
+                      f"({grad_nodes[-1].args[0]})  # torch._C._set_grad_enabled"]
+        elif self.nodes or n_ops:
+            lines.append(f"    ___o = ___compiled_fn({inputs})")
+        lines += [f"    {line}" for line in self.prelude + body]
+        return "\n".join(lines) + "\n"
 
     def source_expr(self, source: Source) -> str:
         """``source``'s expression; with side effects to replay, read once into a temporary before any

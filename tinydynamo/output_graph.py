@@ -312,44 +312,9 @@ class OutputGraph:
         artifacts.record("graph", self.frame_name, gm.print_readable(print_output=False))
         if logs.enabled("graph_code"):
             logs.get_logger("graph_code").info("TRACED GRAPH %s\n%s", self.frame_name, gm.print_readable(print_output=False))
-        if n_ops:
-            try:
-                with dynamo_timed("backend_compile"), preserve_rng_state(), self._tracing_context():
-                    compiled_fn = backend(gm, list(self.example_inputs))
-            except Unsupported:
-                raise
-            except Exception as e:
-                from tinydynamo.exc import BackendCompilerFailed
-
-                name = getattr(backend, "__name__", type(backend).__name__)
-                raise BackendCompilerFailed(name, e) from e
-            if not callable(compiled_fn):
-                raise TypeError(f"backend {backend!r} returned {type(compiled_fn).__name__}, not a callable")
-        else:  # nothing to compile: TorchDynamo skips the backend for op-free graphs too
-            compiled_fn = gm.forward
-        # guards last, as TorchDynamo builds them: a backend may specialise a size (a decomposition
-        # that needs its value), and what it assumed must be checked too
-        self._guard_input_overlap()
-        for fake, source, value, _ in self.tracked_fakes:  # dims the trace specialised are static again
-            if isinstance(fake, torch.Tensor):
-                self.guard_builder.replace("TENSOR_MATCH", source, TensorMeta.of(value, fake))
-        for relation in symbolic_shapes.produce_guards(self.fake_mode.shape_env, self.tracked_fakes, self.scope):
-            self.add_guard("SHAPE_ENV", None, relation)
-        check_fn = self.guard_builder.build()
-        artifacts.record("guards", self.frame_name, check_fn.code)
-        logs.get_logger("guards").info("GUARDS %s\n%s", self.frame_name,
-                                       "\n".join(str(g) for g in check_fn.guards))
-        inputs = ", ".join(s.code() for s in self.input_sources)
-        lines = ["def ___compiled_frame(L, G):"]
-        grad_nodes = [n for n in self.graph.nodes if is_grad_mode_node(n)]
-        if grad_nodes:  # the grad mode after the graph, also when it raises (as eager's `with` exits)
-            lines += ["    try:", f"        ___o = ___compiled_fn({inputs})" if n_ops else "        pass",
-                      "    finally:", f"        {self.scope.constant(torch._C._set_grad_enabled, 'fn')}"
-                      f"({grad_nodes[-1].args[0]})  # torch._C._set_grad_enabled"]
-        elif codegen.nodes or n_ops:
-            lines.append(f"    ___o = ___compiled_fn({inputs})")
-        lines += [f"    {line}" for line in codegen.prelude + replay + body]
-        text = "\n".join(lines) + "\n"
+        compiled_fn = self._call_backend(gm, backend, n_ops)
+        check_fn = self._build_guards()
+        text = codegen.compiled_frame_source(replay + body, n_ops)
         namespace = {**self.scope.names, "___compiled_fn": compiled_fn}
         exec(compile(text, f"<tinydynamo {self.frame_name}>", "exec"), namespace)
         artifacts.record("transformed_code", self.frame_name, text)
@@ -360,6 +325,39 @@ class OutputGraph:
                 artifacts.record("transformed_code", f"{resume_code.co_name} (decompiled)", DecompiledCode(resume_code))
         return CompiledFrame(check_fn, namespace["___compiled_frame"], gm, text, backend, n_ops,
                              graph_break.reason if graph_break is not None else None)
+
+    def _call_backend(self, gm: torch.fx.GraphModule, backend: Callable, n_ops: int) -> Callable:
+        """``backend(gm, example_inputs)``; an error in it is a BackendCompilerFailed naming the backend."""
+        if not n_ops:  # nothing to compile: TorchDynamo skips the backend for op-free graphs too
+            return gm.forward
+        try:
+            with dynamo_timed("backend_compile"), preserve_rng_state(), self._tracing_context():
+                compiled_fn = backend(gm, list(self.example_inputs))
+        except Unsupported:
+            raise
+        except Exception as e:
+            from tinydynamo.exc import BackendCompilerFailed
+
+            name = getattr(backend, "__name__", type(backend).__name__)
+            raise BackendCompilerFailed(name, e) from e
+        if not callable(compiled_fn):
+            raise TypeError(f"backend {backend!r} returned {type(compiled_fn).__name__}, not a callable")
+        return compiled_fn
+
+    def _build_guards(self) -> CheckFunction:
+        """Guards last, as TorchDynamo builds them: a backend may specialise a size (a decomposition
+        that needs its value), and what it assumed must be checked too."""
+        self._guard_input_overlap()
+        for fake, source, value, _ in self.tracked_fakes:  # dims the trace specialised are static again
+            if isinstance(fake, torch.Tensor):
+                self.guard_builder.replace("TENSOR_MATCH", source, TensorMeta.of(value, fake))
+        for relation in symbolic_shapes.produce_guards(self.fake_mode.shape_env, self.tracked_fakes, self.scope):
+            self.add_guard("SHAPE_ENV", None, relation)
+        check_fn = self.guard_builder.build()
+        artifacts.record("guards", self.frame_name, check_fn.code)
+        logs.get_logger("guards").info("GUARDS %s\n%s", self.frame_name,
+                                       "\n".join(str(g) for g in check_fn.guards))
+        return check_fn
 
     def _tracing_context(self):
         """For a graph with symbolic sizes, the backend runs in a ``torch._guards.TracingContext`` holding

@@ -1,4 +1,5 @@
-"""Resume functions: the rest of a frame after a graph break, as a new code object.
+"""Resume functions: the rest of a frame after a graph break, as a new code object (PyTorch:
+resume_execution.py, ``ContinueExecutionCache``).
 
 When tracing stops at an unsupported instruction (a call of ``print``, ``.item()``, a jump on a
 tensor's value), tinydynamo compiles the graph so far, runs that one instruction natively, then
@@ -100,8 +101,7 @@ def live_locals(code: types.CodeType, offset: int, names: list[str]) -> list[str
 
 def make_resume_code(code: types.CodeType, resume_offset: int, stack_slots: list,
                      local_names: list[str]) -> types.CodeType:
-    """A code object running ``code`` from ``resume_offset``, given the stack and locals as arguments
-    (PyTorch: ``ContinueExecutionCache.lookup`` in ``resume_execution.py``).
+    """A code object running ``code`` from ``resume_offset``, given the stack and locals as arguments.
 
     ``stack_slots`` says what each stack slot holds, bottom first: ``"value"`` (passed as an
     argument), ``"null"`` (recreated with PUSH_NULL) or ``"iter"`` (a loop's iterator: passed as
