@@ -137,7 +137,7 @@ def op_sites() -> dict:
 
 
 def report() -> dict:
-    lengths = function_lengths("tinydynamo") + function_lengths("tininductor")
+    lengths = sorted(function_lengths("tinydynamo") + function_lengths("tininductor"), reverse=True)
     graph = import_graph("tinydynamo")
     cycles = strongly_connected(graph)
     back_edges = imports_back_up(graph)

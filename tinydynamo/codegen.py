@@ -6,9 +6,10 @@ same jobs: rebuild the frame's return value from the graph outputs, and at a gra
 instruction that broke natively and call the resume function(s) with the rebuilt stack and locals
 (:class:`GraphBreakCodegen`):
 
-    ___o = ___compiled_fn(L['x'])
-    ___r = ___wrap0(___G_print, None)(___o[0])        # the CALL that broke, run natively
-    return ___resume0(___r, ___o[1])                  # the rest of the frame: __resume_at_<offset>
+    def ___compiled_frame(L, G):
+        ___o = ___compiled_fn(L['x'])
+        ___r = ___wrap0(___c1, None)('hi')     # print('hi'): the CALL that broke, run natively
+        return ___resume2(___r, ___o[0])       # the rest of the frame: __resume_at_<offset>
 """
 from __future__ import annotations
 
