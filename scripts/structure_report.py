@@ -25,10 +25,11 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 LAYERS = [
     ("api", "compiler", "explanation", "instructor_view", "testing", "tracer", "viz"),
     ("eval_frame",),
-    ("symbolic_convert", "resume", "polyfills"),
+    ("symbolic_convert", "polyfills", "trace_rules"),
     ("output_graph", "codegen", "side_effects"),
     ("variables",),
-    ("guards", "source", "bytecode", "utils", "config", "exc", "logs", "artifacts", "_lazy", "backends",
+    # resume.py assembles code objects from bytecode alone (a leaf, like torch's resume_execution.py)
+    ("guards", "source", "bytecode", "resume", "utils", "config", "exc", "logs", "artifacts", "_lazy", "backends",
      "decompile", "symbolic_shapes"),
 ]
 OP_SITE_FILES = ["tininductor/prims.py", "tininductor/virtualized.py", "tininductor/lowering.py",
@@ -136,7 +137,7 @@ def op_sites() -> dict:
 
 
 def report() -> dict:
-    lengths = function_lengths("tinydynamo") + function_lengths("tininductor")
+    lengths = sorted(function_lengths("tinydynamo") + function_lengths("tininductor"), reverse=True)
     graph = import_graph("tinydynamo")
     cycles = strongly_connected(graph)
     back_edges = imports_back_up(graph)

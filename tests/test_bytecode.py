@@ -328,6 +328,30 @@ def test_resolve_call_slots_rule():
     assert bc.resolve_call_slots(*slots, isn) == (len, [])
 
 
+def test_call_layout_decodes_calls():
+    """One decoder of CALL / CALL_FUNCTION_EX stacks (the translator and the graph-break codegen use it)."""
+    null = object()
+    isn = lambda v: v is null  # noqa: E731
+
+    def method_call(o, a, b):
+        return o.m(a, k=b)
+
+    def star_call(g, a, kw):
+        return g(*a, **kw)
+
+    call = next(i for i in bc.get_instructions(method_call.__code__) if i.opname == "CALL")
+    layout = bc.call_layout(call, ["below", "M", "O", "A", "B"], isn)  # a method load: [method, self]
+    assert (layout.fn, layout.args, layout.kwargs) == ("M", ["O", "A"], {"k": "B"})
+    assert (layout.below, layout.depth, layout.fn_index) == (["below"], 4, 1)
+    ex = next(i for i in bc.get_instructions(star_call.__code__) if i.opname == "CALL_FUNCTION_EX")
+    stack = ["below", *bc.with_null("G", null), "ARGS", "KW"]
+    layout = bc.call_layout(ex, stack, isn)
+    assert (layout.fn, layout.args, layout.star_args, layout.star_kwargs) == ("G", [], "ARGS", "KW")
+    assert (layout.below, layout.depth, stack[layout.fn_index]) == (["below"], 4, "G")
+    with pytest.raises(ValueError, match="not a call instruction"):
+        bc.call_layout(bc.get_instructions(star_call.__code__)[0], stack, isn)
+
+
 def test_format_instructions_listing():
     text = bc.format_instructions(f_loops, current=3)
     assert "FOR_ITER" in text and ">>" in text and "-->" in text

@@ -1,76 +1,20 @@
 """The rest of ``torch._dynamo``'s public API: ``allow_in_graph``, ``disallow_in_graph``, ``graph_break``,
 ``run``, ``export``, ``is_compiling`` (``torch.compiler``-style names live in :mod:`tinydynamo.compiler`).
 
-Functions marked here are found by :func:`tinydynamo.polyfills.variable_for` (VariableBuilder asks it
-about every value it wraps), so marking takes effect at the next trace (``tinydynamo.reset()`` to
+Functions marked here (the marks are kept in :mod:`tinydynamo.trace_rules`) are found by
+:func:`tinydynamo.polyfills.variable_for` (VariableBuilder asks it about every value it wraps), so marking takes effect at the next trace (``tinydynamo.reset()`` to
 forget graphs already compiled, as with torch).
 """
 from __future__ import annotations
 
-import types
-from typing import Any, Callable, NamedTuple
+from typing import Callable, NamedTuple
 
 import torch
 
 from tinydynamo.exc import unimplemented
-
-#: functions called as ONE node of the graph, their insides not traced (allow_in_graph)
-ALLOWED_IN_GRAPH: dict[int, Callable] = {}
-#: functions never put in the graph: calling one is a graph break (disallow_in_graph)
-DISALLOWED_IN_GRAPH: dict[int, Callable] = {}
-
-
-def allow_in_graph(fn: Callable) -> Callable:
-    """Put calls of ``fn`` into the graph as a single ``call_function`` node (run on fake tensors at
-    trace time), as ``torch._dynamo.allow_in_graph`` does. ``fn`` must take and return tensors."""
-    if not callable(fn):
-        raise TypeError(f"allow_in_graph expects a callable, got {type(fn).__name__}")
-    DISALLOWED_IN_GRAPH.pop(id(fn), None)
-    ALLOWED_IN_GRAPH[id(fn)] = fn
-    return fn
-
-
-def disallow_in_graph(fn: Callable) -> Callable:
-    """Never put ``fn`` (e.g. a torch op) in the graph: each call is a graph break and runs eagerly."""
-    if not callable(fn):
-        raise TypeError(f"disallow_in_graph expects a callable, got {type(fn).__name__}")
-    ALLOWED_IN_GRAPH.pop(id(fn), None)
-    DISALLOWED_IN_GRAPH[id(fn)] = fn
-    return fn
-
-
-def graph_break() -> None:
-    """Force a graph break here (does nothing when run eagerly)."""
-
-
-def is_compiling() -> bool:
-    """True while tinydynamo traces the calling code, False when it runs eagerly."""
-    return False
-
-
-def special_variable(value: Any, source) -> Any:
-    """The variable for a function marked by this module (or ``is_compiling``), else None."""
-    from tinydynamo.variables.constant import ConstantVariable
-    from tinydynamo.variables.objects import InGraphFunctionVariable, OpaqueCallVariable
-
-    if value is graph_break:
-        return OpaqueCallVariable(value, "graph_break() called")
-    if any(value is f for f in _IS_COMPILING):
-        return InGraphFunctionVariable(lambda *a, **k: True, constant=ConstantVariable(True))
-    if id(value) in DISALLOWED_IN_GRAPH and DISALLOWED_IN_GRAPH[id(value)] is value:
-        return OpaqueCallVariable(value, f"{getattr(value, '__qualname__', value)} is marked disallow_in_graph")
-    if id(value) in ALLOWED_IN_GRAPH and ALLOWED_IN_GRAPH[id(value)] is value:
-        return InGraphFunctionVariable(value)
-    return None
-
-
-def _is_compiling_functions() -> tuple:
-    fns = [is_compiling, torch.compiler.is_compiling, torch._dynamo.is_compiling]
-    fns += [getattr(torch.compiler, "is_dynamo_compiling", is_compiling)]
-    return tuple(fns)
-
-
-_IS_COMPILING = _is_compiling_functions()
+from tinydynamo.trace_rules import (  # noqa: F401  (the marks live where the tracer reads them)
+    ALLOWED_IN_GRAPH, DISALLOWED_IN_GRAPH, allow_in_graph, disallow_in_graph, graph_break, is_compiling,
+    special_variable)
 
 
 # ---- run: cached code only ---------------------------------------------------------------------------------

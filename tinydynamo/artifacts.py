@@ -11,6 +11,9 @@ from __future__ import annotations
 import collections
 import contextlib
 import dataclasses
+import os
+import re
+from pathlib import Path
 from typing import Any, Iterator
 
 #: The kinds, in the order the instructor's view shows them (pipeline order).
@@ -72,3 +75,19 @@ def collecting(name: str) -> Iterator[CompileArtifacts]:
     finally:
         _stack.remove(arts)
         history.append(arts)
+
+
+def dump_debug_dir(arts: CompileArtifacts) -> Path | None:
+    """With TINY_COMPILE_DEBUG=1: write one directory per compiled frame (called by eval_frame), under
+    ``tiny_debug/`` or ``$TINY_COMPILE_DEBUG_DIR`` (TorchDynamo: ``TORCH_COMPILE_DEBUG``)."""
+    if os.environ.get("TINY_COMPILE_DEBUG", "") not in ("1", "true", "True"):
+        return None
+    root = Path(os.environ.get("TINY_COMPILE_DEBUG_DIR", "tiny_debug"))
+    index = len(list(root.glob("*"))) if root.exists() else 0
+    d = root / f"{index:03d}_{re.sub(r'[^0-9A-Za-z_.]+', '_', arts.name)}"
+    d.mkdir(parents=True, exist_ok=True)
+    for kind, items in arts.items.items():
+        for i, (title, value) in enumerate(items):
+            suffix = ".py" if kind in ("source", "graph", "guards", "transformed_code", "output_code") else ".txt"
+            (d / f"{kind}{'_' + str(i) if i else ''}{suffix}").write_text(f"# {title}\n{value}\n")
+    return d

@@ -154,6 +154,48 @@ def resolve_call_slots(slot0: Any, slot1: Any, is_null: Callable[[Any], bool]) -
     return slot0, [slot1]
 
 
+@dataclasses.dataclass
+class CallLayout:
+    """What a CALL / CALL_FUNCTION_EX finds on the stack, decoded once (the translator runs it, the
+    graph-break codegen rebuilds it): the callable, its arguments, and the stack ``below`` the call."""
+
+    fn: Any
+    args: list[Any]  # positional, the method's ``self`` (a leading argument) first
+    kwargs: dict[str, Any]  # CALL's keyword arguments (KW_NAMES / CALL_KW)
+    star_args: Any = None  # CALL_FUNCTION_EX: the ``*args`` sequence
+    star_kwargs: Any = None  # CALL_FUNCTION_EX: the ``**kwargs`` mapping, if any
+    below: list[Any] = dataclasses.field(default_factory=list)
+    depth: int = 0  # how many stack items the call consumes
+    fn_index: int = 0  # the callable's position in ``stack`` (slot0, or slot1 when slot0 is NULL)
+
+
+def call_layout(inst: "Instruction", stack: list[Any], is_null: Callable[[Any], bool]) -> CallLayout:
+    """Decode the top of ``stack`` for ``inst`` (a normalised CALL or CALL_FUNCTION_EX).
+
+    CALL ``n``: ``[..., slot0, slot1, arg1 .. argn]``, the last ``len(inst.kw_names)`` arguments
+    are keywords. CALL_FUNCTION_EX: ``[..., slot0, slot1, args(, kwargs if inst.argval)]``.
+    """
+    if inst.opname == "CALL":
+        n = inst.argval
+        depth = n + 2
+        slot0, slot1 = stack[len(stack) - depth], stack[len(stack) - depth + 1]
+        args = stack[len(stack) - n:]
+        fn, lead = resolve_call_slots(slot0, slot1, is_null)
+        nkw = len(inst.kw_names)
+        return CallLayout(fn, lead + args[:n - nkw], dict(zip(inst.kw_names, args[n - nkw:])),
+                          below=stack[:len(stack) - depth], depth=depth,
+                          fn_index=len(stack) - depth + (1 if is_null(slot0) else 0))
+    if inst.opname == "CALL_FUNCTION_EX":
+        has_kw = 1 if inst.argval else 0
+        depth = 3 + has_kw
+        slot0, slot1 = stack[len(stack) - depth], stack[len(stack) - depth + 1]
+        fn, lead = resolve_call_slots(slot0, slot1, is_null)
+        return CallLayout(fn, lead, {}, star_args=stack[len(stack) - depth + 2],
+                          star_kwargs=stack[-1] if has_kw else None, below=stack[:len(stack) - depth], depth=depth,
+                          fn_index=len(stack) - depth + (1 if is_null(slot0) else 0))
+    raise ValueError(f"call_layout: {inst.opname} is not a call instruction (CALL or CALL_FUNCTION_EX)")
+
+
 # ---------------------------------------------------------------------------------------------
 # normalisation
 # ---------------------------------------------------------------------------------------------
@@ -233,75 +275,91 @@ def get_instructions(code_or_fn: Any) -> list[Instruction]:
             emit("CALL", ins.argval, str(ins.argval) + (f" kw={pending_kw}" if pending_kw else ""),
                  kw_names=pending_kw)
             pending_kw = ()
-        elif name == "LOAD_GLOBAL":
-            emit(name, ins.argval, ins.argval, push_null=bool(ins.arg & 1))
-        elif name == "LOAD_SUPER_ATTR":  # 3.12+: `super().name`; low bit: a method load (like LOAD_ATTR's)
-            method = bool(ins.arg & 1)
-            emit(name, ins.argval, ins.argval, push_null=method, is_method=method)
-        elif name == "LOAD_METHOD":  # 3.11
-            emit("LOAD_ATTR", ins.argval, ins.argval, push_null=True, is_method=True)
-        elif name == "LOAD_ATTR":
-            method = sys.version_info >= (3, 12) and bool(ins.arg & 1)
-            emit(name, ins.argval, ins.argval, push_null=method, is_method=method)
-        elif name == "COMPARE_OP":
-            op = str(ins.argval)
-            if op.startswith("bool(") and op.endswith(")"):
-                op = op[5:-1]
-            emit(name, op, op)
-        elif name == "BINARY_OP":
-            emit(name, ins.argrepr, ins.argrepr)
-        elif name in ("IS_OP", "CONTAINS_OP"):
-            neg = bool(ins.argval)
-            word = "is" if name == "IS_OP" else "in"
-            emit(name, neg, f"{word} not" if (neg and word == "is") else (f"not {word}" if neg else word))
-        elif name == "RETURN_CONST":
-            emit("LOAD_CONST", ins.argval, repr(ins.argval))
-            emit("RETURN_VALUE")
-        elif name in ("BINARY_SLICE", "STORE_SLICE"):
-            emit("BUILD_SLICE", 2, "2")
-            emit("BINARY_SUBSCR" if name == "BINARY_SLICE" else "STORE_SUBSCR")
-        elif name == "CALL_INTRINSIC_1":
-            if ins.argrepr in _INTRINSICS:
-                emit(_INTRINSICS[ins.argrepr])
-            else:
-                emit(name, ins.argrepr, ins.argrepr)
-        elif name in _SUPER:
-            first, second = _SUPER[name]
-            emit(first, ins.argval[0], ins.argval[0])
-            emit(second, ins.argval[1], ins.argval[1])
-        elif name == "MAKE_FUNCTION":  # 3.11/3.12 flags -> 3.13's MAKE_FUNCTION + SET_FUNCTION_ATTRIBUTE
-            emit(name)
-            flags = ins.arg if sys.version_info < (3, 13) else 0
-            for bit in (0x08, 0x04, 0x02, 0x01):  # topmost attribute first, as 3.13 emits them
-                if flags & bit:
-                    emit("SET_FUNCTION_ATTRIBUTE", _FUNCTION_ATTRS[bit], _FUNCTION_ATTRS[bit])
-        elif name == "SET_FUNCTION_ATTRIBUTE":
-            emit(name, _FUNCTION_ATTRS[ins.arg], _FUNCTION_ATTRS[ins.arg])
-        elif name == "FORMAT_VALUE":  # 3.11/3.12 -> 3.13's CONVERT_VALUE + FORMAT_SIMPLE / FORMAT_WITH_SPEC
-            convert, has_spec = ins.argval
-            if has_spec:  # the spec is on top of the value: the conversion goes with the formatting
-                emit("FORMAT_WITH_SPEC", convert, getattr(convert, "__name__", ""))
-            else:
-                if convert is not None:
-                    emit("CONVERT_VALUE", convert, convert.__name__)
-                emit("FORMAT_SIMPLE")
-        elif name == "CONVERT_VALUE":  # 3.13: argval = the conversion function (str, repr, ascii)
-            convert = (None, str, repr, ascii)[ins.arg]
-            emit(name, convert, getattr(convert, "__name__", ""))
-        elif name == "FORMAT_WITH_SPEC":
-            emit(name, None, "")
-        elif name == "LOAD_SUPER_ATTR":  # 3.12+: low bit = method load (push_null, like LOAD_ATTR)
-            emit(name, ins.argval, ins.argval, push_null=bool(ins.arg & 1), is_method=bool(ins.arg & 1))
-        elif name == "CALL_FUNCTION_EX":
-            emit(name, bool(ins.argval & 1), "kwargs" if ins.argval & 1 else "")
         elif jump is not None:
             emit(name, jump, f"to {jump}")
             out[-1] = (out[-1][0], jump)
-        else:
+        elif not (_normalise_operand(name, ins, emit) or _normalise_function_or_format(name, ins, emit)):
             rep = ins.argrepr or ("" if ins.argval is None else str(ins.argval))
             emit(name, ins.argval, rep)
+    return _resolve_jumps(out, code)
 
-    # Resolve jump offsets to indices. A jump to a dropped instruction lands on the next kept one.
+
+def _normalise_operand(name: str, ins: dis.Instruction, emit: Callable[..., None]) -> bool:
+    """Loads, operators and instructions that 3.12/3.13 fused or split: emit the normalised form
+    (False: ``name`` is not one of them)."""
+    if name == "LOAD_GLOBAL":
+        emit(name, ins.argval, ins.argval, push_null=bool(ins.arg & 1))
+    elif name == "LOAD_SUPER_ATTR":  # 3.12+: `super().name`; low bit: a method load (like LOAD_ATTR's)
+        method = bool(ins.arg & 1)
+        emit(name, ins.argval, ins.argval, push_null=method, is_method=method)
+    elif name == "LOAD_METHOD":  # 3.11
+        emit("LOAD_ATTR", ins.argval, ins.argval, push_null=True, is_method=True)
+    elif name == "LOAD_ATTR":
+        method = sys.version_info >= (3, 12) and bool(ins.arg & 1)
+        emit(name, ins.argval, ins.argval, push_null=method, is_method=method)
+    elif name == "COMPARE_OP":
+        op = str(ins.argval)
+        if op.startswith("bool(") and op.endswith(")"):
+            op = op[5:-1]
+        emit(name, op, op)
+    elif name == "BINARY_OP":
+        emit(name, ins.argrepr, ins.argrepr)
+    elif name in ("IS_OP", "CONTAINS_OP"):
+        neg = bool(ins.argval)
+        word = "is" if name == "IS_OP" else "in"
+        emit(name, neg, f"{word} not" if (neg and word == "is") else (f"not {word}" if neg else word))
+    elif name == "RETURN_CONST":
+        emit("LOAD_CONST", ins.argval, repr(ins.argval))
+        emit("RETURN_VALUE")
+    elif name in ("BINARY_SLICE", "STORE_SLICE"):
+        emit("BUILD_SLICE", 2, "2")
+        emit("BINARY_SUBSCR" if name == "BINARY_SLICE" else "STORE_SUBSCR")
+    elif name == "CALL_INTRINSIC_1":
+        if ins.argrepr in _INTRINSICS:
+            emit(_INTRINSICS[ins.argrepr])
+        else:
+            emit(name, ins.argrepr, ins.argrepr)
+    elif name in _SUPER:
+        first, second = _SUPER[name]
+        emit(first, ins.argval[0], ins.argval[0])
+        emit(second, ins.argval[1], ins.argval[1])
+    elif name == "CALL_FUNCTION_EX":
+        emit(name, bool(ins.argval & 1), "kwargs" if ins.argval & 1 else "")
+    else:
+        return False
+    return True
+
+
+def _normalise_function_or_format(name: str, ins: dis.Instruction, emit: Callable[..., None]) -> bool:
+    """MAKE_FUNCTION and f-string formatting in 3.13's form (False: ``name`` is neither)."""
+    if name == "MAKE_FUNCTION":  # 3.11/3.12 flags -> 3.13's MAKE_FUNCTION + SET_FUNCTION_ATTRIBUTE
+        emit(name)
+        flags = ins.arg if sys.version_info < (3, 13) else 0
+        for bit in (0x08, 0x04, 0x02, 0x01):  # topmost attribute first, as 3.13 emits them
+            if flags & bit:
+                emit("SET_FUNCTION_ATTRIBUTE", _FUNCTION_ATTRS[bit], _FUNCTION_ATTRS[bit])
+    elif name == "SET_FUNCTION_ATTRIBUTE":
+        emit(name, _FUNCTION_ATTRS[ins.arg], _FUNCTION_ATTRS[ins.arg])
+    elif name == "FORMAT_VALUE":  # 3.11/3.12 -> 3.13's CONVERT_VALUE + FORMAT_SIMPLE / FORMAT_WITH_SPEC
+        convert, has_spec = ins.argval
+        if has_spec:  # the spec is on top of the value: the conversion goes with the formatting
+            emit("FORMAT_WITH_SPEC", convert, getattr(convert, "__name__", ""))
+        else:
+            if convert is not None:
+                emit("CONVERT_VALUE", convert, convert.__name__)
+            emit("FORMAT_SIMPLE")
+    elif name == "CONVERT_VALUE":  # 3.13: argval = the conversion function (str, repr, ascii)
+        convert = (None, str, repr, ascii)[ins.arg]
+        emit(name, convert, getattr(convert, "__name__", ""))
+    elif name == "FORMAT_WITH_SPEC":
+        emit(name, None, "")
+    else:
+        return False
+    return True
+
+
+def _resolve_jumps(out: list[tuple[dict[str, Any], int | None]], code: types.CodeType) -> list[Instruction]:
+    """Jump offsets to instruction indices. A jump to a dropped instruction lands on the next kept one."""
     first_index_at: dict[int, int] = {}
     for idx, (fields, _) in enumerate(out):
         first_index_at.setdefault(fields["offset"], idx)

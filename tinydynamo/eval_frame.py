@@ -42,7 +42,8 @@ bytecode_log = logs.get_logger("bytecode")
 
 @dataclasses.dataclass
 class FrameCache:
-    """Everything tinydynamo remembers about one code object."""
+    """Everything tinydynamo remembers about one code object (PyTorch: the code object's
+    ``ExtraState`` with its list of ``CacheEntry``)."""
 
     entries: list[CompiledFrame] = dataclasses.field(default_factory=list)
     run_eagerly: str | None = None  # why this code object now always runs eagerly
@@ -110,7 +111,8 @@ def _user_function(fn: Callable) -> tuple[types.FunctionType, Any]:
 
 
 class OptimizedFunction:
-    """A function wrapped by ``optimize``: each call checks the cache, compiling on a miss."""
+    """A function wrapped by ``optimize``: each call checks the cache, compiling on a miss (PyTorch:
+    ``_TorchDynamoContext``'s wrapper plus the C frame-evaluation hook)."""
 
     def __init__(self, fn: Callable, backend: Any, nopython: bool = False, dynamic: bool | None = None):
         self._orig_fn = fn
@@ -328,7 +330,9 @@ _current_backend: list = [None]
 
 def compile_frame(fn: types.FunctionType, L: dict, G: dict, backend, name: str,
                   allow_graph_breaks: bool = False, frame_state: dict | None = None) -> CompiledFrame:
-    """Trace ``fn``'s bytecode with the arguments in ``L`` and compile the graph: one cache entry."""
+    """Trace ``fn``'s bytecode with the arguments in ``L`` and compile the graph: one cache entry
+    (PyTorch: ``torch/_dynamo/convert_frame.py``, ``convert_frame``). The OutputGraph gets the
+    callables a graph break's code calls (:func:`wrap_for_resume`), so it never imports this module."""
     from tinydynamo.symbolic_convert import InstructionTranslator
 
     code = fn.__code__
@@ -345,7 +349,8 @@ def compile_frame(fn: types.FunctionType, L: dict, G: dict, backend, name: str,
         listing = bytecode.format_instructions(bytecode.get_instructions(code))
         artifacts.record("bytecode", name, listing)
         bytecode_log.info("BYTECODE %s %s:%d\n%s", name, code.co_filename, code.co_firstlineno, listing)
-        output = OutputGraph(G, name.replace(".", "_").replace("<", "").replace(">", ""), frame_state)
+        output = OutputGraph(G, name.replace(".", "_").replace("<", "").replace(">", ""), frame_state,
+                             wrap_for_resume=wrap_for_resume, call_resume_with_closure=call_resume_with_closure)
         tx = InstructionTranslator(code, G, L, output, allow_graph_breaks)
         grad_mode = torch.is_grad_enabled()
         try:
@@ -366,9 +371,7 @@ def compile_frame(fn: types.FunctionType, L: dict, G: dict, backend, name: str,
         entry = output.compile(return_value, backend, brk, code)
         for listener in _listeners:
             listener("entry", entry)
-    from tinydynamo.instructor_view import dump_debug_dir
-
-    dump_debug_dir(arts)
+    artifacts.dump_debug_dir(arts)
     return entry
 
 

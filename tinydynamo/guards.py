@@ -424,7 +424,8 @@ def use_check_codegen(fn: Callable[[list[Guard], SourceScope], str]) -> Iterator
 
 
 class CheckFunction:
-    """The compiled guards of one cache entry: ``check(L, G) -> bool``, plus the slow ``failure_reason``."""
+    """The compiled guards of one cache entry: ``check(L, G) -> bool``, plus the slow ``failure_reason``
+    (PyTorch: ``CheckFunctionManager``'s ``check_fn`` / guard manager)."""
 
     def __init__(self, guards: list[Guard], scope: SourceScope):
         self.guards = list(guards)

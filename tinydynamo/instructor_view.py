@@ -13,12 +13,10 @@ can add a renderer for a kind with :func:`register_renderer`.
 from __future__ import annotations
 
 import html
-import os
-import re
-from pathlib import Path
 from typing import Any, Callable
 
 from tinydynamo import artifacts
+from tinydynamo.artifacts import dump_debug_dir  # noqa: F401  (the TINY_COMPILE_DEBUG dump lives beside the artefacts)
 
 #: kind -> function(value) -> HTML string (default: preformatted text)
 RENDERERS: dict[str, Callable[[Any], str]] = {}
@@ -60,18 +58,3 @@ def show(fn: Callable, *args, backend: Any = None, **kwargs) -> ShowResult:
     result = eval_frame.optimize(backend)(fn)(*args, **kwargs)
     frames = [a for a in artifacts.history if id(a) not in before]  # history is a bounded deque
     return ShowResult(frames, result)
-
-
-def dump_debug_dir(arts: artifacts.CompileArtifacts) -> Path | None:
-    """With TINY_COMPILE_DEBUG=1: write one directory per compiled frame (called by eval_frame)."""
-    if os.environ.get("TINY_COMPILE_DEBUG", "") not in ("1", "true", "True"):
-        return None
-    root = Path(os.environ.get("TINY_COMPILE_DEBUG_DIR", "tiny_debug"))
-    index = len(list(root.glob("*"))) if root.exists() else 0
-    d = root / f"{index:03d}_{re.sub(r'[^0-9A-Za-z_.]+', '_', arts.name)}"
-    d.mkdir(parents=True, exist_ok=True)
-    for kind, items in arts.items.items():
-        for i, (title, value) in enumerate(items):
-            suffix = ".py" if kind in ("source", "graph", "guards", "transformed_code", "output_code") else ".txt"
-            (d / f"{kind}{'_' + str(i) if i else ''}{suffix}").write_text(f"# {title}\n{value}\n")
-    return d

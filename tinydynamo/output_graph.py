@@ -5,7 +5,8 @@ frame knows where to fetch it on every call), to add op nodes (running each op o
 to learn the result's shape/dtype/device without computing anything), and to install guards.
 At RETURN_VALUE, :meth:`OutputGraph.compile` hands the graph to the backend and generates the
 small Python function that a cache hit runs (after the graph call, it replays the side effects
-recorded by :class:`~tinydynamo.side_effects.SideEffects`):
+recorded by :class:`~tinydynamo.side_effects.SideEffects`; the lines after the graph call are written
+by :mod:`tinydynamo.codegen`):
 
     def ___compiled_frame(L, G):
         ___o = ___compiled_fn(L['x'], L['self'].fc1.weight, ...)
@@ -15,9 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import dis
-import math
-import types
 import operator
 import re
 from typing import Any, Callable
@@ -28,13 +26,14 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.amp.autocast_mode import _exit_autocast
 
 from tinydynamo import artifacts, logs, symbolic_shapes
+from tinydynamo.codegen import GraphBreakCodegen, PyCodegen
 from tinydynamo.exc import Unsupported, unimplemented
 from tinydynamo.side_effects import SideEffects
 from tinydynamo.guards import CheckFunction, GuardBuilder, TensorMeta
 from tinydynamo.source import ModuleMemberSource, Source, SourceScope
 from tinydynamo.utils import dynamo_timed
 from tinydynamo.variables.base import VariableTracker
-from tinydynamo.variables.ctx_manager import WithExitFunctionVariable, is_grad_mode_node
+from tinydynamo.variables.ctx_manager import is_grad_mode_node
 from tinydynamo.variables.tensor import TensorVariable
 
 CALL_OPS = ("call_function", "call_method", "call_module")
@@ -42,7 +41,8 @@ CALL_OPS = ("call_function", "call_method", "call_module")
 
 @dataclasses.dataclass
 class CompiledFrame:
-    """One cache entry: guards + the generated function that runs the compiled graph."""
+    """One cache entry: guards + the generated function that runs the compiled graph (PyTorch:
+    ``CacheEntry``, with the transformed code object in place of ``code``)."""
 
     check_fn: CheckFunction
     run: Callable[[dict, dict], Any]
@@ -51,53 +51,6 @@ class CompiledFrame:
     backend: Any
     op_count: int
     break_reason: str | None = None  # set when the frame was split by a graph break
-
-
-class ReturnCodegen:
-    """Builds the Python expression that rebuilds the frame's return value from graph outputs."""
-
-    def __init__(self, output: "OutputGraph"):
-        self.output = output
-        self.hoist_sources = False  # read sources into temporaries first (when side effects are replayed)
-        self._hoisted: dict[str, str] = {}
-        self.nodes: list[torch.fx.Node] = []
-        self.prelude: list[str] = []  # temporaries built once, before the body uses them
-        self._shared: dict[int, str] = {}
-        self.resume_codes: list[types.CodeType] = []  # resume functions the body calls (for the views)
-
-    def shared(self, var, build: Callable[[], str]) -> str:
-        """A mutable container built once and referred to by name, so that every place holding it
-        (a local, a stack slot, a bound method) still shares ONE object after a graph break."""
-        if id(var) not in self._shared:
-            expr = build()
-            name = f"___t{len(self._shared)}"
-            self._shared[id(var)] = name
-            self.prelude.append(f"{name} = {expr}")
-        return self._shared[id(var)]
-
-    def graph_output(self, var: TensorVariable) -> str:
-        if var.node not in self.nodes:
-            self.nodes.append(var.node)
-        return f"___o[{self.nodes.index(var.node)}]"
-
-    def constant(self, value: Any, hint: str = "c") -> str:
-        if value is None or isinstance(value, (bool, str)) or (
-                type(value) in (int, float) and math.isfinite(value)):
-            return repr(value)
-        return self.output.scope.constant(value, hint)
-
-    def source_expr(self, source: Source) -> str:
-        """``source``'s expression; with side effects to replay, read once into a temporary before any
-        replayed store could rebind it (``self.items = []`` must not change what ``L['self'].items`` was)."""
-        from tinydynamo.source import LocalSource
-
-        if not self.hoist_sources or isinstance(source, LocalSource):
-            return source.code()
-        key = source.name()
-        if key not in self._hoisted:
-            self._hoisted[key] = f"___s{len(self._hoisted)}"
-            self.prelude.append(f"{self._hoisted[key]} = {source.code()}")
-        return self._hoisted[key]
 
 
 @contextlib.contextmanager
@@ -130,8 +83,15 @@ def _node_name(source: Source) -> str:
 
 
 class OutputGraph:
-    def __init__(self, f_globals: dict, frame_name: str, frame_state: dict | None = None):
+    """The graph of one frame (TorchDynamo's OutputGraph). The frame's caller (eval_frame) passes down
+    what compiled code calls at a graph break, so this layer never imports it back: ``wrap_for_resume``
+    (the compiled version of a resume function or callee) and ``call_resume_with_closure``."""
+
+    def __init__(self, f_globals: dict, frame_name: str, frame_state: dict | None = None, *,
+                 wrap_for_resume: Callable | None = None, call_resume_with_closure: Callable | None = None):
         self.frame_name = frame_name
+        self.wrap_for_resume = wrap_for_resume
+        self.call_resume_with_closure = call_resume_with_closure
         self.graph = torch.fx.Graph()
         self.root = torch.nn.Module()
         with dynamo_timed("fake_tensor_mode"):  # the first one imports torch._dynamo (its config)
@@ -337,13 +297,13 @@ class OutputGraph:
         the translator) it runs the unsupported instruction natively and calls resume
         function(s) with the rebuilt stack and locals (see tinydynamo.resume).
         """
-        codegen = ReturnCodegen(self)
+        codegen = PyCodegen(self)
         codegen.hoist_sources = not self.side_effects.is_empty()
         replay = self.side_effects.codegen_update_mutated(codegen)  # before the instruction/return
         if graph_break is None:
             body = [f"return {return_value.reconstruct(codegen)}"]
         else:
-            body = self._break_body(graph_break, codegen, backend, code)
+            body = GraphBreakCodegen(self, graph_break, codegen, backend, code).lines()
         self.graph.output(tuple(codegen.nodes))
         self._dead_code_elimination()
         self.graph.lint()
@@ -352,44 +312,9 @@ class OutputGraph:
         artifacts.record("graph", self.frame_name, gm.print_readable(print_output=False))
         if logs.enabled("graph_code"):
             logs.get_logger("graph_code").info("TRACED GRAPH %s\n%s", self.frame_name, gm.print_readable(print_output=False))
-        if n_ops:
-            try:
-                with dynamo_timed("backend_compile"), preserve_rng_state(), self._tracing_context():
-                    compiled_fn = backend(gm, list(self.example_inputs))
-            except Unsupported:
-                raise
-            except Exception as e:
-                from tinydynamo.exc import BackendCompilerFailed
-
-                name = getattr(backend, "__name__", type(backend).__name__)
-                raise BackendCompilerFailed(name, e) from e
-            if not callable(compiled_fn):
-                raise TypeError(f"backend {backend!r} returned {type(compiled_fn).__name__}, not a callable")
-        else:  # nothing to compile: TorchDynamo skips the backend for op-free graphs too
-            compiled_fn = gm.forward
-        # guards last, as TorchDynamo builds them: a backend may specialise a size (a decomposition
-        # that needs its value), and what it assumed must be checked too
-        self._guard_input_overlap()
-        for fake, source, value, _ in self.tracked_fakes:  # dims the trace specialised are static again
-            if isinstance(fake, torch.Tensor):
-                self.guard_builder.replace("TENSOR_MATCH", source, TensorMeta.of(value, fake))
-        for relation in symbolic_shapes.produce_guards(self.fake_mode.shape_env, self.tracked_fakes, self.scope):
-            self.add_guard("SHAPE_ENV", None, relation)
-        check_fn = self.guard_builder.build()
-        artifacts.record("guards", self.frame_name, check_fn.code)
-        logs.get_logger("guards").info("GUARDS %s\n%s", self.frame_name,
-                                       "\n".join(str(g) for g in check_fn.guards))
-        inputs = ", ".join(s.code() for s in self.input_sources)
-        lines = ["def ___compiled_frame(L, G):"]
-        grad_nodes = [n for n in self.graph.nodes if is_grad_mode_node(n)]
-        if grad_nodes:  # the grad mode after the graph, also when it raises (as eager's `with` exits)
-            lines += ["    try:", f"        ___o = ___compiled_fn({inputs})" if n_ops else "        pass",
-                      "    finally:", f"        {self.scope.constant(torch._C._set_grad_enabled, 'fn')}"
-                      f"({grad_nodes[-1].args[0]})  # torch._C._set_grad_enabled"]
-        elif codegen.nodes or n_ops:
-            lines.append(f"    ___o = ___compiled_fn({inputs})")
-        lines += [f"    {line}" for line in codegen.prelude + replay + body]
-        text = "\n".join(lines) + "\n"
+        compiled_fn = self._call_backend(gm, backend, n_ops)
+        check_fn = self._build_guards()
+        text = codegen.compiled_frame_source(replay + body, n_ops)
         namespace = {**self.scope.names, "___compiled_fn": compiled_fn}
         exec(compile(text, f"<tinydynamo {self.frame_name}>", "exec"), namespace)
         artifacts.record("transformed_code", self.frame_name, text)
@@ -400,6 +325,39 @@ class OutputGraph:
                 artifacts.record("transformed_code", f"{resume_code.co_name} (decompiled)", DecompiledCode(resume_code))
         return CompiledFrame(check_fn, namespace["___compiled_frame"], gm, text, backend, n_ops,
                              graph_break.reason if graph_break is not None else None)
+
+    def _call_backend(self, gm: torch.fx.GraphModule, backend: Callable, n_ops: int) -> Callable:
+        """``backend(gm, example_inputs)``; an error in it is a BackendCompilerFailed naming the backend."""
+        if not n_ops:  # nothing to compile: TorchDynamo skips the backend for op-free graphs too
+            return gm.forward
+        try:
+            with dynamo_timed("backend_compile"), preserve_rng_state(), self._tracing_context():
+                compiled_fn = backend(gm, list(self.example_inputs))
+        except Unsupported:
+            raise
+        except Exception as e:
+            from tinydynamo.exc import BackendCompilerFailed
+
+            name = getattr(backend, "__name__", type(backend).__name__)
+            raise BackendCompilerFailed(name, e) from e
+        if not callable(compiled_fn):
+            raise TypeError(f"backend {backend!r} returned {type(compiled_fn).__name__}, not a callable")
+        return compiled_fn
+
+    def _build_guards(self) -> CheckFunction:
+        """Guards last, as TorchDynamo builds them: a backend may specialise a size (a decomposition
+        that needs its value), and what it assumed must be checked too."""
+        self._guard_input_overlap()
+        for fake, source, value, _ in self.tracked_fakes:  # dims the trace specialised are static again
+            if isinstance(fake, torch.Tensor):
+                self.guard_builder.replace("TENSOR_MATCH", source, TensorMeta.of(value, fake))
+        for relation in symbolic_shapes.produce_guards(self.fake_mode.shape_env, self.tracked_fakes, self.scope):
+            self.add_guard("SHAPE_ENV", None, relation)
+        check_fn = self.guard_builder.build()
+        artifacts.record("guards", self.frame_name, check_fn.code)
+        logs.get_logger("guards").info("GUARDS %s\n%s", self.frame_name,
+                                       "\n".join(str(g) for g in check_fn.guards))
+        return check_fn
 
     def _tracing_context(self):
         """For a graph with symbolic sizes, the backend runs in a ``torch._guards.TracingContext`` holding
@@ -425,112 +383,3 @@ class OutputGraph:
         if len(pairs) < 2 or not any(_writes_in_place(n) for n in self.graph.nodes):
             return
         self.add_guard("STORAGE_OVERLAP", None, (tuple(s for s, _ in pairs), storage_groups(*[t for _, t in pairs])))
-
-    def _break_body(self, brk, codegen: "ReturnCodegen", backend, code) -> list[str]:
-        """Lines that run the breaking instruction natively, then call the resume function(s)."""
-        from tinydynamo import bytecode as bc
-        from tinydynamo.eval_frame import wrap_for_resume
-        from tinydynamo.resume import live_locals, make_resume_code, next_offset
-        from tinydynamo.variables.base import NULL
-        from tinydynamo.variables.dicts import DictVariable
-        from tinydynamo.variables.lists import ListIteratorVariable
-
-        inst = brk.inst
-        stack = list(brk.stack)
-        all_locals = [n for n in brk.symbolic_locals if not n.startswith("___stack")]  # dead after a prologue
-        lines: list[str] = []
-
-        def slot(v) -> str:
-            if isinstance(v, WithExitFunctionVariable):
-                return "ctx"
-            return "null" if v is NULL else "iter" if isinstance(v, ListIteratorVariable) else "value"
-
-        def rebuild(v) -> str:  # an iterator travels as the list of its remaining items
-            if getattr(v, "gen", None) is not None:  # a lazy one (map, filter, count...) has no list of them
-                unimplemented("a graph break inside a loop over a lazy iterator (map/filter/itertools): "
-                              "its remaining items are not known")
-            if isinstance(v, ListIteratorVariable):
-                return f"[{', '.join(i.reconstruct(codegen) for i in v.items[v.index:])}]"
-            return v.reconstruct(codegen)
-
-        def resume_call(offset: int, below: list, pushed: list[str]) -> str:
-            kinds = [slot(v) for v in below] + ["value"] * len(pushed)
-            exprs = [rebuild(v) for v in below if v is not NULL] + pushed
-            local_names = live_locals(code, offset, all_locals)
-            local_exprs = [brk.symbolic_locals[n].reconstruct(codegen) for n in local_names]
-            resume_code = make_resume_code(code, offset, kinds, local_names)
-            codegen.resume_codes.append(resume_code)
-            if resume_code.co_freevars:  # the frame's cells travel as the resume function's closure
-                from tinydynamo.eval_frame import call_resume_with_closure
-
-                cells = [brk.cells[n] for n in resume_code.co_freevars]
-                template = types.FunctionType(resume_code, self.scope.f_globals, resume_code.co_name, None,
-                                              tuple(types.CellType() for _ in cells))
-                name = self.scope.constant(wrap_for_resume(template, backend), "resume")
-                closure = "(" + "".join(f"{c.reconstruct(codegen)}, " for c in cells) + ")"
-                call = self.scope.constant(call_resume_with_closure, "call_resume")
-                return f"return {call}({name}, {closure}, {', '.join(exprs + local_exprs)})"
-            fn = types.FunctionType(resume_code, self.scope.f_globals, resume_code.co_name)
-            name = self.scope.constant(wrap_for_resume(fn, backend), "resume")
-            return f"return {name}({', '.join(exprs + local_exprs)})"
-
-        if inst.opname in ("CALL", "CALL_FUNCTION_EX"):
-            if inst.opname == "CALL":
-                n = inst.argval
-                args = stack[len(stack) - n:]
-                slot0, slot1 = stack[len(stack) - n - 2], stack[len(stack) - n - 1]
-                below = stack[:len(stack) - n - 2]
-                fn, lead = bc.resolve_call_slots(slot0, slot1, lambda v: v is NULL)
-                nkw = len(inst.kw_names)
-                pos = [v.reconstruct(codegen) for v in lead + args[:n - nkw]]
-                kws = [f"{k}={v.reconstruct(codegen)}" for k, v in zip(inst.kw_names, args[n - nkw:])]
-                call_args = ", ".join(pos + kws)
-            else:
-                has_kw = inst.argval
-                kwargs_var = stack[-1] if has_kw else None
-                args_var = stack[-1 - has_kw]
-                slot0, slot1 = stack[-3 - has_kw], stack[-2 - has_kw]
-                below = stack[:len(stack) - 3 - has_kw]
-                fn, lead = bc.resolve_call_slots(slot0, slot1, lambda v: v is NULL)
-                parts = [v.reconstruct(codegen) for v in lead] + [f"*{args_var.reconstruct(codegen)}"]
-                if isinstance(kwargs_var, DictVariable) or kwargs_var is not None:
-                    parts.append(f"**{kwargs_var.reconstruct(codegen)}")
-                call_args = ", ".join(parts)
-            wrap = self.scope.constant(wrap_for_resume, "wrap")
-            lines.append(f"___r = {wrap}({fn.reconstruct(codegen)}, None)({call_args})")
-            lines.append(resume_call(next_offset(code, inst.offset), below, ["___r"]))
-        elif inst.opname == "STORE_ATTR":  # a side effect on an object from outside: do it for real
-            obj, value, below = stack[-1], stack[-2], stack[:-2]
-            lines.append(f"setattr({obj.reconstruct(codegen)}, {inst.argval!r}, {value.reconstruct(codegen)})")
-            lines.append(resume_call(next_offset(code, inst.offset), below, []))
-        elif inst.opname == "STORE_SUBSCR":
-            key, obj, value, below = stack[-1], stack[-2], stack[-3], stack[:-3]
-            lines.append(f"{obj.reconstruct(codegen)}[{key.reconstruct(codegen)}] = {value.reconstruct(codegen)}")
-            lines.append(resume_call(next_offset(code, inst.offset), below, []))
-        elif inst.opname == "DELETE_SUBSCR":
-            key, obj, below = stack[-1], stack[-2], stack[:-2]
-            lines.append(f"del {obj.reconstruct(codegen)}[{key.reconstruct(codegen)}]")
-            lines.append(resume_call(next_offset(code, inst.offset), below, []))
-        elif inst.opname == "STORE_GLOBAL":
-            value, below = stack[-1], stack[:-1]
-            lines.append(f"G[{inst.argval!r}] = {value.reconstruct(codegen)}")
-            lines.append(resume_call(next_offset(code, inst.offset), below, []))
-        else:  # POP_JUMP_IF_TRUE / POP_JUMP_IF_FALSE on a value only known at run time
-            cond, below = stack[-1], stack[:-1]
-            raw = next(i for i in dis.get_instructions(code) if i.offset == inst.offset)
-            jump_target = raw.argval
-            fall_through = next_offset(code, inst.offset)
-            when_true = jump_target if inst.opname == "POP_JUMP_IF_TRUE" else fall_through
-            when_false = fall_through if inst.opname == "POP_JUMP_IF_TRUE" else jump_target
-            lines.append(f"if {cond.reconstruct(codegen)}:")
-            lines.append(f"    {resume_call(when_true, below, [])}")
-            lines.append(resume_call(when_false, below, []))
-        # inside grad-mode `with` blocks (the graph has left them): the instruction runs in them again
-        contexts = [v for v in stack if isinstance(v, WithExitFunctionVariable)]
-        if contexts and inst.opname not in ("POP_JUMP_IF_FALSE", "POP_JUMP_IF_TRUE"):
-            native, rest = lines[:-1], lines[-1:]
-            for ctx in reversed(contexts):
-                native = [f"with {ctx.reconstruct(codegen)}:  # re-enter {ctx.ctx.describe()}"] + \
-                    [f"    {line}" for line in native]
-            lines = native + rest
-        return lines

@@ -300,9 +300,9 @@ def variable_for(value: Any, source) -> Any:
     """The VariableTracker to use for ``value`` instead of the usual wrapping, or None.
 
     Looked up by identity (``id``), never by ``==``: values such as numpy arrays compare elementwise."""
-    from tinydynamo import api
+    from tinydynamo import trace_rules
 
-    special = api.special_variable(value, source)  # allow_in_graph, disallow_in_graph, graph_break...
+    special = trace_rules.special_variable(value, source)  # allow_in_graph, disallow_in_graph, graph_break...
     if special is not None:
         return special
     from tinydynamo.variables.torch_function import default_torch_function_variable

@@ -1,4 +1,5 @@
-"""Resume functions: the rest of a frame after a graph break, as a new code object.
+"""Resume functions: the rest of a frame after a graph break, as a new code object (PyTorch:
+resume_execution.py, ``ContinueExecutionCache``).
 
 When tracing stops at an unsupported instruction (a call of ``print``, ``.item()``, a jump on a
 tensor's value), tinydynamo compiles the graph so far, runs that one instruction natively, then
@@ -131,20 +132,7 @@ def make_resume_code(code: types.CodeType, resume_offset: int, stack_slots: list
         n_prefix += 1
     lineno = target_instr.lineno if isinstance(target_instr.lineno, int) else code.co_firstlineno
     stack_args = [f"___stack{i}" for i, kind in enumerate(stack_slots) if kind != NULL_SLOT]
-    prologue: list = []
-    j = 0
-    for kind in stack_slots:
-        if kind == NULL_SLOT:
-            prologue.append(Instr("PUSH_NULL", lineno=lineno))
-        else:
-            prologue.append(Instr("LOAD_FAST", stack_args[j], lineno=lineno))
-            if kind == ITER_SLOT:
-                prologue.append(Instr("GET_ITER", lineno=lineno))
-            elif kind == CTX_SLOT:  # `with ___stackN:` -- leaves its __exit__ where the original's was
-                prologue.append(Instr("BEFORE_WITH", lineno=lineno))
-                prologue.append(Instr("POP_TOP", lineno=lineno))
-            j += 1
-    prologue.append(Instr("JUMP_FORWARD", label, lineno=lineno))
+    prologue = _prologue(stack_slots, stack_args, label, lineno)
     if code.co_freevars or code.co_cellvars:
         body, n_prefix = _cells_to_free_vars(body, n_prefix, code)
     new = Bytecode(body[:n_prefix] + prologue + body[n_prefix:])
@@ -163,6 +151,26 @@ def make_resume_code(code: types.CodeType, resume_offset: int, stack_slots: list
     new.first_lineno = bc.first_lineno
     new.docstring = None
     return new.to_code()
+
+
+def _prologue(stack_slots: list, stack_args: list[str], label: Label, lineno: int) -> list:
+    """Push the saved stack back (NULLs, values, iterators, re-entered ``with`` blocks), then jump
+    to the instruction after the break."""
+    prologue: list = []
+    j = 0
+    for kind in stack_slots:
+        if kind == NULL_SLOT:
+            prologue.append(Instr("PUSH_NULL", lineno=lineno))
+        else:
+            prologue.append(Instr("LOAD_FAST", stack_args[j], lineno=lineno))
+            if kind == ITER_SLOT:
+                prologue.append(Instr("GET_ITER", lineno=lineno))
+            elif kind == CTX_SLOT:  # `with ___stackN:` -- leaves its __exit__ where the original's was
+                prologue.append(Instr("BEFORE_WITH", lineno=lineno))
+                prologue.append(Instr("POP_TOP", lineno=lineno))
+            j += 1
+    prologue.append(Instr("JUMP_FORWARD", label, lineno=lineno))
+    return prologue
 
 
 def closure_names(code: types.CodeType) -> list[str]:

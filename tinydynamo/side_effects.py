@@ -132,10 +132,10 @@ class SideEffects:
 
     def _check_replayable(self, value: VariableTracker, what: str) -> None:
         """Fail at the store (a clean graph break there) if ``value`` could not be rebuilt after the graph."""
-        from tinydynamo.output_graph import ReturnCodegen
+        from tinydynamo.codegen import PyCodegen
 
         try:
-            value.reconstruct(ReturnCodegen(self.output))  # a scratch codegen: only asks "could you?"
+            value.reconstruct(PyCodegen(self.output))  # a scratch codegen: only asks "could you?"
         except Unsupported as e:
             unimplemented(f"{what}: the value cannot be rebuilt after the graph ({e.reason})")
 

@@ -589,27 +589,21 @@ def RETURN_VALUE(tx: T, inst): tx.return_value = tx.pop()
 # ---- calls and functions -------------------------------------------------------------------------------------
 @_handler
 def CALL(tx: T, inst):
-    args = tx.popn(inst.argval)
-    slot1, slot0 = tx.pop(), tx.pop()
-    fn, lead = bc.resolve_call_slots(slot0, slot1, lambda v: v is NULL)
-    nkw = len(inst.kw_names)
-    positional = lead + args[:len(args) - nkw]
-    kwargs = dict(zip(inst.kw_names, args[len(args) - nkw:])) if nkw else {}
-    tx.push(tx.call(fn, positional, kwargs))
+    call = bc.call_layout(inst, tx.stack, lambda v: v is NULL)  # the layout rule lives in bytecode.py
+    tx.popn(call.depth)
+    tx.push(tx.call(call.fn, call.args, call.kwargs))
 
 
 @_handler
 def CALL_FUNCTION_EX(tx: T, inst):
-    kwargs_var = tx.pop() if inst.argval else None
-    args_var = tx.pop()
-    slot1, slot0 = tx.pop(), tx.pop()
-    fn, lead = bc.resolve_call_slots(slot0, slot1, lambda v: v is NULL)
+    call = bc.call_layout(inst, tx.stack, lambda v: v is NULL)
+    tx.popn(call.depth)
     kwargs = {}
-    if kwargs_var is not None:
-        if not isinstance(kwargs_var, DictVariable):
-            unimplemented(f"**kwargs from {kwargs_var}")
-        kwargs = dict(kwargs_var.items)
-    tx.push(tx.call(fn, lead + args_var.unpack_var_sequence(tx), kwargs))
+    if call.star_kwargs is not None:
+        if not isinstance(call.star_kwargs, DictVariable):
+            unimplemented(f"**kwargs from {call.star_kwargs}")
+        kwargs = dict(call.star_kwargs.items)
+    tx.push(tx.call(call.fn, call.args + call.star_args.unpack_var_sequence(tx), kwargs))
 
 
 @_handler
@@ -988,16 +982,11 @@ class InstructionTranslator(InstructionTranslatorBase):
         """The frame's code with the callable of the call ``inst`` compiled (None: not a call)."""
         from tinydynamo.skip_frame import compile_callee_at
 
-        if inst.opname == "CALL":
-            above = inst.argval
-        elif inst.opname == "CALL_FUNCTION_EX":
-            above = 1 + bool(inst.argval)
-        else:
+        if inst.opname not in ("CALL", "CALL_FUNCTION_EX"):
             return None
-        slot0 = len(stack) - above - 2  # the two call slots: the callable is slot0 unless it is NULL
-        callable_slot = slot0 + 1 if stack[slot0] is NULL else slot0
+        call = bc.call_layout(inst, stack, lambda v: v is NULL)
         try:
-            return compile_callee_at(self.code, inst.offset, len(stack) - 1 - callable_slot)
+            return compile_callee_at(self.code, inst.offset, len(stack) - 1 - call.fn_index)
         except Exception as e:  # the frame then runs its own code, callees eagerly, as before
             from tinydynamo import logs
 

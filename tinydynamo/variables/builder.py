@@ -91,8 +91,17 @@ class VariableBuilder:
         return self._wrap_container(value)
 
     def _wrap_container(self, value: Any) -> VariableTracker:
-        from tinydynamo import eval_frame
+        """Everything that is not a tensor, a constant or an nn.Module: the first of these wrappers
+        that recognises ``value`` decides (their order matters: a partial is callable, a class a type)."""
+        for wrap in (self._wrap_collection, self._wrap_marked_callable, self._wrap_context_or_torch,
+                     self._wrap_function):
+            var = wrap(value)
+            if var is not None:
+                return var
+        return self._wrap_other(value)
 
+    def _wrap_collection(self, value: Any) -> VariableTracker | None:
+        """Tuples, lists, named tuples, dicts (each item wrapped through its own source) and modules."""
         src = self.source
         if type(value) in (tuple, list) or (isinstance(value, tuple) and hasattr(type(value), "_fields")):
             if type(value) in (tuple, list):
@@ -113,6 +122,13 @@ class VariableBuilder:
             if src is not None and not value.__name__.startswith(("torch", "math", "operator")):
                 self.guard("ID_MATCH", value)
             return PythonModuleVariable(value, src)
+        return None
+
+    def _wrap_marked_callable(self, value: Any) -> VariableTracker | None:
+        """Compiled, disabled, partial, lru_cache-wrapped, polyfilled and builtin functions."""
+        from tinydynamo import eval_frame
+
+        src = self.source
         if isinstance(value, eval_frame.OptimizedFunction):  # a compiled function called from traced code
             self.guard("ID_MATCH", value)
             from tinydynamo.source import AttrSource
@@ -140,6 +156,11 @@ class VariableBuilder:
         if _is_builtin(value):
             self.guard("ID_MATCH", value)
             return BuiltinVariable(value, src)
+        return None
+
+    def _wrap_context_or_torch(self, value: Any) -> VariableTracker | None:
+        """Grad-mode and autocast context managers, and torch functions."""
+        src = self.source
         if any(value is cls for cls in GRAD_MODE_CLASSES):  # torch.no_grad, ... (classes)
             self.guard("ID_MATCH", value)
             return GradModeClassVariable(value, src)
@@ -158,6 +179,11 @@ class VariableBuilder:
         if is_torch_callable(value):
             self.guard("ID_MATCH", value)
             return TorchVariable(value, src)
+        return None
+
+    def _wrap_function(self, value: Any) -> VariableTracker | None:
+        """Python functions and bound methods (inlined when called)."""
+        src = self.source
         if isinstance(value, types.FunctionType):
             if getattr(value, "_tinydynamo_rebuilt", False) and src is not None:
                 # a function the compiled code rebuilt from a frame's lambda/def: a new object each call,
@@ -185,6 +211,11 @@ class VariableBuilder:
                 self_src = AttrSource(src, "__self__")
             obj = VariableBuilder(self.tx, self_src).wrap(value.__self__)
             return UserMethodVariable(value.__func__, obj)
+        return None
+
+    def _wrap_other(self, value: Any) -> VariableTracker:
+        """Classes, frozensets, ``os.environ``; any other object is a user-defined object."""
+        src = self.source
         if isinstance(value, type):
             self.guard("ID_MATCH", value)
             return ConstantVariable(value, src)
@@ -201,6 +232,7 @@ class VariableBuilder:
         if src is not None and self.tx is not None:  # remembered for the not-aliased guards of attribute stores
             self.tx.output.side_effects.track_object_seen(value, src)
         return UserDefinedObjectVariable(value, src)
+
 
     def _wrap_partial(self, value: functools.partial) -> VariableTracker:
         """A ``functools.partial`` from outside the frame: its ``func``, ``args`` and ``keywords``

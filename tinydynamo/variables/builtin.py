@@ -176,140 +176,270 @@ class BuiltinVariable(VariableTracker):
 
     # ---- calls -------------------------------------------------------------------------------
     def call_function(self, tx, args, kwargs):
-        from tinydynamo.variables.builder import wrap_constant_result
-        from tinydynamo.variables.dicts import DictVariable
-        from tinydynamo.variables.lists import BaseListVariable, ListIteratorVariable, ListVariable, TupleVariable
-        from tinydynamo.variables.tensor import TensorVariable
-
+        """Dispatch through :data:`BUILTIN_HANDLERS` (TorchDynamo's ``BuiltinVariable`` looks up a
+        ``call_<name>`` method the same way). A handler returns None where it does not apply."""
         fn = self.fn
         extra = _call_extra(tx, fn, args, kwargs)  # sets, sorted(key=), next(it, default), id()...
         if extra is not None:
             return extra
         if fn in UNSUPPORTED_BUILTINS:
             unimplemented(UNSUPPORTED_BUILTINS[fn])
-        if fn is setattr and len(args) == 3 and not kwargs and args[1].is_python_constant():
-            args[0].var_setattr(tx, args[1].as_python_constant(), args[2])  # a side effect, like STORE_ATTR
-            return ConstantVariable(None)
+        handler = BUILTIN_HANDLERS.get(fn)
         if fn in TENSOR_OPERATORS and not kwargs:
-            if len(args) == 2:
-                return self.binop(tx, fn, *args)
-            if len(args) == 1 and isinstance(args[0], TensorVariable):
-                return tx.output.create_node("call_function", fn, args, {})
-        if fn is isinstance and len(args) == 2:
-            cls = args[1].as_python_constant()
-            return ConstantVariable(issubclass(args[0].python_type(), cls))
-        if fn is len and len(args) == 1:
-            if isinstance(args[0], TensorVariable):
-                if args[0].example.dim() == 0:
-                    unimplemented("len() of a 0-d tensor")
-                from tinydynamo.variables.sym_node import wrap_size
-
-                return wrap_size(tx, args[0], args[0].example.shape[0], "size", 0)
-            return args[0].call_method(tx, "__len__", [], {})
-        if fn is getattr and len(args) in (2, 3):
-            name = args[1].as_python_constant()
-            if len(args) == 3:
-                try:
-                    return args[0].var_getattr(tx, name)
-                except Exception:
-                    _guard_absent(tx, args[0], name)
-                    return args[2]
-            return args[0].var_getattr(tx, name)
-        if fn is hasattr and len(args) == 2:
-            name = args[1].as_python_constant()
-            try:
-                args[0].var_getattr(tx, name)
-                return ConstantVariable(True)
-            except Exception:
-                _guard_absent(tx, args[0], name)
-                return ConstantVariable(False)
+            handler = BuiltinVariable.call_operator
+        # handlers that read variables (an attribute, a length) run before constant folding
+        if handler is not None and fn not in HANDLED_AFTER_FOLDING:
+            result = handler(self, tx, args, kwargs)
+            if result is not None:
+                return result
         sym = _sym_call(tx, fn, args, kwargs)  # int(n), max(n, 4) of symbolic sizes; else n is specialised
         if sym is not None:
             return sym
-        # everything else: fold when all arguments are constants
-        if all(a.is_python_constant() for a in args) and all(v.is_python_constant() for v in kwargs.values()) \
-                and is_foldable(fn):
-            cargs = [a.as_python_constant() for a in args]
-            ckw = {k: v.as_python_constant() for k, v in kwargs.items()}
-            try:
-                return wrap_constant_result(fn(*cargs, **ckw))
-            except Exception as e:
-                unimplemented(f"{getattr(fn, '__name__', fn)}(...) raised {e!r} at trace time")
-        # sequences of non-constant items
-        if fn in (tuple, list) and len(args) == 1 and not kwargs:
-            items = args[0].unpack_var_sequence(tx)
-            return TupleVariable(items) if fn is tuple else ListVariable(items)
-        if fn in (tuple, list) and not args:
-            return TupleVariable([]) if fn is tuple else ListVariable([])
-        if fn is enumerate:
-            start = args[1].as_python_constant() if len(args) > 1 else kwargs.get("start", ConstantVariable(0)).as_python_constant()
-            return ListIteratorVariable([TupleVariable([ConstantVariable(i + start), v])
-                                         for i, v in enumerate(args[0].unpack_var_sequence(tx))], _origin(args[0]))
-        if fn is zip and set(kwargs) <= {"strict"}:
-            seqs = [a.unpack_var_sequence(tx) for a in args]
-            if kwargs and kwargs["strict"].as_python_constant() and len({len(q) for q in seqs}) > 1:
-                unimplemented("zip(strict=True) of sequences of different lengths raises")
-            return ListIteratorVariable([TupleVariable(list(t)) for t in zip(*seqs)])
-        if fn is reversed and len(args) == 1:
-            return ListIteratorVariable(list(reversed(args[0].unpack_var_sequence(tx))), _origin(args[0]))
-        if fn is iter and len(args) == 1:
-            return ListIteratorVariable(args[0].unpack_var_sequence(tx), _origin(args[0]))
-        if fn is next and len(args) == 1 and isinstance(args[0], ListIteratorVariable):
-            item = args[0].next_item()
-            if item is None:
-                unimplemented("next() on an exhausted iterator (StopIteration)")
-            return item
-        if fn is dict:
-            items = dict(args[0].items) if args and isinstance(args[0], DictVariable) else {}
-            if args and isinstance(args[0], BaseListVariable):
-                for pair in args[0].items:
-                    k, v = pair.unpack_var_sequence(tx)
-                    items[k.as_python_constant()] = v
-            items.update(kwargs)
-            return DictVariable(items)
-        if fn is sorted and len(args) == 1 and not kwargs:
-            items = args[0].unpack_var_sequence(tx)
-            if all(isinstance(i, TupleVariable) and i.items and i.items[0].is_python_constant() for i in items):
-                firsts = [i.items[0].as_python_constant() for i in items]
-                if len(set(firsts)) == len(firsts):  # (key, value) pairs with distinct constant keys
-                    return ListVariable([items[k] for k in sorted(range(len(items)), key=firsts.__getitem__)])
-            unimplemented("sorted() of values that are not constants")
-        if fn is sum and 1 <= len(args) <= 2:
-            total = args[1] if len(args) == 2 else ConstantVariable(0)
-            for item in args[0].unpack_var_sequence(tx):
-                total = self.binop(tx, operator.add, total, item)
-            return total
-        if fn in (all, any) and len(args) == 1:
-            truths = [v.truth(tx) for v in args[0].unpack_var_sequence(tx)]
-            return ConstantVariable(fn(truths))
-        if fn in (min, max) and set(kwargs) == {"key"}:
-            items = args[0].unpack_var_sequence(tx) if len(args) == 1 else list(args)
+        folded = self._fold_constants(args, kwargs)
+        if folded is not None:
+            return folded
+        if handler is not None and fn in HANDLED_AFTER_FOLDING:  # sequences and non-constant items
+            result = handler(self, tx, args, kwargs)
+            if result is not None:
+                return result
+        unimplemented(f"builtin {getattr(fn, '__qualname__', fn)} with arguments {args} {kwargs or ''}")
+
+    def _fold_constants(self, args, kwargs) -> VariableTracker | None:
+        """Everything else on constants: run it at trace time."""
+        from tinydynamo.variables.builder import wrap_constant_result
+
+        fn = self.fn
+        if not (all(a.is_python_constant() for a in args) and all(v.is_python_constant() for v in kwargs.values())
+                and is_foldable(fn)):
+            return None
+        cargs = [a.as_python_constant() for a in args]
+        ckw = {k: v.as_python_constant() for k, v in kwargs.items()}
+        try:
+            return wrap_constant_result(fn(*cargs, **ckw))
+        except Exception as e:
+            unimplemented(f"{getattr(fn, '__name__', fn)}(...) raised {e!r} at trace time")
+
+    # ---- handlers that read variables (before folding) -------------------------------------
+    def call_operator(self, tx, args, kwargs):
+        """``operator.add(a, b)``, ``operator.neg(t)``...: a graph node when a tensor is involved."""
+        from tinydynamo.variables.tensor import TensorVariable
+
+        if len(args) == 2:
+            return self.binop(tx, self.fn, *args)
+        if len(args) == 1 and isinstance(args[0], TensorVariable):
+            return tx.output.create_node("call_function", self.fn, args, {})
+        return None
+
+    def call_setattr(self, tx, args, kwargs):
+        if len(args) == 3 and not kwargs and args[1].is_python_constant():
+            args[0].var_setattr(tx, args[1].as_python_constant(), args[2])  # a side effect, like STORE_ATTR
+            return ConstantVariable(None)
+        return None
+
+    def call_isinstance(self, tx, args, kwargs):
+        if len(args) != 2:
+            return None
+        cls = args[1].as_python_constant()
+        return ConstantVariable(issubclass(args[0].python_type(), cls))
+
+    def call_len(self, tx, args, kwargs):
+        from tinydynamo.variables.tensor import TensorVariable
+
+        if len(args) != 1:
+            return None
+        if not isinstance(args[0], TensorVariable):
+            return args[0].call_method(tx, "__len__", [], {})
+        if args[0].example.dim() == 0:
+            unimplemented("len() of a 0-d tensor")
+        from tinydynamo.variables.sym_node import wrap_size
+
+        return wrap_size(tx, args[0], args[0].example.shape[0], "size", 0)
+
+    def call_getattr(self, tx, args, kwargs):
+        if len(args) not in (2, 3):
+            return None
+        name = args[1].as_python_constant()
+        if len(args) == 2:
+            return args[0].var_getattr(tx, name)
+        try:
+            return args[0].var_getattr(tx, name)
+        except Exception:
+            _guard_absent(tx, args[0], name)
+            return args[2]
+
+    def call_hasattr(self, tx, args, kwargs):
+        if len(args) != 2:
+            return None
+        name = args[1].as_python_constant()
+        try:
+            args[0].var_getattr(tx, name)
+            return ConstantVariable(True)
+        except Exception:
+            _guard_absent(tx, args[0], name)
+            return ConstantVariable(False)
+
+    # ---- handlers for what folding could not do (after it) -----------------------------------
+    def call_tuple_or_list(self, tx, args, kwargs):
+        from tinydynamo.variables.lists import ListVariable, TupleVariable
+
+        make = TupleVariable if self.fn is tuple else ListVariable
+        if len(args) == 1 and not kwargs:
+            return make(args[0].unpack_var_sequence(tx))
+        if not args:
+            return make([])
+        return None
+
+    def call_enumerate(self, tx, args, kwargs):
+        from tinydynamo.variables.lists import ListIteratorVariable, TupleVariable
+
+        start = args[1] if len(args) > 1 else kwargs.get("start", ConstantVariable(0))
+        start = start.as_python_constant()
+        return ListIteratorVariable([TupleVariable([ConstantVariable(i + start), v])
+                                     for i, v in enumerate(args[0].unpack_var_sequence(tx))], _origin(args[0]))
+
+    def call_zip(self, tx, args, kwargs):
+        from tinydynamo.variables.lists import ListIteratorVariable, TupleVariable
+
+        if not set(kwargs) <= {"strict"}:
+            return None
+        seqs = [a.unpack_var_sequence(tx) for a in args]
+        if kwargs and kwargs["strict"].as_python_constant() and len({len(q) for q in seqs}) > 1:
+            unimplemented("zip(strict=True) of sequences of different lengths raises")
+        return ListIteratorVariable([TupleVariable(list(t)) for t in zip(*seqs)])
+
+    def call_reversed(self, tx, args, kwargs):
+        from tinydynamo.variables.lists import ListIteratorVariable
+
+        if len(args) != 1:
+            return None
+        return ListIteratorVariable(list(reversed(args[0].unpack_var_sequence(tx))), _origin(args[0]))
+
+    def call_iter(self, tx, args, kwargs):
+        from tinydynamo.variables.lists import ListIteratorVariable
+
+        if len(args) != 1:
+            return None
+        return ListIteratorVariable(args[0].unpack_var_sequence(tx), _origin(args[0]))
+
+    def call_next(self, tx, args, kwargs):
+        from tinydynamo.variables.lists import ListIteratorVariable
+
+        if len(args) != 1 or not isinstance(args[0], ListIteratorVariable):
+            return None
+        item = args[0].next_item()
+        if item is None:
+            unimplemented("next() on an exhausted iterator (StopIteration)")
+        return item
+
+    def call_dict(self, tx, args, kwargs):
+        from tinydynamo.variables.dicts import DictVariable
+        from tinydynamo.variables.lists import BaseListVariable
+
+        items = dict(args[0].items) if args and isinstance(args[0], DictVariable) else {}
+        if args and isinstance(args[0], BaseListVariable):
+            for pair in args[0].items:
+                k, v = pair.unpack_var_sequence(tx)
+                items[k.as_python_constant()] = v
+        items.update(kwargs)
+        return DictVariable(items)
+
+    def call_sorted(self, tx, args, kwargs):
+        from tinydynamo.variables.lists import ListVariable, TupleVariable
+
+        if len(args) != 1 or kwargs:
+            return None
+        items = args[0].unpack_var_sequence(tx)
+        if all(isinstance(i, TupleVariable) and i.items and i.items[0].is_python_constant() for i in items):
+            firsts = [i.items[0].as_python_constant() for i in items]
+            if len(set(firsts)) == len(firsts):  # (key, value) pairs with distinct constant keys
+                return ListVariable([items[k] for k in sorted(range(len(items)), key=firsts.__getitem__)])
+        unimplemented("sorted() of values that are not constants")
+
+    def call_sum(self, tx, args, kwargs):
+        if not 1 <= len(args) <= 2:
+            return None
+        total = args[1] if len(args) == 2 else ConstantVariable(0)
+        for item in args[0].unpack_var_sequence(tx):
+            total = self.binop(tx, operator.add, total, item)
+        return total
+
+    def call_all_or_any(self, tx, args, kwargs):
+        if len(args) != 1:
+            return None
+        return ConstantVariable(self.fn([v.truth(tx) for v in args[0].unpack_var_sequence(tx)]))
+
+    def call_min_or_max(self, tx, args, kwargs):
+        fn = self.fn
+        if set(kwargs) not in ({"key"}, set()):
+            return None
+        items = args[0].unpack_var_sequence(tx) if len(args) == 1 else list(args)
+        if kwargs:
             keys = [kwargs["key"].call_function(tx, [i], {}) for i in items]
             if all(k.is_python_constant() for k in keys):
-                best = fn(range(len(items)), key=lambda j: keys[j].as_python_constant())
-                return items[best]
+                return items[fn(range(len(items)), key=lambda j: keys[j].as_python_constant())]
             unimplemented(f"{fn.__name__}(key=...) with non-constant keys")
-        if fn in (min, max) and not kwargs:
-            items = args[0].unpack_var_sequence(tx) if len(args) == 1 else list(args)
-            if all(i.is_python_constant() for i in items):
-                return ConstantVariable(fn(i.as_python_constant() for i in items))
-            unimplemented(f"{fn.__name__}() of tensors compares values (use torch.maximum / torch.max)")
+        if all(i.is_python_constant() for i in items):
+            return ConstantVariable(fn(i.as_python_constant() for i in items))
+        unimplemented(f"{fn.__name__}() of tensors compares values (use torch.maximum / torch.max)")
+
+    def call_abs(self, tx, args, kwargs):
+        from tinydynamo.variables.tensor import TensorVariable
+
+        scalar = self._scalar_unary(tx, args, kwargs)
+        if scalar is not None:
+            return scalar
+        if len(args) == 1 and isinstance(args[0], TensorVariable):
+            return tx.output.create_node("call_function", torch.abs, args, {})
+        return None
+
+    def call_int_or_float(self, tx, args, kwargs):
+        scalar = self._scalar_unary(tx, args, kwargs)
+        if scalar is not None:
+            return scalar
+        self._reject_tensor_value(args)
+        return None
+
+    def call_bool(self, tx, args, kwargs):
+        self._reject_tensor_value(args)
+        return ConstantVariable(args[0].truth(tx)) if len(args) == 1 else None
+
+    def call_type(self, tx, args, kwargs):
+        return ConstantVariable(args[0].python_type()) if len(args) == 1 else None
+
+    def call_callable(self, tx, args, kwargs):
+        return ConstantVariable(isinstance(args[0], _callable_kinds())) if len(args) == 1 else None
+
+    def _scalar_unary(self, tx, args, kwargs):
+        """``abs(n)``, ``int(n)``, ``float(n)`` of a captured ``.item()`` number: stays a graph number."""
         from tinydynamo.variables.tensor import ScalarNodeVariable
 
-        if fn in (abs, int, float) and len(args) == 1 and not kwargs and isinstance(args[0], ScalarNodeVariable):
-            return args[0].unary(tx, fn)
-        if fn is abs and len(args) == 1 and isinstance(args[0], TensorVariable):
-            return tx.output.create_node("call_function", torch.abs, args, {})
-        if fn in (bool, int, float) and len(args) == 1 and isinstance(args[0], TensorVariable):
-            unimplemented(f"{fn.__name__}(tensor) reads the tensor's value",
+        if len(args) == 1 and not kwargs and isinstance(args[0], ScalarNodeVariable):
+            return args[0].unary(tx, self.fn)
+        return None
+
+    def _reject_tensor_value(self, args) -> None:
+        from tinydynamo.variables.tensor import TensorVariable
+
+        if len(args) == 1 and isinstance(args[0], TensorVariable):
+            unimplemented(f"{self.fn.__name__}(tensor) reads the tensor's value",
                           hint="keep it a tensor, or accept a graph break here")
-        if fn is bool and len(args) == 1:
-            return ConstantVariable(args[0].truth(tx))
-        if fn is type and len(args) == 1:
-            return ConstantVariable(args[0].python_type())
-        if fn is callable and len(args) == 1:
-            return ConstantVariable(isinstance(args[0], _callable_kinds()))
-        unimplemented(f"builtin {getattr(fn, '__qualname__', fn)} with arguments {args} {kwargs or ''}")
+
+
+#: builtin -> its ``call_<name>`` handler (one method may serve two builtins: tuple/list, min/max)
+BUILTIN_HANDLERS: dict[Any, Callable] = {
+    setattr: BuiltinVariable.call_setattr, isinstance: BuiltinVariable.call_isinstance,
+    len: BuiltinVariable.call_len, getattr: BuiltinVariable.call_getattr, hasattr: BuiltinVariable.call_hasattr,
+    tuple: BuiltinVariable.call_tuple_or_list, list: BuiltinVariable.call_tuple_or_list,
+    enumerate: BuiltinVariable.call_enumerate, zip: BuiltinVariable.call_zip,
+    reversed: BuiltinVariable.call_reversed, iter: BuiltinVariable.call_iter, next: BuiltinVariable.call_next,
+    dict: BuiltinVariable.call_dict, sorted: BuiltinVariable.call_sorted, sum: BuiltinVariable.call_sum,
+    all: BuiltinVariable.call_all_or_any, any: BuiltinVariable.call_all_or_any,
+    min: BuiltinVariable.call_min_or_max, max: BuiltinVariable.call_min_or_max,
+    abs: BuiltinVariable.call_abs, int: BuiltinVariable.call_int_or_float, float: BuiltinVariable.call_int_or_float,
+    bool: BuiltinVariable.call_bool, type: BuiltinVariable.call_type, callable: BuiltinVariable.call_callable,
+}
+#: handled only where constant folding could not (non-constant items); the others run before folding
+HANDLED_AFTER_FOLDING = set(BUILTIN_HANDLERS) - {setattr, isinstance, len, getattr, hasattr}
 
 
 def _sym_binop(tx, fn, a: VariableTracker, b: VariableTracker) -> VariableTracker | None:
