@@ -470,3 +470,25 @@ def test_pytorch_inductor_backend_compiles_one_symbolic_graph():
         x = _inputs("softmax", n)
         torch.testing.assert_close(compiled(x), softmax_rows(x))
     assert cnt.frame_count == 1
+
+
+def test_tuples_join_symbolic_shapes():
+    """``(-1,) + x.shape[1:]`` (transformers' GPT-2 attention) with a symbolic size: a graph break
+    made every length after the first recompile the frame again (6 graphs for 4 lengths)."""
+    def f(x):
+        flat = x.reshape((-1,) + x.shape[2:]) * 2
+        rows = x.reshape(x.shape[:1] + (x.shape[1] * x.shape[2],)) + 1
+        return flat, rows, type(x.shape[:1] + (3,)) is torch.Size
+
+    counts = []
+    for compile_fn, reset in ((tinydynamo.compile, tinydynamo.reset), (torch.compile, torch._dynamo.reset)):
+        reset()
+        cnt = torch._dynamo.testing.CompileCounter()
+        g = compile_fn(f, backend=cnt, dynamic=True)
+        for n in (3, 5, 7):
+            x = torch.randn(2, n, 4)
+            got, want = g(x), f(x)
+            torch.testing.assert_close(got[:2], want[:2])
+            assert got[2] is want[2] is True
+        counts.append(cnt.frame_count)
+    assert counts[0] == counts[1] == 1

@@ -115,10 +115,16 @@ class BuiltinVariable(VariableTracker):
                 return wrap_constant_result(fn(a.as_python_constant(), b.as_python_constant()))
             except Exception as e:
                 unimplemented(f"{fn.__name__}({a.as_python_constant()!r}, {b.as_python_constant()!r}) raised {e!r}")
+        if fn in (operator.add, operator.iadd) and (isinstance(a, BaseListVariable) or isinstance(b, BaseListVariable)):
+            a, b = _as_sequence(a), _as_sequence(b)  # ``(-1,) + x.shape[1:]`` with symbolic sizes
         if isinstance(a, BaseListVariable) and isinstance(b, BaseListVariable) and fn in (operator.add, operator.iadd):
             if fn is operator.iadd and isinstance(a, ListVariable):
                 a.call_method(tx, "extend", [b], {})
                 return a
+            from tinydynamo.variables.lists import SizeVariable
+
+            if isinstance(a, SizeVariable):  # torch.Size + tuple is a torch.Size (tuple + Size a tuple)
+                return SizeVariable(a.items + b.items)
             return (ListVariable if a.container is list else TupleVariable)(a.items + b.items)
         if isinstance(a, BaseListVariable) and fn in (operator.mul,) and b.is_python_constant():
             return type(a)(a.items * b.as_python_constant()) if type(a) in (ListVariable, TupleVariable) \
@@ -508,6 +514,18 @@ def _guard_absent(tx, obj: VariableTracker, name: str) -> None:
     if hasattr(real, name):
         unimplemented(f"getattr/hasattr of {name!r} on a {type(real).__name__}: present, but not traceable")
     tx.output.add_guard("HASATTR", obj.source, (name, False))
+
+
+def _as_sequence(v: VariableTracker) -> VariableTracker:
+    """A constant tuple or list as a sequence variable of its items (so it joins one with symbolic items)."""
+    from tinydynamo.variables.lists import BaseListVariable, ListVariable, TupleVariable
+
+    if isinstance(v, BaseListVariable) or not v.is_python_constant():
+        return v
+    value = v.as_python_constant()
+    if type(value) not in (tuple, list):
+        return v
+    return (ListVariable if type(value) is list else TupleVariable)([ConstantVariable(x) for x in value])
 
 
 def _identity_known(v: VariableTracker) -> bool:
