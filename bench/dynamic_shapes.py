@@ -5,8 +5,11 @@ torch.compile and by tiny, each with the default policy (``dynamic=None``: stati
 automatic dynamic) and with ``dynamic=True``. For each it reports the number of compiles (calls
 of the backend), the seconds spent in calls that compiled, and the time per call at each length
 against a static compile of that very length (``dynamic=False``, compiled afresh per length):
-the price of one graph for every length. Eager's time per call is shown beside them. Outputs
-are checked against eager before timing.
+the price of one graph for every length. Eager's time per call is shown beside them. On a GPU
+the time its kernels take per call (torch.profiler's device time) is reported too: a small
+block's call is bound by host work (launches, guards), and the kernel column says whether the
+kernels compiled for symbolic sizes are themselves as fast as those for one size. Outputs are
+checked against eager before timing.
 
     python bench/dynamic_shapes.py                          # GPU: 32 x 64..512 x 768 fp16; CPU: small
     python bench/dynamic_shapes.py --seqs 64,128,256,512 --batch 8 --hidden 256 --device cpu
@@ -55,6 +58,19 @@ def compile_with(compiler: str, model, dynamic, backend):
     import tinydynamo
 
     return tinydynamo.compile(model, backend=backend, dynamic=dynamic)
+
+
+def kernel_ms(fn, x, device: str, calls: int = 10) -> float | None:
+    """Milliseconds of GPU kernel time per call (None on a CPU, where the call time is the kernels')."""
+    if not device.startswith("cuda"):
+        return None
+    fn(x)
+    torch.cuda.synchronize()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            fn(x)
+        torch.cuda.synchronize()
+    return sum(e.self_device_time_total for e in prof.key_averages()) / calls / 1e3
 
 
 def parse_seqs(text: str, parser: argparse.ArgumentParser) -> list[int]:
@@ -121,21 +137,27 @@ def main(argv=None) -> None:
         for i, (compiler, policy) in enumerate(jobs):
             harness.progress(i, len(jobs), f"{compiler} {policy}")
             if policy == "static":  # a fresh static compile per length: the reference, and the storm's cost
-                compile_s, compiles, times = 0.0, 0, {}
+                compile_s, compiles, times, kernels = 0.0, 0, {}, {}
                 for seq in seqs:
                     fn, seconds, count = sweep(compiler, model, False, [seq], inputs.get, expected, tol)
                     compile_s, compiles = compile_s + seconds, compiles + count
                     times[seq] = harness.bench(fn, (inputs[seq],), device, args.warmup, args.iters)
+                    kernels[seq] = kernel_ms(fn, inputs[seq], device)
             else:
                 fn, compile_s, compiles = sweep(compiler, model, POLICIES[policy], seqs, inputs.get, expected, tol)
                 times = {seq: harness.bench(fn, (inputs[seq],), device, args.warmup, args.iters) for seq in seqs}
+                kernels = {seq: kernel_ms(fn, inputs[seq], device) for seq in seqs}
             summary.append({"compiler": compiler, "policy": policy, "lengths": len(seqs), "compiles": compiles,
                             "compile s": compile_s})
             for seq in seqs:
-                per_length.append({"compiler": compiler, "policy": policy, "seq": seq, "ms": times[seq] * 1e3})
+                per_length.append({"compiler": compiler, "policy": policy, "seq": seq, "ms": times[seq] * 1e3,
+                                   "kernel ms": kernels[seq]})
     static = {(r["compiler"], r["seq"]): r["ms"] for r in per_length if r["policy"] == "static"}
+    static_kernels = {(r["compiler"], r["seq"]): r["kernel ms"] for r in per_length if r["policy"] == "static"}
     for row in per_length:
         row["vs static"] = row["ms"] / static[(row["compiler"], row["seq"])]
+        if row["kernel ms"] is not None:
+            row["kernels vs static"] = row["kernel ms"] / static_kernels[(row["compiler"], row["seq"])]
     shape = f"{args.batch} x seq x {args.hidden} {str(dtype).removeprefix('torch.')}"
     harness.print_table(summary, ["compiler", "policy", "lengths", "compiles", "compile s"],
                         title=f"dynamic shapes, block {shape}, seqs {','.join(map(str, seqs))} on "
@@ -153,6 +175,20 @@ def main(argv=None) -> None:
             table.append(row)
     columns = list(dict.fromkeys(k for r in table for k in r))
     harness.print_table(table, columns, title="time per call (ratio > 1: slower than a static compile of that length)")
+    if device.startswith("cuda"):
+        print()
+        ktable = []
+        for compiler in compilers:
+            for seq in seqs:
+                row = {"compiler": compiler, "seq": seq}
+                for r in per_length:
+                    if r["compiler"] == compiler and r["seq"] == seq:
+                        row[f"{r['policy']} kernel ms"] = r["kernel ms"]
+                        if r["policy"] != "static":
+                            row[f"{r['policy']}/static"] = r["kernels vs static"]
+                ktable.append(row)
+        harness.print_table(ktable, list(dict.fromkeys(k for r in ktable for k in r)),
+                            title="GPU kernel time per call (torch.profiler device time; the host's share left out)")
     if set(compilers) == set(COMPILERS):
         print()
         for policy in POLICIES:
@@ -160,7 +196,8 @@ def main(argv=None) -> None:
             ref = next(r for r in summary if r["compiler"] == "torch.compile" and r["policy"] == policy)
             print(f"{policy:<8} compiles tiny {tiny['compiles']} vs torch.compile {ref['compiles']}; compile seconds "
                   f"tiny {tiny['compile s']:.2f} vs torch.compile {ref['compile s']:.2f}")
-    per_length += [{"compiler": "eager", "policy": "-", "seq": seq, "ms": eager[seq] * 1e3} for seq in seqs]
+    per_length += [{"compiler": "eager", "policy": "-", "seq": seq, "ms": eager[seq] * 1e3, "kernel ms": None}
+                   for seq in seqs]
     harness.save("dynamic_shapes", device, summary + per_length, path=args.json,
                  meta={"shape": shape, "seqs": seqs})
 

@@ -77,9 +77,12 @@ def _problems(what, expected, actual, dtype, reference=None, against_truth=False
             out.append(f"{what} {name}: {'missing' if a is None else 'extra'} gradient")
             continue
         if dtype in (torch.float32, torch.float64) and not against_truth:
-            tol = 1e-3 if dtype == torch.float32 else 1e-5  # (float64 Triton math: ~1e-6 from fp32 libdevice calls)
-            if not torch.allclose(a, e, rtol=tol, atol=tol, equal_nan=True):
-                out.append(f"{what} {name}: max abs diff {(a - e).abs().max().item():.3g}")
+            tol = 1e-3 if dtype == torch.float32 else 1e-5
+            # float64 arbitration: atol scales with the tensor (mnasnet's gradients reach 1e6, and
+            # float64 rounding at that scale leaves 0.06 on elements near zero)
+            atol = tol if dtype == torch.float32 else tol * max(1.0, e.abs().max().item())
+            if not torch.allclose(a, e, rtol=tol, atol=atol, equal_nan=True):
+                out.append(f"{what} {name}: max abs diff {(a - e).abs().max().item():.3g} (max |eager| {e.abs().max().item():.3g})")
         else:  # bf16 (or ill-conditioned fp32): as close to the float64 truth as eager's own result, up to a factor
             r = reference.get(name) if reference is not None else None
             if r is None:
@@ -136,7 +139,7 @@ def check(zoo, dtype, against_truth=False) -> dict:
         truth = check(zoo, torch.float32, against_truth=True)
         result["status"] = truth["status"]
         result["problems"] = (["ill-conditioned: as close to float64 as eager fp32"] if truth["status"] == "ok"
-                              else (exact["problems"] + truth["problems"])[:8])
+                              else exact["problems"][:4] + truth["problems"][:4])
     return result
 
 
@@ -164,7 +167,9 @@ def main() -> int:
             res.update(model=zoo.name, dtype=dname)
             results.append(res)
             print(f"{zoo.name:20s} {dname:5s} {res['status']:8s} {res.get('first_call_s', '')} "
-                  f"{'; '.join(res.get('problems', []))[:300]}", flush=True)
+                  f"{'; '.join(res.get('problems', []))[:300 if res['status'] == 'ok' else 2000]}", flush=True)
+            if res["status"] == "ERROR":
+                print(res["trace"], flush=True)
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1))
     bad = [r for r in results if r["status"] not in ("ok",) and not r["status"].startswith("skipped")]

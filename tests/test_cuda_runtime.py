@@ -157,3 +157,24 @@ def test_reduce_overhead_second_backward_after_a_new_forward_raises():
     compiled(torch.randn(16, 64, device="cuda")).sum().backward()  # replays: overwrites the saved tensors
     with pytest.raises(RuntimeError, match="overwritten by a later replay"):
         loss.backward()
+
+
+def scaled_by_cpu_scalar(x, k):
+    """deberta's pattern: a 0-dim CPU tensor made in the graph (``torch.tensor(size)``), and one
+    passed in, both joining CUDA ops (eager reads them as scalars)."""
+    scale = torch.sqrt(torch.tensor(x.size(-1), dtype=torch.float))
+    return (x / scale.to(x.dtype)).sin() * k + torch.where(x > 0, k, x)
+
+
+@pytest.mark.parametrize("backend", ["aot_eager", "tininductor"])
+def test_zero_dim_cpu_tensor_joins_a_cuda_kernel(backend):
+    tinydynamo.reset()
+    f = tinydynamo.compile(scaled_by_cpu_scalar, backend=backend, fullgraph=True)
+    for _ in range(2):
+        x = torch.randn(8, 16, device="cuda", requires_grad=True)
+        k = torch.tensor(1.5) + torch.rand(())
+        out = f(x, k)
+        torch.testing.assert_close(out, scaled_by_cpu_scalar(x, k))
+        (g,) = torch.autograd.grad(out.sum(), x)
+        (ref,) = torch.autograd.grad(scaled_by_cpu_scalar(x, k).sum(), x)
+        torch.testing.assert_close(g, ref)

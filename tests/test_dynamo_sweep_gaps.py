@@ -413,3 +413,27 @@ def test_lru_cache_function_and_assume_constant_result_are_traced_through():
     explain = tinydynamo.explain(f)(x)
     assert (explain.graph_count, explain.graph_break_count) == (torch_graphs(f, x), 0) == (1, 0)
     torch.testing.assert_close(tinydynamo.compile(f, backend="eager")(x), x * 6)
+
+
+# ---- TorchScript functions (deberta_v2 in transformers < 5.2) ---------------------------------------
+
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore", DeprecationWarning)
+
+    @torch.jit.script
+    def scripted_scale(x: torch.Tensor, n: int) -> torch.Tensor:
+        return x * torch.sqrt(torch.tensor(float(n), dtype=x.dtype))
+
+
+def uses_scripted(x):
+    return scripted_scale(x.sin(), 4).cos()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_script_function_is_traced_through_its_python_function(backend):
+    """A ``torch.jit.script`` function is inlined from ``_torchdynamo_inline`` (it was captured as a
+    call of the ScriptFunction class, which raises)."""
+    x = torch.randn(5, requires_grad=True)
+    explain = tinydynamo.explain(uses_scripted)(x)
+    assert (explain.graph_count, explain.graph_break_count) == (torch_graphs(uses_scripted, x), 0) == (1, 0)
+    check_grads(uses_scripted, backend, x, fullgraph=True)

@@ -1,3 +1,5 @@
+
+
 """tininductor knobs. Change them at runtime (``tininductor.config.cpu_backend = "triton"``)."""
 import contextlib
 import os
@@ -50,9 +52,11 @@ class triton:
     #: cap on XBLOCK * RBLOCK for reductions
     max_reduction_block: int = 4096
     #: kernels compiled for dynamic shapes (sizes as int arguments) launch through the direct
-    #: launcher, like static ones; off until that path has been checked on a GPU: they go through
-    #: Triton's own ``kernel[grid](...)`` (runtime/triton_launcher.py, ``run_grid``)
-    direct_launch_dynamic: bool = False
+    #: launcher, like static ones, with the sizes' specialisation (``== 1``, ``% 16 == 0``) in the
+    #: variant key (checked on an H100: tests/test_inductor_dynamic.py, bench/dynamic_shapes.py);
+    #: ``TINY_DIRECT_LAUNCH_DYNAMIC=0``: through Triton's own ``kernel[grid](...)`` instead
+    #: (runtime/triton_launcher.py, ``run_grid``)
+    direct_launch_dynamic: bool = os.environ.get("TINY_DIRECT_LAUNCH_DYNAMIC", "1") != "0"
 
 
 #: ``torch.compile``-style modes -> the config they set (``tinydynamo.compile(f, mode=...)``)

@@ -250,18 +250,21 @@ def _to_copy(x, dtype=None, device=None, layout=None, pin_memory=None, non_block
 
 
 # ----------------------------------------------------------------------------- creation
+# Factories are called by overload (``aten.full.default``): resolving the packet ``aten.full``
+# matches the SymInt sizes against ``full.names`` too, and torch 2.11 specialises them doing so
+# (a dynamic length recompiled per size).
 def _full(shape, value, like, dtype=None, device=None):
-    return aten.full(list(shape), value, dtype=dtype or like.dtype, device=device or like.device)
+    return aten.full.default(list(shape), value, dtype=dtype or like.dtype, device=device or like.device)
 
 
 @register_decomposition(aten.zeros)
 def zeros(size, dtype=None, layout=None, device=None, pin_memory=None):
-    return aten.full(list(size), 0, dtype=dtype or torch.get_default_dtype(), device=device)
+    return aten.full.default(list(size), 0, dtype=dtype or torch.get_default_dtype(), device=device)
 
 
 @register_decomposition(aten.ones)
 def ones(size, dtype=None, layout=None, device=None, pin_memory=None):
-    return aten.full(list(size), 1, dtype=dtype or torch.get_default_dtype(), device=device)
+    return aten.full.default(list(size), 1, dtype=dtype or torch.get_default_dtype(), device=device)
 
 
 @register_decomposition(aten.zeros_like)
@@ -385,7 +388,7 @@ def native_dropout(x, p, train):
     """
     if p != 0 and train is not False:
         return NotImplemented
-    return aten.alias(x), aten.full(list(x.shape), True, dtype=torch.bool, device=x.device)
+    return aten.alias(x), aten.full.default(list(x.shape), True, dtype=torch.bool, device=x.device)
 
 
 # ----------------------------------------------------------------------------- attention

@@ -110,11 +110,27 @@ def cast(value, src: torch.dtype, dst: torch.dtype):
     return value if src == dst else ops.to_dtype(value, dst)
 
 
+def _is_cpu_scalar(a) -> bool:
+    return a.get_device().type == "cpu" and len(a.get_size()) == 0
+
+
 def device_of(args) -> torch.device:
-    for a in args:
-        if is_ir(a):
-            return a.get_device()
-    raise LoweringDeclined("no tensor argument to take the device from")
+    """The device a kernel over ``args`` runs on, picked as eager picks it: a 0-dim CPU tensor may
+    join an op on another device (it is read as a scalar), so the other tensors decide."""
+    tensors = [a for a in args if is_ir(a)]
+    if not tensors:
+        raise LoweringDeclined("no tensor argument to take the device from")
+    return next((a.get_device() for a in tensors if not _is_cpu_scalar(a)), tensors[0].get_device())
+
+
+def to_device(a, device: torch.device):
+    """``a`` readable by a kernel on ``device``: a 0-dim CPU tensor that joins a CUDA op (deberta's
+    ``torch.tensor(size)`` scale) is copied there first, one scalar through ``aten._to_copy``
+    (TorchInductor passes such a tensor to the kernel as a scalar argument instead)."""
+    if is_ir(a) and a.get_device() != device:
+        return V.graph.extern_kernel(aten._to_copy.default, (a,), {"device": device},
+                                     f"extern: a 0-dim {a.get_device().type} tensor read on {device}")
+    return a
 
 
 def pointwise(fn: Callable, *args, promote=Promote.DEFAULT, returns_bool=False, out_dtype=None) -> ir.StorageBox:
@@ -123,6 +139,8 @@ def pointwise(fn: Callable, *args, promote=Promote.DEFAULT, returns_bool=False, 
     Inputs are cast to the *computation* dtype (fp32 for fp16/bf16, as eager's opmath does)
     and the result to the *result* dtype, so chains round exactly where eager rounds.
     """
+    device = device_of(args)
+    args = [to_device(a, device) for a in args]
     tensors = [a for a in args if is_ir(a)]
     compute, result = elementwise_dtypes(*[_meta(a) for a in args], type_promotion_kind=promote)
     if out_dtype is not None:
@@ -142,7 +160,7 @@ def pointwise(fn: Callable, *args, promote=Promote.DEFAULT, returns_bool=False, 
     def inner_fn(index):
         return cast(fn(*[load(index) for load in loaders]), fn_dtype, result)
 
-    return ir.StorageBox(ir.Pointwise(device_of(tensors), result, inner_fn, size))
+    return ir.StorageBox(ir.Pointwise(device, result, inner_fn, size))
 
 
 def symbolic_scalar(expr: sympy.Expr, dtype: torch.dtype):
@@ -256,6 +274,8 @@ def where(cond, a, b):
     _, result = elementwise_dtypes(_meta(a), _meta(b), type_promotion_kind=Promote.NO_OPMATH)
     a = a if is_ir(a) else full_like_scalar(a, result, cond)
     b = b if is_ir(b) else full_like_scalar(b, result, cond)
+    device = device_of([cond, a, b])
+    cond, a, b = (to_device(t, device) for t in (cond, a, b))
     cond = to_dtype(cond, torch.bool)
     size = broadcast_shapes(cond.get_size(), a.get_size(), b.get_size())
     lc, la, lb = (broadcast_loader(t, size) for t in (cond, a, b))
@@ -264,7 +284,7 @@ def where(cond, a, b):
     def inner_fn(index):
         return ops.where(lc(index), cast(la(index), da, result), cast(lb(index), db, result))
 
-    return ir.StorageBox(ir.Pointwise(cond.get_device(), result, inner_fn, size))
+    return ir.StorageBox(ir.Pointwise(device, result, inner_fn, size))
 
 
 def full_like_scalar(value, dtype, like) -> ir.StorageBox:

@@ -132,12 +132,12 @@ def sum_to_size(grad: torch.Tensor, x) -> torch.Tensor | None:
 
 
 def _zeros(x: torch.Tensor) -> torch.Tensor:
-    return aten.full(list(x.shape), 0, dtype=x.dtype, device=x.device)
+    return aten.full.default(list(x.shape), 0, dtype=x.dtype, device=x.device)
 
 
 def _zeros_like_shape(x, grad):
     """Zeros with ``x``'s shape and ``grad``'s dtype and device."""
-    return aten.full(list(x.shape), 0, dtype=grad.dtype, device=grad.device)
+    return aten.full.default(list(x.shape), 0, dtype=grad.dtype, device=grad.device)
 
 
 def _reshape(x: torch.Tensor, shape) -> torch.Tensor:
@@ -789,8 +789,8 @@ def _attn_mask_grad(grad, output, logsumexp, q, k, v, attn_mask, dropout_p, is_c
     scores = aten.add(aten.mul(aten.matmul(q, aten.transpose(k, -2, -1)), scale), attn_mask)
     if is_causal:
         L, S = scores.shape[-2], scores.shape[-1]
-        keep = aten.tril(aten.ones([L, S], dtype=torch.bool, device=q.device))
-        scores = aten.where(keep, scores, aten.full([], float("-inf"), dtype=scores.dtype, device=q.device))
+        keep = aten.tril(aten.ones.default([L, S], dtype=torch.bool, device=q.device))
+        scores = aten.where(keep, scores, aten.full.default([], float("-inf"), dtype=scores.dtype, device=q.device))
     probs = aten.exp(aten.sub(scores, aten.unsqueeze(logsumexp, -1)))
     grad_probs = aten.matmul(grad, aten.transpose(v, -2, -1))
     row = aten.sum(aten.mul(grad, output), [-1], True)  # sum_j p_ij dP_ij = g_i . o_i
@@ -1393,7 +1393,7 @@ def trace_vjp(grad, out, x):
 def take_vjp(grad, out, x, index):
     """Scatter-add back into the flattened input (negative indices count from the end)."""
     flat_index = aten.remainder(_reshape(index, [-1]), max(x.numel(), 1))
-    flat = aten.index_put(aten.full([x.numel()], 0, dtype=grad.dtype, device=grad.device), [flat_index],
+    flat = aten.index_put(aten.full.default([x.numel()], 0, dtype=grad.dtype, device=grad.device), [flat_index],
                           _reshape(grad, [-1]), True)
     return _reshape(flat, x.shape), None
 

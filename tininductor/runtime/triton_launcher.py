@@ -140,10 +140,10 @@ class TritonLauncher:
         int arguments (sizes) change from call to call. Triton specialises an int argument on
         ``== 1`` and ``% 16 == 0``, so those facts are part of the compiled variant's key.
 
-        Through Triton's own launch path (``kernel[grid](...)``), not the direct launcher, until the
-        direct launch of int-argument kernels has been checked on a GPU (``config.triton.
-        direct_launch_dynamic``): Triton binds and specialises the sizes itself, correct by
-        construction, at a few microseconds more per launch."""
+        Through the direct launcher, one compiled variant per specialisation key (pointer
+        alignment, and each size's ``== 1`` and ``% 16 == 0``), as Triton's front door would pick;
+        ``config.triton.direct_launch_dynamic = False`` goes through ``kernel[grid](...)`` instead
+        (a few microseconds more per launch)."""
         if not self.fast or not config.triton.direct_launch_dynamic:
             self._launch_through_triton(args, (grid_x, 1, 1))
             return

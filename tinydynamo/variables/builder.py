@@ -147,6 +147,16 @@ class VariableBuilder:
             from tinydynamo.source import AttrSource
 
             return VariableBuilder(self.tx, AttrSource(src, "__wrapped__") if src else None).wrap(value.__wrapped__)
+        if isinstance(value, (torch.jit.ScriptFunction, torch.jit.ScriptModule)) and isinstance(
+                getattr(value, "_torchdynamo_inline", None), types.FunctionType):
+            # @torch.jit.script / torch.jit.trace keep the Python function as _torchdynamo_inline:
+            # it is traced instead of the TorchScript object (as TorchDynamo does; deberta in
+            # transformers < 5.2 scripts its position helpers)
+            self.guard("ID_MATCH", value)
+            from tinydynamo.source import AttrSource
+
+            return VariableBuilder(self.tx, AttrSource(src, "_torchdynamo_inline") if src else None).wrap(
+                value._torchdynamo_inline)
         from tinydynamo import polyfills
 
         replacement = polyfills.variable_for(value, src)  # a C/library function done another way
