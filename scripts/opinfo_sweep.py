@@ -5,6 +5,7 @@
     python scripts/opinfo_sweep.py --shard 0/4 --json out0.json # a quarter of the ops
     python scripts/opinfo_sweep.py --merge out0.json out1.json  # counts of several shards
     python scripts/opinfo_sweep.py --ops add,sort,topk          # a few ops, one line per sample
+    python scripts/opinfo_sweep.py --device cuda --shard 0/8    # on a GPU (real Triton kernels)
 
 Prints per backend: ops tried, passed, fell back (reasons grouped), WRONG and ERROR (both
 must be 0), and skipped (reasons grouped). See tests/opinfo_harness.py for what is compared.
@@ -22,7 +23,10 @@ import warnings
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-os.environ.setdefault("TRITON_INTERPRET", "1")
+if "--device" in sys.argv and sys.argv[sys.argv.index("--device") + 1:][:1] == ["cuda"]:
+    os.environ["TINY_OPINFO_DEVICE"] = "cuda"  # read by the harness at import: samples on the GPU, real Triton
+else:
+    os.environ.setdefault("TRITON_INTERPRET", "1")
 
 
 class _Timeout(Exception):
@@ -56,6 +60,8 @@ def sweep(names, backends, samples, timeout, verbose) -> list[dict]:
                 if verbose or r.status in ("wrong", "error"):
                     print(f"[{n + 1}/{len(names)} {backend} {time.time() - start:.1f}s] {r.op} #{r.sample}: "
                           f"{r.status} {r.reason}", flush=True)
+                    if r.status == "error" and r.notes:  # the whole message (a Triton CompilationError's source line)
+                        print("    " + str(r.notes[0]).replace("\n", "\n    "), flush=True)
     return rows
 
 
@@ -106,6 +112,8 @@ def main(argv=None) -> int:
     parser.add_argument("--json", help="write the per-sample rows here")
     parser.add_argument("--merge", nargs="+", help="report on rows saved by earlier --json runs")
     parser.add_argument("-v", "--verbose", action="store_true")
+    parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"),
+                        help="cuda: samples made on the GPU, tininductor through real Triton kernels")
     args = parser.parse_args(argv)
     warnings.filterwarnings("ignore")
     if args.merge:

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import os
 import re
 import warnings
 
@@ -83,9 +84,14 @@ def all_op_names() -> list[str]:
     return [_full_name(op) for op in op_db]
 
 
+#: where samples are made: "cpu" (C++ kernels, or Triton's interpreter), or "cuda" for the GPU
+#: sweep (``scripts/opinfo_sweep.py --device cuda``: real Triton kernels)
+DEVICE = os.environ.get("TINY_OPINFO_DEVICE", "cpu")
+
+
 def pick_dtype(op):
     """float64 where the op supports it (gradients checked precisely), else float32, else any."""
-    supported = op.supported_dtypes("cpu")
+    supported = op.supported_dtypes(DEVICE)
     for dtype in (torch.float64, torch.float32):
         if dtype in supported:
             return dtype
@@ -248,7 +254,8 @@ def check_sample(op, sample, index: int, backend: str, check_grad: bool = True) 
         try:
             got = compiled_fn(*got_inputs)
         except Exception as e:  # noqa: BLE001
-            return Result(name, index, "error", _shorten(f"{type(e).__name__}: {e}"))
+            return Result(name, index, "error", _shorten(f"{type(e).__name__}: {e}"),
+                          notes=[f"{type(e).__name__}: {e}"[:2000]])
     fallback = _fallback_reason(caught)
     if fallback is None and not graphs:  # tinydynamo captured nothing: it all ran eagerly
         new = collections.Counter(counters["unsupported"]) - unsupported
@@ -309,17 +316,19 @@ def _compare(want_flat, got_flat, result: Result) -> str | None:
 
 
 def run_op(name: str, backend: str, max_samples: int = 3, check_grad: bool = True) -> list[Result]:
-    """The first ``max_samples`` CPU samples of OpInfo ``name`` through ``backend``."""
+    """The first ``max_samples`` samples (on :data:`DEVICE`) of OpInfo ``name`` through ``backend``."""
     op = op_by_name(name)
     if is_random(name) or getattr(op, "is_factory_function", False):
         return [Result(name, -1, "skip", "random, uninitialised or factory op")]
+    if name.startswith("jiterator_"):  # CUDA-only test ops whose kernels torch JIT-compiles from a string
+        return [Result(name, -1, "skip", "jiterator test op (torch.compile does not trace it either)")]
     dtype = pick_dtype(op)
     if dtype is None:
-        return [Result(name, -1, "skip", "no CPU dtype")]
+        return [Result(name, -1, "skip", f"no {DEVICE} dtype")]
     grad = check_grad and op.supports_autograd and (dtype.is_floating_point or dtype.is_complex)
     torch.manual_seed(0)
     try:
-        samples = list(_first(op.sample_inputs("cpu", dtype, requires_grad=grad), max_samples))
+        samples = list(_first(op.sample_inputs(DEVICE, dtype, requires_grad=grad), max_samples))
     except Exception as e:  # noqa: BLE001
         return [Result(name, -1, "skip", f"sample_inputs raises {type(e).__name__}")]
     return [check_sample(op, s, i, backend, grad) for i, s in enumerate(samples)]

@@ -184,6 +184,8 @@ def table(families: list[str] | None = None, backends=BACKENDS, torch_backends=T
     details = []
     for family in [f for f in families or sorted(CASES) if f in CASES]:
         for target, bks in (("tiny", backends), ("torch", torch_backends)):
+            if not bks:
+                continue
             counts = collections.Counter()
             for name, fn in CASES[family].items():
                 for backend in bks:
@@ -207,8 +209,20 @@ def table(families: list[str] | None = None, backends=BACKENDS, torch_backends=T
 
 
 if __name__ == "__main__":  # the cases register into the importable module, not into __main__
+    import argparse
+
     from tests.reliability import quiet_fallback_logs, table as _table
 
+    parser = argparse.ArgumentParser(description="issue 13's reliability table")
+    parser.add_argument("families", nargs="*", help="default: every family")
+    parser.add_argument("-v", "--verbose", action="store_true", help="list every case that is not ok")
+    parser.add_argument("--device", default="cpu",
+                        help="cuda: the GPU subset (every case's tensors are made on the GPU, "
+                             "through torch.set_default_device)")
+    parser.add_argument("--tiny-only", action="store_true", help="leave out the torch.compile rows")
+    args = parser.parse_args()
     quiet_fallback_logs()
-    fams = [a for a in sys.argv[1:] if not a.startswith("-")] or None
-    print(_table(fams, verbose="-v" in sys.argv))
+    torch.set_default_device(args.device)
+    print(f"device: {args.device}")
+    print(_table(args.families or None, torch_backends=() if args.tiny_only else TORCH_BACKENDS,
+                 verbose=args.verbose))

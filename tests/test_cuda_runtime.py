@@ -178,3 +178,26 @@ def test_zero_dim_cpu_tensor_joins_a_cuda_kernel(backend):
         (g,) = torch.autograd.grad(out.sum(), x)
         (ref,) = torch.autograd.grad(scaled_by_cpu_scalar(x, k).sum(), x)
         torch.testing.assert_close(g, ref)
+
+
+def test_a_kernel_that_does_not_compile_falls_back_at_compile_time(monkeypatch):
+    """A Triton compile error (raised in the background compile) fails the graph's compile, which
+    falls back to eager with a warning, instead of raising at the first call."""
+    from concurrent.futures import Future
+
+    from tininductor.runtime import triton_launcher
+
+    def broken(launcher, example_args):
+        future = Future()
+        future.set_exception(RuntimeError("planted Triton compile error"))
+        return future
+
+    def planted(x):  # a kernel no other test compiles (the code cache would hand back its launchers)
+        return (x * 3.25).relu() + 1.0625
+
+    monkeypatch.setattr(triton_launcher, "precompile", broken)
+    tinydynamo.reset()
+    x = torch.randn(64, 35, device="cuda")
+    with pytest.warns(UserWarning, match="planted Triton compile error"):
+        out = tinydynamo.compile(planted)(x)
+    torch.testing.assert_close(out, planted(x))

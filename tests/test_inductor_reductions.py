@@ -103,3 +103,16 @@ def test_softmax_fp16():
 
 def test_softmax_other_dim_correct():
     check(lambda x: torch.softmax(x, 0), rand(7, 5))
+
+
+def test_wide_constants_are_typed():
+    """A float64 constant is a float64 tensor in the kernel (a bare ``5.0`` is a float32 to Triton,
+    and libdevice's float64 ``pow`` refuses the mix: a CompilationError on an H100), and an int64
+    reduction bound is no int32 literal (a min over int64 indices next to int32 arithmetic)."""
+    x = rand(6, 5, dtype=torch.float64).abs() + 0.5
+    compiled = check(lambda x: (x ** 5.0).sum(-1) ** 0.2, x)
+    assert "tl.full([], 5.0, tl.float64)" in compiled.source
+    idx = torch.tensor([[3, 0, -1, 1, 2], [0, 1, 2, 3, 4], [1, -1, 0, 0, 0]])
+    first_neg = lambda t: torch.where(t == -1, torch.arange(5), 5).amin(-1)  # noqa: E731
+    compiled = check(first_neg, idx)
+    assert "tl.full([], 9223372036854775807, tl.int64)" in compiled.source

@@ -81,7 +81,10 @@ def compile_fx(gm: torch.fx.GraphModule, example_inputs):
             bw_compiler=functools.partial(compile_fx_inner, cudagraphs=cudagraphs, is_backward=True),
             inference_compiler=functools.partial(compile_fx_inner, cudagraphs=cudagraphs, is_inference=True),
         )(gm, example_inputs)
-        _expose_compiled(fn, [g for g in compiled_graphs if g.seq > start])
+        graphs = [g for g in compiled_graphs if g.seq > start]
+        with dynamo_timed("triton_wait_precompile"):
+            _wait_for_kernels(graphs)
+        _expose_compiled(fn, graphs)
         return fn
     except Exception as e:
         from .joint_graph import AutogradCompileError
@@ -89,6 +92,18 @@ def compile_fx(gm: torch.fx.GraphModule, example_inputs):
         if isinstance(e, AutogradCompileError):  # the frame's caller decides: warn + eager, or raise
             raise                            # (tinydynamo: fullgraph=True / suppress_errors=False)
         return _eager_fallback(gm, e)
+
+
+def _wait_for_kernels(graphs) -> None:
+    """Wait for the Triton kernels of ``graphs`` (forward and backward), compiled in background
+    threads since their modules loaded: a kernel that does not compile fails the compile here."""
+    from .runtime.triton_launcher import TritonLauncher
+
+    for g in graphs:
+        module = getattr(g, "module", None)
+        for value in vars(module).values() if module is not None else ():
+            if isinstance(value, TritonLauncher):
+                value.wait_compiled()
 
 
 def _partitioner():

@@ -97,7 +97,9 @@ def reduction_init(rtype: str, dtype: torch.dtype) -> str:
         if dtype.is_floating_point:
             return f'float("{init}")'
         info = torch.iinfo(dtype)
-        return str(info.max if init == "inf" else info.min)
+        bound = info.max if init == "inf" else info.min
+        # an int64 bound is no int32 literal: typed, or Triton narrows it to the other operand's int32
+        return f"tl.full([], {bound}, tl.int64)" if dtype == torch.int64 else str(bound)
     return init
 
 
@@ -187,6 +189,10 @@ class TritonKernel:
 
     def constant(self, value, dtype):
         text = constant_repr(value, dtype)
+        if dtype == torch.float64 or (dtype == torch.int64 and not -2**31 <= int(value) < 2**31):
+            # a bare literal is a float32 (an int32) to Triton: libdevice's float64 overloads (pow,
+            # fmod, ...) refuse the mix, and an int64 bound (a min's identity) does not fit
+            return self.cse.generate(self.body, f"tl.full([], {text}, {triton_type(dtype)})")
         self.literals.add(text)
         return text
 

@@ -97,6 +97,13 @@ class TritonLauncher:
         if example_args is not None and self.fast and self.autotune is None:
             self._precompiled = precompile(self, example_args)
 
+    def wait_compiled(self) -> None:
+        """Block until the background compile is done. Its error (a Triton ``CompilationError``)
+        is raised here, while the graph is being compiled, so the graph falls back to eager with a
+        warning, as TorchInductor's ``AsyncCompile.wait`` does, instead of failing at its first call."""
+        if self._precompiled is not None:
+            self._precompiled.result()
+
     def with_config(self, config: dict) -> "TritonLauncher":
         """This kernel launched with another config: its grid follows XBLOCK (one program per block)."""
         constants = {**self.constants, **{k: v for k, v in config.items() if k != "num_warps"}}
