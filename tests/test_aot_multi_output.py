@@ -320,3 +320,29 @@ def test_sdpa_learned_mask_gets_its_gradient(backend):
         got = torch.autograd.grad(tinydynamo.compile(attention, backend=backend)(q, k, v, bias), [q, k, v, bias])
     for g, w in zip(got, want):
         torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_running_stats_written_in_place_by_an_aten_op_then_backward(backend):
+    """``_native_batch_norm_legit`` writes ``running_mean``/``running_var`` in place (its schema's
+    ``(a!)`` arguments, not ``self``). They are written back after the graph, and are not version-
+    checked as inputs eager saved before the write (backward raised "modified by an inplace
+    operation"); values, running stats and gradients equal eager's (the OpInfo sample)."""
+    def bn(x, w, b, rm, rv):
+        return torch.ops.aten._native_batch_norm_legit(x, w, b, rm, rv, True, 0.5, 0.6)
+
+    torch.manual_seed(0)
+    args = [torch.randn(5, 5, 5, dtype=torch.float64, requires_grad=True),
+            torch.randn(5, dtype=torch.float64, requires_grad=True),
+            torch.randn(5, dtype=torch.float64, requires_grad=True),
+            torch.randn(5, dtype=torch.float64), torch.rand(5, dtype=torch.float64) + 0.5]
+    ref_args = [a.detach().clone().requires_grad_(a.requires_grad) for a in args]
+    compiled = tinydynamo.compile(bn, backend=backend, fullgraph=True)
+    for _ in range(2):
+        out, ref = compiled(*args), bn(*ref_args)
+        (out[0] * out[0]).sum().backward()
+        (ref[0] * ref[0]).sum().backward()
+        for got, want in zip([*out, *args[3:]], [*ref, *ref_args[3:]]):
+            torch.testing.assert_close(got, want)
+        for a, r in zip(args[:3], ref_args[:3]):
+            torch.testing.assert_close(a.grad, r.grad)

@@ -78,6 +78,20 @@ def partial_overlap(a: torch.Tensor, b: torch.Tensor) -> bool:
     return (a0, a1) != (b0, b1) and a0 < b1 and b0 < a1
 
 
+def _written(func, args, kwargs) -> list[torch.Tensor]:
+    """The tensors ``func`` writes in place, by its schema's ``(a!)`` annotations: ``self`` of
+    ``add_``, but also ``running_mean``/``running_var`` of batch norm and ``out=``."""
+    if not func._schema.is_mutable:
+        return []
+    written = []
+    for i, arg in enumerate(func._schema.arguments):
+        if arg.alias_info is not None and arg.alias_info.is_write:
+            value = args[i] if i < len(args) else kwargs.get(arg.name)
+            if isinstance(value, torch.Tensor):
+                written.append(value)
+    return written
+
+
 class _InPlaceChecker(TorchDispatchMode):
     """Sees every ATen op of the fake run; records an in-place op that eager would refuse."""
 
@@ -90,8 +104,7 @@ class _InPlaceChecker(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        if func._schema.is_mutable and args and isinstance(args[0], torch.Tensor):
-            dest = args[0]
+        for dest in _written(func, args, kwargs):
             self.mutated.add(_storage(dest))
             if torch.is_grad_enabled():
                 self.mutated_with_grad.add(_storage(dest))
@@ -100,8 +113,8 @@ class _InPlaceChecker(TorchDispatchMode):
                 # old value were there); a functional graph would differentiate through it
                 self.problem = (f"{func} under no_grad changes a tensor that requires grad, in a graph "
                                 "that computes gradients")
-            for src in torch.utils._pytree.tree_leaves((args[1:], kwargs)):
-                if isinstance(src, torch.Tensor) and partial_overlap(dest, src):
+            for src in torch.utils._pytree.tree_leaves((args, kwargs)):
+                if isinstance(src, torch.Tensor) and src is not dest and partial_overlap(dest, src):
                     self.problem = (f"{func} writes to memory that its input partially overlaps "
                                     "(eager raises 'unsupported operation: some elements of the input "
                                     "tensor and the written-to tensor refer to a single memory location')")

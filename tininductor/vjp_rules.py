@@ -743,7 +743,12 @@ def native_group_norm_vjp(grads, out, x, weight, bias, N, C, HxW, group, eps):
 
 
 def _batch_norm_grads(grads, out, x, weight, bias, running_mean, running_var, training, eps):
-    """``native_batch_norm_backward`` with the saved statistics (training) or the running ones."""
+    """``native_batch_norm_backward`` with the saved statistics (training) or the running ones.
+    In training the running stats are not read (ATen ignores them), and not passing them keeps
+    them out of the saved tensors: the op updated them in place, so a saved copy would be a
+    stale version (autograd's "modified by an inplace operation" at backward)."""
+    if training:
+        running_mean = running_var = None
     gx, gw, gb = aten.native_batch_norm_backward(
         _first(grads, out[0]), x, weight, running_mean, running_var,
         out[1] if training else None, out[2] if training else None, training, eps,
