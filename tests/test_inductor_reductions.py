@@ -112,7 +112,7 @@ def test_wide_constants_are_typed():
     x = rand(6, 5, dtype=torch.float64).abs() + 0.5
     compiled = check(lambda x: (x ** 5.0).sum(-1) ** 0.2, x)
     assert "tl.full([], 5.0, tl.float64)" in compiled.source
-    idx = torch.tensor([[3, 0, -1, 1, 2], [0, 1, 2, 3, 4], [1, -1, 0, 0, 0]])
-    first_neg = lambda t: torch.where(t == -1, torch.arange(5), 5).amin(-1)  # noqa: E731
+    idx = torch.tensor([[3, 0, -1, 1, 2], [0, 1, 2, 3, 4], [1, -1, 0, 0, 0]], device=DEVICE)
+    first_neg = lambda t: torch.where(t == -1, torch.arange(5, device=t.device), 5).amin(-1)  # noqa: E731
     compiled = check(first_neg, idx)
     assert "tl.full([], 9223372036854775807, tl.int64)" in compiled.source

@@ -135,3 +135,26 @@ def test_example_args_compile_the_kernel_in_the_background(fast_launcher, monkey
     x, y = torch.zeros(56), torch.zeros(56, dtype=torch.float16)
     launcher.run(x, y, 56)  # the first launch waits for it, then goes through Triton (a cache hit there)
     assert launcher._precompiled is None and len(jit.front_door) == 1
+
+
+def test_compile_worker_processes_answer_and_report_errors(tmp_path):
+    """The worker pool (runtime/compile_worker.py): a worker starts, takes a job over its pipe and
+    answers; a kernel that cannot be compiled comes back as an error the main process raises."""
+    import time
+
+    from tininductor.runtime.compile_worker import CompileWorkers
+
+    pool = CompileWorkers(1)
+    try:
+        deadline = time.time() + 120
+        while pool.ready == 0 and time.time() < deadline:
+            time.sleep(0.1)
+        assert pool.ready == 1
+        bad = pool.submit((str(tmp_path / "missing.py"), "kernel", (), (1, 1, 1), {}, {}, None))
+        with pytest.raises(RuntimeError, match="worker process failed: FileNotFoundError"):
+            bad.result(timeout=60)
+        again = pool.submit((str(tmp_path / "missing.py"), "kernel", (), (1, 1, 1), {}, {}, None))
+        with pytest.raises(RuntimeError):  # the worker is still alive after an error
+            again.result(timeout=60)
+    finally:
+        pool.close()

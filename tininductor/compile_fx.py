@@ -33,10 +33,16 @@ log = logging.getLogger("tininductor.compile_fx")
 
 def _start_background_warmup() -> None:
     """Looking the backend up imports this module: a good moment to start Triton's driver
-    (runtime/triton_launcher.warm_up_driver) while the frame is still being captured."""
+    (runtime/triton_launcher.warm_up_driver) and the compile worker processes
+    (runtime/compile_worker.py) while the frame is still being captured."""
     from .runtime.triton_launcher import warm_up_driver
 
     warm_up_driver()
+    if torch.cuda.is_available() and os.environ.get("TINY_TRITON_PARALLEL_COMPILE", "1") != "0" \
+            and os.environ.get("TRITON_INTERPRET") != "1":
+        from .runtime.compile_worker import start_workers
+
+        start_workers()
 
 
 _start_background_warmup()

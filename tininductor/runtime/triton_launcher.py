@@ -292,8 +292,9 @@ def precompile(launcher: TritonLauncher, example_args: tuple):
     differently aligned pointer compiles its own variant, as before). The job also loads the
     kernel and builds Triton's C launcher for its signature (gcc, in a cold cache). Triton's
     compiler spends much of its time outside the GIL (ptxas and gcc are subprocesses; how much
-    of the rest overlaps is measured in bench/gpt_train.py). Threads, not processes: nothing to
-    start or warm, and every result lands in the same in-memory and on-disk caches.
+    of the rest overlaps is measured in bench/gpt_train.py). Once worker processes are up
+    (runtime/compile_worker.py), the compile itself runs in one of them, on its own core, and
+    the thread only loads the result from Triton's disk cache.
     ``TINY_TRITON_PARALLEL_COMPILE=0`` turns it off.
     """
     global _compile_pool
@@ -306,8 +307,17 @@ def precompile(launcher: TritonLauncher, example_args: tuple):
         _compile_pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="tiny_triton_compile")
     fn, grid, constants, options = launcher.fn, launcher.grid, dict(launcher.constants), launcher._options()
     device = torch.cuda.current_device() if torch.cuda.is_available() else None
+    from .compile_worker import is_generated, workers_ready
+
+    path = fn.fn.__code__.co_filename
+    workers = workers_ready() if is_generated(path) else None
+    # a worker process compiles it into Triton's disk cache; the job below then only loads it
+    in_worker = workers.submit((path, fn.fn.__name__, tuple(example_args), grid,
+                                constants, options, device)) if workers is not None else None
 
     def job():
+        if in_worker is not None:
+            in_worker.result()  # a compile error is raised here, as a thread's own compile would
         if _driver_ready is not None:
             try:
                 _driver_ready.result()

@@ -1,0 +1,172 @@
+"""Compile Triton kernels in worker processes: TorchInductor's AsyncCompile subprocess pool, small.
+
+Triton's compiler is Python and MLIR work that holds the GIL; threads overlap only its ptxas and
+gcc subprocesses. A graph of a hundred kernels (a GPT training step) therefore compiles them
+nearly one core at a time. Worker processes, started once and kept, each compile a kernel into
+Triton's on-disk cache; the main process then loads it from there (a cache hit: no compile).
+
+The workers are plain subprocesses (``python -m tininductor.runtime.compile_worker``) fed over
+their stdin/stdout with length-prefixed pickles, as TorchInductor's ``SubprocPool`` does, and not
+``multiprocessing`` workers: spawn would import the user's script again in every worker. A job
+names the generated module's file and the kernel in it; the worker loads that module (its
+kernels' ``TritonLauncher`` objects do nothing until launched) and calls the kernel's
+``warmup`` with the same arguments the main process would use, so both compute the same cache key.
+
+Workers start in the background when the backend is looked up (``start_workers``), next to the
+Triton driver's warm-up; until one reports ready, kernels compile in threads as before.
+``TINY_COMPILE_WORKERS=N`` sets their number (0: threads only; default: half the cores, at most 8).
+"""
+from __future__ import annotations
+
+import atexit
+import os
+import pickle
+import queue
+import struct
+import subprocess
+import sys
+import threading
+from concurrent.futures import Future, ThreadPoolExecutor
+
+_HEADER = struct.Struct("<Q")
+
+
+def _write(stream, obj) -> None:
+    data = pickle.dumps(obj)
+    stream.write(_HEADER.pack(len(data)) + data)
+    stream.flush()
+
+
+def _read(stream):
+    header = stream.read(_HEADER.size)
+    if len(header) < _HEADER.size:
+        raise EOFError("compile worker closed its pipe")
+    (size,) = _HEADER.unpack(header)
+    return pickle.loads(stream.read(size))
+
+
+class CompileWorkers:
+    """A few kept worker processes; ``submit(job)`` returns a future of the worker's answer."""
+
+    def __init__(self, count: int):
+        self._idle: queue.Queue = queue.Queue()
+        self._procs: list[subprocess.Popen] = []
+        self.ready = 0  # workers that finished their imports
+        self.compiled = 0  # kernels the workers compiled
+        env = dict(os.environ, TINY_TRITON_PARALLEL_COMPILE="0", TINY_TRITON_WARMUP="0", TINY_COMPILE_WORKERS="0")
+        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+        for _ in range(count):
+            proc = subprocess.Popen([sys.executable, "-m", "tininductor.runtime.compile_worker"],
+                                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
+            self._procs.append(proc)
+            threading.Thread(target=self._wait_ready, args=(proc,), daemon=True).start()
+        self._threads = ThreadPoolExecutor(max_workers=count, thread_name_prefix="tiny_compile_worker")
+        atexit.register(self.close)
+
+    def _wait_ready(self, proc) -> None:
+        try:
+            if _read(proc.stdout) == "ready":
+                self.ready += 1
+                self._idle.put(proc)
+        except (EOFError, OSError):  # the worker died while importing: it is not used
+            pass
+
+    def submit(self, job: tuple) -> Future:
+        def run():
+            proc = self._idle.get()
+            try:
+                _write(proc.stdin, job)
+                status, detail = _read(proc.stdout)
+            finally:
+                self._idle.put(proc)
+            if status != "ok":
+                raise RuntimeError(f"Triton compile in a worker process failed: {detail}")
+            self.compiled += 1
+        return self._threads.submit(run)
+
+    def close(self) -> None:
+        """End the workers (at exit): they hold nothing worth waiting for, and a process's exit
+        must not wait for one still importing or compiling (Triton writes its cache atomically)."""
+        for proc in self._procs:
+            proc.kill()
+            proc.wait()
+            for pipe in (proc.stdin, proc.stdout):
+                try:
+                    pipe.close()
+                except OSError:  # a write to a killed worker's pipe cannot be flushed
+                    pass
+        self._procs = []
+
+
+_workers: CompileWorkers | None = None
+
+
+def worker_count() -> int:
+    wanted = os.environ.get("TINY_COMPILE_WORKERS")
+    if wanted is not None:
+        return int(wanted)
+    return min(8, (os.cpu_count() or 2) // 2)
+
+
+def start_workers() -> None:
+    """Start the worker processes (once, in the background: they import torch and Triton)."""
+    global _workers
+    if _workers is None and worker_count() > 0:
+        _workers = CompileWorkers(worker_count())
+
+
+def workers_ready() -> CompileWorkers | None:
+    """The pool, if at least one worker is ready to take a kernel."""
+    return _workers if _workers is not None and _workers.ready > 0 else None
+
+
+def is_generated(path: str) -> bool:
+    """Workers only load tininductor's own generated modules (never a user's file)."""
+    from tininductor.codecache import PyCodeCache
+
+    return os.path.dirname(path) == os.path.dirname(str(PyCodeCache.path_for("")))
+
+
+# --------------------------------------------------------------------------- the worker side
+
+def _compile(path: str, name: str, example_args: tuple, grid, constants: dict, options: dict, device) -> None:
+    """Compile kernel ``name`` of the generated module at ``path`` into Triton's cache."""
+    import torch
+
+    from pathlib import Path
+
+    from tininductor.codecache import PyCodeCache
+
+    source = Path(path).read_text()
+    if str(PyCodeCache.path_for(source)) != path:  # the file is named by its content's hash
+        raise ValueError(f"{path} is not an intact tininductor module")
+    module = PyCodeCache.load(source)
+    fn = getattr(module, name).fn  # the module rebinds the kernel's name to its TritonLauncher
+    with torch.cuda.device(device):
+        fn.warmup(*example_args, grid=grid, **constants, **options)
+
+
+def main() -> None:
+    out, inp = sys.stdout.buffer, sys.stdin.buffer
+    sys.stdout = sys.stderr  # a stray print must not corrupt the pipe
+    import torch  # noqa: F401  (the imports every job needs, paid once)
+    import triton  # noqa: F401
+
+    import tininductor.runtime.triton_launcher  # noqa: F401
+
+    _write(out, "ready")
+    while True:
+        try:
+            job = _read(inp)
+        except EOFError:  # the main process is gone
+            return
+        try:
+            _compile(*job)
+            _write(out, ("ok", None))
+        except Exception as e:  # noqa: BLE001 - reported to the main process, which raises it
+            _write(out, ("error", f"{type(e).__name__}: {e}"[:4000]))
+
+
+if __name__ == "__main__":
+    main()
