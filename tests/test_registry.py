@@ -139,3 +139,37 @@ def test_use_guard_kind_replaces_part_of_a_kind_and_restores_it():
         now = guards.GUARD_KINDS["CONSTANT_MATCH"]
         assert now.code is _overload_fn and now.failure is before.failure
     assert guards.GUARD_KINDS["CONSTANT_MATCH"] is before
+
+
+# ------------------------------------------------------------------ drift
+REGISTRIES = "OPCODE_HANDLERS|GUARD_KINDS|_codegen|_lookup|lowerings|DECOMPOSITIONS|VJP_RULES|BUILTIN_HANDLERS"
+
+
+def test_registries_are_written_only_by_registration_or_swap():
+    """An entry is registered at import (``register_*``, module-level code) or swapped with
+    :func:`swap`: no code that runs later (a function body, a test) writes a registry by hand,
+    where a restore could be forgotten or an absent key put back as present."""
+    import ast
+    import pathlib
+    import re
+
+    root = pathlib.Path(__file__).resolve().parent.parent
+    write = re.compile(rf"\b({REGISTRIES})(\[[^]]+\]\s*=[^=]|\.(update|pop|setdefault|clear)\()|setitem\([^,]*\b({REGISTRIES})\b")
+    # the registration decorators (run at import) and swap itself
+    allowed = {"register_opcode", "register_guard_kind", "_handler", "swap"}
+    found = []
+    for folder in ("tinydynamo", "tininductor", "course", "solutions", "exercises", "tests", "notebooks"):
+        for path in sorted((root / folder).rglob("*.py")):
+            if path.name == "test_registry.py":
+                continue
+            text = path.read_text()
+            if not write.search(text):
+                continue
+            tree = ast.parse(text)  # top-level functions and methods (a nested one is checked with its parent)
+            defs = [n for top in tree.body for n in ([top] + (top.body if isinstance(top, ast.ClassDef) else []))]
+            for fn in defs:
+                if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)) and fn.name not in allowed:
+                    body = "\n".join(text.splitlines()[fn.lineno - 1:fn.end_lineno])
+                    if write.search(body):
+                        found.append(f"{path.relative_to(root)}:{fn.name}")
+    assert found == [], f"registries written by hand (use tinydynamo.registry.swap): {found}"
