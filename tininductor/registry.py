@@ -59,7 +59,7 @@ class OpRegistry(dict):
     ``{**registry}`` give the keys as registered.
     """
 
-    def __init__(self, name: str):
+    def __init__(self, name: str = "op registry"):
         super().__init__()
         self.name = name
 

@@ -36,6 +36,7 @@ VJP_RULES = OpRegistry("VJP rules")
 
 
 def register_vjp(*ops) -> Callable:
+    """Register ``fn`` as the VJP rule of each op; an OpOverloadPacket stands for all of its overloads."""
     return VJP_RULES.register(*ops)
 
 
