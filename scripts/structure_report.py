@@ -30,7 +30,7 @@ LAYERS = [
     ("variables",),
     # resume.py assembles code objects from bytecode alone (a leaf, like torch's resume_execution.py)
     ("guards", "source", "bytecode", "resume", "utils", "config", "exc", "logs", "artifacts", "_lazy", "backends",
-     "decompile", "symbolic_shapes"),
+     "decompile", "symbolic_shapes", "registry"),
 ]
 OP_SITE_FILES = ["tininductor/prims.py", "tininductor/virtualized.py", "tininductor/lowering.py",
                  "tininductor/codegen/triton.py", "tininductor/codegen/cpp.py", "tininductor/vjp_rules.py"]

@@ -171,17 +171,9 @@ class ReadWritesHandler:
 
 @contextlib.contextmanager
 def use_lowering(target, fn):
-    """Register ``fn`` as the lowering of ``target`` (an OpOverload) for the duration."""
-    missing = object()
-    old = lowering.lowerings.get(target, missing)
-    lowering.lowerings[target] = fn
-    try:
+    """Register ``fn`` as the lowering of ``target`` (an OpOverload) for the duration (a swap of the registry)."""
+    with lowering.lowerings.swap({target: fn}):
         yield
-    finally:
-        if old is missing:
-            lowering.lowerings.pop(target, None)
-        else:
-            lowering.lowerings[target] = old
 
 
 def lower_permute(x, dims):

@@ -148,7 +148,7 @@ def test_declined_decomposition_is_a_logged_fallback():
 def test_table_is_ours_and_outputs_prims():
     """Every decomposition target is outside the prim set (or normalises a prim's rare form)."""
     normalised = {"add", "sub"}
-    for op in DECOMPOSITIONS:
+    for op in DECOMPOSITIONS.overload_table():
         if op.overloadpacket in PRIM_SET:
             assert op.overloadpacket.__name__ in normalised, op
         assert DECOMPOSITIONS[op].__module__ == "tininductor.decompositions"

@@ -30,28 +30,20 @@ from torch._dispatch.python import enable_python_dispatcher
 from torch.fx.experimental.proxy_tensor import make_fx
 
 from tininductor.prims import is_prim
+from tininductor.registry import OpRegistry, lookup, overload_table
 
 log = logging.getLogger(__name__)
 aten = torch.ops.aten
 prims = torch.ops.prims
 
-#: OpOverload -> decomposition function (the registry this module is about).
-DECOMPOSITIONS: dict[torch._ops.OpOverload, Callable] = {}
+#: op -> decomposition function (the registry this module is about): keyed by packet or overload,
+#: read exact overload first (tininductor/registry.py); make_fx gets ``DECOMPOSITIONS.overload_table()``.
+DECOMPOSITIONS = OpRegistry("decompositions")
 
 
 def register_decomposition(*ops) -> Callable:
-    """Register ``fn`` for each op; an OpOverloadPacket registers all of its overloads."""
-
-    def wrap(fn: Callable) -> Callable:
-        for op in ops:
-            if isinstance(op, torch._ops.OpOverloadPacket):
-                for name in op.overloads():
-                    DECOMPOSITIONS[getattr(op, name)] = fn
-            else:
-                DECOMPOSITIONS[op] = fn
-        return fn
-
-    return wrap
+    """Register ``fn`` for each op; an OpOverloadPacket stands for all of its overloads."""
+    return DECOMPOSITIONS.register(*ops)
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -434,7 +426,7 @@ def fallback_ops(gm: torch.fx.GraphModule, table: dict | None = None) -> list[tu
         if node.op != "call_function" or node.target is operator.getitem or is_prim(node.target):
             continue
         name = str(node.target)
-        if node.target in (DECOMPOSITIONS if table is None else table):
+        if lookup(DECOMPOSITIONS if table is None else table, node.target) is not None:
             reason = "its decomposition declined these arguments (returned NotImplemented)"
         else:
             reason = "no decomposition registered in tininductor.decompositions"
@@ -482,9 +474,10 @@ def decompose(gm: torch.fx.GraphModule, example_inputs, table: dict | None = Non
     about meaning, gradients are AOT autograd's business. Every node of the result carries
     ``meta["val"]``, a fake tensor with the node's shape, dtype and device. Ops left outside
     the prim set are logged and listed in ``result.meta["fallbacks"]``. ``table`` replaces
-    :data:`DECOMPOSITIONS` (the course plugs a learner's decompositions in this way).
+    :data:`DECOMPOSITIONS` (any op -> function mapping, read with the registry's keying rule; the
+    course swaps a learner's entry into the registry itself: ``DECOMPOSITIONS.swap({op: yours})``).
     """
-    table = DECOMPOSITIONS if table is None else table
+    table = overload_table(DECOMPOSITIONS if table is None else table)
     fakes, mode = fake_inputs(example_inputs)
     # functionalize: in-place ops on intermediates (``y.add_(1)``) become out-of-place ops, so
     # every node is a pure function of its inputs (what AD and fusion assume); a mutated

@@ -282,7 +282,7 @@ def create_joint(fw_gm: fx.GraphModule, fake_primals: list, requires_grad: list[
                                 device=o.meta["val"].device)
                     for o, diff in zip(flat_outs, diff_outputs) if diff]
         with torch.no_grad():
-            joint_gm = make_fx(joint, decomposition_table=DECOMPOSITIONS)(
+            joint_gm = make_fx(joint, decomposition_table=DECOMPOSITIONS.overload_table())(
                 [p.detach() if isinstance(p, torch.Tensor) else p for p in fake_primals], tangents)
     # drop what no output reads (a rule may compute a gradient for an input that turns out to
     # need none); partitioners then see only real dependencies

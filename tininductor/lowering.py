@@ -22,13 +22,15 @@ from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND as Promote, elem
 from . import ir
 from .indexing import FloorDiv, contiguous_strides, flatten, is_static, prod, size_expr, unflatten
 from .ops_table import OP_TABLE, REDUCTION_TYPES
+from .registry import OpRegistry
 from .virtualized import V, ops
 
 aten = torch.ops.aten
 prims = torch.ops.prims
 
-#: target (OpOverload or OpOverloadPacket) -> lowering function
-lowerings: dict = {}
+#: target (OpOverload or OpOverloadPacket) -> lowering function, read exact overload first
+#: (tininductor/registry.py's keying rule)
+lowerings = OpRegistry("lowerings")
 #: targets that are extern calls by design (library kernels beat generated code)
 EXTERN_OPS = {aten.mm, aten.bmm, aten.addmm, aten.baddbmm, aten.convolution}
 #: dtypes generated kernels hold (codegen/triton.py's TRITON_TYPES, codegen/cpp.py's CPP_DTYPES);
@@ -51,18 +53,12 @@ class LoweringDeclined(Exception):
 def register_lowering(*targets):
     """Decorator: ``@register_lowering(aten.add)`` registers for every overload of aten.add."""
 
-    def wrap(fn):
-        for t in targets:
-            lowerings[t] = fn
-        return fn
-
-    return wrap
+    return lowerings.register(*targets)
 
 
 def lookup(target):
-    if target in lowerings:
-        return lowerings[target]
-    return lowerings.get(getattr(target, "overloadpacket", None))
+    """The lowering of an FX node target (its overload's entry, else its packet's), or None."""
+    return lowerings.lookup(target)
 
 
 # --------------------------------------------------------------------------- helpers

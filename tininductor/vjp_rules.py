@@ -25,35 +25,34 @@ from typing import Callable
 
 import torch
 
+from tininductor.registry import OpRegistry, lookup
+
 aten = torch.ops.aten
 prims = torch.ops.prims
 
-#: OpOverloadPacket -> VJP rule.
-VJP_RULES: dict[torch._ops.OpOverloadPacket, Callable] = {}
+#: op -> VJP rule, keyed by packet (every overload) or overload, read exact overload first
+#: (tininductor/registry.py's keying rule).
+VJP_RULES = OpRegistry("VJP rules")
 
 
 def register_vjp(*ops) -> Callable:
-    def wrap(fn: Callable) -> Callable:
-        for op in ops:
-            VJP_RULES[getattr(op, "overloadpacket", op)] = fn
-        return fn
-
-    return wrap
+    """Register ``fn`` as the VJP rule of each op; an OpOverloadPacket stands for all of its overloads."""
+    return VJP_RULES.register(*ops)
 
 
 def get_vjp(target, rules: dict | None = None) -> Callable:
     """The rule for an FX node target (from ``rules``, default the registry), or a clear error."""
     packet = getattr(target, "overloadpacket", target)
-    try:
-        return (VJP_RULES if rules is None else rules)[packet]
-    except KeyError:
+    rule = lookup(VJP_RULES if rules is None else rules, target)
+    if rule is None:
         rule = custom_op_vjp(target)
         if rule is not None:
             return rule
         raise NotImplementedError(
             f"no VJP rule for {target}: register one with "
             f"@tininductor.vjp_rules.register_vjp({packet}) (or decompose the op into prims "
-            f"that have rules)") from None
+            f"that have rules)")
+    return rule
 
 
 class _CustomOpCtx:

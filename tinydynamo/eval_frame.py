@@ -30,6 +30,7 @@ from tinydynamo.backends import lookup_backend, lookup_backend_with_options
 from tinydynamo import config
 from tinydynamo.exc import Unsupported
 from tinydynamo.output_graph import CompiledFrame, OutputGraph
+from tinydynamo.registry import swap
 from tinydynamo.utils import dynamo_timed
 
 #: counters["frames"]["ok"/"unsupported"/...], counters["unsupported"][reason], counters["recompiles"][name]
@@ -80,12 +81,8 @@ _lookup = {"fn": _fast_lookup}
 @contextlib.contextmanager
 def use_cache_lookup(fn) -> Iterator[None]:
     """Temporarily look entries up with ``fn(entries, L, G, backend)`` (the course plugs a learner's in)."""
-    saved = _lookup["fn"]
-    _lookup["fn"] = fn
-    try:
+    with swap(_lookup, {"fn": fn}):
         yield
-    finally:
-        _lookup["fn"] = saved
 
 
 _caches: dict[types.CodeType, FrameCache] = {}

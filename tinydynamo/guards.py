@@ -20,6 +20,7 @@ from typing import Any, Callable, Iterator
 import torch
 
 from tinydynamo.source import Source, SourceScope
+from tinydynamo.registry import swap
 
 
 @dataclasses.dataclass(frozen=True)
@@ -81,13 +82,11 @@ def register_guard_kind(kind: str, code, failure, readable) -> None:
 
 @contextlib.contextmanager
 def use_guard_kind(kind: str, code=None, failure=None, readable=None) -> Iterator[None]:
-    """Temporarily replace parts of a guard kind (the course plugs a learner's guard in this way)."""
+    """Temporarily replace parts of a guard kind (the course plugs a learner's guard in this way): a
+    :func:`~tinydynamo.registry.swap` of ``GUARD_KINDS``."""
     saved = GUARD_KINDS[kind]
-    GUARD_KINDS[kind] = GuardKind(code or saved.code, failure or saved.failure, readable or saved.readable)
-    try:
+    with swap(GUARD_KINDS, {kind: GuardKind(code or saved.code, failure or saved.failure, readable or saved.readable)}):
         yield
-    finally:
-        GUARD_KINDS[kind] = saved
 
 
 def _tname(t: type) -> str:
@@ -415,12 +414,8 @@ _codegen = {"generate": generate_check_code}
 @contextlib.contextmanager
 def use_check_codegen(fn: Callable[[list[Guard], SourceScope], str]) -> Iterator[None]:
     """Temporarily generate check functions with ``fn`` (the course plugs a learner's version in)."""
-    saved = _codegen["generate"]
-    _codegen["generate"] = fn
-    try:
+    with swap(_codegen, {"generate": fn}):
         yield
-    finally:
-        _codegen["generate"] = saved
 
 
 class CheckFunction:

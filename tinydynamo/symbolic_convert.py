@@ -26,6 +26,7 @@ from tinydynamo.bytecode import Instruction
 from tinydynamo import config
 from tinydynamo.exc import ObservedException, Unsupported, unimplemented
 from tinydynamo.output_graph import OutputGraph
+from tinydynamo.registry import swap
 from tinydynamo.source import GetItemSource, GlobalSource, LocalSource
 from tinydynamo.variables import (
     NULL,
@@ -58,17 +59,10 @@ OPCODE_HANDLERS: dict[str, Callable[["InstructionTranslatorBase", Instruction], 
 
 @contextlib.contextmanager
 def use_handlers(**handlers: Callable[["InstructionTranslatorBase", Instruction], None]) -> Iterator[None]:
-    """Temporarily replace opcode handlers, e.g. ``use_handlers(BINARY_OP=my_binary_op)`` (the course does)."""
-    saved = {name: OPCODE_HANDLERS.get(name) for name in handlers}
-    OPCODE_HANDLERS.update(handlers)
-    try:
+    """Temporarily replace opcode handlers, e.g. ``use_handlers(BINARY_OP=my_binary_op)`` (the course does):
+    a :func:`~tinydynamo.registry.swap` of ``OPCODE_HANDLERS``."""
+    with swap(OPCODE_HANDLERS, handlers):
         yield
-    finally:
-        for name, fn in saved.items():
-            if fn is None:
-                OPCODE_HANDLERS.pop(name, None)
-            else:
-                OPCODE_HANDLERS[name] = fn
 
 
 def register_opcode(opname: str):

@@ -17,9 +17,9 @@ aten = torch.ops.aten
 
 
 def _decompose_with(op, fn, inputs, yours):
-    """Decompose ``fn`` with the package table, your function standing in for ``op``."""
-    table = {**DECOMPOSITIONS, op: yours}
-    return decompose(fn, inputs, table=table)
+    """Decompose ``fn`` with the package table, your function swapped in for ``op``."""
+    with DECOMPOSITIONS.swap({op: yours}):
+        return decompose(fn, inputs)
 
 
 def _non_prims(gm):
