@@ -125,7 +125,7 @@ def is_generated(path: str) -> bool:
     """Workers only load tininductor's own generated modules (never a user's file)."""
     from tininductor.codecache import PyCodeCache
 
-    return os.path.dirname(path) == os.path.dirname(str(PyCodeCache.path_for("")))
+    return os.path.dirname(path) == os.path.dirname(str(PyCodeCache.path_for(""))) and path.endswith(".py")
 
 
 # --------------------------------------------------------------------------- the worker side
@@ -138,8 +138,9 @@ def _compile(path: str, name: str, example_args: tuple, grid, constants: dict, o
 
     from tininductor.codecache import PyCodeCache
 
-    source = Path(path).read_text()
-    if str(PyCodeCache.path_for(source)) != path:  # the file is named by its content's hash
+    source = Path(path).read_bytes().decode()  # bytes: no newline translation
+    if Path(path).name != PyCodeCache.path_for(source).name:  # the file is named by its content's hash
+        # (the name, not the directory: the main process may have moved TINY_CACHE_DIR since)
         raise ValueError(f"{path} is not an intact tininductor module")
     module = PyCodeCache.load(source)
     fn = getattr(module, name).fn  # the module rebinds the kernel's name to its TritonLauncher

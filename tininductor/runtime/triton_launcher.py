@@ -317,7 +317,10 @@ def precompile(launcher: TritonLauncher, example_args: tuple):
 
     def job():
         if in_worker is not None:
-            in_worker.result()  # a compile error is raised here, as a thread's own compile would
+            try:
+                in_worker.result(timeout=300)
+            except Exception:  # best effort (a worker that failed or hangs): the compile below then
+                pass           # does the work, and raises a real compile error with its own message
         if _driver_ready is not None:
             try:
                 _driver_ready.result()
