@@ -486,8 +486,12 @@ if stored.exists() and "rows" in gpu["results"].get("pointwise_chain max-autotun
 #   a copy per weight per step (autograd puts it in the weight's layout); made contiguous by
 #   the backward's own matmul it costs nothing.
 # * **Compile in parallel.** Each Triton launcher starts compiling (and building Triton's C
-#   launcher) in a thread pool when the wrapper module loads, so the graph's kernels compile
-#   side by side; the first call of this step dropped from about 41 s to 13 s on the H100.
+#   launcher) when the wrapper module loads, so the graph's kernels compile side by side: in a
+#   thread pool at first, then in worker processes (`tininductor/runtime/compile_worker.py`,
+#   TorchInductor's subprocess pool in small), because Triton's compiler holds the GIL for most
+#   of its work. The first call of this step dropped from about 41 s (one kernel after another)
+#   to 13 s with threads and about 10 s with worker processes on the H100, against 16-19 s for
+#   torch.compile.
 #
 # The step is host-bound (the GPU is busy for about 2 ms of a 9 ms step, 330 kernels), so the
 # compilers' wall times are close; the stored run has both dtypes, the first call's seconds
