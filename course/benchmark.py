@@ -295,4 +295,7 @@ def plot_result(name: str, payload: dict):
         for r in rows:
             pivot.setdefault(r["case"], {"case": r["case"]})[f"{r['backend']} s"] = r["median s"]
         return plot_bars(list(pivot.values()), ["case"], "s", title)
+    if kind in ("gpt_train", "resnet_train"):  # a training step per dtype (the cold-compile row aside)
+        steps = [r for r in rows if r.get("tiny ms") is not None]
+        return plot_bars(steps, ["dtype"], "ms", title) if steps else None
     return None
