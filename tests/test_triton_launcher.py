@@ -49,6 +49,7 @@ class FakeJIT:
 def fast_launcher(monkeypatch):
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
     monkeypatch.setattr(triton_launcher, "_stream_getters", lambda: (lambda: 0, lambda device: 1234))
+    monkeypatch.setattr(triton_launcher, "_static_launcher", lambda: None)  # Triton's own launchers
     jit = FakeJIT()
     # constexprs given out of signature order: the launcher must order them by the signature
     return jit, TritonLauncher(jit, grid=(7,), num_warps=4, RBLOCK=32, XBLOCK=8)
@@ -96,6 +97,68 @@ def test_launch_hooks_keep_the_front_door(fast_launcher, monkeypatch):
     launcher.run(a, b, 8)  # rebuilds the direct launch with the patched knobs
     launcher.run(a, b, 8)
     assert len(jit.front_door) == 3, "a profiler's launch hook must see every launch"
+
+
+class FakeStaticLauncher:
+    """Stands in for torch._C._StaticCudaLauncher: records loads and launches."""
+
+    def __init__(self):
+        self.loads, self.launches = [], []
+
+    def _load_kernel(self, path, name, shared, device):
+        self.loads.append((path, name, shared, device))
+        return "cu-function", 32, 0
+
+    def _launch_kernel(self, *args):
+        self.launches.append(args)
+
+
+def test_static_launcher_passes_what_the_cubin_takes(fast_launcher, monkeypatch):
+    """With torch's prebuilt launcher the kernel is compiled (or found) by Triton's warmup, never
+    launched through the front door (whose first launch builds a C launcher with gcc), and each
+    launch passes the cubin's arguments: pointers as "O", an int as its C type, an int Triton
+    folded into the kernel (== 1) left out, a null for the scratch pointer newer Tritons add."""
+    jit, _ = fast_launcher
+    static = FakeStaticLauncher()
+    monkeypatch.setattr(triton_launcher, "_static_launcher", lambda: static)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+
+    class Fn:
+        arg_names = ["in_ptr0", "out_ptr0", "xnumel", "ks0", "XBLOCK", "RBLOCK"]
+        constexprs = [4, 5]
+
+    class Src:
+        fn = Fn
+        signature = {"in_ptr0": "*fp32", "out_ptr0": "*fp16", "xnumel": "i32", "ks0": "constexpr",
+                     "XBLOCK": "constexpr", "RBLOCK": "constexpr"}
+        constants = {(3,): 1, (4,): 8, (5,): 32}
+
+    class Meta:
+        num_warps, shared, num_ctas, global_scratch_size = 4, 256, 1, 0
+
+    compiled = FakeCompiled()
+    compiled.src, compiled.metadata, compiled.name = Src, Meta, "fake_kernel"
+    compiled.metadata_group = {"fake_kernel.json": "/c/fake_kernel.json", "fake_kernel.cubin": "/c/fake_kernel.cubin"}
+    warmups = []
+    jit.warmup = lambda *args, grid, **kw: warmups.append((args, grid, kw)) or compiled
+
+    class Mixed(FakeJIT):
+        @staticmethod
+        def fn(in_ptr0, out_ptr0, xnumel, ks0, XBLOCK, RBLOCK):
+            pass
+
+    mixed = Mixed()
+    mixed.warmup = jit.warmup
+    launcher = TritonLauncher(mixed, grid=(7,), num_warps=4, RBLOCK=32, XBLOCK=8)
+    a, b = torch.randn(64), torch.empty(64)
+    launcher.run(a, b, 64, 1)
+    launcher.run(b, a, 64, 1)
+    assert mixed.front_door == [] and len(warmups) == 1
+    assert static.loads == [("/c/fake_kernel.cubin", "fake_kernel", 256, 0)]
+    assert static.launches == [
+        ("cu-function", 7, 1, 1, 4, 256, "OOiO", (a, b, 64, None), 1234),
+        ("cu-function", 7, 1, 1, 4, 256, "OOiO", (b, a, 64, None), 1234),
+    ]
 
 
 def test_interpreter_and_constexpr_order_disable_the_fast_path(monkeypatch):

@@ -53,6 +53,79 @@ class ModularIndexing(sympy.Function):
         return None
 
 
+def _dimension(atom):
+    """``(base, divisor, modulus)`` when ``atom`` is one dimension of a flat counter: ``X // d % n``
+    (``modulus`` None for ``X // d``, the outermost dimension); None for anything else."""
+    modulus = None
+    if isinstance(atom, ModularIndexing):
+        atom, modulus = atom.args
+    if isinstance(atom, FloorDiv):
+        base, divisor = atom.args
+    else:
+        base, divisor = atom, sympy.Integer(1)
+    return (base, divisor, modulus) if base.is_Symbol else None
+
+
+def _make_dimension(base, divisor, modulus):
+    inner = FloorDiv(base, divisor)
+    return inner if modulus is None else ModularIndexing(inner, modulus)
+
+
+def _split_term(term, bases):
+    """``c * dim`` -> ``(c, (base, divisor, modulus))`` for a term with exactly one dimension factor."""
+    dims = [f for f in sympy.Mul.make_args(term)
+            if isinstance(f, (FloorDiv, ModularIndexing)) or f in bases]
+    if len(dims) != 1 or _dimension(dims[0]) is None:
+        return None
+    return sympy.Mul(*[f for f in sympy.Mul.make_args(term) if f is not dims[0]]), _dimension(dims[0])
+
+
+def join_dimensions(expr):
+    """Undo a split of a flat counter that an index puts back together.
+
+    ``unflatten`` gives each loop dimension its own ``X // d % n``; an access that walks those
+    dimensions contiguously adds them back, ``196608*(X // 196608) + 3072*(X // 3072 % 64) +
+    X % 3072``, which is just ``X``, but costs a kernel two divisions and two remainders per
+    element (by runtime values when sizes are symbolic). Two rules, exact for non-negative
+    integers and applied until nothing changes:
+
+    * ``c*(X//d % n) + c*n*(X//(d*n) % m)  ->  c*(X//d % (n*m))``
+    * ``c*(X//d % n) + c*n*(X//(d*n))      ->  c*(X//d)``
+
+    PyTorch: ``SizeVarAllocator.join_dimensions`` (torch/_inductor/sizevars.py).
+    """
+    expr = sympy.expand(sympy.sympify(expr))
+    if not expr.is_Add:
+        return expr
+    bases = {a.args[0].args[0] if isinstance(a.args[0], FloorDiv) else a.args[0]
+             for a in expr.atoms(FloorDiv, ModularIndexing)}
+    bases = {b for b in bases if b.is_Symbol}
+    if not bases:
+        return expr
+    terms = list(expr.args)
+    changed = True
+    while changed:
+        changed = False
+        split = [_split_term(t, bases) for t in terms]
+        for i, a in enumerate(split):
+            if a is None or a[1][2] is None:
+                continue
+            coeff, (base, divisor, modulus) = a
+            for j, b in enumerate(split):
+                if j == i or b is None or b[1][0] != base:
+                    continue
+                if sympy.expand(b[1][1] - divisor * modulus) != 0 or sympy.expand(b[0] - coeff * modulus) != 0:
+                    continue
+                outer = b[1][2]
+                joined = coeff * _make_dimension(base, divisor, None if outer is None else modulus * outer)
+                terms = [t for k, t in enumerate(terms) if k not in (i, j)] + [joined]
+                changed = True
+                break
+            if changed:
+                break
+    return sympy.expand(sympy.Add(*terms))
+
+
 def size_expr(x):
     """A size as IR uses it: an ``int`` when it is known, else a sympy expression over size symbols.
 

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 
 import sympy
 import torch
@@ -40,7 +41,7 @@ if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 from .. import config, ops_table
-from ..indexing import is_static, pexpr
+from ..indexing import FloorDiv, ModularIndexing, is_static, join_dimensions, pexpr
 from ..runtime.index_check import ASSERT_MESSAGE
 from ..scheduler import FusedGroup, iteration_vars
 from ..virtualized import V
@@ -103,6 +104,11 @@ def reduction_init(rtype: str, dtype: torch.dtype) -> str:
     return init
 
 
+def _used(defs: list[str], body: str) -> list[str]:
+    """The ``name = expr`` lines of ``defs`` whose name ``body`` uses (a joined index may leave some unused)."""
+    return [line for line in defs if re.search(rf"\b{line.split(' = ', 1)[0]}\b", body)]
+
+
 class TritonKernel:
     """Generates one kernel; installed as the ``ops`` handler while node bodies run."""
 
@@ -120,7 +126,7 @@ class TritonKernel:
         self.stored: set[str] = set()
         self.keep_in_registers: set[str] = set(group.internal if keep_in_registers is None else keep_in_registers)
         self.range_vars: dict[sympy.Expr, sympy.Symbol] = {}
-        self.x_defs = IndentedBuffer()
+        self.x_defs: list[str] = []  # "x0 = xindex // 16" lines, written out where a body uses them
         self.r_defs: list[str] = []
         self.body = IndentedBuffer()  # where ops go right now
         self.pre = IndentedBuffer()  # accumulator set-up before the current loop
@@ -154,8 +160,29 @@ class TritonKernel:
             if is_r:
                 self.r_defs.append(line)
             else:
-                self.x_defs.writeline(line)
+                self.x_defs.append(line)
         return self.range_vars[expr]
+
+    def _simplify_index(self, index) -> sympy.Expr:
+        """``index`` with dimensions it walks contiguously joined back (indexing.join_dimensions):
+        ``3072*x0 + x1`` over ``x0 = xindex // 3072``, ``x1 = xindex % 3072`` is ``xindex``."""
+        index = sympy.expand(index)
+        if not self.range_vars:
+            return index
+        inverse = {symbol: expr for expr, symbol in self.range_vars.items()}
+        if not index.free_symbols & inverse.keys():
+            return index
+        raw = sympy.expand(index.xreplace(inverse))
+        joined = join_dimensions(raw)
+        if joined == raw:
+            return index
+
+        def rename(e):  # name each outermost dimension again (x0, x1, ...)
+            if isinstance(e, (FloorDiv, ModularIndexing)):
+                return self._range_symbol(e)
+            return e.func(*[rename(a) for a in e.args]) if e.args else e
+
+        return sympy.expand(rename(joined))
 
     def node_vars(self, node):
         index, rindex = iteration_vars(node, self.group.kind(node), self.group.numel, self.group.rnumel)
@@ -197,7 +224,7 @@ class TritonKernel:
         return text
 
     def index_expr(self, expr, dtype):
-        expr = sympy.sympify(expr)
+        expr = self._simplify_index(sympy.sympify(expr))
         if expr.is_Integer:
             return self.constant(int(expr), dtype)
         self._note_sizes(expr)
@@ -224,7 +251,7 @@ class TritonKernel:
         return self.cse.generate(self.body, f"{x}.to({triton_type(dtype)})")
 
     def load(self, name: str, index):
-        index = sympy.expand(index)
+        index = self._simplify_index(index)
         key = ("load", name, index)
         if key in self.cse.cache:
             return self.cse.cache[key]
@@ -238,7 +265,7 @@ class TritonKernel:
     def store(self, name: str, index, value, mode=None):
         """Write ``value`` at ``index``; ``mode="atomic_add"`` adds it there atomically (a scatter-add:
         several lanes may hit one place)."""
-        index = sympy.expand(index)
+        index = self._simplify_index(index)
         if mode not in (None, "atomic_add"):
             raise NotImplementedError(f"store mode {mode!r}")
         if mode is None:
@@ -327,7 +354,7 @@ class TritonKernel:
                             code.writeline("tl.debug_barrier()  # values stored by an earlier loop")
                         code.writeline("rindex = roffset + rbase")
                         code.writeline("rmask = rindex < rnumel")
-                        code.writelines(self.r_defs)
+                        code.writelines(_used(self.r_defs, self.body.getvalue()))
                         code.splice(self.body)
                     code.splice(self.post)
                     # values made inside the loop are out of scope; reduction results are not
@@ -379,10 +406,10 @@ class TritonKernel:
                     code.writeline("rmask = tl.full([1, RBLOCK], True, tl.int1)")
                 else:
                     code.writeline("rmask = rindex < rnumel")
-                code.writelines(self.r_defs)
+                code.writelines(_used(self.r_defs, body.getvalue()))
             elif self.is_reduction:
                 code.writeline("rbase = tl.arange(0, RBLOCK)[None, :]")
-            code.splice(self.x_defs)
+            code.writelines(_used(self.x_defs, body.getvalue()))
             code.splice(body)
         dynamic = not is_static(numel)
         grid = f"({pexpr(numel)} + {xblock - 1}) // {xblock}" if dynamic else max(1, -(-numel // xblock))

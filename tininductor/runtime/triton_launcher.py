@@ -14,7 +14,9 @@ keeps the compiled kernel Triton returns, and afterwards calls its C launcher di
     compiled.run(grid_x, grid_y, grid_z, stream, compiled.function, compiled.packed_metadata,
                  launch_metadata, enter_hook, exit_hook, *args, *constexprs)
 
-This is what TorchInductor's generated launchers do too. The slow path stays in charge whenever
+This is what TorchInductor's generated launchers do too. Where torch has its prebuilt launcher
+(``StaticKernel`` below) the closure calls that instead, and Triton never builds a C launcher for
+the kernel (a gcc run per signature in a cold cache). The slow path stays in charge whenever
 the fast one would not be exact: Triton's interpreter (CPU), Triton before 3.3 (another
 ``run`` signature), and launch hooks set by a profiler.
 """
@@ -197,7 +199,14 @@ class TritonLauncher:
                     pass
             self._precompiled = None
         with dynamo_timed("triton_first_launch"):  # Triton's JIT compile (and its launcher's build)
-            compiled = self._launch_through_triton(args, grid)
+            static = None
+            if self.fast and _static_launcher() is not None:  # compile (or find) it, no launch yet
+                compiled = self.fn.warmup(*args, grid=grid or self.grid, **self.constants, **self._options())
+                static = self._direct_launch(compiled, static_only=True)
+            if static is not None:
+                static(args, grid[0]) if grid is not None else static(args)
+            else:
+                compiled = self._launch_through_triton(args, grid)
         if self._pointer_positions is None:
             self._pointer_positions = tuple(i for i, a in enumerate(args) if isinstance(a, torch.Tensor))
             key = 0
@@ -208,24 +217,48 @@ class TritonLauncher:
                 for i in self._int_positions:
                     v = args[i]
                     key = (key << 2) | ((v % 16 == 0) << 1) | (v == 1)
-        if compiled is not None and hasattr(compiled, "packed_metadata"):
+        if static is not None:
+            self._launchers[key] = static
+        elif compiled is not None and hasattr(compiled, "packed_metadata"):
             self._launchers[key] = self._direct_launch(compiled)
         else:  # not a compiled kernel (an unexpected Triton): stay on the front door
             self.fast = False
 
-    def _direct_launch(self, compiled):
-        """A closure that calls the compiled kernel's C launcher with everything precomputed."""
-        c_launch = compiled.run  # property: loads the module on first use
-        function, metadata = compiled.function, compiled.packed_metadata
+    def _direct_launch(self, compiled, static_only: bool = False):
+        """A closure that launches the compiled kernel with everything precomputed: through
+        torch's prebuilt launcher where it applies (``StaticKernel``), else through the C launcher
+        Triton builds for the kernel's signature. ``static_only``: None instead of the latter."""
         gx, gy, gz = self.grid
-        constexprs = tuple(self.constants[name] for name in self._constexpr_order)
         get_device, get_stream = _stream_getters()
         knobs = _runtime_knobs()
 
-        def launch(args, gx=gx):
+        def profiler_listening() -> bool:
             enter, exit_ = knobs.launch_enter_hook, knobs.launch_exit_hook
-            if (enter is not None or exit_ is not None) and (_hook_set(enter) or _hook_set(exit_)):
-                self._launch_through_triton(args, (gx, gy, gz))  # a profiler is listening: let Triton call it
+            return (enter is not None or exit_ is not None) and (_hook_set(enter) or _hook_set(exit_))
+
+        static = StaticKernel.load(compiled)
+        if static is not None:
+            keep, extra = static.keep, static.extra
+            c_launch, function, warps, shared, types = static.launch, static.function, static.num_warps, static.shared, static.types
+
+            def launch(args, gx=gx):
+                if profiler_listening():
+                    self._launch_through_triton(args, (gx, gy, gz))  # let Triton call the profiler's hooks
+                    return
+                if keep is not None:
+                    args = tuple(args[i] for i in keep)
+                c_launch(function, gx, gy, gz, warps, shared, types, (*args, *extra), get_stream(get_device()))
+
+            return launch
+        if static_only:
+            return None
+        c_launch = compiled.run  # property: loads the module (and builds the C launcher) on first use
+        function, metadata = compiled.function, compiled.packed_metadata
+        constexprs = tuple(self.constants[name] for name in self._constexpr_order)
+
+        def launch(args, gx=gx):
+            if profiler_listening():
+                self._launch_through_triton(args, (gx, gy, gz))  # let Triton call the profiler's hooks
                 return
             c_launch(gx, gy, gz, get_stream(get_device()), function, metadata, None, None, None,
                      *args, *constexprs)
@@ -252,6 +285,81 @@ def _fast_path_possible(fn, constants: dict) -> bool:
         return False
     first_constant = min((names.index(n) for n in constants if n in names), default=len(names))
     return all(n in constants for n in names[first_constant:])
+
+
+# --------------------------------------------------------------------------- a launcher with no C build
+def _static_launcher():
+    """``torch._C._StaticCudaLauncher`` (torch >= 2.8 on CUDA), or None.
+    ``TINY_STATIC_LAUNCHER=0`` keeps Triton's own launchers."""
+    if os.environ.get("TINY_STATIC_LAUNCHER", "1") == "0" or torch.version.hip is not None:
+        return None
+    return getattr(torch._C, "_StaticCudaLauncher", None)
+
+
+# Triton's signature types -> the argument codes of torch's launcher (its StaticallyLaunchedCudaKernel)
+_ARG_CODES = {"i1": "i", "i8": "b", "i16": "h", "i32": "i", "i64": "l", "u1": "I", "u8": "B", "u16": "H",
+              "u32": "I", "u64": "K", "fp16": "f", "bf16": "f", "fp32": "f", "fp64": "d"}
+
+
+class StaticKernel:
+    """A compiled Triton kernel loaded for torch's prebuilt CUDA launcher.
+
+    Triton launches a kernel through a small C module it generates for the kernel's signature
+    and builds with gcc (plus, once, its ``cuda_utils`` driver module): in an empty cache that
+    is ~0.2 s per new signature, on the critical path of a cold compile. torch ships one
+    launcher, built with torch, that takes the argument types as a string (``"OOi"``: two
+    pointers, an int32) and the loaded cubin; TorchInductor uses it by default
+    (``StaticallyLaunchedCudaKernel``, torch/_inductor/runtime/static_triton_launcher.py).
+
+    ``keep``: positions of the runtime arguments the cubin takes (Triton folds an int equal to 1
+    into the kernel as a constant; None when all are kept); ``extra``: trailing scratch-pointer
+    arguments newer Tritons add (passed as null, as TorchInductor does).
+    """
+
+    def __init__(self, compiled, launcher, device: int):
+        meta = compiled.metadata
+        cubins = [p for p in compiled.metadata_group.values() if str(p).endswith(".cubin")]
+        if len(cubins) != 1 or getattr(meta, "num_ctas", 1) != 1:
+            raise NotImplementedError("no single cubin, or clusters")
+        src = compiled.src
+        names = src.fn.arg_names
+        folded = {k[0] if isinstance(k, tuple) else names.index(k) for k in getattr(src, "constants", {})}
+        keep, types = [], ""
+        for i, name in enumerate(names):
+            ty = src.signature.get(name, "constexpr")
+            if ty == "constexpr" or i in folded:
+                continue
+            keep.append(i)
+            types += "O" if ty.startswith("*") else _ARG_CODES[ty]  # KeyError: a type it cannot pass
+        self.extra = ()
+        for scratch in ("global_scratch_size", "profile_scratch_size"):
+            if hasattr(meta, scratch):
+                if getattr(meta, scratch):
+                    raise NotImplementedError(f"{scratch} > 0")
+                types += "O"
+                self.extra += (None,)
+        self.types, self.num_warps, self.shared = types, meta.num_warps, meta.shared
+        runtime = [i for i in range(len(names)) if i not in src.fn.constexprs]  # what a launch passes
+        self.keep = None if keep == runtime else tuple(keep)
+        self.launch = launcher._launch_kernel
+        self.function, self.n_regs, self.n_spills = launcher._load_kernel(str(cubins[0]), compiled.name,
+                                                                          self.shared, device)
+
+    @classmethod
+    def load(cls, compiled) -> "StaticKernel | None":
+        """The kernel loaded for torch's launcher (once per compiled kernel), or None where it does
+        not apply (no such launcher, another Triton, an argument type it cannot pass)."""
+        launcher = _static_launcher()
+        if launcher is None or not hasattr(compiled, "metadata_group"):
+            return None
+        cached = getattr(compiled, "_tiny_static", False)
+        if cached is False:
+            try:
+                cached = cls(compiled, launcher, torch.cuda.current_device())
+            except (NotImplementedError, KeyError, AttributeError, TypeError, ValueError):
+                cached = None
+            compiled._tiny_static = cached
+        return cached
 
 
 # --------------------------------------------------------------------------- parallel compilation
@@ -328,10 +436,12 @@ def precompile(launcher: TritonLauncher, example_args: tuple):
                 pass
         with torch.cuda.device(device) if device is not None else contextlib.nullcontext():
             compiled = fn.warmup(*example_args, grid=grid, **constants, **options)
-            # load it, and build Triton's C launcher for its signature (a gcc run per new
-            # signature in a cold cache): here, in parallel, not at the first launch
-            init = getattr(compiled, "_init_handles", None)
-            if init is not None:
-                init()
+            # load it for torch's prebuilt launcher, or else build Triton's C launcher for its
+            # signature (a gcc run per new signature in a cold cache): here, in parallel, not at
+            # the first launch
+            if StaticKernel.load(compiled) is None:
+                init = getattr(compiled, "_init_handles", None)
+                if init is not None:
+                    init()
 
     return _compile_pool.submit(job)
