@@ -2,10 +2,15 @@
 what the scheduler did. Not exercises: read them to see where each piece sits in the pipeline.
 
 A helper that runs the learner's code takes it as an argument, from the chapter module the caller
-loaded: ``use_lowering(aten.silu.default, ch.lower_silu)`` (7.1), ``use_view_lowerings(
-ch.permute_reindex, ch.expand_reindex)`` (7.2), ``use_fusion_check(ch.fusion_is_legal)`` (7.3),
-``use_read_writes(ch.ReadWritesHandler)`` (7.4). ``compile_aten`` and ``lower_and_schedule`` run
-the pipeline; ``fusion_text``, ``fusion_dot``, ``draw_fusion`` and ``memory_traffic`` show its result.
+loaded (``ch``):
+
+* ``use_lowering(aten.silu.default, ch.lower_silu)`` (Exercise 7.1);
+* ``use_view_lowerings(ch.permute_reindex, ch.expand_reindex)`` (Exercise 7.2);
+* ``use_fusion_check(ch.fusion_is_legal)`` (Exercise 7.3);
+* ``use_read_writes(ch.ReadWritesHandler)`` (Exercise 7.4).
+
+``compile_aten`` and ``lower_and_schedule`` run the pipeline; ``fusion_text``, ``fusion_dot``,
+``draw_fusion`` and ``memory_traffic`` show what it did.
 """
 from __future__ import annotations
 
@@ -61,8 +66,8 @@ def use_view_lowerings(permute_reindex, expand_reindex):
         yield
 
 
-def try_fuse(group: scheduler.FusedGroup, node: ir.ComputedBuffer,
-             fusion_is_legal: Callable[[scheduler.FusedGroup], bool]):
+def try_fuse(fusion_is_legal: Callable[[scheduler.FusedGroup], bool], group: scheduler.FusedGroup,
+             node: ir.ComputedBuffer):
     """The scheduler's fusion step: build the candidate kernel, ask ``fusion_is_legal``.
 
     (A pointwise kernel that meets a reduction over the same elements becomes a reduction
@@ -94,7 +99,7 @@ def patched(obj, name, value):
 
 def use_fusion_check(fusion_is_legal: Callable[[scheduler.FusedGroup], bool]):
     """Make the package's Scheduler fuse only where ``fusion_is_legal`` allows (Exercise 7.3)."""
-    return patched(scheduler, "try_fuse", lambda group, node: try_fuse(group, node, fusion_is_legal))
+    return patched(scheduler, "try_fuse", lambda group, node: try_fuse(fusion_is_legal, group, node))
 
 
 def use_read_writes(handler_class: type):
