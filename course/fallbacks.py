@@ -76,8 +76,9 @@ _snapshot_handlers()
 
 
 def _snapshot_scheduler() -> dict[str, Any]:
-    """The scheduler pieces chapter 7 patches (``use_fusion_check``, ``use_read_writes``), kept as the
-    package defines them, so a stand-in never calls the learner's patched-in version."""
+    """The scheduler pieces chapter 7 patches (``use_fusion_check``, ``use_read_writes`` in
+    ``course/chapters/ch07_loop_ir.py``), kept as the package defines them, so a stand-in never
+    calls the learner's patched-in version."""
     from tininductor import scheduler
 
     return {"try_fuse": scheduler.try_fuse, "ReadWrites": scheduler.ReadWrites}

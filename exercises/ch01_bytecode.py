@@ -20,6 +20,7 @@ import sys
 import types
 from typing import Any
 
+from course.chapters.ch01_bytecode import show_stack  # prints the value stack for verbose=True
 from tinydynamo import bytecode
 from tinydynamo.bytecode import Instruction, get_instructions
 
@@ -105,7 +106,7 @@ class StackMachine:
                 handler(frame, inst)
             self.executed.append(inst.opname)
             if self.verbose:
-                print(f"{inst.opname:<13} {inst.argrepr:<26} stack: {_show(frame.stack)}")
+                print(f"{inst.opname:<13} {inst.argrepr:<26} stack: {show_stack(frame.stack)}")
         return frame.return_value
 
     # -- given: no-ops, globals, attributes, comparisons, jumps --------------------------------
@@ -185,25 +186,6 @@ class StackMachine:
         returns ``(callable, leading_args)``; the NULL slot is the object ``NULL``.
         """
         raise NotImplementedError("Exercise 1.3: call what the two call slots and the arguments describe, keywords included, and push the result; checked on every slot layout (3.11/3.12, 3.13, method and self) and on whole functions (notebook 01, section 3). Stuck? course.hint('1.3')")
-
-
-def _show(stack: list) -> str:
-    """The value stack in one short line: tensors by shape, functions by dotted name."""
-    def one(v: Any) -> str:
-        if hasattr(v, "shape") and hasattr(v, "dtype"):
-            return f"Tensor{list(v.shape)}"
-        if isinstance(v, types.ModuleType):
-            return f"module {v.__name__}"
-        if callable(v) and hasattr(v, "__name__"):
-            owner = getattr(v, "__self__", None)
-            if hasattr(owner, "shape"):
-                return f"Tensor.{v.__name__} (bound)"
-            module = getattr(v, "__module__", None)
-            return f"{module}.{v.__name__}" if module and module != "builtins" else v.__name__
-        text = repr(v)
-        return text if len(text) <= 24 else text[:21] + "..."
-
-    return "[" + ", ".join(one(v) for v in stack) + "]"
 
 
 # ---------------------------------------------------------------------------------------------

@@ -3,9 +3,10 @@
 
 ``MiniTritonKernel`` turns one ``FusedGroup`` (a pointwise kernel or a *persistent* row
 reduction, see scheduler.py) into a ``@triton.jit`` function by running the nodes' bodies
-with itself installed as the ``ops`` handler. ``use_mini_backend()`` registers it in place
-of the package's Triton backend, so ``compile_fx`` generates, loads and launches *your*
-kernels; on CPU they run in the Triton interpreter (``TRITON_INTERPRET=1``).
+with itself installed as the ``ops`` handler. ``use_mini_backend(MiniTritonScheduling)``
+(``course/chapters/ch08_triton.py``) registers it in place of the package's Triton backend, so
+``compile_fx`` generates, loads and launches *your* kernels; on CPU they run in the Triton
+interpreter (``TRITON_INTERPRET=1``).
 
 * Exercise 8.1 ``triton_op_strings``: the op -> Triton format-string table;
 * Exercise 8.2 ``mask_for`` / ``masked_load`` / ``masked_store``: the memory lines;
@@ -16,15 +17,10 @@ Looped reductions (rows longer than ``PERSISTENT_MAX``) go to the package's back
 """
 from __future__ import annotations
 
-import contextlib
 import math
-import os
 
 import sympy
 import torch
-
-if not torch.cuda.is_available():  # read by @triton.jit when it decorates: set it before any kernel exists
-    os.environ.setdefault("TRITON_INTERPRET", "1")
 
 from tininductor.codegen.common import CSE, GeneratedKernel, IndentedBuffer, next_power_of_2
 from tininductor.indexing import pexpr
@@ -310,49 +306,3 @@ class MiniTritonScheduling:
     def header() -> str:
         return "import triton\nimport triton.language as tl\nfrom tininductor.codegen import triton_helpers\n"
 
-
-# --------------------------------------------------------------------------- plumbing (not exercises)
-
-
-@contextlib.contextmanager
-def use_mini_backend():
-    """Generate every Triton kernel with MiniTritonKernel while inside the ``with``."""
-    from tininductor.codegen import common
-    from tininductor.codegen import triton as package_triton  # registers the package's backends first
-
-    old = {k: common.backends.get(k) for k in ("cuda", "cpu_triton")}
-    common.register_backend("cuda", MiniTritonScheduling)
-    common.register_backend("cpu_triton", MiniTritonScheduling)
-    try:
-        yield
-    finally:
-        for k, v in old.items():
-            common.backends[k] = v if v is not None else package_triton.TritonScheduling
-
-
-def compile_triton(fn, args, decompose=False):
-    """Compile ``fn`` with tininductor on the Triton path (interpreter on CPU), raising on errors."""
-    from torch.fx.experimental.proxy_tensor import make_fx
-
-    from tininductor import config
-    from tininductor.compile_fx import compile_fx_inner
-    from tininductor.testing import patch_config
-
-    with torch.no_grad():
-        if decompose:
-            from tininductor.decompositions import decompose as decompose_fn
-
-            gm = decompose_fn(torch.fx.symbolic_trace(fn), list(args))
-        else:
-            gm = make_fx(fn)(*args)
-    with patch_config(config, fallback_to_eager=False, cpu_backend="triton"):
-        return compile_fx_inner(gm, list(args))
-
-
-def kernel_source(compiled, index: int = 0) -> str:
-    """The source of the ``index``-th generated ``@triton.jit`` kernel of a compiled graph."""
-    src = compiled.source
-    starts = [i for i in range(len(src)) if src.startswith("@triton.jit", i)]
-    start = starts[index]
-    end = src.find("\n\n\n", start)
-    return src[start:end if end >= 0 else None]

@@ -39,6 +39,9 @@ if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")  # kernels run in Triton's CPU interpreter
 
 from course import load
+# the course's helpers for this chapter (not exercises): they plug your functions into the pipeline
+from course.chapters.ch07_loop_ir import (compile_aten, draw_fusion, fusion_dot, fusion_text, lower_and_schedule,
+                                          memory_traffic, use_fusion_check, use_lowering, use_view_lowerings)
 
 ch = load("ch07", unfinished="package")
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"  # where the generated kernels run
@@ -277,8 +280,8 @@ node = ch.lower_silu(example).data
 print("silu body:", node.body_str())
 
 xs = torch.randn(4, 8, device=DEVICE)
-with ch.use_lowering(aten.silu.default, ch.lower_silu):
-    compiled = ch.compile_aten(lambda x: torch.nn.functional.silu(x) * 2, [xs])
+with use_lowering(aten.silu.default, ch.lower_silu):
+    compiled = compile_aten(lambda x: torch.nn.functional.silu(x) * 2, [xs])
 print("kernels:", compiled.kernels, "| fallbacks:", compiled.fallback_reasons)
 torch.testing.assert_close(compiled(xs), torch.nn.functional.silu(xs) * 2)
 print("silu(x) * 2 matches eager")
@@ -286,9 +289,9 @@ print("silu(x) * 2 matches eager")
 # %% [markdown]
 # ### Exercise 7.2: views as index arithmetic
 #
-# Write `permute_reindex(dims)` and `expand_reindex(old_size, new_size)`. The helpers
-# `lower_permute` / `lower_expand` wrap them in `ir.View` and `use_view_lowerings()` installs
-# them for `aten.permute` and `aten.expand`.
+# Write `permute_reindex(dims)` and `expand_reindex(old_size, new_size)`. The course's
+# `use_view_lowerings(permute_reindex, expand_reindex)` wraps them in `ir.View` and installs
+# them as the lowerings of `aten.permute` and `aten.expand`.
 
 # %%
 from tininductor.indexing import sym
@@ -303,9 +306,9 @@ def views(x, w):
 
 
 xv, wv = torch.randn(3, 4, 5, device=DEVICE), torch.randn(4, 3, device=DEVICE)
-with ch.use_view_lowerings():
-    graph, _ = ch.lower_and_schedule(views, [xv, wv], decompose=False)
-    compiled = ch.compile_aten(views, [xv, wv])
+with use_view_lowerings(ch.permute_reindex, ch.expand_reindex):
+    graph, _ = lower_and_schedule(views, [xv, wv], decompose=False)
+    compiled = compile_aten(views, [xv, wv])
 print(graph.ir_str())
 torch.testing.assert_close(compiled(xv, wv), views(xv, wv))
 print("matches eager")
@@ -337,7 +340,7 @@ def softmax_by_hand(x):
 
 
 xs = torch.randn(8, 16)
-graph, sched = ch.lower_and_schedule(softmax_by_hand, [xs])
+graph, sched = lower_and_schedule(softmax_by_hand, [xs])
 for buf in graph.buffers:
     h = ch.ReadWritesHandler()
     index = [sym(f"i{d}") for d in range(len(buf.get_ranges()))]
@@ -352,8 +355,8 @@ for buf in graph.buffers:
 # Fusing is only correct when every node of the kernel fits its loops *and* each in-kernel
 # read of a buffer hits exactly the element this program just wrote. A GPU runs a kernel as
 # many independent programs; a read of another program's element may happen before that
-# program stored it. Implement `fusion_is_legal(candidate)`; `use_fusion_check()` makes the
-# package's `Scheduler` call it.
+# program stored it. Implement `fusion_is_legal(candidate)`; `use_fusion_check(fusion_is_legal)`
+# makes the package's `Scheduler` call it.
 
 # %%
 def transposed_read(x):
@@ -363,9 +366,9 @@ def transposed_read(x):
     return y, y.permute(1, 0) + 1
 
 
-with ch.use_fusion_check():
-    g, s = ch.lower_and_schedule(transposed_read, [torch.randn(6, 6)], decompose=False)
-print(ch.fusion_text(g, s))
+with use_fusion_check(ch.fusion_is_legal):
+    g, s = lower_and_schedule(transposed_read, [torch.randn(6, 6)], decompose=False)
+print(fusion_text(g, s))
 
 # %% [markdown]
 # The transposed reader lands in a second kernel: between kernels, every store of the first
@@ -384,12 +387,12 @@ import matplotlib.pyplot as plt
 
 
 def show(fn, *args, title=""):
-    g, s = ch.lower_and_schedule(fn, list(args))
-    ax = ch.draw_fusion(g, s)
+    g, s = lower_and_schedule(fn, list(args))
+    ax = draw_fusion(g, s)
     ax.set_title(title, fontsize=9)
     plt.show()
-    print(ch.fusion_text(g, s))
-    traffic = ch.memory_traffic(g, s)
+    print(fusion_text(g, s))
+    traffic = memory_traffic(g, s)
     print(f"memory traffic: op by op {traffic['eager_bytes']} bytes, fused {traffic['fused_bytes']} bytes")
 
 
@@ -425,15 +428,15 @@ show(layer_norm_by_hand, torch.randn(64, 32), torch.randn(32), torch.randn(32), 
 # same group, and the variance reads the mean at the same row index: legal in one kernel.
 
 # %%
-g, s = ch.lower_and_schedule(chain, [xs, ws, bs])
+g, s = lower_and_schedule(chain, [xs, ws, bs])
 try:
     import graphviz
 
-    graphviz.Source(ch.fusion_dot(g, s)).pipe(format="svg")
-    print("graphviz available: display(graphviz.Source(ch.fusion_dot(g, s))) draws it")
+    graphviz.Source(fusion_dot(g, s)).pipe(format="svg")
+    print("graphviz available: display(graphviz.Source(fusion_dot(g, s))) draws it")
 except Exception as e:  # no `dot` binary here: the DOT text is still useful
     print(f"graphviz cannot render here ({type(e).__name__}); the DOT source:")
-    print(ch.fusion_dot(g, s))
+    print(fusion_dot(g, s))
 
 # %% [markdown]
 # ## 6. From the package: the LayerNorm-MLP block
@@ -453,12 +456,12 @@ torch.manual_seed(0)
 block = TinyBlock(hidden=16, expansion=2).eval().to(DEVICE)
 xb = torch.randn(2, 4, 16, device=DEVICE)
 with torch.no_grad():
-    g, s = ch.lower_and_schedule(block, [xb])
-    ax = ch.draw_fusion(g, s)
+    g, s = lower_and_schedule(block, [xb])
+    ax = draw_fusion(g, s)
     ax.set_title("TinyBlock(hidden=16): kernels and extern matmuls", fontsize=9)
     plt.show()
-    print(ch.fusion_text(g, s))
-    traffic = ch.memory_traffic(g, s)
+    print(fusion_text(g, s))
+    traffic = memory_traffic(g, s)
     print(f"memory traffic: op by op {traffic['eager_bytes']} bytes, fused {traffic['fused_bytes']} bytes")
 
 # %%

@@ -38,6 +38,8 @@ import triton
 import triton.language as tl
 
 from course import load
+# the course's helpers for this chapter (not exercises): compile on the Triton path, plug your backend in
+from course.chapters.ch08_triton import compile_triton, kernel_source, use_mini_backend
 
 ch = load("ch08", unfinished="package")
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
@@ -80,7 +82,7 @@ print("matches eager")
 #
 # ### Pointwise
 #
-# Compile a small chain with the package. `ch.compile_triton` traces the function, lowers,
+# Compile a small chain with the package. `compile_triton` traces the function, lowers,
 # schedules and generates Triton, then loads the wrapper module.
 
 # %%
@@ -89,8 +91,8 @@ def chain(x, y):
 
 
 xs, ys = torch.randn(4, 3, 9, device=DEVICE), torch.randn(9, device=DEVICE)
-compiled = ch.compile_triton(chain, [xs, ys])
-print(ch.kernel_source(compiled))
+compiled = compile_triton(chain, [xs, ys])
+print(kernel_source(compiled))
 
 # %% [markdown]
 # Line by line:
@@ -119,8 +121,8 @@ def softmax(x):
 
 
 xs = torch.randn(6, 12, device=DEVICE)
-compiled = ch.compile_triton(softmax, [xs])
-print(ch.kernel_source(compiled))
+compiled = compile_triton(softmax, [xs])
+print(kernel_source(compiled))
 torch.testing.assert_close(compiled(xs), softmax(xs))
 
 # %% [markdown]
@@ -142,8 +144,8 @@ from tininductor.testing import patch_config
 
 xs = torch.randn(3, 40, device=DEVICE)
 with patch_config(config.triton, persistent_reduction_max=16, looped_rblock=16):
-    compiled = ch.compile_triton(softmax, [xs])
-print(ch.kernel_source(compiled))
+    compiled = compile_triton(softmax, [xs])
+print(kernel_source(compiled))
 torch.testing.assert_close(compiled(xs), softmax(xs))
 
 # %% [markdown]
@@ -162,9 +164,10 @@ torch.testing.assert_close(compiled(xs), softmax(xs))
 # ## 3. Your own Triton backend
 #
 # `ch.MiniTritonKernel` is a complete, small Triton backend: it runs each node's body with
-# itself as the `ops` handler, so each op appends one line. `ch.use_mini_backend()`
-# registers it with the package (`register_backend`), and the compiler then generates,
-# loads and launches *its* kernels. The four exercises are its parts.
+# itself as the `ops` handler, so each op appends one line.
+# `use_mini_backend(ch.MiniTritonScheduling)` registers it with the package
+# (`register_backend`), and the compiler then generates, loads and launches *its* kernels. The
+# four exercises are its parts.
 #
 # ### Exercise 8.1: op strings
 #
@@ -202,9 +205,9 @@ def row_stats(x):
 
 
 xs = -torch.rand(5, 7, device=DEVICE) - 0.5
-with ch.use_mini_backend():
-    mini_stats = ch.compile_triton(row_stats, [xs])
-print(ch.kernel_source(mini_stats))
+with use_mini_backend(ch.MiniTritonScheduling):
+    mini_stats = compile_triton(row_stats, [xs])
+print(kernel_source(mini_stats))
 torch.testing.assert_close(mini_stats(xs), row_stats(xs))
 print("row sum and max match eager")
 
@@ -226,10 +229,10 @@ def layer_norm(x, w, b):
 
 
 xs, ws, bs = (torch.randn(*s, device=DEVICE) for s in ((5, 24), (24,), (24,)))
-with ch.use_mini_backend():
-    mini_chain = ch.compile_triton(chain, [torch.randn(4, 3, 9, device=DEVICE), torch.randn(9, device=DEVICE)])
-    mini_ln = ch.compile_triton(layer_norm, [xs, ws, bs])
-print(ch.kernel_source(mini_ln))
+with use_mini_backend(ch.MiniTritonScheduling):
+    mini_chain = compile_triton(chain, [torch.randn(4, 3, 9, device=DEVICE), torch.randn(9, device=DEVICE)])
+    mini_ln = compile_triton(layer_norm, [xs, ws, bs])
+print(kernel_source(mini_ln))
 torch.testing.assert_close(mini_ln(xs, ws, bs), layer_norm(xs, ws, bs), atol=1e-5, rtol=1e-4)
 print("your backend's LayerNorm matches eager; kernels:", mini_chain.kernels + mini_ln.kernels)
 
@@ -304,7 +307,7 @@ if torch.cuda.is_available():
 
     torch.manual_seed(0)
     xg, wg, bg = torch.randn(4096, 1024, device="cuda"), torch.randn(1024, device="cuda"), torch.randn(1024, device="cuda")
-    fast = ch.compile_triton(layer_norm, [xg, wg, bg])
+    fast = compile_triton(layer_norm, [xg, wg, bg])
     torch.testing.assert_close(fast(xg, wg, bg), layer_norm(xg, wg, bg), atol=1e-4, rtol=1e-4)
     eager_ms = do_bench(lambda: layer_norm(xg, wg, bg))
     tiny_ms = do_bench(lambda: fast(xg, wg, bg))

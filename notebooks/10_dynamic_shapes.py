@@ -46,6 +46,8 @@ import torch.nn.functional as F
 
 import tinydynamo
 from course import load
+# the course's helpers for this chapter (not exercises): they run your functions
+from course.chapters.ch10_dynamic_shapes import SymInt, check_fn, pointwise_kernel, run_pointwise, simulate_cache
 from course.models import TinyBlock
 from tinydynamo.testing import CompileCounter, CompileCounterWithBackend
 
@@ -136,7 +138,7 @@ def user_code(n):
     return "short path"
 
 
-n = ch.SymInt(s1, env)
+n = SymInt(s1, env)
 print(user_code(n), "| guards so far:", env.guards)
 
 # %% [markdown]
@@ -154,7 +156,7 @@ env.evaluate_expr(sympy.Eq(s0, 8))  # e.g. a check `x.shape[0] == 8` in the mode
 guards = env.produce_guards()
 for g in guards:
     print(g)
-check = ch.check_fn(guards)
+check = check_fn(guards)
 for xs, ys in [((6, 9), (6, 1)), ((3, 5), (3, 1)), ((6, 12), (6, 1)), ((6, 9), (5, 1)), ((1, 9), (1, 1))]:
     print(f"x {xs}, y {ys}: reuse the graph = {check({'x': torch.empty(xs), 'y': torch.empty(ys)})}")
 
@@ -269,9 +271,9 @@ print(keep_graph.gm.code.strip())
 # %%
 calls = [(4, 8), (4, 16), (4, 32), (8, 32), (1, 32), (4, 1), (4, 64), (1, 1), (8, 8)]
 for dynamic in (None, True, False):
-    patterns = ch.simulate_cache(calls, dynamic)
+    patterns = simulate_cache(ch.update_frame_state, ch.symbolic_dims, calls, dynamic)
     print(f"dynamic={dynamic!s:<5} {len(patterns)} graphs: {patterns}")
-print("mark_dynamic(x, 1):", ch.simulate_cache(calls, None, marked=[1]))
+print("mark_dynamic(x, 1):", simulate_cache(ch.update_frame_state, ch.symbolic_dims, calls, None, marked=[1]))
 
 # %% [markdown]
 # Read the default row: static `(4, 8)`; the length changes, so dim 1 becomes a symbol; the
@@ -292,7 +294,7 @@ for dynamic, marked in ((None, ()), (True, ()), (False, ()), (None, (1,))):
         for d in marked:
             torch._dynamo.mark_dynamic(x, d)
         fn(x)
-    ours = len(ch.simulate_cache(calls, dynamic, marked))
+    ours = len(simulate_cache(ch.update_frame_state, ch.symbolic_dims, calls, dynamic, marked))
     print(f"dynamic={dynamic!s:<5} marked={marked!s:<5} torch.compile: {counter.frame_count}  simulate_cache: {ours}")
 
 # %% [markdown]
@@ -341,13 +343,13 @@ print("mark_dynamic(x, 1), 3 lengths:", cnt.frame_count, "graph")
 S0, S1, S2 = sympy.symbols("s0 s1 s2", integer=True, positive=True)
 print("strides of (s0, s1, s2):", ch.contiguous_strides((S0, S1, S2)))
 out_sizes, in_shapes = (S0, S1, S2), [(S0, S1, S2), (S0, 1, S2), (S1, 1)]
-source = ch.pointwise_kernel("kernel_add_mul", out_sizes, in_shapes, "{0} + {1} * {2}")
+source = pointwise_kernel(ch.broadcast_index, "kernel_add_mul", out_sizes, in_shapes, "{0} + {1} * {2}")
 print(source)
 
 # %%
 for a, b, c in [(2, 3, 4), (3, 5, 2), (4, 2, 7)]:
     x, y, z = torch.randn(a, b, c), torch.randn(a, 1, c), torch.randn(b, 1)
-    out = ch.run_pointwise(source, out_sizes, in_shapes, [x, y, z])
+    out = run_pointwise(source, out_sizes, in_shapes, [x, y, z])
     print(f"sizes ({a}, {b}, {c}): one source, matches eager: {torch.allclose(out, x + y * z, atol=1e-6)}")
 
 # %% [markdown]

@@ -19,6 +19,7 @@ import sys
 import types
 from typing import Any
 
+from course.chapters.ch01_bytecode import show_stack  # prints the value stack for verbose=True
 from tinydynamo import bytecode
 from tinydynamo.bytecode import Instruction, get_instructions
 
@@ -110,7 +111,7 @@ class StackMachine:
                 handler(frame, inst)
             self.executed.append(inst.opname)
             if self.verbose:
-                print(f"{inst.opname:<13} {inst.argrepr:<26} stack: {_show(frame.stack)}")
+                print(f"{inst.opname:<13} {inst.argrepr:<26} stack: {show_stack(frame.stack)}")
         return frame.return_value
 
     # -- given: no-ops, globals, attributes, comparisons, jumps --------------------------------
@@ -217,25 +218,6 @@ class StackMachine:
         keywords = dict(zip(inst.kw_names, args[count - n_kw:]))
         frame.stack.append(func(*leading, *positional, **keywords))
         # END SOLUTION
-
-
-def _show(stack: list) -> str:
-    """The value stack in one short line: tensors by shape, functions by dotted name."""
-    def one(v: Any) -> str:
-        if hasattr(v, "shape") and hasattr(v, "dtype"):
-            return f"Tensor{list(v.shape)}"
-        if isinstance(v, types.ModuleType):
-            return f"module {v.__name__}"
-        if callable(v) and hasattr(v, "__name__"):
-            owner = getattr(v, "__self__", None)
-            if hasattr(owner, "shape"):
-                return f"Tensor.{v.__name__} (bound)"
-            module = getattr(v, "__module__", None)
-            return f"{module}.{v.__name__}" if module and module != "builtins" else v.__name__
-        text = repr(v)
-        return text if len(text) <= 24 else text[:21] + "..."
-
-    return "[" + ", ".join(one(v) for v in stack) + "]"
 
 
 # ---------------------------------------------------------------------------------------------

@@ -45,6 +45,22 @@ def test_fallbacks_never_use_the_solutions():
     assert not [s for s in strings if s.strip("/") == "solutions"]
 
 
+
+def test_chapter_helpers_never_load_a_chapter_module():
+    """course/chapters/ gets the learner's code as arguments: importing solutions/ or exercises/ (or
+    loading a chapter) there would let a stub pass a graded test through a helper."""
+    for path in sorted((loader.ROOT / "course" / "chapters").glob("*.py")):
+        tree = ast.parse(path.read_text())
+        imported = [alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names]
+        imported += [node.module or "" for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)]
+        assert not [m for m in imported if "solution" in m or "exercise" in m or m in ("course", "course.loader")], \
+            (path.name, imported)
+        names = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)} | \
+            {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)}
+        assert not names & {"load", "chapter_file", "spec_from_file_location"}, path.name
+        strings = [n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)]
+        assert not [s for s in strings if s.strip("/") in ("solutions", "exercises")], path.name
+
 def _write_chapter(tmp_path, body: str):
     (tmp_path / "exercises").mkdir()
     (tmp_path / "exercises" / "ch11_end_to_end.py").write_text(textwrap.dedent(body))

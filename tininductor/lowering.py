@@ -712,8 +712,8 @@ def var(x, dim=None, *, correction=None, keepdim=False):
 # compile_fx decomposes every graph before lowering it, so the tininductor backend never reaches
 # the five lowerings below (tests/test_inductor_ops_table.py checks that). They stay for graphs
 # lowered straight from ``make_fx`` without decomposing: chapters 7 and 8 compile such aten graphs
-# (``compile_aten`` / ``compile_triton``) so that a kernel is named after the op the learner
-# wrote (``triton_per_fused__softmax_0``) and its body reads as one formula. Each must compute
+# (``compile_aten`` / ``compile_triton``, course/chapters/) so that a kernel is named after the op
+# the learner wrote (``triton_per_fused__softmax_0``) and its body reads as one formula. Each must compute
 # what its decomposition computes (the same test compares both against eager).
 
 

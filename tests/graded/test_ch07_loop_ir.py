@@ -8,6 +8,8 @@ import torch
 
 import tininductor.testing  # noqa: F401  (sets TRITON_INTERPRET=1 on CPU before any triton.jit)
 from course import load
+from course.chapters.ch07_loop_ir import (compile_aten, lower_and_schedule, use_fusion_check, use_lowering,
+                                          use_read_writes, use_view_lowerings)
 from course.testing import expect_close, expect_equal, expect_true
 from tininductor import config, scheduler as package_scheduler
 from tininductor.indexing import sym
@@ -25,7 +27,7 @@ aten = torch.ops.aten
 
 def kernel_count(fn, args) -> int:
     """How many kernels the package's own scheduler makes for ``fn`` (the reference)."""
-    _, sched = ch.lower_and_schedule(fn, args, decompose=False)
+    _, sched = lower_and_schedule(fn, args, decompose=False)
     return sum(isinstance(n, package_scheduler.FusedGroup) for n in sched.nodes)
 
 
@@ -41,8 +43,8 @@ def test_silu_lowering_matches_eager(shape, dtype):
     def f(x):
         return torch.nn.functional.silu(x) + 1
 
-    with ch.use_lowering(aten.silu.default, ch.lower_silu):
-        compiled = ch.compile_aten(f, [x])
+    with use_lowering(aten.silu.default, ch.lower_silu):
+        compiled = compile_aten(f, [x])
     expect_equal(compiled.fallback_reasons, [], "fallbacks (silu should be lowered, not called in torch)")
     expect_equal(len(compiled.kernels), 1, "kernels for silu(x) + 1 (one fused pointwise kernel)")
     expect_close(compiled(x), f(x), f"silu(x) + 1 for {dtype} {shape}", context=compiled.source,
@@ -72,8 +74,8 @@ def test_view_lowerings_match_eager(case):
         lambda x, y: x.permute(0, 2, 1).cos() + y.permute(1, 0).expand(3, 5, 4),
     ]
     f = fns[case]
-    with ch.use_view_lowerings():
-        compiled = ch.compile_aten(f, [x, y])
+    with use_view_lowerings(ch.permute_reindex, ch.expand_reindex):
+        compiled = compile_aten(f, [x, y])
     expect_close(compiled(x, y), f(x, y), f"views case {case}", context=compiled.source)
 
 
@@ -106,9 +108,9 @@ def test_fusion_check_in_scheduler(fn):
     torch.manual_seed(0)
     x, w = randn(12, 12), randn(12)
     expected_kernels = kernel_count(fn, [x, w])
-    with ch.use_fusion_check(), patch_config(config.triton, max_xblock=32, max_reduction_block=32):
-        compiled = ch.compile_aten(fn, [x, w])
-        _, sched = ch.lower_and_schedule(fn, [x, w], decompose=False)
+    with use_fusion_check(ch.fusion_is_legal), patch_config(config.triton, max_xblock=32, max_reduction_block=32):
+        compiled = compile_aten(fn, [x, w])
+        _, sched = lower_and_schedule(fn, [x, w], decompose=False)
     expect_equal(len(compiled.kernels), expected_kernels, f"kernels for {fn.__name__[1:]}", context=str(sched))
     expect_close(compiled(x, w), fn(x, w), f"{fn.__name__[1:]} with your fusion check (several programs)",
                  context=compiled.source)
@@ -118,7 +120,7 @@ def test_fusion_check_in_scheduler(fn):
 def test_fusion_check_rejects_mismatched_sizes_and_indices():
     torch.manual_seed(0)
     x, w = randn(6, 8), randn(8)
-    graph, sched = ch.lower_and_schedule(_transposed_read, [x, w], decompose=False)
+    graph, sched = lower_and_schedule(_transposed_read, [x, w], decompose=False)
     buffers = [b for b in graph.buffers if hasattr(b, "data")]
     first, second = buffers[0], buffers[1]
     numel = first.get_numel()
@@ -126,7 +128,7 @@ def test_fusion_check_rejects_mismatched_sizes_and_indices():
     expect_equal(ch.fusion_is_legal(bad), False, "transposed read of a buffer written in the same kernel")
     ok = package_scheduler.FusedGroup(first.get_device(), numel, 1, False, [first])
     expect_equal(ch.fusion_is_legal(ok), True, "a single pointwise node")
-    graph, _ = ch.lower_and_schedule(lambda x, w: (x + w, x.sum(0) * 3), [x, w], decompose=False)
+    graph, _ = lower_and_schedule(lambda x, w: (x + w, x.sum(0) * 3), [x, w], decompose=False)
     a, b = [b for b in graph.buffers if hasattr(b, "data")][:2]
     mixed = package_scheduler.FusedGroup(a.get_device(), a.get_numel(), 1, False, [a, b])
     expect_equal(ch.fusion_is_legal(mixed), False, "a reduction in a pointwise kernel (no kind fits)")
@@ -148,7 +150,7 @@ def _record(handler_cls, node):
 @pytest.mark.parametrize("fn", [_softmax, _layernorm, _transposed_read], ids=lambda f: f.__name__[1:])
 def test_read_writes_match_package(fn):
     x, w = randn(6, 8), randn(8)
-    graph, _ = ch.lower_and_schedule(fn, [x, w], decompose=False)
+    graph, _ = lower_and_schedule(fn, [x, w], decompose=False)
     for node in graph.buffers:
         if not hasattr(node, "store_body"):
             continue
@@ -165,8 +167,8 @@ def test_read_writes_drive_the_scheduler(fn):
     torch.manual_seed(1)
     x, w = randn(12, 12), randn(12)
     expected_kernels = kernel_count(fn, [x, w])
-    with ch.use_read_writes(), patch_config(config.triton, max_xblock=32, max_reduction_block=32):
-        compiled = ch.compile_aten(fn, [x, w])
+    with use_read_writes(ch.ReadWritesHandler), patch_config(config.triton, max_xblock=32, max_reduction_block=32):
+        compiled = compile_aten(fn, [x, w])
     expect_true(len(compiled.kernels) == expected_kernels,
                 f"kernels with your dependencies: yours {len(compiled.kernels)} vs expected {expected_kernels}",
                 context=compiled.source)

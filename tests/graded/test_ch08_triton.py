@@ -1,7 +1,8 @@
 """Graded tests for chapter 8: your Triton backend generates the kernels of real graphs.
 
-Each test compiles a graph with tininductor while ``use_mini_backend()`` is active, runs the
-kernels (the Triton interpreter on CPU, the GPU when there is one) and compares with eager.
+Each test compiles a graph with tininductor while ``use_mini_backend(ch.MiniTritonScheduling)`` is
+active, runs the kernels (the Triton interpreter on CPU, the GPU when there is one) and compares
+with eager.
 So that each task is graded on its own, the tests of one task use the small reference
 versions below for the *other* tasks' pieces.
 """
@@ -13,6 +14,7 @@ import torch
 
 import tininductor.testing  # noqa: F401  (sets TRITON_INTERPRET=1 on CPU before any triton.jit)
 from course import load
+from course.chapters.ch08_triton import compile_triton, kernel_source, use_mini_backend
 from course.testing import expect_close, expect_equal, expect_true
 from tininductor.indexing import sym
 from tininductor.testing import DEVICE
@@ -88,8 +90,8 @@ def others(monkeypatch):
 
 
 def run(fn, args, **tol):
-    with ch.use_mini_backend():
-        compiled = ch.compile_triton(fn, args)
+    with use_mini_backend(ch.MiniTritonScheduling):
+        compiled = compile_triton(fn, args)
     expect_close(compiled(*args), fn(*args), "compiled vs eager", context=compiled.source, equal_nan=True, **tol)
     return compiled
 
@@ -162,7 +164,7 @@ def test_masked_pointwise_kernel(shape, others):
         return (x.permute(*reversed(range(x.dim()))) * 2).sin().permute(*reversed(range(x.dim()))) + w
 
     compiled = run(f, [x, w])
-    src = ch.kernel_source(compiled)
+    src = kernel_source(compiled)
     expect_true("xmask" in src.split("xmask = xindex < xnumel", 1)[1], "loads/stores are masked", context=src)
 
 

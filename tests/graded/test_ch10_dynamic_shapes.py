@@ -9,6 +9,7 @@ import sympy
 import torch
 
 from course import load
+from course.chapters.ch10_dynamic_shapes import SymInt, check_fn, pointwise_kernel, run_pointwise, simulate_cache
 from course.testing import expect_equal, expect_true
 
 ch = load("ch10")
@@ -56,7 +57,7 @@ def test_evaluate_expr_records_a_guard_once_and_none_for_constants():
 @pytest.mark.ch10_1
 def test_a_branch_on_a_size_through_symint_guards_the_relation():
     env, s0, s1 = _env()
-    n = ch.SymInt(s1, env)
+    n = SymInt(s1, env)
     taken = "big" if n * 2 > 20 else "small"
     expect_equal(taken, "small", "branch on x.size(1) * 2 > 20 at size 8")
     expect_true(_holds(env.guards, {s0: 6, s1: 10}) and not _holds(env.guards, {s0: 6, s1: 11}),
@@ -73,7 +74,7 @@ def test_produce_guards_strings_and_what_they_accept():
                 "L['x'].size()[1] > 4", "L['x'].size()[0] != 8"]
     guards = env.produce_guards()
     expect_equal(guards, expected, "produce_guards for x (6, 8), y (6, 1) with s1 > 4 and s0 != 8 recorded")
-    check = ch.check_fn(guards)
+    check = check_fn(guards)
     cases = [((6, 9), (6, 1), True), ((3, 5), (3, 1), True), ((6, 9), (5, 1), False), ((1, 9), (1, 1), False),
              ((6, 4), (6, 1), False), ((8, 9), (8, 1), False)]
     for xs, ys, ok in cases:
@@ -196,7 +197,7 @@ TORCH_COUNTS = {  # (sequence, dynamic, marked) -> graphs compiled
 def test_the_policy_compiles_as_often_as_torch_compile():
     wrong = []
     for (name, dynamic, marked), count in TORCH_COUNTS.items():
-        patterns = ch.simulate_cache(SEQUENCES[name], dynamic, marked)
+        patterns = simulate_cache(ch.update_frame_state, ch.symbolic_dims, SEQUENCES[name], dynamic, marked)
         if len(patterns) != count:
             wrong.append(f"{name} dynamic={dynamic} marked={marked}: yours {len(patterns)} compiles {patterns} "
                          f"vs torch.compile's {count}")
@@ -207,7 +208,8 @@ def test_the_policy_compiles_as_often_as_torch_compile():
 @pytest.mark.ch10_3
 def test_the_default_policy_compiles_static_first_then_symbolic():
     expected = [(4, 8), (4, "u1"), ("u0", "u1"), (1, "u1"), ("u0", 1), (1, 1)]
-    expect_equal(ch.simulate_cache(SEQUENCES["A"], None), expected, "the graphs compiled for sequence A, dynamic=None")
+    expect_equal(simulate_cache(ch.update_frame_state, ch.symbolic_dims, SEQUENCES["A"], None), expected,
+                 "the graphs compiled for sequence A, dynamic=None")
 
 
 # ---- 10.4: index expressions over symbols ------------------------------------------------------------
@@ -254,9 +256,9 @@ def test_broadcast_index_reads_what_expand_reads(out_sizes, in_sizes, tries):
 @pytest.mark.ch10_4
 def test_one_kernel_source_runs_at_every_size():
     out_sizes, shapes = (S0, S1, S2), [(S0, S1, S2), (S0, 1, S2), (S1, 1)]
-    source = ch.pointwise_kernel("kernel", out_sizes, shapes, "{0} + {1} * {2}")
+    source = pointwise_kernel(ch.broadcast_index, "kernel", out_sizes, shapes, "{0} + {1} * {2}")
     for a, b, c in [(2, 3, 4), (3, 5, 2), (4, 2, 7)]:
         x, y, z = torch.randn(a, b, c), torch.randn(a, 1, c), torch.randn(b, 1)
-        got = ch.run_pointwise(source, out_sizes, shapes, [x, y, z])
+        got = run_pointwise(source, out_sizes, shapes, [x, y, z])
         expect_true(torch.allclose(got, x + y * z, rtol=1e-5, atol=1e-6), f"one kernel source at sizes ({a}, {b}, {c}) against eager",
                     context=source)
