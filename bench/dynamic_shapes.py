@@ -60,7 +60,7 @@ def compile_with(compiler: str, model, dynamic, backend):
     return tinydynamo.compile(model, backend=backend, dynamic=dynamic)
 
 
-def kernel_ms(fn, x, device: str, calls: int = 10) -> float | None:
+def kernel_ms(fn, x, device: str, calls: int = 50) -> float | None:
     """Milliseconds of GPU kernel time per call (None on a CPU, where the call time is the kernels')."""
     if not device.startswith("cuda"):
         return None

@@ -102,10 +102,15 @@ print(kernel_source(compiled))
 # * `in_ptr0, in_ptr1, out_ptr0`: pointers to the buffers it reads and writes; `xnumel`: how
 #   many elements; `XBLOCK`: the block size, a compile-time constant.
 # * `xoffset`, `xindex`, `xmask`: exactly the hand-written kernel's `pid * BLOCK`, `offsets`, `mask`.
-# * `x0`, `x1`, `x2`: the flat `xindex` split back into the tensor's three dimensions
-#   (`//` and `%` by the sizes). They are named once, then used by every load and store.
+# * `x2 = (xindex % 9)`: the flat `xindex` split back into one of the tensor's dimensions (`//`
+#   and `%` by the sizes), named once and used by every access that needs it.
 # * `tl.load(in_ptr1 + (x2), xmask, other=0)`: the broadcast `y` is read at the last
 #   dimension's index only: chapter 7's index arithmetic, printed.
+# * `tl.load(in_ptr0 + (xindex), ...)`: `x` is read at `27*x0 + 9*x1 + x2`, its three dimensions
+#   each split out of `xindex` and multiplied back by its stride. The sum walks the dimensions
+#   contiguously, so the code generator joins it back into `xindex` (`indexing.join_dimensions`;
+#   TorchInductor's `SizeVarAllocator.join_dimensions`): two divisions and two remainders per
+#   element saved, and with symbolic sizes (chapter 10) those would be by runtime values.
 # * `tmp1 = tl.sin(tmp0)` ...: the body, one temporary per op (shared when two ops compute
 #   the same expression). Nothing between the loads and the store touches memory.
 #

@@ -151,10 +151,6 @@ def _compile(path: str, name: str, example_args: tuple, grid, constants: dict, o
 def main() -> None:
     out, inp = sys.stdout.buffer, sys.stdin.buffer
     sys.stdout = sys.stderr  # a stray print must not corrupt the pipe
-    try:  # the main process goes first: its imports and its first kernel are the critical path
-        os.nice(10)
-    except OSError:
-        pass
     import torch  # noqa: F401  (the imports every job needs, paid once)
     import triton  # noqa: F401
 
