@@ -45,3 +45,24 @@ def test_allocation_source_names_the_device_kind():
     assert allocation(cuda) == "empty_strided_cuda((4,), (1,), torch.bfloat16)"
     meta = Layout(torch.device("meta"), torch.float32, [2], [1], 0)
     assert allocation(meta) == "torch.empty_strided((2,), (1,), device='meta', dtype=torch.float32)"
+
+
+def test_kernels_with_the_same_code_are_generated_once():
+    """Repeated layers give kernels that differ only in their names and comments: the wrapper
+    emits (and compiles) the first and calls it again for the others, as TorchInductor does;
+    kernels whose code differs (here a constant) stay apart. Results equal eager."""
+    import re
+
+    from tininductor.testing import DEVICE, check
+
+    def layers(x, w1, w2):
+        a = torch.nn.functional.gelu(x @ w1) * 2
+        b = torch.nn.functional.gelu(a @ w2) * 2   # the same pointwise kernel as a's
+        return torch.nn.functional.gelu(b @ w1) * 3  # a different constant: another kernel
+
+    x, w1, w2 = (torch.randn(8, 8, device=DEVICE) for _ in range(3))
+    compiled = check(layers, x, w1, w2, atol=1e-5, rtol=1e-5)
+    calls = [m.group(1) for m in re.finditer(r"^\s+(\w+)(?:\.run)?\((?!.*=)", compiled.source, re.MULTILINE)
+             if m.group(1) in compiled.kernels]
+    assert len(compiled.kernels) == 2, compiled.source
+    assert len(calls) == 3 and calls[0] == calls[1] != calls[2], calls

@@ -115,6 +115,9 @@ class GeneratedKernel:
     stored: set[str]  # buffers written to memory (the wrapper allocates them)
     launch: Callable[[list[str]], str]  # arg expressions -> the call statement
     origins: list[str] = dataclasses.field(default_factory=list)
+    # start compiling it in the background: called by the wrapper for each kernel it keeps (not
+    # for one that reuses an earlier kernel's code)
+    prebuild: Callable[[], None] | None = None
 
     def call_line(self, refs: dict[str, str] | None = None) -> str:
         refs = refs or {}

@@ -815,12 +815,12 @@ class CppScheduling:
         sizes = kernel.size_args()
         nsizes = f", nsizes={len(sizes)}" if sizes else ""
         text = f'{name} = load_cpp_kernel({name!r}, {len(args)}, r"""\n{source}"""{nsizes})'
-        prebuild(source)
 
         def launch(arg_refs: list[str]) -> str:
             return f"{name}({', '.join(arg_refs + sizes)})"
 
-        return GeneratedKernel(name, text, args, set(kernel.stored), launch, origins)
+        return GeneratedKernel(name, text, args, set(kernel.stored), launch, origins,
+                               prebuild=lambda: prebuild(source))
 
 
 def _register() -> None:

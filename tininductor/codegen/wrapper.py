@@ -26,6 +26,7 @@ and one module (one code-cache entry) for every size.
 from __future__ import annotations
 
 import math
+import re
 
 import sympy
 import torch
@@ -105,6 +106,11 @@ class WrapperCodeGen:
         self.graph = graph
         self.scheduler = scheduler
         self.kernels: list[GeneratedKernel] = []
+        # a kernel's code (names and comments aside) -> the kernel and its names: a model's
+        # repeated layers give the same kernels, each compiled and loaded once (TorchInductor:
+        # ``src_to_kernel`` in its wrapper codegen)
+        self._by_source: dict[str, tuple[GeneratedKernel, list[str]]] = {}
+        self.reused = 0  # kernels that reused an earlier one's code
         self.headers: list[str] = []
         # buffers kept in registers inside one kernel: never allocated, so never freed
         self.internal = {n for g in scheduler.nodes if isinstance(g, FusedGroup) for n in g.internal}
@@ -162,11 +168,22 @@ class WrapperCodeGen:
         backend = get_scheduling(group.device)
         self.headers.append(backend.header())
         kernel = backend.codegen_kernel(group, len(self.kernels))
-        self.kernels.append(kernel)
+        names, key = _defined_names(kernel.source)
+        call = kernel.call_line()
+        if key in self._by_source:  # the same code as an earlier kernel (another layer's): reuse it
+            first, first_names = self._by_source[key]
+            for mine, theirs in zip(names, first_names):
+                call = re.sub(rf"\b{mine}\b", theirs, call)
+            self.reused += 1
+        else:
+            self._by_source[key] = (kernel, names)
+            self.kernels.append(kernel)
+            if kernel.prebuild is not None:
+                kernel.prebuild()
         for name in [n.get_name() for n in group.nodes if n.get_name() in kernel.stored]:
             lay = self.graph.get_buffer(name).layout
             calls.writeline(f"{name} = {allocation(lay)}")
-        calls.writeline(kernel.call_line())
+        calls.writeline(call)
 
     def _extern(self, node: ExternNode, calls: IndentedBuffer) -> None:
         buf = node.node
@@ -209,3 +226,22 @@ class WrapperCodeGen:
             '    print(f"{(time.perf_counter() - start) / runs * 1e3:.3f} ms per call (including input creation)")',
         ]
         return "\n".join(lines)
+
+
+_DEFINED = re.compile(r"^(?:def (\w+)\(|(\w+) = )", re.MULTILINE)
+
+
+def _defined_names(source: str) -> tuple[list[str], str]:
+    """The names a kernel's source defines at top level (its function, its launcher), and its
+    code with those names numbered in order of definition and comment lines dropped: two
+    kernels with equal keys compute the same thing from the same arguments."""
+    names: list[str] = []
+    for m in _DEFINED.finditer(source):
+        name = m.group(1) or m.group(2)
+        if name not in names:
+            names.append(name)
+    lines = [ln for ln in source.splitlines() if not ln.strip().startswith(("# ", "//"))]
+    key = "\n".join(lines)
+    for i, name in enumerate(names):
+        key = re.sub(rf"\b{name}\b", f"__kernel{i}__", key)
+    return names, key
