@@ -212,29 +212,78 @@ def compile_aot(gm: torch.nn.Module, example_inputs, fw_compiler: Callable, bw_c
     ``example_fakes``: fake values of ``example_inputs`` with symbolic sizes (dynamic shapes), to
     trace with instead of fresh fake copies.
     """
-    # `with torch.enable_grad():` inside the graph makes it a training graph even when called under no_grad
-    eager_gm = gm  # the captured graph as it is: eager semantics, for what functionalization cannot do
+    try:
+        prep = _prepare(gm, example_inputs, example_fakes)
+    except _RunEagerly as e:
+        return _run_graph_eagerly(gm, str(e))
+    requires_grad = [isinstance(x, torch.Tensor) and x.requires_grad for x in prep.all_inputs]
+    if not ((torch.is_grad_enabled() or prep.grad_inside) and any(requires_grad)):
+        return _compile_inference(prep, inference_compiler or fw_compiler)
+    return _compile_training(prep, requires_grad, fw_compiler, bw_compiler, partition_fn)
+
+
+class _RunEagerly(Exception):
+    """The graph's eager semantics are beyond a functional graph (the message says why)."""
+
+
+@dataclasses.dataclass
+class _Prepared:
+    """What the inference and the training path share: the functional prims graph, its fake
+    inputs, and eager's effects around it (mutated inputs written back, aliases rebuilt)."""
+
+    eager_gm: torch.nn.Module  # the captured graph as it is: eager semantics, for what functionalization cannot do
+    prim_gm: fx.GraphModule
+    fakes: list
+    mode: object  # their fake mode
+    all_inputs: list  # parameters and buffers, then the graph's inputs
+    owners: list  # (submodule, attribute) per parameter/buffer: read per call, so a replacement is seen
+    alias_info: aliasing.AliasInfo
+    mutated: list[int]  # inputs the graph writes in place
+    user_spec: object  # the output structure
+    tensor_positions: list[int]  # the inputs a mutation could alias at run time
+    grad_inside: bool  # `with torch.enable_grad():` inside: a training graph even under no_grad
+    aot: AOTOutput
+
+    def current_state(self) -> list:
+        return [getattr(owner, attr) for owner, attr in self.owners]
+
+    @property
+    def has_effects(self) -> bool:
+        return bool(self.mutated) or any(a is not None for a in self.alias_info.outputs)
+
+    def finish(self, inputs, outs):
+        """Eager's effects around the functional call: write mutated inputs back, rebuild aliases,
+        restore the output structure."""
+        outs = list(outs)
+        if self.mutated:
+            n = len(self.mutated)
+            aliasing.write_back(inputs, self.mutated, outs[len(outs) - n:], self.alias_info.grad_mutated)
+            del outs[len(outs) - n:]
+        if any(a is not None for a in self.alias_info.outputs):
+            aliasing.regenerate_aliases(outs, inputs, self.alias_info.outputs)
+        return pytree.tree_unflatten(outs, self.user_spec)
+
+    def aliased_mutation(self, inputs) -> bool:
+        """A mutated input shares memory with another input: the functional graph would read stale values."""
+        return bool(self.mutated) and aliasing.inputs_share_memory(inputs, self.tensor_positions)
+
+
+def _prepare(gm, example_inputs, example_fakes) -> _Prepared:
+    """Lift parameters to inputs, analyse aliasing, trace to a functional prims graph."""
+    eager_gm = gm
     grad_inside = isinstance(gm, fx.GraphModule) and any(
         n.op == "call_function" and n.target is torch._C._set_grad_enabled and n.args[0] for n in gm.graph.nodes)
     gm = stop_gradients_in_no_grad_regions(gm)
     fn, state_names = _lift_parameters(gm)
-
-    # each parameter/buffer as (owning submodule, attribute): read per call, so an assigned
-    # replacement is seen, without walking the module tree every call
     owners = [(gm.get_submodule(name.rpartition(".")[0]), name.rpartition(".")[2]) for name in state_names]
-
-    def current_state():
-        return [getattr(owner, attr) for owner, attr in owners]
-
-    state = current_state()
+    state = [getattr(owner, attr) for owner, attr in owners]
     all_inputs = [*state, *example_inputs]
     with dynamo_timed("aliasing"):  # how outputs alias inputs; what only eager can do
         alias_info = aliasing.analyze(_lift_parameters(eager_gm)[0], [_hint(x) for x in all_inputs])
     if alias_info.unsupported is not None:
-        return _run_graph_eagerly(eager_gm, alias_info.unsupported)
+        raise _RunEagerly(alias_info.unsupported)
     if example_fakes is not None:
-        views = [a for a in alias_info.outputs if a is not None and a.kind != "input"]
-        if views:
+        if any(a is not None and a.kind != "input" for a in alias_info.outputs):
             raise NeedsStaticShapes("an output is a view of an input or of another output "
                                     "(rebuilt with constant sizes and strides)")
         mode = _symbolic_fake_mode(example_fakes)
@@ -245,8 +294,6 @@ def compile_aot(gm: torch.nn.Module, example_inputs, fw_compiler: Callable, bw_c
         prim_gm = decompose(fn, fakes)  # finds and reuses the fake mode of ``fakes``
     # the graph is functional inside: mutated inputs come out as extra outputs, copied back after
     mutated, user_spec = aliasing.strip_input_mutations(prim_gm)
-    aot = AOTOutput(prim_gm)
-    requires_grad = [isinstance(x, torch.Tensor) and x.requires_grad for x in all_inputs]
     # the inputs a mutation could alias at run time: not the module state tinydynamo marked
     module_state = [True] * len(state) + [
         bool(n.meta.get("module_state")) for n in gm.graph.nodes if n.op == "placeholder"] \
@@ -254,49 +301,40 @@ def compile_aot(gm: torch.nn.Module, example_inputs, fw_compiler: Callable, bw_c
     tensor_positions = [i for i, x in enumerate(all_inputs) if isinstance(x, torch.Tensor)
                         and not (i < len(module_state) and module_state[i])]
     if mutated and aliasing.inputs_share_memory(all_inputs, tensor_positions):
-        return _run_graph_eagerly(eager_gm, "a mutated input shares memory with another input")
-    aliases = alias_info.outputs
-    has_aliases = any(a is not None for a in aliases)
+        raise _RunEagerly("a mutated input shares memory with another input")
+    return _Prepared(eager_gm, prim_gm, fakes, mode, all_inputs, owners, alias_info, mutated, user_spec,
+                     tensor_positions, grad_inside, AOTOutput(prim_gm))
 
-    def finish(inputs, outs):
-        """Eager's effects around the functional call: write mutated inputs back, rebuild aliases,
-        restore the output structure."""
-        outs = list(outs)
-        if mutated:
-            aliasing.write_back(inputs, mutated, outs[len(outs) - len(mutated):], alias_info.grad_mutated)
-            del outs[len(outs) - len(mutated):]
-        if has_aliases:
-            aliasing.regenerate_aliases(outs, inputs, aliases)
-        return pytree.tree_unflatten(outs, user_spec)
 
-    def aliased_mutation(inputs) -> bool:
-        """A mutated input shares memory with another input: the functional graph would read stale values."""
-        return bool(mutated) and aliasing.inputs_share_memory(inputs, tensor_positions)
+def _compile_inference(prep: _Prepared, compiler: Callable) -> Callable:
+    """No input needs a gradient: compile the prims graph as it is."""
+    artifacts.record("forward_graph", "inference graph (no input requires grad)", _readable(prep.prim_gm))
+    compiled = compiler(prep.prim_gm, _fake_vals(prep.prim_gm, prep.fakes))
+    tensors = [i for i, x in enumerate(prep.all_inputs) if isinstance(x, torch.Tensor)]
+    stateful, effects, eager_gm = bool(prep.owners), prep.has_effects, prep.eager_gm
 
-    if not ((torch.is_grad_enabled() or grad_inside) and any(requires_grad)):
-        artifacts.record("forward_graph", "inference graph (no input requires grad)", _readable(prim_gm))
-        compiled = (inference_compiler or fw_compiler)(prim_gm, _fake_vals(prim_gm, fakes))
+    def run_inference(*args):  # on every cached call: keep it lean
+        inputs = [*prep.current_state(), *args] if stateful else args
+        if torch.is_grad_enabled() and _any_requires_grad(inputs, tensors):
+            raise RuntimeError(
+                "this function was compiled for inference (no input required grad, or grad "
+                "mode was off), but was called with inputs that require grad: its outputs "
+                "would have no gradients. Compile it again under these conditions")
+        if effects:
+            if prep.aliased_mutation(inputs):
+                return eager_gm(*args)
+            return prep.finish(inputs, compiled(*inputs))
+        return compiled(*inputs)
 
-        tensors = [i for i, x in enumerate(all_inputs) if isinstance(x, torch.Tensor)]
+    run_inference.aot = prep.aot
+    return run_inference
 
-        def run_inference(*args):  # on every cached call: keep it lean
-            inputs = [*current_state(), *args] if owners else args
-            if torch.is_grad_enabled() and _any_requires_grad(inputs, tensors):
-                raise RuntimeError(
-                    "this function was compiled for inference (no input required grad, or grad "
-                    "mode was off), but was called with inputs that require grad: its outputs "
-                    "would have no gradients. Compile it again under these conditions")
-            if mutated or has_aliases:
-                if aliased_mutation(inputs):
-                    return eager_gm(*args)
-                return finish(inputs, compiled(*inputs))
-            return compiled(*inputs)
 
-        run_inference.aot = aot
-        return run_inference
-
+def _compile_training(prep: _Prepared, requires_grad: list[bool], fw_compiler: Callable, bw_compiler: Callable,
+                      partition_fn: Callable) -> Callable:
+    """Trace the joint graph, partition it, compile both halves; calls run through an autograd.Function."""
     with dynamo_timed("joint_graph"):
-        joint = create_joint(prim_gm, fakes, requires_grad, mode)
+        joint = create_joint(prep.prim_gm, prep.fakes, requires_grad, prep.mode)
     artifacts.record("joint_graph", "joint graph (primals, tangents) -> (outputs, grads)",
                      _readable(joint.gm))
     with dynamo_timed("partition"):
@@ -305,32 +343,32 @@ def compile_aot(gm: torch.nn.Module, example_inputs, fw_compiler: Callable, bw_c
                      _readable(part.fw_gm))
     artifacts.record("backward_graph", "backward graph (saved, tangents) -> grads",
                      _readable(part.bw_gm))
-    aot.joint, aot.partition = joint, part
+    prep.aot.joint, prep.aot.partition = joint, part
     runtime = _Runtime(
-        compiled_fw=fw_compiler(part.fw_gm, _fake_vals(part.fw_gm, fakes)),
+        compiled_fw=fw_compiler(part.fw_gm, _fake_vals(part.fw_gm, prep.fakes)),
         compiled_bw=bw_compiler(part.bw_gm, _fake_vals(part.bw_gm)),
         num_outputs=joint.num_outputs, diff_outputs=joint.diff_outputs, grad_mask=joint.grad_mask,
-        eager_forward=prim_gm, no_rerun_reason=_random_ops(prim_gm),
-        version_checked_inputs=[i for i in alias_info.saved_inputs
-                                if isinstance(all_inputs[i], torch.Tensor)],
-        version_checked_outputs=alias_info.saved_outputs, mutated_inputs=mutated)
-
+        eager_forward=prep.prim_gm, no_rerun_reason=_random_ops(prep.prim_gm),
+        version_checked_inputs=[i for i in prep.alias_info.saved_inputs
+                                if isinstance(prep.all_inputs[i], torch.Tensor)],
+        version_checked_outputs=prep.alias_info.saved_outputs, mutated_inputs=prep.mutated)
     flat = is_flat_sequence(joint.out_spec)
+    stateful, effects, mutated, grad_inside = bool(prep.owners), prep.has_effects, bool(prep.mutated), prep.grad_inside
 
     def run_training(*args):  # on every cached call: keep it lean
-        primals = [*current_state(), *args] if owners else args
-        if mutated and aliased_mutation(primals):
-            return eager_gm(*args)
+        primals = [*prep.current_state(), *args] if stateful else args
+        if mutated and prep.aliased_mutation(primals):
+            return prep.eager_gm(*args)
         if grad_inside:
             with torch.enable_grad():
                 outs = CompiledFunction.apply(runtime, *primals)
         else:
             outs = CompiledFunction.apply(runtime, *primals)
-        if mutated or has_aliases:
-            return finish(primals, outs)
+        if effects:
+            return prep.finish(primals, outs)
         return joint.out_spec.type(outs) if flat else pytree.tree_unflatten(list(outs), joint.out_spec)
 
-    run_training.aot = aot
+    run_training.aot = prep.aot
     return run_training
 
 

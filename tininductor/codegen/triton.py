@@ -364,6 +364,33 @@ class TritonKernel:
                 self.in_loop = False
         return self._assemble(code)
 
+    def _index_prologue(self, xblock: int, rblock: int, body: str) -> list[str]:
+        """The kernel's first lines: this program's block of rows (``xindex``) and, for a
+        reduction, of columns (``rindex``), with their masks."""
+        group = self.group
+        lines = ["xoffset = tl.program_id(0) * XBLOCK"]
+        if self.is_reduction:
+            lines.append("xindex = xoffset + tl.arange(0, XBLOCK)[:, None]")
+        else:
+            lines.append("xindex = xoffset + tl.arange(0, XBLOCK)")
+        # where the blocks tile the range exactly no lane is out of range: an all-true mask
+        # (folded away by Triton, so loads and stores need no compare), as TorchInductor does
+        shape = "[XBLOCK, 1]" if self.is_reduction else "[XBLOCK]"
+        if is_static(group.numel) and group.numel % xblock == 0 and not self.rows_per_call:
+            lines.append(f"xmask = tl.full({shape}, True, tl.int1)")
+        else:
+            lines.append("xmask = xindex < xnumel")
+        if self.persistent:
+            lines.append("rindex = tl.arange(0, RBLOCK)[None, :]")
+            if is_static(group.rnumel) and group.rnumel == rblock:
+                lines.append("rmask = tl.full([1, RBLOCK], True, tl.int1)")
+            else:
+                lines.append("rmask = rindex < rnumel")
+            lines += _used(self.r_defs, body)
+        elif self.is_reduction:
+            lines.append("rbase = tl.arange(0, RBLOCK)[None, :]")
+        return lines
+
     def _assemble(self, body: IndentedBuffer) -> GeneratedKernel:
         group = self.group
         ordered = list(self.in_args) + list(self.out_args)
@@ -388,27 +415,7 @@ class TritonKernel:
             code.writeline(f"# source nodes: {', '.join(origins)}")
             code.writeline(f"# kernel: {len(group.nodes)} node(s) over numel={group.numel}"
                            + (f", rnumel={group.rnumel}" if self.is_reduction else ""))
-            code.writeline("xoffset = tl.program_id(0) * XBLOCK")
-            if self.is_reduction:
-                code.writeline("xindex = xoffset + tl.arange(0, XBLOCK)[:, None]")
-            else:
-                code.writeline("xindex = xoffset + tl.arange(0, XBLOCK)")
-            # where the blocks tile the range exactly no lane is out of range: an all-true mask
-            # (folded away by Triton, so loads and stores need no compare), as TorchInductor does
-            shape = "[XBLOCK, 1]" if self.is_reduction else "[XBLOCK]"
-            if is_static(group.numel) and group.numel % xblock == 0 and not self.rows_per_call:
-                code.writeline(f"xmask = tl.full({shape}, True, tl.int1)")
-            else:
-                code.writeline("xmask = xindex < xnumel")
-            if self.persistent:
-                code.writeline("rindex = tl.arange(0, RBLOCK)[None, :]")
-                if is_static(group.rnumel) and group.rnumel == rblock:
-                    code.writeline("rmask = tl.full([1, RBLOCK], True, tl.int1)")
-                else:
-                    code.writeline("rmask = rindex < rnumel")
-                code.writelines(_used(self.r_defs, body.getvalue()))
-            elif self.is_reduction:
-                code.writeline("rbase = tl.arange(0, RBLOCK)[None, :]")
+            code.writelines(self._index_prologue(xblock, rblock, body.getvalue()))
             code.writelines(_used(self.x_defs, body.getvalue()))
             code.splice(body)
         dynamic = not is_static(numel)
