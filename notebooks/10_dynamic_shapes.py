@@ -368,7 +368,11 @@ print("    tl.store(out_ptr0 + (xindex), tmp0 + tmp1 * tmp2, xmask)")
 # %% [markdown]
 # tininductor does this for real: with a dynamic dim, its kernels take `xnumel` (and `rnumel`
 # for a reduction) and the size symbols as arguments, and the wrapper's `call()` computes them
-# from the inputs. The instructor view of the seeds' block, length marked dynamic:
+# from the inputs. One refinement matters more with symbols than without: a load that walks
+# the output's dims contiguously, `s1*s2*(xindex // (s1*s2)) + s2*((xindex // s2) % s1) +
+# xindex % s2`, is just `xindex`, and its Triton kernel says so (`indexing.join_dimensions`):
+# no division by a runtime size per element, and one size argument fewer. The instructor view
+# of the seeds' block, length marked dynamic:
 
 # %%
 def show_kinds(result, kinds):

@@ -283,3 +283,25 @@ def test_symbolic_compile_error_falls_back_to_per_shape(caplog):
             torch.testing.assert_close(fn(x), x.sin() * 2)
     assert "per concrete shape" in caplog.text and "static shapes only" in caplog.text
     assert shapes == [[(3,)], [(5,)]]
+
+
+def test_contiguous_access_over_symbolic_sizes_indexes_by_xindex():
+    """A pointwise kernel over a contiguous (batch, seq, hidden) view with symbolic batch and seq
+    loads and stores at ``xindex`` (indexing.join_dimensions): no division by a runtime size per
+    element, and no size argument it does not use; the broadcast bias still reads at
+    ``xindex % hidden``. Values equal eager at every length."""
+    import re
+
+    def fn(x, w, b):
+        return torch.nn.functional.gelu(x @ w + b)
+
+    counter = sweep(fn, lambda n: (torch.randn(2, n, 16, device=DEVICE), torch.randn(16, 24, device=DEVICE),
+                                   torch.randn(24, device=DEVICE)), "triton", grad=False)
+    source = counter.sources[-1]
+    kernel = source[source.index("@triton.jit"):source.index("def call")]
+    assert re.search(r"tl\.load\(in_ptr\d \+ \(xindex\)", kernel), kernel
+    assert re.search(r"tl\.store\(out_ptr0 \+ \(xindex\)", kernel), kernel
+    assert re.search(r"= \(xindex % (24|s\d+)\)", kernel), kernel  # the bias: the last dimension
+    assert "//" not in kernel, kernel
+    signature, body = kernel.split("):", 1)
+    assert all(re.search(rf"\b{s}\b", body) for s in re.findall(r"\bs\d+\b", signature)), kernel

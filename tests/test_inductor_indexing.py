@@ -210,3 +210,31 @@ def test_slice_of_a_channel_shuffle():
         return (shuffle(torch.cat([a, torch.relu(b * 3)], 1)) ** 2 * torch.arange(8.0, device=x.device)[:, None]).sum()
 
     _train_check(f, x)
+
+
+def test_join_dimensions_is_exact_and_joins_contiguous_walks():
+    """indexing.join_dimensions: a row-major walk over the dimensions ``unflatten`` split out of a
+    flat counter is the counter again, with symbolic sizes too; any other sum (a permuted or
+    strided walk, a broadcast) keeps its value at every position."""
+    import random
+
+    import sympy
+
+    from tininductor.indexing import flatten, join_dimensions, sym, unflatten
+
+    X = sym("xindex")
+    s0 = sym("s0")
+    assert join_dimensions(flatten(unflatten(X, [4, 3, 9]), [4, 3, 9])) == X
+    assert join_dimensions(flatten(unflatten(X, [2, s0, 768]), [2, s0, 768])) == X
+    rng = random.Random(0)
+    for _ in range(40):
+        sizes = [rng.randint(1, 5) for _ in range(rng.randint(2, 4))]
+        dims = unflatten(X, sizes)
+        coeffs = [rng.choice([0, 1, 2, 3, 5, 7, 12, 20]) for _ in dims]
+        expr = sympy.expand(sum(c * d for c, d in zip(coeffs, dims)) + rng.randint(0, 3))
+        joined = join_dimensions(expr)
+        numel = 1
+        for s in sizes:
+            numel *= s
+        for k in range(numel):
+            assert joined.subs(X, k) == expr.subs(X, k), (sizes, coeffs, expr, joined)

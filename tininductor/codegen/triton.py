@@ -403,7 +403,10 @@ class TritonKernel:
             # looped kernels over a known size take rnumel as a compile-time constant (the loop
             # bound is then a plain int, as older Triton interpreters need); a symbolic one is an argument
             params += ["rnumel" if self.persistent or not rnumel_static else "rnumel: tl.constexpr"]
-        symbols = sorted(self.size_args, key=str)
+        # the size symbols the code still names (a joined index may have dropped some): its int arguments
+        text = body.getvalue()
+        text += "\n".join(_used(self.x_defs, text) + _used(self.r_defs, text))
+        symbols = sorted((s for s in self.size_args if re.search(rf"\b{s}\b", text)), key=str)
         params += [str(s) for s in symbols]
         params += ["XBLOCK: tl.constexpr"] + (["RBLOCK: tl.constexpr"] if self.is_reduction else [])
         origins = [o for n in group.nodes for o in n.origins]
