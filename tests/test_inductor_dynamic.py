@@ -124,6 +124,22 @@ def test_reshape_by_sizes(backend):
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("op", ["attention", "cumsum"])
+def test_library_kernel_output_layout_follows_our_buffers(backend, op):
+    """A library call's output strides follow its input's (attention keeps a transposed query's
+    layout, cumsum any dense layout). Eager's ``x * 2`` on a transposed view is transposed too,
+    our buffer for it is not: the output layout must come from our buffers, with symbolic sizes
+    as with static ones (nanoGPT-style attention in Llama read the wrong elements at a new length)."""
+    def fn(x):
+        b, t, c = x.shape
+        q = x.view(b, t, 2, c // 2).transpose(1, 2) * 2 + 1
+        o = F.scaled_dot_product_attention(q, q, q) if op == "attention" else torch.cumsum(q, -1)
+        return o.transpose(1, 2).reshape(b, t, c).sin()
+
+    sweep(fn, lambda n: [rand(2, n, 8, grad=False)], backend, grad=False)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_sum_and_mean_over_dynamic_dim(backend):
     sweep(lambda x: x.sum(0) * 2 + x.mean(0) + x.exp().mean(), lambda n: [rand(n, 6)], backend)
 

@@ -239,25 +239,20 @@ class GraphLowering(torch.fx.Interpreter):
         args, kwargs = tree_map(lambda a: ir.realize_input(a) if isinstance(a, ir.IRNode) else a, (args, kwargs))
 
         # fake tensors on the real device, laid out as our buffers are: an op's output strides can
-        # depend on its device (a convolution keeps a channels-last input's layout on CPU and CUDA,
-        # its meta kernel does not), and the kernels that read the output index by these strides
-        fake_mode = _fake_mode()
-
-        def to_fake(a):
-            if isinstance(a, (ir.Buffer, ir.ReinterpretView)):
-                lay = a.layout
-                storage = torch.empty(lay.storage_size() + 1, dtype=lay.dtype, device=lay.device)
-                return storage.as_strided(lay.size, lay.stride, lay.offset)
-            return a
-
+        # depend on its inputs' (a fallback attention keeps a transposed query's layout, a
+        # convolution a channels-last input's) and on the device (meta kernels differ), and the
+        # kernels that read the output index by these strides. The FX node's fake value will not
+        # do: it was computed from the traced graph's layouts, not from the buffers we chose.
         symbolic = any(isinstance(a, (ir.Buffer, ir.ReinterpretView)) and not a.layout.is_static()
                        for a in tree_flatten((args, kwargs))[0]) or any(
-            isinstance(a, sympy.Basic) for a in tree_flatten((args, kwargs))[0])
+            isinstance(a, sympy.Basic) and not a.is_number for a in tree_flatten((args, kwargs))[0])
+        shape_env = self._shape_env() if symbolic else None
         try:
-            if symbolic:  # sizes are symbols: the FX node's fake value has them (as SymInts)
-                raise LoweringDeclined("symbolic sizes")
+            if symbolic and shape_env is None:
+                raise LoweringDeclined("symbolic sizes without a ShapeEnv")
+            fake_mode = _fake_mode(shape_env)
             with fake_mode:
-                fake_args, fake_kwargs = tree_map(to_fake, (args, kwargs))
+                fake_args, fake_kwargs = tree_map(lambda a: _to_fake(a, shape_env), (args, kwargs))
                 out = target(*fake_args, **fake_kwargs)
         except Exception as e:  # no fake kernel: take shapes from the FX node's example value
             out = self.current_node.meta.get("val") if self.current_node is not None else None
@@ -287,6 +282,17 @@ class GraphLowering(torch.fx.Interpreter):
                     results.append(t)
             return tuple(results)
         raise LoweringDeclined(f"{target} returned {type(out).__name__}")
+
+    def _shape_env(self):
+        """The ShapeEnv that owns this graph's size symbols (from a SymInt of the current node's
+        value or of an example input), or None."""
+        values = [self.current_node.meta.get("val") if self.current_node is not None else None, self.example_inputs]
+        for v in tree_flatten(values)[0]:
+            sizes = list(v.shape) + list(v.stride()) if isinstance(v, torch.Tensor) else [v]
+            for s in sizes:
+                if isinstance(s, torch.SymInt):
+                    return s.node.shape_env
+        return None
 
     def _node_device(self, args) -> torch.device:
         val = self.current_node.meta.get("val") if self.current_node is not None else None
@@ -332,11 +338,41 @@ def _kernel_name(target) -> str:
 _FAKE_MODE = None
 
 
-def _fake_mode():
-    """One FakeTensorMode for computing extern kernels' output layouts (made on first use)."""
+def _fake_mode(shape_env=None):
+    """A FakeTensorMode for computing extern kernels' output layouts: one shared mode for static
+    sizes (made on first use), or one over the graph's ShapeEnv, whose symbols the sizes are."""
     global _FAKE_MODE
-    if _FAKE_MODE is None:
-        from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch._subclasses.fake_tensor import FakeTensorMode
 
+    if shape_env is not None:
+        return FakeTensorMode(shape_env=shape_env, allow_non_fake_inputs=True)
+    if _FAKE_MODE is None:
         _FAKE_MODE = FakeTensorMode(allow_non_fake_inputs=True)
     return _FAKE_MODE
+
+
+def _sym_int(expr, shape_env):
+    """A size as the fake kernel takes it: an int, or a SymInt of ``shape_env`` for an expression
+    over its symbols (with the example's value as its hint)."""
+    if not isinstance(expr, sympy.Basic):
+        return expr
+    if expr.is_Integer:
+        return int(expr)
+    values = getattr(shape_env, "backed_var_to_val", None)  # torch >= 2.12's name for var_to_val
+    hint = expr.xreplace(shape_env.var_to_val if values is None else values)
+    return shape_env.create_symintnode(expr, hint=int(hint) if hint.is_Integer else None)
+
+
+def _to_fake(a, shape_env):
+    """A buffer as a fake tensor laid out as the buffer is (sizes as SymInts when symbolic)."""
+    if isinstance(a, (ir.Buffer, ir.ReinterpretView)):
+        lay = a.layout
+        if shape_env is None or lay.is_static():
+            storage = torch.empty(lay.storage_size() + 1, dtype=lay.dtype, device=lay.device)
+            return storage.as_strided(lay.size, lay.stride, lay.offset)
+        size = [_sym_int(e, shape_env) for e in lay.size]
+        stride = [_sym_int(e, shape_env) for e in lay.stride]
+        return torch.empty_strided(size, stride, dtype=lay.dtype, device=lay.device)
+    if isinstance(a, sympy.Basic) and shape_env is not None:
+        return _sym_int(a, shape_env)
+    return a
