@@ -278,6 +278,29 @@ def test_triton_reduction_picks_persistent_or_looped_per_call():
     assert ".run_rows(" in source and " <= 8 else " in source
 
 
+@pytest.mark.parametrize("frontend", ["torch", "tiny"])
+def test_constant_tensor_made_in_the_graph_compiles_symbolically(frontend, caplog):
+    """``torch.tensor(...)`` inside the function is a real constant in the trace (BART's attention
+    makes one): the symbolic trace takes it, instead of compiling per shape."""
+    import tinydynamo
+
+    def fn(x):
+        return x * torch.tensor(2.0, device=x.device) + torch.tensor([1.0, 2.0, 3.0], device=x.device).sum() * x.shape[0]
+
+    torch._dynamo.reset()
+    tinydynamo.reset()
+    counter = CompileCounter()
+    compile_ = torch.compile if frontend == "torch" else tinydynamo.compile
+    compiled = compile_(fn, dynamic=True, backend=counter)
+    with caplog.at_level(logging.WARNING, logger="tininductor.aot_autograd"), \
+            patch_config(tininductor.config, fallback_to_eager=False):
+        for n in (3, 5, 8):
+            x = rand(n, 4, grad=False)
+            torch.testing.assert_close(compiled(x), fn(x))
+    assert "per concrete shape" not in caplog.text
+    assert counter.frame_count == 1 and len(counter.sources) == 1
+
+
 def test_symbolic_compile_error_falls_back_to_per_shape(caplog):
     """A compiler that cannot handle the symbolic graph makes AOT autograd compile per concrete
     shape (logged with the reason) instead of running eagerly."""
