@@ -6,9 +6,11 @@
     python scripts/opinfo_sweep.py --merge out0.json out1.json  # counts of several shards
     python scripts/opinfo_sweep.py --ops add,sort,topk          # a few ops, one line per sample
     python scripts/opinfo_sweep.py --device cuda --shard 0/8    # on a GPU (real Triton kernels)
+    python scripts/opinfo_sweep.py --dynamic --backends tininductor   # dynamic=True: every size a symbol
 
 Prints per backend: ops tried, passed, fell back (reasons grouped), WRONG and ERROR (both
-must be 0), and skipped (reasons grouped). See tests/opinfo_harness.py for what is compared.
+must be 0), and skipped (reasons grouped). With ``--dynamic`` a graph compiled per concrete shape
+(not symbolically) counts as a fallback, "per shape: <reason>". See tests/opinfo_harness.py for what is compared.
 """
 from __future__ import annotations
 
@@ -37,7 +39,7 @@ def _alarm(signum, frame):
     raise _Timeout()
 
 
-def sweep(names, backends, samples, timeout, verbose) -> list[dict]:
+def sweep(names, backends, samples, timeout, verbose, dynamic=False) -> list[dict]:
     import opinfo_harness as h
 
     rows = []
@@ -47,7 +49,7 @@ def sweep(names, backends, samples, timeout, verbose) -> list[dict]:
             start = time.time()
             signal.alarm(timeout)
             try:
-                results = h.run_op(name, backend, samples)
+                results = h.run_op(name, backend, samples, dynamic=dynamic)
             except _Timeout:
                 results = [h.Result(name, -1, "error", f"timeout after {timeout}s")]
             except Exception as e:  # noqa: BLE001  a harness problem: show it, keep going
@@ -112,6 +114,7 @@ def main(argv=None) -> int:
     parser.add_argument("--json", help="write the per-sample rows here")
     parser.add_argument("--merge", nargs="+", help="report on rows saved by earlier --json runs")
     parser.add_argument("-v", "--verbose", action="store_true")
+    parser.add_argument("--dynamic", action="store_true", help="compile with dynamic=True (symbolic sizes)")
     parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"),
                         help="cuda: samples made on the GPU, tininductor through real Triton kernels")
     args = parser.parse_args(argv)
@@ -125,7 +128,8 @@ def main(argv=None) -> int:
     if args.shard:
         i, n = map(int, args.shard.split("/"))
         names = names[i::n]
-    rows = sweep(names, args.backends.split(","), args.samples, args.timeout, args.verbose or bool(args.ops))
+    rows = sweep(names, args.backends.split(","), args.samples, args.timeout, args.verbose or bool(args.ops),
+                 dynamic=args.dynamic)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f)

@@ -25,7 +25,9 @@ Used by tests/test_opinfo.py (a fixed fast slice) and scripts/opinfo_sweep.py (e
 from __future__ import annotations
 
 import collections
+import contextlib
 import dataclasses
+import logging
 import os
 import re
 import warnings
@@ -181,15 +183,30 @@ def _backend(backend: str):
     return lookup_backend(backend)
 
 
-def _compile(fn, backend: str, graphs: list):
-    """``tinydynamo.compile(fn)`` with ``backend``, appending each graph it compiles to ``graphs``."""
+def _compile(fn, backend: str, graphs: list, dynamic: bool | None = None):
+    """``tinydynamo.compile(fn, dynamic=dynamic)`` with ``backend``, appending each graph it
+    compiles to ``graphs``."""
     inner = _backend(backend)
 
     def counting(gm, example_inputs):
         graphs.append(gm)
         return inner(gm, example_inputs)
 
-    return tinydynamo.compile(fn, backend=counting)
+    return tinydynamo.compile(fn, backend=counting, dynamic=dynamic)
+
+
+class _PerShapeLog(logging.Handler):
+    """Collects AOT autograd's "compiling per concrete shape instead (reason)" warnings: with
+    ``dynamic=True`` a graph that could not be compiled symbolically is a fallback too."""
+
+    def __init__(self):
+        super().__init__(logging.WARNING)
+        self.reasons: list[str] = []
+
+    def emit(self, record):
+        text = record.getMessage()
+        if "per concrete shape" in text:
+            self.reasons.append(text)
 
 
 def _grads(outs, inputs, seed: int):
@@ -223,7 +240,19 @@ def _shorten(reason: str) -> str:
     return reason[:160]
 
 
-def check_sample(op, sample, index: int, backend: str, check_grad: bool = True) -> Result:
+@contextlib.contextmanager
+def _per_shape_log():
+    handler = _PerShapeLog()
+    logger = logging.getLogger("tininductor.aot_autograd")
+    logger.addHandler(handler)
+    try:
+        yield handler
+    finally:
+        logger.removeHandler(handler)
+
+
+def check_sample(op, sample, index: int, backend: str, check_grad: bool = True, dynamic: bool = False) -> Result:
+    """One sample, compiled (``dynamic=True``: with every size symbolic, as ``torch.compile(dynamic=True)``)."""
     name = _full_name(op)
     tree = pytree.tree_flatten((sample.input, tuple(sample.args), dict(sample.kwargs)))
     leaves = [x for x in tree[0] if isinstance(x, torch.Tensor)]
@@ -246,10 +275,10 @@ def check_sample(op, sample, index: int, backend: str, check_grad: bool = True) 
 
     tinydynamo.reset()
     graphs: list = []
-    compiled_fn = _compile(_traceable(op, sample), backend, graphs)
+    compiled_fn = _compile(_traceable(op, sample), backend, graphs, dynamic=True if dynamic else None)
     got_inputs = _clone(leaves)
     unsupported = collections.Counter(counters["unsupported"])
-    with warnings.catch_warnings(record=True) as caught:
+    with warnings.catch_warnings(record=True) as caught, _per_shape_log() as per_shape:
         warnings.simplefilter("always")
         try:
             got = compiled_fn(*got_inputs)
@@ -257,6 +286,8 @@ def check_sample(op, sample, index: int, backend: str, check_grad: bool = True) 
             return Result(name, index, "error", _shorten(f"{type(e).__name__}: {e}"),
                           notes=[f"{type(e).__name__}: {e}"[:2000]])
     fallback = _fallback_reason(caught)
+    if fallback is None and per_shape.reasons:
+        fallback = "per shape: " + _shorten(per_shape.reasons[0].split("instead (", 1)[-1])
     if fallback is None and not graphs:  # tinydynamo captured nothing: it all ran eagerly
         new = collections.Counter(counters["unsupported"]) - unsupported
         fallback = "tinydynamo: no graph: " + _shorten(next(iter(new), "no tensor op captured"))
@@ -315,8 +346,10 @@ def _compare(want_flat, got_flat, result: Result) -> str | None:
     return None
 
 
-def run_op(name: str, backend: str, max_samples: int = 3, check_grad: bool = True) -> list[Result]:
-    """The first ``max_samples`` samples (on :data:`DEVICE`) of OpInfo ``name`` through ``backend``."""
+def run_op(name: str, backend: str, max_samples: int = 3, check_grad: bool = True,
+           dynamic: bool = False) -> list[Result]:
+    """The first ``max_samples`` samples (on :data:`DEVICE`) of OpInfo ``name`` through ``backend``
+    (``dynamic``: compiled with ``dynamic=True``, every size a symbol)."""
     op = op_by_name(name)
     if is_random(name) or getattr(op, "is_factory_function", False):
         return [Result(name, -1, "skip", "random, uninitialised or factory op")]
@@ -331,7 +364,7 @@ def run_op(name: str, backend: str, max_samples: int = 3, check_grad: bool = Tru
         samples = list(_first(op.sample_inputs(DEVICE, dtype, requires_grad=grad), max_samples))
     except Exception as e:  # noqa: BLE001
         return [Result(name, -1, "skip", f"sample_inputs raises {type(e).__name__}")]
-    return [check_sample(op, s, i, backend, grad) for i, s in enumerate(samples)]
+    return [check_sample(op, s, i, backend, grad, dynamic) for i, s in enumerate(samples)]
 
 
 def _first(iterable, n):

@@ -10,6 +10,7 @@ import inspect
 import itertools
 import math
 import operator
+import warnings
 
 import numpy as np
 import pytest
@@ -246,3 +247,66 @@ def test_copy_of_other_objects_is_a_clean_break():
         tinydynamo.optimize(CompileCounter(), nopython=True)(f)(torch.ones(2))
     tinydynamo.reset()
     torch.testing.assert_close(tinydynamo.optimize(CompileCounter())(f)(torch.ones(2)), f(torch.ones(2)))
+
+
+class _CheckpointedBlock(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = torch.nn.Linear(6, 6), torch.nn.Linear(6, 6)
+
+    def layer(self, x, scale=1.0):
+        return torch.tanh(self.a(x)) * scale
+
+    def forward(self, x):
+        from torch.utils.checkpoint import checkpoint
+
+        y = checkpoint(self.layer, x, use_reentrant=False, scale=2.0)
+        part = functools.partial(checkpoint, use_reentrant=False)  # how transformers calls it
+        return self.b(part(self.layer, y, preserve_rng_state=False))
+
+
+def test_activation_checkpoint_is_traced_as_its_function():
+    """torch.utils.checkpoint.checkpoint (HF models' gradient checkpointing) is one graph with the
+    checkpointed function's ops, gradients equal to eager (it used to fail: a graph node cannot hold
+    the function it is given)."""
+    torch.manual_seed(0)
+    model = _CheckpointedBlock()
+    x = torch.randn(3, 6, requires_grad=True)
+    counter = CompileCounter()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)  # no fallback to eager
+        out = tinydynamo.compile(model, backend=counter)(x)
+    ref = _CheckpointedBlock()
+    ref.load_state_dict(model.state_dict())
+    x2 = x.detach().clone().requires_grad_()
+    expected = ref(x2)
+    torch.testing.assert_close(out, expected)
+    out.sum().backward()
+    expected.sum().backward()
+    torch.testing.assert_close(x.grad, x2.grad)
+    for p, q in zip(model.parameters(), ref.parameters()):
+        torch.testing.assert_close(p.grad, q.grad)
+    assert counter.frame_count == 1 and counter.op_count >= 5
+
+
+def _apply_twice(fn, x):
+    return fn(fn(x))
+
+
+_apply_twice.__module__ = "torch.testing._helpers"  # as torch.testing's wrapper_set_seed(op, ...)
+
+
+def test_torch_python_helper_taking_a_function_is_traced_into():
+    """A torch function written in Python that is handed a callable is traced into (the callable
+    cannot be an argument of a graph node), as TorchDynamo inlines torch's Python functions."""
+    def f(x):
+        return _apply_twice(torch.sin, x) + _apply_twice(lambda t: t * 2, x)
+
+    x = torch.randn(5)
+    counter = CompileCounter()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        out = tinydynamo.compile(f, backend=counter)(x)
+    torch.testing.assert_close(out, f(x))
+    assert counter.frame_count == 1
+

@@ -171,7 +171,24 @@ def wraps(wrapped, assigned=functools.WRAPPER_ASSIGNMENTS, updated=functools.WRA
     return decorator
 
 
+def checkpoint(function, *args, use_reentrant=None, context_fn=None, determinism_check="default", debug=False,
+               early_stop=True, **kwargs):
+    """torch.utils.checkpoint.checkpoint, traced as the plain call it computes. The values (and
+    gradients) are the same; which activations the backward keeps or recomputes is then decided
+    for the whole graph by AOT autograd's partitioner. (TorchDynamo traces ``function`` into a
+    tagged subgraph instead, so that its partitioner recomputes exactly those ops.)"""
+    kwargs.pop("preserve_rng_state", None)
+    return function(*args, **kwargs)
+
+
+def _torch_checkpoint():
+    import torch.utils.checkpoint
+
+    return torch.utils.checkpoint.checkpoint
+
+
 FUNCTION_POLYFILLS = {
+    _torch_checkpoint(): checkpoint,
     functools.wraps: wraps,
     functools.reduce: reduce,
     itertools.chain.from_iterable: chain_from_iterable,

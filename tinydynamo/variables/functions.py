@@ -239,6 +239,9 @@ class NestedUserFunctionVariable(BaseUserFunctionVariable):
         self.closure: tuple[CellVariable, ...] = ()
         self.wrapped: VariableTracker | None = None  # ``__wrapped__`` set by functools.wraps
 
+    def python_type(self):
+        return types.FunctionType
+
     def var_setattr(self, tx, name: str, value: VariableTracker) -> None:
         if name != "__wrapped__":
             unimplemented(f"setting {name!r} on the function {self.qualname} made in the frame")

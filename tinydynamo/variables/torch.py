@@ -5,6 +5,9 @@ rather than inlining their Python bodies. A few answer questions about global st
 """
 from __future__ import annotations
 
+import functools
+import types
+
 import torch
 
 from tinydynamo.exc import unimplemented
@@ -53,6 +56,18 @@ def is_torch_callable(value) -> bool:
     return callable(value) and type(self_obj).__name__ == "module" and getattr(self_obj, "__name__", "").startswith("torch")
 
 
+def _takes_callable(args) -> bool:
+    """Is any argument a function, method or module (something an FX graph cannot hold as an argument)?"""
+    callables = (types.FunctionType, types.BuiltinFunctionType, types.MethodType, functools.partial, torch.nn.Module)
+    for a in args:
+        try:
+            if issubclass(a.python_type(), callables):
+                return True
+        except Exception:  # noqa: BLE001 - a variable that cannot say its type: not a callable we know
+            continue
+    return False
+
+
 class TorchVariable(VariableTracker):
     def __init__(self, fn, source=None):
         super().__init__(source)
@@ -88,6 +103,13 @@ class TorchVariable(VariableTracker):
             return args[0].call_method(tx, fn.__name__, list(args[1:]), kwargs)  # torch.Tensor.view(x, ...)
         if fn is torch.Size:
             return SizeVariable(args[0].unpack_var_sequence(tx) if args else [])
+        if isinstance(fn, types.FunctionType) and _takes_callable(list(args) + list(kwargs.values())):
+            # a torch helper written in Python that calls back into a function or module it is given
+            # (torch.testing's wrapper_set_seed(op, ...)): a graph node cannot hold the callable, so trace
+            # the helper's body, as TorchDynamo inlines torch's Python functions
+            from tinydynamo.variables.functions import UserFunctionVariable
+
+            return UserFunctionVariable(fn, self.source).call_function(tx, args, kwargs)
         return tx.output.create_node("call_function", fn, list(args), kwargs)
 
     def __repr__(self) -> str:
