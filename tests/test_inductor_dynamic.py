@@ -140,6 +140,20 @@ def test_library_kernel_output_layout_follows_our_buffers(backend, op):
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
+def test_slice_from_a_symbolic_start_and_its_gradient(backend, caplog):
+    """The last rows (``x[:, n - 3:]``, GPT-2's causal-mask slice) and the rows at an index from
+    ``arange(n - 3, n)``: their gradients put values at places that start at a size expression,
+    which the kernel computes from its size arguments (a per-shape compile before)."""
+    def fn(x):
+        n = x.shape[1]
+        return x[:, n - 3:].sin() * 2 + x[:, torch.arange(n - 3, n, device=x.device)].cos()
+
+    with caplog.at_level(logging.WARNING, logger="tininductor.aot_autograd"):
+        sweep(fn, lambda n: [rand(2, n, 4)], backend, lengths=(5, 7, 9))
+    assert "per concrete shape" not in caplog.text
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_sum_and_mean_over_dynamic_dim(backend):
     sweep(lambda x: x.sum(0) * 2 + x.mean(0) + x.exp().mean(), lambda n: [rand(n, 6)], backend)
 
@@ -281,7 +295,7 @@ def test_triton_reduction_picks_persistent_or_looped_per_call():
 @pytest.mark.parametrize("frontend", ["torch", "tiny"])
 def test_constant_tensor_made_in_the_graph_compiles_symbolically(frontend, caplog):
     """``torch.tensor(...)`` inside the function is a real constant in the trace (BART's attention
-    makes one): the symbolic trace takes it, instead of compiling per shape."""
+    makes one): the symbolic trace, forward and joint graph, takes it, instead of compiling per shape."""
     import tinydynamo
 
     def fn(x):
@@ -295,10 +309,16 @@ def test_constant_tensor_made_in_the_graph_compiles_symbolically(frontend, caplo
     with caplog.at_level(logging.WARNING, logger="tininductor.aot_autograd"), \
             patch_config(tininductor.config, fallback_to_eager=False):
         for n in (3, 5, 8):
-            x = rand(n, 4, grad=False)
-            torch.testing.assert_close(compiled(x), fn(x))
+            x, x2 = rand(n, 4), rand(n, 4)
+            with torch.no_grad():
+                x2.copy_(x)
+            out, ref = compiled(x), fn(x2)
+            torch.testing.assert_close(out, ref)
+            out.sum().backward()
+            ref.sum().backward()
+            torch.testing.assert_close(x.grad, x2.grad)
     assert "per concrete shape" not in caplog.text
-    assert counter.frame_count == 1 and len(counter.sources) == 1
+    assert counter.frame_count == 1 and len(counter.sources) == 2  # forward and backward
 
 
 def test_symbolic_compile_error_falls_back_to_per_shape(caplog):

@@ -463,7 +463,7 @@ class SymbolicComposites(torch.overrides.TorchFunctionMode):
 
 
 @contextlib.contextmanager
-def _allow_constants(mode):
+def allow_real_constants(mode):
     """Let ``mode`` take real tensors for the length of a trace. TorchDynamo's fake mode (reused for
     symbolic sizes) refuses them, but a graph may make constants (``torch.tensor(2)`` in BART's
     attention is a real tensor passed through ``lift_fresh``): they are faked where they are used,
@@ -499,7 +499,7 @@ def decompose(gm: torch.fx.GraphModule, example_inputs, table: dict | None = Non
     functional = torch.func.functionalize(gm, remove="mutations")
     # the Python dispatcher makes torch's composite kernels emit functional ops (squeeze, not squeeze_)
     composites = SymbolicComposites() if _has_symbolic_sizes(fakes) else contextlib.nullcontext()
-    with torch.no_grad(), mode, enable_python_dispatcher(), composites, _allow_constants(mode):
+    with torch.no_grad(), mode, enable_python_dispatcher(), composites, allow_real_constants(mode):
         out = make_fx(functional, decomposition_table=table)(*fakes)
     if functionalize_inplace_views(out):
         # the in-place op restrided its base's example value too: recompute every node's ``val``

@@ -56,7 +56,7 @@ class Layout:
     def index(self, index: Sequence[sympy.Expr]) -> sympy.Expr:
         """The flat storage position of ``index`` (a sympy expression)."""
         assert len(index) == len(self.size), (index, self.size)
-        expr = sympy.Integer(self.offset)
+        expr = sympy.sympify(self.offset)  # an int, or an expression over sizes (a view from ``n - 3``)
         for i, size, stride in zip(index, self.size, self.stride):
             if size != 1:
                 expr = expr + i * stride

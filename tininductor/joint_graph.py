@@ -33,7 +33,7 @@ import torch.fx as fx
 import torch.utils._pytree as pytree
 from torch.fx.experimental.proxy_tensor import make_fx
 
-from tininductor.decompositions import DECOMPOSITIONS
+from tininductor.decompositions import DECOMPOSITIONS, allow_real_constants
 from tininductor.vjp_rules import (NON_DIFFERENTIABLE_MUTATIONS, NON_DIFFERENTIABLE_OUTPUTS,
                                    NOT_DIFFERENTIABLE, get_vjp)
 
@@ -277,7 +277,7 @@ def create_joint(fw_gm: fx.GraphModule, fake_primals: list, requires_grad: list[
         grad_mask[:] = [p in grads for p in placeholders]
         return (*outs, *[grads[p] for p in placeholders if p in grads])
 
-    with fake_mode:
+    with fake_mode, allow_real_constants(fake_mode):  # the graph's constants (get_attr) are real tensors
         tangents = [torch.empty(o.meta["val"].shape, dtype=o.meta["val"].dtype,
                                 device=o.meta["val"].device)
                     for o, diff in zip(flat_outs, diff_outputs) if diff]

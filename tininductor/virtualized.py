@@ -37,6 +37,8 @@ import contextlib
 import threading
 from typing import Any, Iterator
 
+import sympy
+
 from .ops_table import OP_TABLE, OPS
 
 #: the pointwise ops, by arity (from the op table, ops_table.py); ``where`` is the one ternary op
@@ -150,11 +152,24 @@ class _OpsProxy:
     """
 
     def __getattr__(self, name: str):
+        if name == "constant":
+            return _constant
+
         def call_current_handler(*args, **kwargs):
             return getattr(V.ops, name)(*args, **kwargs)
 
         call_current_handler.__name__ = name
         return call_current_handler
+
+
+def _constant(value, dtype):
+    """``ops.constant``; a "constant" that is a size expression (``s0 - 1``, a bound an index_put
+    lowering computed from a symbolic size) is computed by the kernel from its size arguments."""
+    if isinstance(value, sympy.Basic) and value.free_symbols:
+        from .lowering import symbolic_scalar
+
+        return symbolic_scalar(value, dtype)
+    return V.ops.constant(value, dtype)
 
 
 ops = _OpsProxy()
