@@ -321,6 +321,26 @@ def test_constant_tensor_made_in_the_graph_compiles_symbolically(frontend, caplo
     assert counter.frame_count == 1 and len(counter.sources) == 2  # forward and backward
 
 
+def test_per_shape_compile_error_runs_that_shape_eagerly():
+    """A per-shape compile happens inside the call, after TorchDynamo's chance to fall back: when
+    it fails too (an op with no VJP rule), that shape's graph runs eagerly with a warning instead
+    of raising into the user's code."""
+    from tininductor.aot_autograd import aot_autograd
+
+    def never(gm, example_inputs):
+        raise NotImplementedError("this compiler compiles nothing")
+
+    torch._dynamo.reset()
+    fn = torch.compile(lambda x: x.sin() * 2, dynamic=True, backend=aot_autograd(never))
+    for n in (3, 5):
+        x = torch.randn(n, requires_grad=True)
+        with pytest.warns(UserWarning, match="for these shapes.*compiles nothing"):
+            out = fn(x)
+        torch.testing.assert_close(out, x.sin() * 2)
+        out.sum().backward()
+        torch.testing.assert_close(x.grad, 2 * x.cos())
+
+
 def test_symbolic_compile_error_falls_back_to_per_shape(caplog):
     """A compiler that cannot handle the symbolic graph makes AOT autograd compile per concrete
     shape (logged with the reason) instead of running eagerly."""

@@ -518,9 +518,20 @@ def _specialize_per_shape(gm, example_inputs, fw_compiler, bw_compiler, partitio
         k = key(args)
         if k not in cache:
             static_gm, keep = _bake_int_inputs(gm, args)
-            compiled = compile_aot(static_gm, [args[i] for i in keep], fw_compiler, bw_compiler, partition_fn,
-                                   inference_compiler)
-            cache[k] = lambda *a: compiled(*[a[i] for i in keep])
+            try:
+                compiled = compile_aot(static_gm, [args[i] for i in keep], fw_compiler, bw_compiler, partition_fn,
+                                       inference_compiler)
+            except Exception as e:
+                # this compile runs inside the call, where TorchDynamo can no longer fall back for
+                # the frame: run this shape's graph eagerly (with the warning a frame would give)
+                from tininductor import config
+
+                if not config.fallback_to_eager:
+                    raise
+                warnings.warn(f"tininductor failed to compile the graph for these shapes ({type(e).__name__}: {e}); "
+                              "running it eagerly")
+                compiled = static_gm
+            cache[k] = lambda *a, compiled=compiled: compiled(*[a[i] for i in keep])
         return cache[k](*args)
 
     run.cache = cache
