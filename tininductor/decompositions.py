@@ -135,6 +135,20 @@ def stack(tensors, dim=0):
     return aten.cat([aten.unsqueeze(t, dim) for t in tensors], dim)
 
 
+@register_decomposition(aten.constant_pad_nd)
+def constant_pad_nd(x, pad, value=0):
+    """A negative pad crops: that part is a slice (the op's own decomposition of a crop needs
+    concrete sizes); the rest is padding (NotImplemented: the op itself, with pads >= 0)."""
+    if not any(p < 0 for p in pad):
+        return NotImplemented
+    for i in range(len(pad) // 2):
+        dim, before, after = x.dim() - 1 - i, pad[2 * i], pad[2 * i + 1]
+        if before < 0 or after < 0:
+            start = max(-before, 0)
+            x = aten.slice(x, dim, start, x.shape[dim] - max(-after, 0))
+    return aten.constant_pad_nd(x, [max(p, 0) for p in pad], value)
+
+
 @register_decomposition(aten.unbind.int)
 def unbind(x, dim=0):
     return [aten.select(x, dim, i) for i in range(x.shape[dim])]

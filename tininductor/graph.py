@@ -14,12 +14,14 @@ tensor's size), so kernels and allocations can take sizes as plain Python ints.
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import operator
 from typing import Any
 
 import sympy
 import torch
+from torch._dispatch.python import enable_python_dispatcher
 from torch.utils._pytree import tree_flatten, tree_map
 
 from . import ir
@@ -251,9 +253,16 @@ class GraphLowering(torch.fx.Interpreter):
             if symbolic and shape_env is None:
                 raise LoweringDeclined("symbolic sizes without a ShapeEnv")
             fake_mode = _fake_mode(shape_env)
-            with fake_mode:
+            # symbolic: torch's Python meta kernels (the Python dispatcher) keep sizes symbolic, and
+            # guards are suppressed: a kernel that reads a size as an int must not specialise the
+            # graph. Such a kernel gives sizes that are plain numbers: then the traced value is used.
+            quiet = shape_env.suppress_guards() if shape_env is not None else contextlib.nullcontext()
+            dispatcher = enable_python_dispatcher() if shape_env is not None else contextlib.nullcontext()
+            with fake_mode, dispatcher, quiet:
                 fake_args, fake_kwargs = tree_map(lambda a: _to_fake(a, shape_env), (args, kwargs))
                 out = target(*fake_args, **fake_kwargs)
+            if shape_env is not None and not _same_sizes(out, self.current_node.meta.get("val")):
+                raise LoweringDeclined("the fake kernel specialised a symbolic size")
         except Exception as e:  # no fake kernel: take shapes from the FX node's example value
             out = self.current_node.meta.get("val") if self.current_node is not None else None
             if out is None:
@@ -361,6 +370,15 @@ def _sym_int(expr, shape_env):
     values = getattr(shape_env, "backed_var_to_val", None)  # torch >= 2.12's name for var_to_val
     hint = expr.xreplace(shape_env.var_to_val if values is None else values)
     return shape_env.create_symintnode(expr, hint=int(hint) if hint.is_Integer else None)
+
+
+def _same_sizes(out, traced) -> bool:
+    """Do ``out``'s tensors have the traced values' sizes, as size expressions (symbol for symbol)?"""
+    outs, vals = tree_flatten(out)[0], tree_flatten(traced)[0]
+    if traced is None or len(outs) != len(vals):
+        return False
+    return all(not isinstance(o, torch.Tensor) or isinstance(v, torch.Tensor) and
+               [size_expr(s) for s in o.shape] == [size_expr(s) for s in v.shape] for o, v in zip(outs, vals))
 
 
 def _to_fake(a, shape_env):

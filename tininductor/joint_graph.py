@@ -31,6 +31,7 @@ import operator
 import torch
 import torch.fx as fx
 import torch.utils._pytree as pytree
+from torch._dispatch.python import enable_python_dispatcher
 from torch.fx.experimental.proxy_tensor import make_fx
 
 from tininductor.decompositions import DECOMPOSITIONS, allow_real_constants
@@ -281,7 +282,9 @@ def create_joint(fw_gm: fx.GraphModule, fake_primals: list, requires_grad: list[
         tangents = [torch.empty(o.meta["val"].shape, dtype=o.meta["val"].dtype,
                                 device=o.meta["val"].device)
                     for o, diff in zip(flat_outs, diff_outputs) if diff]
-        with torch.no_grad():
+        # the Python dispatcher, as for decompose(): torch's Python meta kernels keep symbolic sizes
+        # symbolic, where C++ composites read them as ints (specialising every size)
+        with torch.no_grad(), enable_python_dispatcher():
             joint_gm = make_fx(joint, decomposition_table=DECOMPOSITIONS.overload_table())(
                 [p.detach() if isinstance(p, torch.Tensor) else p for p in fake_primals], tangents)
     # drop what no output reads (a rule may compute a gradient for an input that turns out to

@@ -988,8 +988,16 @@ def roll_vjp(grad, out, x, shifts, dims=()):
 # ----------------------------------------------------------------------------- pad, interpolate
 @register_vjp(aten.constant_pad_nd)
 def constant_pad_nd_vjp(grad, out, x, pad, value=0):
-    """Padding's gradient is the inverse crop (negative padding): eager's formula."""
-    return aten.constant_pad_nd(grad, [-p for p in pad]), None, None
+    """Padding's gradient is the crop back to ``x``'s place: a slice per padded dim (eager's formula,
+    a negative padding, says the same, but its decomposition needs concrete sizes). A negative
+    pad cropped ``x``: the cropped elements' gradient is a zero padding first."""
+    if any(p < 0 for p in pad):
+        grad = aten.constant_pad_nd(grad, [max(-p, 0) for p in pad])
+    for i in range(len(pad) // 2):
+        dim, before, after = x.dim() - 1 - i, max(pad[2 * i], 0), max(pad[2 * i + 1], 0)
+        if before or after:
+            grad = aten.slice(grad, dim, before, before + x.shape[dim])
+    return grad, None, None
 
 
 def _pad_backward_rule(backward):
