@@ -244,12 +244,13 @@ def test_wrapper_binds_sizes_in_plain_python():
     assert "empty_strided_" in call
 
 
-def test_symbolic_view_of_input_output_is_compiled_per_shape(caplog):
-    """An output that is a view of an input is rebuilt from constant sizes: per shape, logged."""
+def test_symbolic_view_of_input_output_is_compiled_once(caplog):
+    """An output that is a view of an input is rebuilt with sizes from the call's input sizes: one
+    symbolic compile, no per-shape fallback (test_view_outputs_are_rebuilt_at_each_size has more)."""
     with caplog.at_level(logging.WARNING, logger="tininductor.aot_autograd"):
         sweep(lambda x: x.view(-1), lambda n: [rand(n, 2, grad=False)], "cpp" if DEVICE == "cpu" else "triton",
-              grad=False, symbolic=False)
-    assert "per concrete shape" in caplog.text
+              grad=False)
+    assert "per concrete shape" not in caplog.text
 
 
 def test_one_code_cache_entry_for_every_size():
@@ -394,3 +395,36 @@ def test_contiguous_access_over_symbolic_sizes_indexes_by_xindex():
     assert "//" not in kernel, kernel
     signature, body = kernel.split("):", 1)
     assert all(re.search(rf"\b{s}\b", body) for s in re.findall(r"\bs\d+\b", signature)), kernel
+
+
+def _views(x, y):
+    a = x.transpose(0, 1)
+    b = x[1:, : x.shape[1] - 1]
+    c = (y * 2).view(-1, 2)
+    return a, b, c, y.chunk(2, 0)[1]
+
+
+@pytest.mark.parametrize("frontend", ["torch", "tiny"])
+def test_view_outputs_are_rebuilt_at_each_size(frontend, caplog):
+    """Outputs that are views of an input or of another output are rebuilt after the call
+    (``as_strided``) with sizes, strides and offsets computed from this call's input sizes: one
+    symbolic compile serves every size (it was compiled per shape), and each output is the same
+    view as eager's (shape, strides, shared storage). ``chunk`` guards on its number of pieces only."""
+    import tinydynamo
+
+    torch._dynamo.reset()
+    tinydynamo.reset()
+    counter = CompileCounter()
+    compile_ = torch.compile if frontend == "torch" else tinydynamo.compile
+    compiled = compile_(_views, dynamic=True, backend=counter)
+    with caplog.at_level(logging.WARNING, logger="tininductor.aot_autograd"), \
+            patch_config(tininductor.config, fallback_to_eager=False):
+        for n in (4, 6, 9):
+            x, y = rand(n, n + 1, grad=False), rand(2 * n, 3, grad=False)
+            out, ref = compiled(x, y), _views(x, y)
+            for o, r in zip(out, ref):
+                assert o.shape == r.shape and o.stride() == r.stride() and o.storage_offset() == r.storage_offset()
+                torch.testing.assert_close(o, r)
+            assert out[0].data_ptr() == x.data_ptr() and out[1].untyped_storage().data_ptr() == x.data_ptr()
+    assert "per concrete shape" not in caplog.text
+    assert counter.frame_count == 1

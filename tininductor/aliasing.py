@@ -43,6 +43,8 @@ class OutputAlias:
     stride: tuple[int, ...] = ()
     offset: int = 0
     requires_grad: bool = True  # False: eager's output is cut from autograd (``x.detach()``)
+    #: dynamic shapes: ``inputs -> (size, stride, offset)`` at this call's sizes (see symbolic_views)
+    at_sizes: Any = None
 
 
 @dataclasses.dataclass
@@ -245,15 +247,100 @@ def regenerate_aliases(outs: list, inputs: Sequence[Any], aliases: list[OutputAl
             continue
         if a.kind == "input":
             outs[j] = inputs[a.index]
-        elif a.kind == "input_view":
+            continue
+        size, stride, offset = a.at_sizes(inputs) if a.at_sizes is not None else (a.size, a.stride, a.offset)
+        if a.kind == "input_view":
             base = inputs[a.index]
             if base.requires_grad and not a.requires_grad:
                 base = base.detach()
-            outs[j] = base.as_strided(a.size, a.stride, base.storage_offset() + a.offset)
+            outs[j] = base.as_strided(size, stride, base.storage_offset() + offset)
         else:
             base = outs[a.index]
             if base.is_contiguous() and base.storage_offset() == 0:
                 if base.requires_grad and not a.requires_grad:
                     base = base.detach()
-                outs[j] = base.as_strided(a.size, a.stride, a.offset)
+                outs[j] = base.as_strided(size, stride, offset)
     return outs
+
+
+def symbolic_views(fn, fakes: Sequence[Any], info: AliasInfo, inputs: Sequence[Any]) -> AliasInfo | None:
+    """For a graph with symbolic sizes: ``info`` with each view output's size, stride and offset
+    computed per call from the inputs' sizes (``at_sizes``), or None where that cannot be done
+    (then the graph is compiled per shape).
+
+    ``fn`` runs once more on ``fakes`` (symbolic sizes, TorchDynamo's fake mode): the views'
+    sizes are then expressions over the size symbols, and each symbol is read from where it
+    first appears among the inputs (``inputs[2].size(1)``). The generated function is checked
+    against the example's own view sizes (``info``, found on ``inputs``)."""
+    from torch._dispatch.python import enable_python_dispatcher
+    from torch._guards import detect_fake_mode
+
+    from .indexing import pexpr, size_expr
+
+    mode = detect_fake_mode([f for f in fakes if isinstance(f, torch.Tensor)])
+    if mode is None or mode.shape_env is None:
+        return None
+    try:
+        with mode, enable_python_dispatcher(), mode.shape_env.suppress_guards():
+            flat = torch.utils._pytree.tree_leaves(fn(*fakes))
+        sources = _symbol_sources(fakes, size_expr)
+        outputs = list(info.outputs)
+        for j, a in enumerate(info.outputs):
+            if a is None or a.kind == "input":
+                continue
+            o = flat[j]
+            base = size_expr(fakes[a.index].storage_offset()) if a.kind == "input_view" else 0
+            exprs = ([size_expr(s) for s in o.shape], [size_expr(s) for s in o.stride()],
+                     size_expr(o.storage_offset()) - base)
+            at_sizes = _compile_view(exprs, sources, pexpr)
+            if at_sizes is None or at_sizes([_example(x) for x in inputs]) != (a.size, a.stride, a.offset):
+                return None
+            outputs[j] = dataclasses.replace(a, at_sizes=at_sizes)
+    except Exception as e:  # noqa: BLE001 - any surprise: the per-shape compile is always right
+        log.debug("symbolic views: %s", e)
+        return None
+    return dataclasses.replace(info, outputs=outputs)
+
+
+def _example(x):
+    """An input as the example run saw it (a SymInt as its example value)."""
+    return x.node.hint if isinstance(x, torch.SymInt) else x
+
+
+def _symbol_sources(fakes, size_expr) -> dict:
+    """size symbol -> Python expression over ``inputs`` that reads it at run time."""
+    import sympy
+
+    sources: dict = {}
+    for k, f in enumerate(fakes):
+        if isinstance(f, torch.SymInt):
+            pairs = [(f, f"inputs[{k}]")]
+        elif isinstance(f, torch.Tensor):
+            pairs = [(s, f"inputs[{k}].size({d})") for d, s in enumerate(f.shape)] + \
+                    [(s, f"inputs[{k}].stride({d})") for d, s in enumerate(f.stride())]
+        else:
+            continue
+        for value, source in pairs:
+            expr = size_expr(value)
+            if isinstance(expr, sympy.Symbol):
+                sources.setdefault(expr, source)
+    return sources
+
+
+def _compile_view(exprs, sources: dict, pexpr):
+    """``inputs -> (size, stride, offset)`` from size expressions, or None when a symbol has no source."""
+    import sympy
+
+    size, stride, offset = exprs
+    needed = set().union(*[sympy.sympify(e).free_symbols for e in [*size, *stride, offset]])
+    if not needed <= sources.keys():
+        return None
+
+    def tup(es):
+        return "(" + "".join(f"{pexpr(e)}, " for e in es) + ")"
+
+    lines = ["def at_sizes(inputs):"] + [f"    {sym} = {sources[sym]}" for sym in sorted(needed, key=str)]
+    lines.append(f"    return {tup(size)}, {tup(stride)}, {pexpr(offset)}")
+    scope: dict = {}
+    exec(compile("\n".join(lines), "<symbolic view>", "exec"), scope)
+    return scope["at_sizes"]

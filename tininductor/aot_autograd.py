@@ -283,11 +283,14 @@ def _prepare(gm, example_inputs, example_fakes) -> _Prepared:
     if alias_info.unsupported is not None:
         raise _RunEagerly(alias_info.unsupported)
     if example_fakes is not None:
-        if any(a is not None and a.kind != "input" for a in alias_info.outputs):
-            raise NeedsStaticShapes("an output is a view of an input or of another output "
-                                    "(rebuilt with constant sizes and strides)")
         mode = _symbolic_fake_mode(example_fakes)
         fakes = [mode.from_tensor(p) for p in state] + list(example_fakes)
+        if any(a is not None and a.kind != "input" for a in alias_info.outputs):
+            # views are rebuilt after the call: their sizes, from this call's input sizes
+            alias_info = aliasing.symbolic_views(_lift_parameters(eager_gm)[0], fakes, alias_info, all_inputs)
+            if alias_info is None:
+                raise NeedsStaticShapes("an output is a view whose sizes could not be written over the "
+                                        "input sizes (rebuilt with constant sizes and strides)")
     else:
         fakes, mode = fake_inputs(all_inputs)
     with dynamo_timed("decompose"):

@@ -114,9 +114,13 @@ def _reshape(x, shape):
 
 @register_decomposition(aten.split.Tensor)
 def split(x, split_size, dim=0):
+    """Pieces of ``split_size``, the last one shorter. With symbolic sizes only the number of pieces
+    is fixed (a guard on it, as torch's), not the size being split (``range`` over it would be)."""
     size = x.shape[dim]
-    sizes = [min(split_size, size - start) for start in range(0, size, split_size)] or [0]
-    return split_with_sizes(x, sizes, dim)
+    pieces = int((size + split_size - 1) // split_size) if split_size else 1
+    if pieces <= 1:
+        return split_with_sizes(x, [size], dim)
+    return split_with_sizes(x, [split_size] * (pieces - 1) + [size - split_size * (pieces - 1)], dim)
 
 
 @register_decomposition(aten.split_with_sizes)

@@ -261,6 +261,14 @@ class IndexPrinter(StrPrinter):
             return "*".join([self._operand(base)] * int(exp))
         return super()._print_Pow(expr)
 
+    def _print_Mul(self, expr):
+        """A size with a fractional coefficient (``s0*s1/2``: the ShapeEnv knows the product is even)
+        is an exact integer division, not a float."""
+        coeff, rest = expr.as_coeff_Mul()
+        if coeff.is_Rational and not coeff.is_Integer:
+            return f"({self._base(coeff.p * rest)} {self.floordiv} {coeff.q})"
+        return super()._print_Mul(expr)
+
     def _print_FloorDiv(self, expr):
         base, div = expr.args
         return f"({self._base(base)} {self.floordiv} {self._operand(div)})"
