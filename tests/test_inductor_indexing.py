@@ -238,3 +238,22 @@ def test_join_dimensions_is_exact_and_joins_contiguous_walks():
             numel *= s
         for k in range(numel):
             assert joined.subs(X, k) == expr.subs(X, k), (sizes, coeffs, expr, joined)
+
+
+def test_size_expressions_print_as_python_integer_arithmetic():
+    """Sizes from the ShapeEnv (sympy's Mod, torch's PythonMod and FloorDiv, a fractional coefficient
+    the ShapeEnv knows is exact) print as Python/Triton integer arithmetic, evaluated equal."""
+    import sympy
+    from torch.utils._sympy.functions import FloorDiv, PythonMod
+
+    from tininductor.indexing import pexpr
+
+    s0, s1 = sympy.symbols("s0 s1", integer=True, positive=True)
+    exprs = [sympy.Mod(s0, 8), PythonMod(s0 + 1, s1), FloorDiv(3 * s0, s1 + 1), s0 * s1 / 2, 8 - sympy.Mod(s0, 8)]
+    for expr in exprs:
+        text = pexpr(expr)
+        assert "Mod" not in text and "/" not in text.replace("//", ""), text
+        for a, b in ((6, 4), (10, 3), (7, 2)):
+            want = expr.subs({s0: a, s1: b})
+            if want.is_Integer:
+                assert eval(text, {"s0": a, "s1": b}) == int(want), (text, a, b)

@@ -269,6 +269,13 @@ class IndexPrinter(StrPrinter):
             return f"({self._base(coeff.p * rest)} {self.floordiv} {coeff.q})"
         return super()._print_Mul(expr)
 
+    def _print_Mod(self, expr):
+        """sympy's ``Mod`` and torch's ``PythonMod`` (sizes from the ShapeEnv): Python's ``%``."""
+        base, mod = expr.args
+        return f"({self._base(base)} % {self._operand(mod)})"
+
+    _print_PythonMod = _print_Mod
+
     def _print_FloorDiv(self, expr):
         base, div = expr.args
         return f"({self._base(base)} {self.floordiv} {self._operand(div)})"
