@@ -428,3 +428,17 @@ def test_view_outputs_are_rebuilt_at_each_size(frontend, caplog):
             assert out[0].data_ptr() == x.data_ptr() and out[1].untyped_storage().data_ptr() == x.data_ptr()
     assert "per concrete shape" not in caplog.text
     assert counter.frame_count == 1
+
+
+@pytest.mark.parametrize("op", ["conv_stride2", "max_pool"])
+def test_strided_convolution_and_pooling_over_symbolic_sizes(op, caplog):
+    """A strided convolution's (or pooling's) output strides are ``Max(1, (h - k)//2 + 1)``: the
+    wrapper computes them with Python's max, so one graph serves every image size (C++ kernels;
+    a Triton kernel that would index by them is still compiled per shape)."""
+    w = torch.randn(4, 3, 3, 3, device=DEVICE, requires_grad=True)
+    fn = {"conv_stride2": lambda x: F.conv2d(x, w, stride=2).relu(),
+          "max_pool": lambda x: F.max_pool2d(x, 2) * 2}[op]
+    with caplog.at_level(logging.WARNING, logger="tininductor.aot_autograd"):
+        sweep(fn, lambda n: [rand(2, 3, n, n + 1)], "cpp" if DEVICE == "cpu" else "triton", lengths=(8, 11, 16))
+    if DEVICE == "cpu":
+        assert "per concrete shape" not in caplog.text

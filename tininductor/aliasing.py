@@ -275,7 +275,7 @@ def symbolic_views(fn, fakes: Sequence[Any], info: AliasInfo, inputs: Sequence[A
     from torch._dispatch.python import enable_python_dispatcher
     from torch._guards import detect_fake_mode
 
-    from .indexing import pexpr, size_expr
+    from .indexing import host_expr, size_expr
 
     mode = detect_fake_mode([f for f in fakes if isinstance(f, torch.Tensor)])
     if mode is None or mode.shape_env is None:
@@ -292,7 +292,7 @@ def symbolic_views(fn, fakes: Sequence[Any], info: AliasInfo, inputs: Sequence[A
             base = size_expr(fakes[a.index].storage_offset()) if a.kind == "input_view" else 0
             exprs = ([size_expr(s) for s in o.shape], [size_expr(s) for s in o.stride()],
                      size_expr(o.storage_offset()) - base)
-            at_sizes = _compile_view(exprs, sources, pexpr)
+            at_sizes = _compile_view(exprs, sources, host_expr)
             if at_sizes is None or at_sizes([_example(x) for x in inputs]) != (a.size, a.stride, a.offset):
                 return None
             outputs[j] = dataclasses.replace(a, at_sizes=at_sizes)

@@ -288,3 +288,20 @@ class IndexPrinter(StrPrinter):
 def pexpr(expr) -> str:
     """Print an index expression for Python/Triton source."""
     return IndexPrinter().doprint(sympy.sympify(expr))
+
+
+class HostPrinter(IndexPrinter):
+    """Host code (the wrapper, plain Python): ``Max``/``Min`` of sizes the ShapeEnv cannot order (a
+    strided convolution's output strides: ``Max(1, (h - k)//2 + 1)``) are Python's ``max``/``min``.
+    Kernel code keeps refusing them (codegen checks)."""
+
+    def _print_Max(self, expr):
+        return f"max({', '.join(self._print(a) for a in expr.args)})"
+
+    def _print_Min(self, expr):
+        return f"min({', '.join(self._print(a) for a in expr.args)})"
+
+
+def host_expr(expr) -> str:
+    """Print a size expression for host Python code (the wrapper): sizes, strides, grids, launch arguments."""
+    return HostPrinter().doprint(sympy.sympify(expr))

@@ -28,7 +28,7 @@ from typing import Any, Callable, Sequence
 import sympy
 import torch
 
-from .indexing import contiguous_strides, is_static, pexpr, prod, size_expr, sym
+from .indexing import contiguous_strides, host_expr, is_static, prod, size_expr, sym
 from .virtualized import V, ops
 
 
@@ -337,7 +337,7 @@ class ReinterpretView(IRNode):
         lay = self.layout
         from .codegen.wrapper import tuple_source
 
-        return f"reinterpret_tensor({self.get_name()}, {tuple_source(lay.size)}, {tuple_source(lay.stride)}, {pexpr(lay.offset)})"
+        return f"reinterpret_tensor({self.get_name()}, {tuple_source(lay.size)}, {tuple_source(lay.stride)}, {host_expr(lay.offset)})"
 
 
 class View(IRNode):

@@ -41,7 +41,7 @@ if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 from .. import config, ops_table
-from ..indexing import FloorDiv, ModularIndexing, is_static, join_dimensions, pexpr
+from ..indexing import FloorDiv, ModularIndexing, host_expr, is_static, join_dimensions, pexpr
 from ..runtime.index_check import ASSERT_MESSAGE
 from ..scheduler import FusedGroup, iteration_vars
 from ..virtualized import V
@@ -422,8 +422,9 @@ class TritonKernel:
             code.writelines(_used(self.x_defs, body.getvalue()))
             code.splice(body)
         dynamic = not is_static(numel)
-        grid = f"({pexpr(numel)} + {xblock - 1}) // {xblock}" if dynamic else max(1, -(-numel // xblock))
-        size_args = [pexpr(numel)] + ([pexpr(rnumel)] if self.persistent or not rnumel_static else [])
+        # the launch's sizes and grid are computed by the wrapper (host Python)
+        grid = f"({host_expr(numel)} + {xblock - 1}) // {xblock}" if dynamic else max(1, -(-numel // xblock))
+        size_args = [host_expr(numel)] + ([host_expr(rnumel)] if self.persistent or not rnumel_static else [])
         size_args += [str(s) for s in symbols]
         consts = f"XBLOCK={xblock}" + (f", RBLOCK={rblock}" if self.is_reduction else "")
         if self.is_reduction and not self.persistent and rnumel_static:
@@ -452,7 +453,7 @@ class TritonKernel:
             if numel == 0:
                 return f"pass  # {name}: nothing to compute (numel 0)"
             if self.rows_per_call:
-                return f"{name}.run_rows({pexpr(numel)}, {pexpr(rnumel)}, {', '.join(arg_refs + size_args)})"
+                return f"{name}.run_rows({host_expr(numel)}, {host_expr(rnumel)}, {', '.join(arg_refs + size_args)})"
             if dynamic:  # the grid follows the size: computed per call, in plain Python arithmetic
                 return f"{name}.run_grid({grid}, {', '.join(arg_refs + size_args)})"
             return f"{name}.run({', '.join(arg_refs + size_args)})"
@@ -573,7 +574,7 @@ class TritonScheduling:
         if per.arg_names != red.arg_names or per.stored != red.stored:
             return red
         limit = config.triton.persistent_reduction_max
-        rnumel = pexpr(group.rnumel)
+        rnumel = host_expr(group.rnumel)
 
         def launch(arg_refs):
             return f"({per.launch(arg_refs)} if {rnumel} <= {limit} else {red.launch(arg_refs)})"

@@ -32,7 +32,7 @@ import sympy
 import torch
 
 from .. import ir
-from ..indexing import pexpr, size_expr
+from ..indexing import host_expr, size_expr
 from ..scheduler import ExternNode, FusedGroup, Scheduler
 from .common import GeneratedKernel, IndentedBuffer, get_scheduling
 
@@ -74,7 +74,7 @@ def value_repr(value) -> str:
     if isinstance(value, (ir.Buffer, ir.ReinterpretView)):
         return value.codegen_reference()
     if isinstance(value, sympy.Basic):  # a symbolic size: arithmetic over the bound size symbols
-        return pexpr(value)
+        return host_expr(value)
     if isinstance(value, torch.device):
         return f"torch.device({str(value)!r})"
     if isinstance(value, float) and (math.isinf(value) or math.isnan(value)):
@@ -87,7 +87,7 @@ def value_repr(value) -> str:
 
 def tuple_source(xs) -> str:
     """``(8, s0)``: a tuple of sizes (ints or symbolic expressions) as Python source."""
-    xs = [pexpr(x) for x in xs]
+    xs = [host_expr(x) for x in xs]
     return f"({', '.join(xs)}{',' if len(xs) == 1 else ''})"
 
 
@@ -202,7 +202,7 @@ class WrapperCodeGen:
             buf = self.graph.graph_inputs.get(name)
             if buf is None:  # an int argument (a size)
                 example = self.graph.example_inputs[self.graph.graph_input_names.index(name)]
-                lines.append(f"        {pexpr(size_expr(example))},  # {name}")
+                lines.append(f"        {host_expr(size_expr(example))},  # {name}")
                 continue
             lay = buf.layout
             lines.append(
