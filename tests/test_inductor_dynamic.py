@@ -430,16 +430,15 @@ def test_view_outputs_are_rebuilt_at_each_size(frontend, caplog):
     assert counter.frame_count == 1
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("op", ["conv_stride2", "max_pool"])
-def test_strided_convolution_and_pooling_over_symbolic_sizes(op, caplog):
+def test_strided_convolution_and_pooling_over_symbolic_sizes(op, backend, caplog):
     """A strided convolution's (or pooling's) output strides are ``Max(1, (h - k)//2 + 1)``: the
-    wrapper computes them with Python's max, so one graph serves every image size (C++ kernels;
-    a Triton kernel that would index by them is still compiled per shape)."""
+    wrapper computes them with Python's max and Triton kernels index with its builtin max, so one
+    graph serves every image size."""
     w = torch.randn(4, 3, 3, 3, device=DEVICE, requires_grad=True)
     fn = {"conv_stride2": lambda x: F.conv2d(x, w, stride=2).relu(),
           "max_pool": lambda x: F.max_pool2d(x, 2) * 2}[op]
     with caplog.at_level(logging.WARNING, logger="tininductor.aot_autograd"):
-        sweep(fn, lambda n: [rand(2, 3, n, n + 1)], "cpp" if DEVICE == "cpu" else "triton", lengths=(8, 11, 16),
-              symbolic=DEVICE == "cpu")  # on a GPU the Triton kernels index by the Max: compiled per shape
-    if DEVICE == "cpu":
-        assert "per concrete shape" not in caplog.text
+        sweep(fn, lambda n: [rand(2, 3, n, n + 1)], backend, lengths=(8, 11, 16))
+    assert "per concrete shape" not in caplog.text

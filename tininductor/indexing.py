@@ -276,6 +276,14 @@ class IndexPrinter(StrPrinter):
 
     _print_PythonMod = _print_Mod
 
+    def _print_Max(self, expr):
+        """``Max``/``Min`` of sizes the ShapeEnv cannot order (a strided convolution's output strides,
+        ``Max(1, (h - k)//2 + 1)``): Python's ``max``/``min``, which Triton also takes on scalars."""
+        return f"max({', '.join(self._print(a) for a in expr.args)})"
+
+    def _print_Min(self, expr):
+        return f"min({', '.join(self._print(a) for a in expr.args)})"
+
     def _print_FloorDiv(self, expr):
         base, div = expr.args
         return f"({self._base(base)} {self.floordiv} {self._operand(div)})"
@@ -290,18 +298,7 @@ def pexpr(expr) -> str:
     return IndexPrinter().doprint(sympy.sympify(expr))
 
 
-class HostPrinter(IndexPrinter):
-    """Host code (the wrapper, plain Python): ``Max``/``Min`` of sizes the ShapeEnv cannot order (a
-    strided convolution's output strides: ``Max(1, (h - k)//2 + 1)``) are Python's ``max``/``min``.
-    Kernel code keeps refusing them (codegen checks)."""
-
-    def _print_Max(self, expr):
-        return f"max({', '.join(self._print(a) for a in expr.args)})"
-
-    def _print_Min(self, expr):
-        return f"min({', '.join(self._print(a) for a in expr.args)})"
-
-
 def host_expr(expr) -> str:
-    """Print a size expression for host Python code (the wrapper): sizes, strides, grids, launch arguments."""
-    return HostPrinter().doprint(sympy.sympify(expr))
+    """Print a size expression for host Python code (the wrapper): sizes, strides, grids, launch
+    arguments. The same text as in a Triton kernel; named apart because it runs on the host."""
+    return pexpr(expr)
