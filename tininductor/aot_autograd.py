@@ -36,12 +36,12 @@ import torch
 import torch.fx as fx
 import torch.utils._pytree as pytree
 
-from tinydynamo import artifacts
-from tinydynamo.utils import dynamo_timed
 from tininductor import aliasing
 from tininductor.decompositions import decompose, fake_inputs
 from tininductor.joint_graph import JointGraph, create_joint
 from tininductor.partitioners import Partition, default_partition, min_cut_partition
+from tinydynamo import artifacts
+from tinydynamo.utils import dynamo_timed
 
 __all__ = ["aot_autograd", "aot_eager", "aot_eager_min_cut", "AOTOutput", "default_partition",
            "min_cut_partition"]

@@ -21,7 +21,7 @@ import types
 import warnings
 
 import torch
-from torch.utils._pytree import tree_flatten, tree_unflatten
+from torch.utils._pytree import tree_unflatten
 
 from tinydynamo.utils import dynamo_timed
 

@@ -13,8 +13,14 @@ import torch
 
 from tinydynamo.exc import unimplemented
 from tinydynamo.trace_rules import (  # noqa: F401  (the marks live where the tracer reads them)
-    ALLOWED_IN_GRAPH, DISALLOWED_IN_GRAPH, allow_in_graph, disallow_in_graph, graph_break, is_compiling,
-    special_variable)
+    ALLOWED_IN_GRAPH,
+    DISALLOWED_IN_GRAPH,
+    allow_in_graph,
+    disallow_in_graph,
+    graph_break,
+    is_compiling,
+    special_variable,
+)
 
 
 # ---- run: cached code only ---------------------------------------------------------------------------------
@@ -69,7 +75,7 @@ def export(f: Callable, *extra_args, aten_graph: bool = False, decomposition_tab
     ``aten_graph=True`` (torch._dynamo.export's flag): the captured graph is traced once more with
     ``make_fx`` on fake copies of the inputs, so its nodes are ATen ops (``aten.mm.default``...), further
     decomposed by ``decomposition_table`` if given; it takes the same inputs in the same order."""
-    from tinydynamo.eval_frame import OptimizedFunction, OptimizedModule, compile_frame, _user_function
+    from tinydynamo.eval_frame import OptimizedFunction, OptimizedModule, compile_frame
 
     if isinstance(f, OptimizedModule):
         f = f._orig_mod

@@ -22,12 +22,10 @@ from typing import Any, Callable, Iterator
 
 import torch
 from torch import nn
-
 from torch.fx.experimental.symbolic_shapes import ConstraintViolationError
 
-from tinydynamo import artifacts, bytecode, logs, symbolic_shapes
+from tinydynamo import artifacts, bytecode, config, logs, symbolic_shapes
 from tinydynamo.backends import lookup_backend, lookup_backend_with_options
-from tinydynamo import config
 from tinydynamo.exc import Unsupported
 from tinydynamo.output_graph import CompiledFrame, OutputGraph
 from tinydynamo.registry import swap

@@ -28,8 +28,8 @@ from torch.amp.autocast_mode import _exit_autocast
 from tinydynamo import artifacts, logs, symbolic_shapes
 from tinydynamo.codegen import GraphBreakCodegen, PyCodegen
 from tinydynamo.exc import Unsupported, unimplemented
-from tinydynamo.side_effects import SideEffects
 from tinydynamo.guards import CheckFunction, GuardBuilder, TensorMeta
+from tinydynamo.side_effects import SideEffects
 from tinydynamo.source import ModuleMemberSource, Source, SourceScope
 from tinydynamo.utils import dynamo_timed
 from tinydynamo.variables.base import VariableTracker

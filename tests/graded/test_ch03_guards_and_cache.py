@@ -130,8 +130,11 @@ def test_cache_lookup():
 
 
 # ---- property tests and the compiler's needs ------------------------------------------------------
-from hypothesis import given, settings  # noqa: E402
-from hypothesis import strategies as st  # noqa: E402
+from hypothesis import (  # noqa: E402
+    given,
+    settings,
+    strategies as st,  # noqa: E402
+)
 
 PROPERTY = settings(max_examples=60, deadline=None, derandomize=True, database=None)
 CONSTANTS = st.one_of(

@@ -26,6 +26,13 @@ from tinydynamo.source import GetItemSource, Source
 from tinydynamo.variables.base import VariableTracker
 from tinydynamo.variables.builtin import BuiltinVariable, is_foldable
 from tinydynamo.variables.constant import ConstantVariable
+from tinydynamo.variables.ctx_manager import (
+    GRAD_MODE_CLASSES,
+    GradModeClassVariable,
+    GradModeDecoratedFunctionVariable,
+    GradModeVariable,
+    unwrap_grad_mode_decorator,
+)
 from tinydynamo.variables.dicts import DictVariable
 from tinydynamo.variables.functions import (
     DisabledFunctionVariable,
@@ -38,13 +45,6 @@ from tinydynamo.variables.lists import ListVariable, SizeVariable, TupleVariable
 from tinydynamo.variables.misc import PythonModuleVariable
 from tinydynamo.variables.nn_module import NNModuleVariable
 from tinydynamo.variables.tensor import TensorVariable
-from tinydynamo.variables.ctx_manager import (
-    GRAD_MODE_CLASSES,
-    GradModeClassVariable,
-    GradModeDecoratedFunctionVariable,
-    GradModeVariable,
-    unwrap_grad_mode_decorator,
-)
 from tinydynamo.variables.torch import TorchVariable, is_torch_callable
 from tinydynamo.variables.user_defined import UserDefinedObjectVariable
 
@@ -62,7 +62,6 @@ class VariableBuilder:
             self.tx.output.add_guard(kind, self.source, expected)
 
     def wrap(self, value: Any) -> VariableTracker:
-        from tinydynamo import eval_frame
 
         src = self.source
         if isinstance(value, torch.Tensor):
