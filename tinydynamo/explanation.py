@@ -11,7 +11,7 @@ from typing import Any, Callable
 
 import torch.fx
 
-from tinydynamo import eval_frame
+from tinydynamo import convert_frame, eval_frame
 from tinydynamo.guards import Guard
 from tinydynamo.output_graph import CALL_OPS
 
@@ -77,11 +77,11 @@ def explain(fn: Callable, *extra_args, **extra_kwargs) -> Callable[..., ExplainO
                 guards.extend(data.check_fn.guards)
 
         eval_frame.reset()
-        eval_frame._listeners.append(listen)
+        convert_frame._listeners.append(listen)
         try:
             eval_frame.optimize(backend)(fn)(*args, **kwargs)
         finally:
-            eval_frame._listeners.remove(listen)
+            convert_frame._listeners.remove(listen)
             eval_frame.reset()
         ops = [[n.target for n in gm.graph.nodes if n.op in CALL_OPS] for gm in graphs]
         return ExplainOutput(graphs, len(graphs), len(breaks), breaks, sum(map(len, ops)), ops, guards, eager)

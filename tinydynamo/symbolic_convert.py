@@ -27,6 +27,7 @@ from tinydynamo.bytecode import Instruction
 from tinydynamo.exc import ObservedException, Unsupported, unimplemented
 from tinydynamo.output_graph import OutputGraph
 from tinydynamo.registry import swap
+from tinydynamo.skip_frame import CompileCallee, compile_callee_at
 from tinydynamo.source import GetItemSource, GlobalSource, LocalSource
 from tinydynamo.variables import (
     NULL,
@@ -195,6 +196,12 @@ class InstructionTranslatorBase:
             unimplemented("super() with one argument")
         return zero_arg_super(self)
 
+    def inlining_translator(self, fn_var, bound: dict) -> InliningInstructionTranslator:
+        """A nested translator for ``fn_var``'s code with its arguments ``bound``, sharing this graph
+        (variables/ asks for one through ``tx``: it never imports this module)."""
+        return InliningInstructionTranslator(fn_var.get_code(), fn_var.get_globals(), bound, self.output,
+                                             fn_var.closure_cells(self), self.depth + 1)
+
     def inline_user_function(self, fn_var, args, kwargs) -> VariableTracker:
         """Trace a user function's bytecode in a nested translator sharing this graph."""
         code = fn_var.get_code()
@@ -202,9 +209,7 @@ class InstructionTranslatorBase:
             unimplemented(f"calling coroutine function {code.co_name}")
         if self.depth + 1 > config.max_inline_depth:
             unimplemented(f"inlining deeper than config.max_inline_depth={config.max_inline_depth} (recursion?)")
-        bound = fn_var.bind(self, args, kwargs)
-        tx = InliningInstructionTranslator(code, fn_var.get_globals(), bound, self.output,
-                                           fn_var.closure_cells(self), self.depth + 1)
+        tx = self.inlining_translator(fn_var, fn_var.bind(self, args, kwargs))
         if code.co_flags & inspect.CO_GENERATOR:
             # a generator (e.g. a generator expression): run it to the end now, collecting what it
             # yields; the caller gets an iterator over those values
@@ -902,13 +907,12 @@ class InstructionTranslator(InstructionTranslatorBase):
 
     def _compile_callee_code(self, inst: Instruction, stack: list) -> types.CodeType | None:
         """The frame's code with the callable of the call ``inst`` compiled (None: not a call)."""
-        from tinydynamo.skip_frame import compile_callee_at
-
-        if inst.opname not in ("CALL", "CALL_FUNCTION_EX"):
+        if inst.opname not in ("CALL", "CALL_FUNCTION_EX") or self.output.wrap_for_resume is None:
             return None
         call = bc.call_layout(inst, stack, lambda v: v is NULL)
         try:
-            return compile_callee_at(self.code, inst.offset, len(stack) - 1 - call.fn_index)
+            return compile_callee_at(self.code, inst.offset, len(stack) - 1 - call.fn_index,
+                                     CompileCallee(self.output.wrap_for_resume))
         except Exception as e:  # the frame then runs its own code, callees eagerly, as before
             from tinydynamo import logs
 

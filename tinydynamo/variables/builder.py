@@ -125,10 +125,8 @@ class VariableBuilder:
 
     def _wrap_marked_callable(self, value: Any) -> VariableTracker | None:
         """Compiled, disabled, partial, lru_cache-wrapped, polyfilled and builtin functions."""
-        from tinydynamo import eval_frame
-
         src = self.source
-        if isinstance(value, eval_frame.OptimizedFunction):  # a compiled function called from traced code
+        if getattr(type(value), "_tinydynamo_compiled", False):  # a compiled function called from traced code
             self.guard("ID_MATCH", value)
             from tinydynamo.source import AttrSource
 
