@@ -99,6 +99,19 @@ def _user_function(fn: Callable) -> tuple[types.FunctionType, Any]:
     raise TypeError(f"tinydynamo can compile Python functions, methods and nn.Modules, not {type(fn).__name__}")
 
 
+def _kwdefaults_snapshot(kwdefaults: dict | None) -> tuple | None:
+    """What a signature was built from: the ``__kwdefaults__`` entries, as (name, object) pairs. The
+    dict is mutable (``f.__kwdefaults__['k'] = -1`` keeps the dict, changes the default)."""
+    return None if kwdefaults is None else tuple(kwdefaults.items())
+
+
+def _same_kwdefaults(kwdefaults: dict | None, snapshot: tuple | None) -> bool:
+    if kwdefaults is None or snapshot is None:
+        return kwdefaults is None and snapshot is None
+    return len(kwdefaults) == len(snapshot) and all(
+        k1 == k2 and v1 is v2 for (k1, v1), (k2, v2) in zip(kwdefaults.items(), snapshot))
+
+
 class OptimizedFunction:
     """A function wrapped by ``optimize``: each call checks the cache, compiling on a miss (PyTorch:
     ``_TorchDynamoContext``'s wrapper plus the C frame-evaluation hook)."""
@@ -116,7 +129,7 @@ class OptimizedFunction:
         # the code's own parameters: a decorator's ``wrapper(*args, **kwargs)`` carries ``__wrapped__``,
         # which inspect.signature would follow to the inner function's parameters
         self._signature = inspect.signature(self._fn, follow_wrapped=False)
-        self._sig_defaults, self._sig_kwdefaults = self._fn.__defaults__, self._fn.__kwdefaults__
+        self._sig_defaults, self._sig_kwdefaults = self._fn.__defaults__, _kwdefaults_snapshot(self._fn.__kwdefaults__)
         code = self._code
         simple = not (code.co_flags & (inspect.CO_VARARGS | inspect.CO_VARKEYWORDS)) and code.co_kwonlyargcount == 0
         self._fast_names = code.co_varnames[:code.co_argcount] if simple else None
@@ -131,9 +144,10 @@ class OptimizedFunction:
             L = dict(zip(self._fast_names, args))
         else:
             fn = self._fn
-            if fn.__defaults__ is not self._sig_defaults or fn.__kwdefaults__ is not self._sig_kwdefaults:
-                self._signature = inspect.signature(fn, follow_wrapped=False)  # defaults rebound since: bind the current ones
-                self._sig_defaults, self._sig_kwdefaults = fn.__defaults__, fn.__kwdefaults__
+            if fn.__defaults__ is not self._sig_defaults or not _same_kwdefaults(fn.__kwdefaults__, self._sig_kwdefaults):
+                # defaults rebound, or the __kwdefaults__ dict changed in place, since: bind the current ones
+                self._signature = inspect.signature(fn, follow_wrapped=False)
+                self._sig_defaults, self._sig_kwdefaults = fn.__defaults__, _kwdefaults_snapshot(fn.__kwdefaults__)
             bound = self._signature.bind(*args, **kwargs)
             bound.apply_defaults()
             L = dict(bound.arguments)

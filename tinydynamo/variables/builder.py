@@ -211,13 +211,17 @@ class VariableBuilder:
                 return SkippedFunctionVariable(value, src)
             return UserFunctionVariable(value, src)
         if isinstance(value, types.MethodType):
-            self_src = None  # a bound method: wrap its object, inline its function
+            # a bound method: wrap its object, inline its function. Both are guarded through their own
+            # sources (``obj.helper = MethodType(other, obj)`` keeps the type, changes ``__func__``), and
+            # the function's defaults and closure through ``__func__`` as a plain function's are
             from tinydynamo.source import AttrSource
 
-            if src is not None:
-                self_src = AttrSource(src, "__self__")
+            self_src = AttrSource(src, "__self__") if src is not None else None
+            func_src = AttrSource(src, "__func__") if src is not None else None
             obj = VariableBuilder(self.tx, self_src).wrap(value.__self__)
-            return UserMethodVariable(value.__func__, obj)
+            if func_src is not None and self.tx is not None:
+                self.tx.output.add_guard("ID_MATCH", func_src, value.__func__)
+            return UserMethodVariable(value.__func__, obj, func_src)
         return None
 
     def _wrap_other(self, value: Any) -> VariableTracker:
