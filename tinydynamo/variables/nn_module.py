@@ -14,7 +14,7 @@ import types
 from torch import nn
 
 from tinydynamo.exc import raise_observed, unimplemented
-from tinydynamo.source import GetItemSource, module_member_source
+from tinydynamo.source import ContainerItemSource, module_member_source
 from tinydynamo.variables.base import VariableTracker
 from tinydynamo.variables.constant import ConstantVariable
 from tinydynamo.variables.user_defined import MISSING, class_attribute_variable, is_data_descriptor
@@ -49,8 +49,8 @@ class NNModuleVariable(VariableTracker):
         if name.isdigit() and isinstance(self.module, (nn.Sequential, nn.ModuleList, nn.ParameterList)):
             # L['self'].h[0] rather than getattr(..., '0'); indexing is by position, and a slice of a
             # Sequential keeps its children's keys ('1', '2' at positions 0, 1): index by position
-            table = self.module._parameters if isinstance(self.module, nn.ParameterList) else self.module._modules
-            return GetItemSource(self.source, list(table).index(name))
+            table = "_parameters" if isinstance(self.module, nn.ParameterList) else "_modules"
+            return ContainerItemSource(self.source, list(getattr(self.module, table)).index(name), name, table)
         return module_member_source(self.module, self.source, name)
 
     def _wrap_child(self, tx, name: str, value) -> VariableTracker:
