@@ -271,7 +271,8 @@ def _compile_fx_inner(gm: torch.fx.GraphModule, example_inputs, cudagraphs: str 
     if cudagraphs:
         from .runtime.cudagraphs import cudagraphify
 
-        compiled = cudagraphify(compiled, set(graph.device_types), kind=cudagraphs)
+        dynamic = bool(graph.size_sources) or any(isinstance(v, torch.SymInt) for v in graph.example_inputs)
+        compiled = cudagraphify(compiled, set(graph.device_types), kind=cudagraphs, dynamic=dynamic)
     compiled.source = source
     _compile_count[0] += 1
     compiled.seq = _compile_count[0]
