@@ -352,8 +352,10 @@ def _compile_training(prep: _Prepared, requires_grad: list[bool], fw_compiler: C
         compiled_bw=bw_compiler(part.bw_gm, _fake_vals(part.bw_gm)),
         num_outputs=joint.num_outputs, diff_outputs=joint.diff_outputs, grad_mask=joint.grad_mask,
         eager_forward=prep.prim_gm, no_rerun_reason=_random_ops(prep.prim_gm),
+        # an input the graph writes back is left out, as aliasing.analyze leaves out those it sees
+        # written (a batch norm's running statistics, written by an op whose schema does not say so)
         version_checked_inputs=[i for i in prep.alias_info.saved_inputs
-                                if isinstance(prep.all_inputs[i], torch.Tensor)],
+                                if isinstance(prep.all_inputs[i], torch.Tensor) and i not in prep.mutated],
         version_checked_outputs=prep.alias_info.saved_outputs, mutated_inputs=prep.mutated)
     flat = is_flat_sequence(joint.out_spec)
     stateful, effects, mutated, grad_inside = bool(prep.owners), prep.has_effects, bool(prep.mutated), prep.grad_inside

@@ -22,6 +22,11 @@ indirect_indexing: bool = True
 #: TorchInductor does) or "default" (save every forward value the backward reads, as eager does).
 partitioner: str = os.environ.get("TINY_PARTITIONER", "min_cut")
 
+#: Decompose batch norm (eval and training, running-statistic updates included) into a reduction and
+#: pointwise ops (decompositions.py), so it fuses with its neighbours; False keeps the ATen op as a
+#: fallback kernel (its VJP rule calls ``native_batch_norm_backward``).
+decompose_batch_norm: bool = os.environ.get("TINY_DECOMPOSE_BATCH_NORM", "1") != "0"
+
 #: Directory the debug dump writes wrapper modules to (TINY_LOGS=output_code also prints them).
 debug_dir: str = os.environ.get("TINY_DEBUG_DIR", "tiny_debug")
 
