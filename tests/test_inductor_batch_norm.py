@@ -5,7 +5,7 @@ import copy
 
 import pytest
 import torch
-import torch.nn as nn
+from torch import nn
 
 from tininductor import config
 from tininductor.compile_fx import compile_fx
@@ -125,3 +125,49 @@ def test_training_batch_norm_without_running_stats():
     want.pow(2).sum().backward()
     torch.testing.assert_close(x.grad, x_ref.grad, rtol=1e-4, atol=1e-5)
     assert "batch_norm" not in _source(c)
+
+
+class ConvBnStack(nn.Module):
+    """Conv (with and without bias) -> BN -> ReLU, twice, and a residual add."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv1, self.bn1 = nn.Conv2d(3, 8, 3, padding=1, bias=True), nn.BatchNorm2d(8)
+        self.conv2, self.bn2 = nn.Conv2d(8, 8, 3, padding=1, bias=False), nn.BatchNorm2d(8)
+
+    def forward(self, x):
+        y = torch.relu(self.bn1(self.conv1(x)))
+        return torch.relu(self.bn2(self.conv2(y)) + y)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_freezing_folds_batch_norm_into_the_convolution(backend):
+    m = _randomize_stats(ConvBnStack()).eval()
+    x = torch.randn(2, 3, 6, 6)
+    with torch.no_grad():
+        frozen = compile_with(m, [x], backend, freezing=True)
+        plain = compile_with(m, [x], backend)
+        torch.testing.assert_close(frozen(x), m(x), rtol=1e-4, atol=1e-5)
+    prim = frozen.aot.prim_gm
+    assert not any(n.target is torch.ops.aten.rsqrt.default for n in prim.graph.nodes), prim.code
+    assert any(n.target is torch.ops.aten.rsqrt.default for n in plain.aot.prim_gm.graph.nodes)
+    convs = [n for n in prim.graph.nodes if n.target is torch.ops.aten.convolution.default]
+    assert all(n.args[1].op == "get_attr" and n.args[2].op == "get_attr" for n in convs), prim.code
+    assert len(frozen.kernels) == 2, frozen.kernels  # relu; add + relu: the batch norms are gone
+
+
+def test_freezing_bfloat16_matches_eager():
+    m = _randomize_stats(ConvBnStack()).eval().to(torch.bfloat16)
+    x = torch.randn(2, 3, 6, 6, dtype=torch.bfloat16)
+    with torch.no_grad():
+        frozen = compile_with(m, [x], "cpp", freezing=True)
+        ref = copy.deepcopy(m).float()(x.float())
+        torch.testing.assert_close(frozen(x).float(), ref, rtol=5e-2, atol=5e-2)
+
+
+def test_freezing_leaves_training_graphs_alone():
+    m = _randomize_stats(ConvBnStack()).train()
+    ref = copy.deepcopy(m)
+    x = torch.randn(2, 3, 6, 6, requires_grad=True)
+    c = compile_with(m, [x], "cpp", freezing=True)
+    torch.testing.assert_close(c(x), ref(x), rtol=1e-4, atol=1e-5)

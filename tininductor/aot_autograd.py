@@ -38,8 +38,9 @@ import torch.utils._pytree as pytree
 
 from tinydynamo import artifacts
 from tinydynamo.utils import dynamo_timed
-from tininductor import aliasing
+from tininductor import aliasing, config
 from tininductor.decompositions import decompose, fake_inputs
+from tininductor.fx_passes.freezing import freeze
 from tininductor.joint_graph import JointGraph, create_joint
 from tininductor.partitioners import Partition, default_partition, min_cut_partition
 
@@ -311,6 +312,9 @@ def _prepare(gm, example_inputs, example_fakes) -> _Prepared:
 
 def _compile_inference(prep: _Prepared, compiler: Callable) -> Callable:
     """No input needs a gradient: compile the prims graph as it is."""
+    if config.freezing:  # parameters and buffers as constants, folded (fx_passes/freezing.py)
+        module_state = set(range(len(prep.all_inputs))) - set(prep.tensor_positions)
+        freeze(prep.prim_gm, prep.all_inputs, sorted(module_state))
     artifacts.record("forward_graph", "inference graph (no input requires grad)", _readable(prep.prim_gm))
     compiled = compiler(prep.prim_gm, _fake_vals(prep.prim_gm, prep.fakes))
     tensors = [i for i, x in enumerate(prep.all_inputs) if isinstance(x, torch.Tensor)]

@@ -27,6 +27,12 @@ partitioner: str = os.environ.get("TINY_PARTITIONER", "min_cut")
 #: fallback kernel (its VJP rule calls ``native_batch_norm_backward``).
 decompose_batch_norm: bool = os.environ.get("TINY_DECOMPOSE_BATCH_NORM", "1") != "0"
 
+#: Inference graphs take their parameters and buffers as constants: what depends only on them is
+#: computed once at compile time, and batch norm is folded into the convolution before it
+#: (fx_passes/freezing.py). Off by default, as in torch.compile: the compiled function then ignores
+#: later changes to the weights.
+freezing: bool = os.environ.get("TINY_FREEZING", "0") == "1"
+
 #: Directory the debug dump writes wrapper modules to (TINY_LOGS=output_code also prints them).
 debug_dir: str = os.environ.get("TINY_DEBUG_DIR", "tiny_debug")
 
