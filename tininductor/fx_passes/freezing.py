@@ -15,6 +15,7 @@ freezing does): it is for inference of a model whose weights are fixed.
 """
 from __future__ import annotations
 
+import logging
 import operator
 
 import torch
@@ -22,6 +23,7 @@ from torch import fx
 
 aten = torch.ops.aten
 prims = torch.ops.prims
+log = logging.getLogger(__name__)
 
 #: ops whose value constant folding may compute once (pure, no randomness, no fresh memory of a
 #: size that does not come from their inputs)
@@ -87,7 +89,8 @@ def constant_fold(gm: fx.GraphModule) -> None:
         args, kwargs = fx.node.map_arg((node.args, node.kwargs), lambda n: _value(gm, n))
         try:
             value = node.target(*args, **kwargs)
-        except Exception:  # noqa: BLE001 - leave the node to the compiled graph
+        except Exception as e:  # noqa: BLE001 - leave the node to the compiled graph
+            log.debug("not folding %s: %s", node, e)
             continue
         if not isinstance(value, torch.Tensor):
             continue
@@ -120,7 +123,8 @@ def fold_convolution_affine(gm: fx.GraphModule) -> None:
     for conv in list(gm.graph.nodes):
         if conv.op != "call_function" or conv.target is not aten.convolution.default:
             continue
-        x, w_node, b_node, stride, padding, dilation, transposed, output_padding, groups = conv.args
+        x, w_node, b_node = conv.args[:3]
+        transposed = conv.args[6]
         weight, bias = _value(gm, w_node), _value(gm, b_node) if b_node is not None else None
         if transposed or weight is None or (b_node is not None and bias is None):
             continue
