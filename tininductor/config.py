@@ -33,6 +33,11 @@ decompose_batch_norm: bool = os.environ.get("TINY_DECOMPOSE_BATCH_NORM", "1") !=
 #: later changes to the weights.
 freezing: bool = os.environ.get("TINY_FREEZING", "0") == "1"
 
+#: ``cat`` of up to this many inputs is one Pointwise that picks its input per element (it fuses with
+#: the producers and the consumers); more inputs store into their slices of the output, one kernel
+#: each (lowering.py's ``cat``; TorchInductor's option of the same name).
+max_pointwise_cat_inputs: int = 8
+
 #: Directory the debug dump writes wrapper modules to (TINY_LOGS=output_code also prints them).
 debug_dir: str = os.environ.get("TINY_DEBUG_DIR", "tiny_debug")
 

@@ -135,7 +135,7 @@ def split_with_sizes(x, split_sizes, dim=0):
 
 @register_decomposition(aten.stack)
 def stack(tensors, dim=0):
-    """Stack = unsqueeze each, then ``cat`` (``cat`` itself is a fallback op with a VJP rule)."""
+    """Stack = unsqueeze each, then ``cat`` (a prim: lowered to one where-chain, or stores into slices)."""
     dim = dim % (tensors[0].dim() + 1)
     return aten.cat([aten.unsqueeze(t, dim) for t in tensors], dim)
 
