@@ -26,6 +26,7 @@ from torch.utils._pytree import tree_flatten, tree_unflatten
 from tinydynamo.utils import dynamo_timed
 
 from . import config
+from .fx_passes.pad_mm import pad_mm
 from .virtualized import V
 
 log = logging.getLogger("tininductor.compile_fx")
@@ -232,6 +233,8 @@ def _compile_fx_inner(gm: torch.fx.GraphModule, example_inputs, cudagraphs: str 
 
     example_inputs = list(example_inputs)
     _ensure_example_values(gm, example_inputs)
+    if config.shape_padding or config.force_shape_padding:
+        pad_mm(gm)  # matmul operands to aligned sizes (fx_passes/pad_mm.py)
     graph = GraphLowering(gm, example_inputs)
     with V.set_graph_handler(graph):
         with dynamo_timed("lowering"):

@@ -38,6 +38,14 @@ freezing: bool = os.environ.get("TINY_FREEZING", "0") == "1"
 #: each (lowering.py's ``cat``; TorchInductor's option of the same name).
 max_pointwise_cat_inputs: int = 8
 
+#: Pad matmul operands to sizes that are multiples of 16 bytes where it pays: CUDA, half precision,
+#: big matmuls (fx_passes/pad_mm.py; TorchInductor's ``shape_padding``). ``force_shape_padding``
+#: pads every unaligned matmul, on any device and dtype (tests).
+shape_padding: bool = os.environ.get("TINY_SHAPE_PADDING", "1") != "0"
+force_shape_padding: bool = False
+#: the most a padded dim may grow (0.1: 10%) for the padding to be taken without ``force_shape_padding``
+pad_mm_max_growth: float = 0.1
+
 #: Directory the debug dump writes wrapper modules to (TINY_LOGS=output_code also prints them).
 debug_dir: str = os.environ.get("TINY_DEBUG_DIR", "tiny_debug")
 

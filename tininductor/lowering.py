@@ -682,6 +682,46 @@ def _concat_kernel(parts, dim, size, dtype, device):
     return out
 
 
+@register_lowering(aten.constant_pad_nd)
+def constant_pad_nd(x, pad, value=0):
+    """``value`` around ``x`` (``pad`` lists (before, after) from the last dim backwards, all >= 0:
+    crops are slices by then, decompositions.py). A Pointwise: where the index falls inside ``x``
+    it reads ``x``, elsewhere ``value``; the read is kept in bounds everywhere by a modulo, exact
+    inside (``where`` evaluates both sides)."""
+    if any(p < 0 for p in pad):
+        raise LoweringDeclined("negative padding (a crop)")
+    size = [size_expr(s) for s in x.get_size()]
+    nd = len(size)
+    before = {nd - 1 - i: pad[2 * i] for i in range(len(pad) // 2)}
+    out_size = [s + before.get(d, 0) + (pad[2 * (nd - 1 - d) + 1] if d in before else 0) for d, s in enumerate(size)]
+    out_size = [size_expr(s) for s in out_size]
+    if any(not is_static(before[d]) for d in before):
+        raise LoweringDeclined("symbolic padding")
+    load, dtype = x.make_loader(), x.get_dtype()
+    padded = [d for d in sorted(before) if before[d] or out_size[d] != size[d]]
+
+    def inner_fn(index):
+        local = list(index)
+        inside = None
+        for d in padded:
+            n, b = size[d], int(before[d])
+            if not is_static(n):
+                raise LoweringDeclined("padding a dim of symbolic size")
+            if int(n) == 0:
+                return ops.constant(value, dtype)
+            local[d] = ModularIndexing(index[d] + (-b) % int(n), n) if n != 1 else sympy.Integer(0)
+            j = ops.index_expr(index[d], torch.int64)
+            ok = ops.logical_and(ops.ge(j, ops.constant(b, torch.int64)), ops.lt(j, ops.constant(b + int(n), torch.int64)))
+            inside = ok if inside is None else ops.logical_and(inside, ok)
+        if inside is None:
+            return load(local)
+        return ops.where(inside, load(local), ops.constant(value, dtype))
+
+    if any(not is_static(size[d]) for d in padded):
+        raise LoweringDeclined("padding a dim of symbolic size")
+    return ir.StorageBox(ir.Pointwise(x.get_device(), dtype, inner_fn, out_size))
+
+
 # --------------------------------------------------------------------------- reductions
 
 
