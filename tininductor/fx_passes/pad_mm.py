@@ -47,9 +47,10 @@ def _fake(node: fx.Node):
     return val if isinstance(val, torch.Tensor) else None
 
 
-def _call(graph: fx.Graph, target, args, val_fn):
+def _call(graph: fx.Graph, target, args, val):
+    """A new node with its example value (``val``: the op run on the fake example values)."""
     node = graph.call_function(target, args)
-    node.meta["val"] = val_fn()
+    node.meta["val"] = val
     return node
 
 
@@ -78,18 +79,17 @@ def pad_mm(gm: fx.GraphModule) -> bool:
         with graph.inserting_before(node):
             if pk or pm:
                 a = _call(graph, aten.constant_pad_nd.default, (a, [0, pk, 0, pm]),
-                          lambda: torch.constant_pad_nd(fa, [0, pk, 0, pm]))
+                          torch.constant_pad_nd(fa, [0, pk, 0, pm]))
             if pk or pn:
                 b = _call(graph, aten.constant_pad_nd.default, (b, [0, pn, 0, pk]),
-                          lambda: torch.constant_pad_nd(fb, [0, pn, 0, pk]))
+                          torch.constant_pad_nd(fb, [0, pn, 0, pk]))
             fa2, fb2 = _fake(a), _fake(b)
-            mm = _call(graph, node.target, (a, b), lambda: node.target(fa2, fb2))
+            mm = _call(graph, node.target, (a, b), node.target(fa2, fb2))
             result, fr = mm, mm.meta["val"]
             for dim, (extra, length) in ((-2, (pm, m)), (-1, (pn, n))):
                 if extra:
-                    prev = fr
                     result = _call(graph, aten.slice.Tensor, (result, fr.dim() + dim, 0, length),
-                                   lambda prev=prev, dim=dim, length=length: aten.slice.Tensor(prev, prev.dim() + dim, 0, length))
+                                   aten.slice.Tensor(fr, fr.dim() + dim, 0, length))
                     fr = result.meta["val"]
         if result is not mm:  # read as the unpadded product was (a graph output keeps eager's strides)
             result.meta["val"] = out
