@@ -251,8 +251,14 @@ def div(a, b, rounding_mode=None):
 
 @register_lowering(aten.pow)
 def pow_(a, b):
-    if not is_ir(b) and b == 2:
-        return pointwise(lambda x: ops.mul(x, x), a, promote=Promote.DEFAULT, out_dtype=_pow_dtype(a, b))
+    if not is_ir(b) and b in (2, 3, 4):  # GELU's x ** 3: multiplications, not a libm pow
+        def power(x, n=int(b)):
+            out = x
+            for _ in range(n - 1):
+                out = ops.mul(out, x)
+            return out
+
+        return pointwise(power, a, promote=Promote.DEFAULT, out_dtype=_pow_dtype(a, b))
     if not is_ir(b) and b == 0.5:
         return pointwise(ops.sqrt, a, promote=Promote.INT_TO_FLOAT)
     out = _pow_dtype(a, b)
