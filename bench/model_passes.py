@@ -1,10 +1,11 @@
-"""ResNet-50 and GPT-2 inference with tininductor's graph passes on and off, next to eager and
+"""ResNet-50, GPT-2 and a small Llama inference with tininductor's graph passes on and off, next to eager and
 torch.compile, in one process: outputs checked against eager, time per call, and what the GPU runs
 (kernel launches per call, the kernels that take the most time, from torch.profiler).
 
 Passes (tininductor/config.py): batch norm decomposed (``decompose_batch_norm``), matmul padding
 (``shape_padding``), pointwise ``cat`` (``max_pointwise_cat_inputs``), and, for ResNet-50, freezing.
-"Passes off" restores the earlier behaviour (batch norm and padding off, ``cat`` stored into slices).
+"Passes off" restores the earlier behaviour (batch norm, padding and layout optimization off, ``cat``
+stored into slices); one variant per model turns off only the pass it shows.
 
     python bench/model_passes.py [--small] [--models resnet50,gpt2] [--top 6]
 """
@@ -21,12 +22,15 @@ import torch  # noqa: E402
 
 import tinydynamo  # noqa: E402
 import tininductor  # noqa: E402
-from tests.model_zoo import import_torchvision  # noqa: E402
+from tests.model_zoo import import_torchvision, import_transformers  # noqa: E402
 
-OFF = {"decompose_batch_norm": False, "shape_padding": False, "max_pointwise_cat_inputs": 0}
+OFF = {"decompose_batch_norm": False, "shape_padding": False, "max_pointwise_cat_inputs": 0,
+       "layout_optimization": False}
 VARIANTS = {
-    "resnet50": [("tiny", {}), ("torch.compile", None), ("tiny passes off", OFF), ("tiny + freezing", {"freezing": True})],
-    "gpt2": [("tiny", {}), ("torch.compile", None), ("tiny passes off", OFF)],
+    "resnet50": [("tiny", {}), ("torch.compile", None), ("tiny passes off", OFF),
+                 ("tiny without layout opt", {"layout_optimization": False}), ("tiny + freezing", {"freezing": True})],
+    "gpt2": [("tiny", {}), ("torch.compile", None), ("tiny passes off", OFF), ("tiny without pad_mm", {"shape_padding": False})],
+    "llama": [("tiny", {}), ("torch.compile", None), ("tiny, cat into slices", {"max_pointwise_cat_inputs": 0})],
 }
 
 
@@ -38,11 +42,20 @@ def build(name: str, small: bool, device: str, dtype):
         x = torch.randn((2, 3, 64, 64) if small else (32, 3, 224, 224))
         model = model.eval().to(device, dtype)
         return model, (x.to(device, dtype),)
-    from transformers import GPT2Config, GPT2LMHeadModel
+    if name == "llama":
+        import_torchvision()  # transformers' image utilities import it: its ops defined first (model_zoo)
+        tr = import_transformers()
+        config = tr.LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                             num_key_value_heads=4, vocab_size=1000) if small else tr.LlamaConfig(
+            hidden_size=1024, intermediate_size=2816, num_hidden_layers=4, num_attention_heads=16,
+            num_key_value_heads=16, vocab_size=32000)
+        lm = tr.LlamaForCausalLM(config).eval().to(device, dtype)
+    else:
+        from transformers import GPT2Config, GPT2LMHeadModel
 
-    config = GPT2Config(n_layer=2, n_embd=64, n_head=2, vocab_size=1001) if small else GPT2Config()
+        config = GPT2Config(n_layer=2, n_embd=64, n_head=2, vocab_size=1001) if small else GPT2Config()
+        lm = GPT2LMHeadModel(config).eval().to(device, dtype)
     config.use_cache = False
-    lm = GPT2LMHeadModel(config).eval().to(device, dtype)
     ids = torch.randint(0, config.vocab_size, (2, 32) if small else (8, 512), device=device)
 
     class Logits(torch.nn.Module):
@@ -140,7 +153,7 @@ def run(name, small, device, dtype, top, iters):
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--small", action="store_true", help="tiny sizes (CPU smoke test)")
-    p.add_argument("--models", default="resnet50,gpt2")
+    p.add_argument("--models", default="resnet50,gpt2,llama")
     p.add_argument("--top", type=int, default=6)
     p.add_argument("--iters", type=int, default=20)
     a = p.parse_args()
