@@ -69,3 +69,11 @@ def test_padded_mm_gradients():
     torch.testing.assert_close(ga, ra)
     torch.testing.assert_close(gb, rb)
     assert any(padded(g) for g in c.compiled_graphs)
+
+
+def test_transposed_operand_padded_in_its_own_order():
+    """``x @ w.t()`` (a linear layer): the weight is padded along its rows, then transposed back."""
+    x, w = torch.randn(6, 10), torch.randn(13, 10)
+    c = compile_with(lambda x, w: x @ w.t(), [x, w], "cpp", force_shape_padding=True)
+    torch.testing.assert_close(c(x, w), x @ w.t())
+    assert "(16, 12)" in c.source, c.source  # the padded weight, rows first

@@ -54,6 +54,20 @@ def _call(graph: fx.Graph, target, args, val):
     return node
 
 
+def _pad(graph: fx.Graph, node: fx.Node, fake: torch.Tensor, rows: int, cols: int) -> fx.Node:
+    """``node`` (a matrix, or a batch of them) with ``rows`` zero rows and ``cols`` zero columns
+    added. A transposed operand (a linear layer's ``weight.t()``) is padded in its own memory
+    order and transposed back, so the copy reads and writes rows, not columns."""
+    if fake.dim() >= 2 and fake.stride(-2) == 1 and fake.stride(-1) != 1:
+        order = list(range(fake.dim() - 2)) + [fake.dim() - 1, fake.dim() - 2]
+        t = _call(graph, aten.permute.default, (node, order), fake.permute(order))
+        p = _call(graph, aten.constant_pad_nd.default, (t, [0, rows, 0, cols]),
+                  torch.constant_pad_nd(t.meta["val"], [0, rows, 0, cols]))
+        return _call(graph, aten.permute.default, (p, order), p.meta["val"].permute(order))
+    return _call(graph, aten.constant_pad_nd.default, (node, [0, cols, 0, rows]),
+                 torch.constant_pad_nd(fake, [0, cols, 0, rows]))
+
+
 def pad_mm(gm: fx.GraphModule) -> bool:
     """Pad the unaligned ``mm``/``bmm`` of ``gm`` in place; True when something changed."""
     changed = False
@@ -78,11 +92,9 @@ def pad_mm(gm: fx.GraphModule) -> bool:
         graph = gm.graph
         with graph.inserting_before(node):
             if pk or pm:
-                a = _call(graph, aten.constant_pad_nd.default, (a, [0, pk, 0, pm]),
-                          torch.constant_pad_nd(fa, [0, pk, 0, pm]))
+                a = _pad(graph, a, fa, pm, pk)
             if pk or pn:
-                b = _call(graph, aten.constant_pad_nd.default, (b, [0, pn, 0, pk]),
-                          torch.constant_pad_nd(fb, [0, pn, 0, pk]))
+                b = _pad(graph, b, fb, pk, pn)
             fa2, fb2 = _fake(a), _fake(b)
             mm = _call(graph, node.target, (a, b), node.target(fa2, fb2))
             result, fr = mm, mm.meta["val"]
