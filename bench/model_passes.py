@@ -42,19 +42,17 @@ def build(name: str, small: bool, device: str, dtype):
         x = torch.randn((2, 3, 64, 64) if small else (32, 3, 224, 224))
         model = model.eval().to(device, dtype)
         return model, (x.to(device, dtype),)
+    import_torchvision()  # transformers' image utilities import it: its ops defined first (model_zoo)
+    tr = import_transformers()
     if name == "llama":
-        import_torchvision()  # transformers' image utilities import it: its ops defined first (model_zoo)
-        tr = import_transformers()
         config = tr.LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
                              num_key_value_heads=4, vocab_size=1000) if small else tr.LlamaConfig(
             hidden_size=1024, intermediate_size=2816, num_hidden_layers=4, num_attention_heads=16,
             num_key_value_heads=16, vocab_size=32000)
         lm = tr.LlamaForCausalLM(config).eval().to(device, dtype)
     else:
-        from transformers import GPT2Config, GPT2LMHeadModel
-
-        config = GPT2Config(n_layer=2, n_embd=64, n_head=2, vocab_size=1001) if small else GPT2Config()
-        lm = GPT2LMHeadModel(config).eval().to(device, dtype)
+        config = tr.GPT2Config(n_layer=2, n_embd=64, n_head=2, vocab_size=1001) if small else tr.GPT2Config()
+        lm = tr.GPT2LMHeadModel(config).eval().to(device, dtype)
     config.use_cache = False
     ids = torch.randint(0, config.vocab_size, (2, 32) if small else (8, 512), device=device)
 
