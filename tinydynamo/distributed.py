@@ -240,8 +240,8 @@ def _compile_pieces(split_gm: torch.fx.GraphModule, gm: torch.fx.GraphModule, ex
         elif node.op == "call_module":
             sub = getattr(split_gm, node.target)
             args = [env[a] if isinstance(a, torch.fx.Node) else a for a in node.args]
-            outs = [_example_from_meta(traced.get(n.name)) if isinstance(n, torch.fx.Node) else n
-                    for n in _output_nodes(sub)]
+            outs = [_example_from_meta(n.meta.get("example_value", traced.get(n.name)))
+                    if isinstance(n, torch.fx.Node) else n for n in _output_nodes(sub)]
             single = _tuple_output(sub)
             compiled = backend(sub, list(args))
             setattr(split_gm, node.target, CompiledPiece(node.target, sub, compiled, single))
