@@ -233,6 +233,12 @@ def test_graph_recorder_follows_the_backend_contract():
     expect_equal(len(recorder.graphs), 1, "graphs recorded after one backend call")
     expect_true(recorder.graphs[0] is gm, "recorder.graphs[0] should be the GraphModule it was given")
     expect_equal([tuple(t.shape) for t in recorder.example_inputs[0]], [(3, 4), (3, 4)], "recorded example input shapes")
+    expect_equal(type(recorder.example_inputs[0]).__name__, "list", "type of recorder.example_inputs[0] (a list per graph)")
+    scaled = torch.fx.symbolic_trace(lambda x, n: x * n)  # a graph input that is not a tensor (a size, say)
+    recorder(scaled, [x, 3])
+    expect_equal(len(recorder.example_inputs[1]), 2, "example inputs recorded for a graph called with [x, 3] "
+                                                      "(every input, not only the tensors)")
+    expect_equal(recorder.example_inputs[1][1], 3, "recorded example input 1 of a graph called with [x, 3]")
 
 
 @pytest.mark.ch00_4
