@@ -24,7 +24,6 @@ CPU smoke test (gloo, 2 processes, a tiny model)::
 from __future__ import annotations
 
 import argparse
-import copy
 import json
 import os
 import re

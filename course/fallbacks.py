@@ -437,6 +437,7 @@ def _triton_op_strings() -> dict[str, str]:
 
 def _mask_for(index):
     import sympy
+
     from tininductor.codegen.triton import TritonKernel
 
     return TritonKernel._mask(None, sympy.sympify(index))

@@ -127,7 +127,8 @@ HINTS: dict[str, list[str]] = {
             "Sum over the leading dims and (keepdim) over the dims where shape has 1 and grad does not, then "
             "aten.view to shape."],
     "6.2": ["d(a*b)/da = b, d(a*b)/db = a, each then summed back to its input's shape.",
-            "Return (package_sum_to_size(grad * b, a), package_sum_to_size(grad * a, b)); it returns None for numbers."],
+            "Each input's gradient is grad times the other input, brought back to that input's own shape by "
+            "reduce_grad (which already answers None for a number). Mind which input each product belongs to."],
     "6.3": ["Walk reversed(graph.nodes); a node's gradient is complete once all its users (later nodes) have "
             "been visited.",
             "For each call_function node with a gradient and in needs_grad: look its args and kwargs up in env, "

@@ -217,38 +217,44 @@ def _chain(error: BaseException):
 
 
 def unfinished_stub(task: str | None, error: BaseException | None = None) -> str | None:
-    """"Exercise 2.1 not done yet: <its spec>" when the failure comes from an unfinished stub.
+    """"Exercise 2.1 not done yet: <its spec>" when the graded task's stub ran and raised its own error.
 
-    A stub's NotImplementedError may surface anywhere: directly, or wrapped by the compiler when
-    the stub runs inside traced code (``Unsupported: call of ConstantVariable(<class 'NotImp...``),
-    where its text is lost. So also look in the learner's exercise file: if the graded task's stub
-    is still there, that is the reason.
+    Decided by running, never by reading the file: the stub's ``NotImplementedError("Exercise
+    N.M: ...")`` is in the failure's chain, or the loader saw the task's stub raise during this test
+    (:data:`course.loader.raised_stubs`; a stub run inside traced code may surface wrapped, its text
+    lost). A stub that is commented out, or a dead line after the learner's ``return``, never raises:
+    the learner's answer is then graded as it is, and a wrong one fails with its failure.
     """
     import re
 
+    from course.loader import raised_stubs
+
     stub = re.compile(r"(Exercise (\d+\.\d+): .*?\. Stuck\? course\.hint\('[\d.]+'\))")
     for exc in _chain(error) if error is not None else ():
-        found = stub.search(str(exc))
-        if isinstance(exc, NotImplementedError) or found:
-            if found:
-                return f"Exercise {found[2]} not done yet: {found[1].split(': ', 1)[1]}"
-    if task is None:
+        found = stub.search(str(exc)) if isinstance(exc, NotImplementedError) else None
+        if found and (task is None or found[2] == task or found[2] in raised_stubs):
+            return f"Exercise {found[2]} not done yet: {found[1].split(': ', 1)[1]}"
+    if task is None or task not in raised_stubs:
         return None
+    spec = _stub_spec(task)
+    return f"Exercise {task} not done yet: {spec or 'its stub raised NotImplementedError'}"
+
+
+def _stub_spec(task: str) -> str | None:
+    """The one-line spec in the task's stub (for the report's first line)."""
     import os
+    import re
+
+    from course.loader import chapter_file
 
     if os.environ.get("TINY_COURSE_MODE", "exercises") != "exercises":
         return None
-    from course.loader import chapter_file
-
-    chapter, number = task.split(".")
     try:
-        text = chapter_file(f"ch{int(chapter):02d}", "exercises").read_text()
+        text = chapter_file(f"ch{int(task.split('.')[0]):02d}", "exercises").read_text()
     except (FileNotFoundError, OSError):
         return None
-    found = re.search(rf'raise NotImplementedError\("(Exercise {re.escape(task)}: .*?)"\)', text)
-    if found:
-        return f"Exercise {task} not done yet: {found[1].split(': ', 1)[1]}"
-    return None
+    found = re.search(rf'NotImplementedError\("(Exercise {re.escape(task)}: .*?)"\)', text)
+    return found[1].split(": ", 1)[1] if found else None
 
 
 def explain_failure(task: str | None, error: BaseException) -> str | None:

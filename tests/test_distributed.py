@@ -88,11 +88,12 @@ def _loss(out, target):
 
 
 def _run_case(case: str, rank: int) -> dict:
+    from torch.distributed.fsdp import fully_shard
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
     import tinydynamo
     from tinydynamo import eval_frame
     from tinydynamo.distributed import DDPOptimizer
-    from torch.distributed.fsdp import fully_shard
-    from torch.nn.parallel import DistributedDataParallel as DDP
 
     tinydynamo.reset()
     kind = "convnet" if case.startswith("convnet") else "transformer"

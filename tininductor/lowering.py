@@ -11,7 +11,6 @@ lowering then calls the op through torch as a fallback kernel and logs the reaso
 """
 from __future__ import annotations
 
-import functools
 import math
 from typing import Callable, Sequence
 

@@ -11,7 +11,7 @@ from typing import Any, Callable
 
 import torch.fx
 
-from tinydynamo import artifacts, eval_frame
+from tinydynamo import artifacts, convert_frame, eval_frame
 from tinydynamo.guards import Guard
 from tinydynamo.output_graph import CALL_OPS
 
@@ -81,13 +81,13 @@ def explain(fn: Callable, *extra_args, **extra_kwargs) -> Callable[..., ExplainO
                 guards.extend(data.check_fn.guards)
 
         eval_frame.reset()
-        eval_frame._listeners.append(listen)
+        convert_frame._listeners.append(listen)
         kept = list(artifacts.history)  # keeps them alive, so their ids stay unique
         before = {id(a) for a in kept}
         try:
             eval_frame.optimize(backend)(fn)(*args, **kwargs)
         finally:
-            eval_frame._listeners.remove(listen)
+            convert_frame._listeners.remove(listen)
             eval_frame.reset()
         ops = [[n.target for n in gm.graph.nodes if n.op in CALL_OPS] for gm in graphs]
         splits = [str(v) for a in artifacts.history if id(a) not in before for _, v in a.get("ddp_split")]

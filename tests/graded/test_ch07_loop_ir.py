@@ -8,13 +8,20 @@ import torch
 
 import tininductor.testing  # noqa: F401  (sets TRITON_INTERPRET=1 on CPU before any triton.jit)
 from course import load
-from course.chapters.ch07_loop_ir import (compile_aten, lower_and_schedule, use_fusion_check, use_lowering,
-                                          use_read_writes, use_view_lowerings)
+from course.chapters.ch07_loop_ir import (
+    compile_aten,
+    lower_and_schedule,
+    use_fusion_check,
+    use_lowering,
+    use_read_writes,
+    use_view_lowerings,
+)
 from course.testing import expect_close, expect_equal, expect_true
 from tininductor import config, scheduler as package_scheduler
 from tininductor.indexing import sym
 from tininductor.testing import DEVICE, patch_config
 from tininductor.virtualized import V
+
 
 def randn(*size):
     """Random inputs on the device the kernels run on (the GPU when there is one)."""

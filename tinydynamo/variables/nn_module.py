@@ -60,7 +60,6 @@ class NNModuleVariable(VariableTracker):
         return VariableBuilder(tx, self._child_source(name)).wrap(value)
 
     def var_getattr(self, tx, name: str) -> VariableTracker:
-        from tinydynamo.variables.functions import UserFunctionVariable, UserMethodVariable
 
         from tinydynamo.variables.misc import GetAttrVariable
 
@@ -107,7 +106,6 @@ class NNModuleVariable(VariableTracker):
         tx.output.side_effects.store_attr(self, m, name, value)
 
     def call_function(self, tx, args, kwargs):
-        from tinydynamo.variables.functions import UserMethodVariable
 
         if getattr(self.module.__dict__.get("forward"), "_tinydynamo_disabled", False):
             unimplemented(f"{type(self.module).__name__}.forward is marked tinydynamo.disable")
