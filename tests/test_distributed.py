@@ -21,6 +21,11 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+import tinydynamo
+from tininductor.aot_autograd import aot_eager
+from tinydynamo import convert_frame
+from tinydynamo.distributed import DDPOptimizer
+
 WORLD = 2
 STEPS = 3
 TIMEOUT_S = 240
@@ -88,12 +93,8 @@ def _loss(out, target):
 
 
 def _run_case(case: str, rank: int) -> dict:
-    from torch.distributed.fsdp import fully_shard
+    from torch.distributed.fsdp import fully_shard  # only where torch.distributed is built (skipped otherwise)
     from torch.nn.parallel import DistributedDataParallel as DDP
-
-    import tinydynamo
-    from tinydynamo import eval_frame
-    from tinydynamo.distributed import DDPOptimizer
 
     tinydynamo.reset()
     kind = "convnet" if case.startswith("convnet") else "transformer"
@@ -101,8 +102,6 @@ def _run_case(case: str, rank: int) -> dict:
     model = ConvNet() if kind == "convnet" else Transformer()
     graphs: list = []
     splits: list = []
-    from tininductor.aot_autograd import aot_eager
-
     def backend(gm, example_inputs):  # counts what is compiled: a silently eager run has no graphs
         graphs.append(gm)
         return aot_eager(gm, example_inputs)
@@ -152,7 +151,7 @@ def _run_case(case: str, rank: int) -> dict:
     seconds = time.perf_counter() - start
     diff = max((full(a) - full(b)).abs().max().item() for a, b in zip(ref.parameters(), tiny.parameters()))
     return {"losses": losses, "param_diff": diff, "graphs": len(graphs), "splits": splits, "seconds": seconds,
-            "unsupported": dict(eval_frame.counters["unsupported"]),
+            "unsupported": dict(convert_frame.counters["unsupported"]),
             "warnings": [str(w.message) for w in caught if "tinydynamo" in str(w.message)]}
 
 

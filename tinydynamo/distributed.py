@@ -165,30 +165,11 @@ class DDPOptimizer:
         self.__name__ = f"DDPOptimizer({getattr(backend, '__name__', type(backend).__name__)})"
 
     def split_points(self, gm: torch.fx.GraphModule, example_inputs: list) -> list[Bucket]:
-        """The pieces, in forward order. A parameter belongs to the piece of its *first* use: its
-        gradient is complete (and DDP's hook fires) when that piece's backward ends."""
+        """The pieces of ``gm``, in forward order (see :func:`split_buckets`)."""
         placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
-        params = {n: x for n, x in zip(placeholders, example_inputs)
-                  if isinstance(x, nn.Parameter) and x.requires_grad and not getattr(x, "_ddp_ignored", False)}
-        first_use: dict[torch.fx.Node, list[torch.fx.Node]] = {}
-        order = {n: i for i, n in enumerate(gm.graph.nodes)}
-        for p in params:
-            if p.users:
-                first_use.setdefault(min(p.users, key=order.__getitem__), []).append(p)
-        buckets = [Bucket()]
-        for node in reversed(gm.graph.nodes):
-            if node.op in ("placeholder", "output"):
-                continue
-            cap = self.first_bucket_cap if len(buckets) == 1 else self.bucket_bytes_cap
-            if buckets[0].params and buckets[0].size >= cap and _has_external_user(buckets[0]):
-                buckets.insert(0, Bucket())
-            for p in first_use.get(node, ()):
-                buckets[0].size += _param_bytes(params[p])
-                buckets[0].params.append(p.meta.get("source", p.name))
-            buckets[0].nodes.append(node)
-        if len(buckets) > 1 and not buckets[0].params:  # a preamble without parameters: joins the next piece
-            buckets[1].nodes += buckets.pop(0).nodes
-        return buckets
+        param_bytes = {n.name: _param_bytes(x) for n, x in zip(placeholders, example_inputs)
+                       if isinstance(x, nn.Parameter) and x.requires_grad and not getattr(x, "_ddp_ignored", False)}
+        return split_buckets(gm, param_bytes, self.bucket_bytes_cap, self.first_bucket_cap)
 
     def __call__(self, gm: torch.fx.GraphModule, example_inputs: list) -> Callable:
         if any(isinstance(x, torch.SymInt) for x in example_inputs):
@@ -204,6 +185,36 @@ class DDPOptimizer:
         artifacts.record("ddp_split", "DDP optimizer", describe_split(buckets, self, split_gm))
         log.info("DDP optimizer: %d pieces\n%s", len(buckets), describe_split(buckets, self, split_gm))
         return split_gm.forward
+
+
+def split_buckets(gm: torch.fx.GraphModule, param_bytes: dict[str, int], bucket_bytes_cap: int,
+                  first_bucket_cap: int) -> list[Bucket]:
+    """Where the DDP optimizer splits ``gm`` (parameters as placeholders, named in ``param_bytes``):
+    the pieces in forward order. Walking the nodes backwards (the order backward produces
+    gradients), a piece is closed once its parameters reach the cap (``first_bucket_cap`` for the
+    last piece, reduced first), as DDP closes a bucket. A parameter belongs to the piece of its
+    *first* use: its gradient is complete (and DDP's hook fires) when that piece's backward ends.
+    A piece is only closed where one of its values leaves it (else it would have no output); a
+    preamble without parameters joins the piece after it."""
+    order = {n: i for i, n in enumerate(gm.graph.nodes)}
+    first_use: dict[torch.fx.Node, list[torch.fx.Node]] = {}
+    for p in gm.graph.nodes:
+        if p.op == "placeholder" and p.name in param_bytes and p.users:
+            first_use.setdefault(min(p.users, key=order.__getitem__), []).append(p)
+    buckets = [Bucket()]
+    for node in reversed(gm.graph.nodes):
+        if node.op in ("placeholder", "output"):
+            continue
+        cap = first_bucket_cap if len(buckets) == 1 else bucket_bytes_cap
+        if buckets[0].params and buckets[0].size >= cap and _has_external_user(buckets[0]):
+            buckets.insert(0, Bucket())
+        for p in first_use.get(node, ()):
+            buckets[0].size += param_bytes[p.name]
+            buckets[0].params.append(p.meta.get("source", p.name))
+        buckets[0].nodes.append(node)
+    if len(buckets) > 1 and not buckets[0].params:  # a preamble without parameters: joins the next piece
+        buckets[1].nodes += buckets.pop(0).nodes
+    return buckets
 
 
 def _has_external_user(bucket: Bucket) -> bool:
