@@ -20,8 +20,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import torch  # noqa: E402
 
-import tinydynamo  # noqa: E402
 import tininductor  # noqa: E402
+import tinydynamo  # noqa: E402
 from tests.model_zoo import import_torchvision, import_transformers  # noqa: E402
 
 OFF = {"decompose_batch_norm": False, "shape_padding": False, "max_pointwise_cat_inputs": 0,

@@ -21,32 +21,31 @@ import types
 import warnings
 
 import torch
-from torch.utils._pytree import tree_flatten, tree_unflatten
+from torch.utils._pytree import tree_unflatten
 
+from tinydynamo.backends import errors_must_raise
 from tinydynamo.utils import dynamo_timed
 
 from . import config
 from .fx_passes.pad_mm import pad_mm
+from .runtime.compile_worker import start_workers
+from .runtime.triton_launcher import warm_up_driver
 from .virtualized import V
 
 log = logging.getLogger("tininductor.compile_fx")
 
 
-def _start_background_warmup() -> None:
-    """Looking the backend up imports this module: a good moment to start Triton's driver
-    (runtime/triton_launcher.warm_up_driver) and the compile worker processes
-    (runtime/compile_worker.py) while the frame is still being captured."""
-    from .runtime.triton_launcher import warm_up_driver
-
+def warm_up() -> None:
+    """Start Triton's driver (runtime/triton_launcher.warm_up_driver) and the compile worker processes
+    (runtime/compile_worker.py) in the background, once. tinydynamo calls it when it looks the backend
+    up (``backends.lookup_backend``), so they warm up while the frame is still being captured;
+    :func:`compile_fx` calls it too (a backend passed to torch.compile). Importing starts nothing."""
     warm_up_driver()
     if torch.cuda.is_available() and os.environ.get("TINY_TRITON_PARALLEL_COMPILE", "1") != "0" \
             and os.environ.get("TRITON_INTERPRET") != "1":
-        from .runtime.compile_worker import start_workers
-
         start_workers()
 
 
-_start_background_warmup()
 output_code_log = logging.getLogger("tininductor.output_code")  # used when tinydynamo.logs is absent
 
 
@@ -69,6 +68,7 @@ def compile_fx(gm: torch.fx.GraphModule, example_inputs):
     gradient) splits the joint graph into forward and backward; both are compiled by
     :func:`compile_fx_inner`.
     """
+    warm_up()
     try:
         from .aot_autograd import aot_autograd
     except ImportError:  # no AOT layer: inference graphs only
@@ -164,10 +164,6 @@ def _eager_fallback(gm: torch.fx.GraphModule, error: Exception) -> torch.fx.Grap
 def _frame_wants_errors() -> bool:
     """tinydynamo compiles this graph for ``fullgraph=True`` or ``suppress_errors=False``: the user
     asked to see compiler errors, not a fallback (torch.compile raises BackendCompilerFailed)."""
-    try:
-        from tinydynamo.eval_frame import errors_must_raise
-    except ImportError:
-        return False
     return errors_must_raise()
 
 
@@ -359,4 +355,5 @@ class _CallableModule(types.ModuleType):
         return compile_fx_with_options(mode, options)
 
 
+compile_fx.warm_up = warm_up  # what tinydynamo's lookup_backend calls for backend="tininductor"
 sys.modules[__name__].__class__ = _CallableModule

@@ -19,7 +19,6 @@ an op's rare forms and leaves its common form alone.
 from __future__ import annotations
 
 import contextlib
-
 import logging
 import math
 import operator
