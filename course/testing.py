@@ -6,6 +6,7 @@ Tensors are described by shape, dtype and device, and by the first element that 
 """
 from __future__ import annotations
 
+import contextlib
 import difflib
 import pprint
 from typing import Any, Callable
@@ -159,6 +160,48 @@ def _first_tensor_difference(yours, expected, path, rtol, atol) -> str | None:
     if _is_tensor(yours) or _is_tensor(expected):
         return _tensor_difference(yours, expected, path or "output", rtol, atol)
     return first_difference(yours, expected, path)
+
+
+@contextlib.contextmanager
+def calling(what: str):
+    """Name the input when the learner's code raises: ``with calling("sum_to_size(grad (2, 3) -> (3,))"):``.
+
+    A bare ``RuntimeError: view size is not compatible`` says nothing about which call failed;
+    this turns it into ``sum_to_size(grad (2, 3) -> (3,)) raised RuntimeError: ...``. An
+    unfinished stub's own error passes through unchanged (the report says "not done yet").
+    """
+    from course.loader import is_stub_error
+
+    try:
+        yield
+    except Mismatch:
+        raise
+    except Exception as error:  # noqa: BLE001 - any error of the learner's code is reported with its input
+        if is_stub_error(error):
+            raise
+        first = next((line.strip() for line in str(error).splitlines() if line.strip()), "")
+        raise Mismatch(f"{what} raised {type(error).__name__}: {first}") from error
+
+
+def expect_raises(exception: type[BaseException], call: Callable[[], Any], what: str, match: str | None = None):
+    """Fail with ``what: expected <exception>, but it returned <value>`` (naming the input) unless ``call()``
+    raises ``exception`` (whose message matches the regex ``match``, if given); return the error."""
+    import re
+
+    from course.loader import is_stub_error
+
+    try:
+        value = call()
+    except exception as error:
+        if match is not None and not re.search(match, str(error)):
+            raise Mismatch(f"{what}: raised {exception.__name__} as expected, but its message {str(error)!r} "
+                           f"does not match {match!r}") from error
+        return error
+    except Exception as error:  # noqa: BLE001
+        if is_stub_error(error):
+            raise
+        raise Mismatch(f"{what}: expected {exception.__name__}, got {type(error).__name__}: {error}") from error
+    raise Mismatch(f"{what}: expected {exception.__name__}, but it returned {describe(value)}")
 
 
 def expect_true(condition: bool, what: str, context: str = "") -> None:
