@@ -227,3 +227,60 @@ def test_fsdp2_compiles_each_block(results):
     # the blocks' forward (one entry per block: they are different modules), the code around them
     assert r["graphs"] >= 3, r
     assert all("FSDP" in k for k in r["unsupported"]) or not r["unsupported"], r
+
+
+# ---- in this process (a process group of one): what explain() and the warnings say ----------------
+@pytest.fixture
+def group_of_one():
+    if dist.is_initialized():
+        yield
+        return
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{_free_port()}", rank=0, world_size=1)
+    try:
+        yield
+    finally:
+        dist.destroy_process_group()
+
+
+def test_explain_reports_the_ddp_split(group_of_one):
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 32), nn.ReLU(), nn.Linear(32, 32), nn.ReLU(), nn.Linear(32, 4))
+    out = tinydynamo.explain(DDP(model, bucket_cap_mb=0.003))(torch.randn(2, 8))
+    assert len(out.ddp_splits) == 1 and "2 piece(s)" in out.ddp_splits[0], out.ddp_splits
+    assert out.graph_count == 2  # the pieces, each handed to the backend
+    with tinydynamo.config.patch(optimize_ddp=False):
+        out = tinydynamo.explain(DDP(model, bucket_cap_mb=0.003))(torch.randn(2, 8))
+    assert out.graph_count == 1 and not out.ddp_splits
+
+
+class _Uncapturable(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+
+    def forward(self, x):
+        try:  # a graph break inside try cannot be resumed: the frame runs eagerly
+            y = self.fc(x)
+            print(end="")
+        finally:
+            pass
+        return y
+
+
+def test_a_wrapped_module_that_runs_eagerly_warns(group_of_one):
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    tinydynamo.reset()
+    compiled = tinydynamo.compile(DDP(_Uncapturable()), backend="eager")
+    with pytest.warns(UserWarning, match="_Uncapturable.forward .*wrapped by DistributedDataParallel.* runs eagerly"):
+        compiled(torch.randn(2, 4))
+
+
+def test_assign_buckets_as_ddp():
+    from tinydynamo.distributed import assign_buckets
+
+    # gradient order; the first bucket closes at 100 bytes, the others at 300
+    assert assign_buckets([60, 60, 100, 100, 100, 50], 300, 100) == [[0, 1], [2, 3, 4], [5]]
+    assert assign_buckets([10, 1000, 10], 100, 100) == [[0, 1], [2]]
