@@ -210,3 +210,18 @@ def test_aliased_inputs_share_a_placeholder_and_are_guarded():
     assert "aliasing changed: L['key'] is L['query']" in tinydynamo.cache_info(cm).last_reason
     torch.testing.assert_close(cm(k, x, x), m(k, x, x))
     assert cnt.frame_count == 2
+
+
+def test_float_constants_are_guarded_by_their_bits():
+    """``0.0 == -0.0`` and ``nan != nan``: a float specialised into a graph is compared by its bits, so
+    -0.0 recompiles (``1 / x`` differs) and a NaN argument reuses the graph compiled for a NaN."""
+    g, cnt = compiled(lambda x, s: x / s)
+    x = torch.ones(3)
+    assert torch.equal(g(x, 0.0), x / 0.0)
+    assert torch.equal(g(x, -0.0), x / -0.0)
+    assert cnt.frame_count == 2
+    assert "L['s'] == 0.0 failed: actual -0.0" in reason(g)
+    g, cnt = compiled(lambda x, s: x + s)
+    for _ in range(3):
+        assert g(x, float("nan")).isnan().all()
+    assert cnt.frame_count == 1

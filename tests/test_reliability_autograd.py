@@ -93,6 +93,117 @@ def case_autograd_grad_of_output(C, rec):
     rec(gx.requires_grad)
 
 
+# ---- version counters: a tensor eager's autograd saved, changed in place before backward ----
+# eager's backward raises "one of the variables needed for gradient computation has been modified
+# by an inplace operation"; a compiled backward must raise too, never use the new value silently
+
+
+@case("autograd")
+def case_saved_input_changed_after_forward(C, rec):
+    w = torch.ones(3, requires_grad=True)
+    x = torch.arange(3.0)
+    out = C(lambda w, x: (w * x).sum())(w, x)
+    x.add_(1)
+    out.backward()
+    rec(w.grad)
+
+
+@case("autograd")
+def case_saved_output_changed_after_forward(C, rec):
+    x = torch.arange(3.0, requires_grad=True)
+    y = C(lambda x: x.exp())(x)
+    y.mul_(2)
+    y.sum().backward()
+    rec(x.grad)
+
+
+@case("autograd")
+def case_saved_parameter_changed_after_forward(C, rec):
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(3, 2)
+    x = torch.randn(4, 3, requires_grad=True)
+    out = C(lin)(x)
+    with torch.no_grad():
+        lin.weight.add_(1)
+    out.sum().backward()
+    rec(x.grad)
+
+
+@case("autograd")
+def case_input_mutated_in_graph_then_changed(C, rec):
+    def f(w, x):
+        x.mul_(2)
+        return (w * x).sum()
+    w = torch.ones(3, requires_grad=True)
+    x = torch.arange(3.0)
+    out = C(f)(w, x)
+    x.add_(1)
+    out.backward()
+    rec(w.grad)
+
+
+@case("autograd")
+def case_saved_view_output_changed(C, rec):
+    x = torch.arange(6.0, requires_grad=True)
+    y = C(lambda x: (x * 2).view(2, 3).sigmoid())(x)
+    y[0].zero_()
+    y.sum().backward()
+    rec(x.grad)
+
+
+@case("autograd")
+def case_saved_intermediate_across_graph_break(C, rec):
+    def f(x):
+        y = x.sin()
+        torch._dynamo.graph_break() if hasattr(torch, "_dynamo") else None
+        return y, y.exp()
+    x = torch.arange(3.0, requires_grad=True)
+    y, z = C(f)(x)
+    z.mul_(3)
+    z.sum().backward()
+    rec(x.grad)
+
+
+@case("autograd")
+def case_saved_input_changed_twice_same_version_count(C, rec):
+    w = torch.ones(3, requires_grad=True)
+    x = torch.arange(3.0)
+    g = C(lambda w, x: (w * x).sum())
+    out = g(w, x)
+    out2 = g(w, x.clone())
+    x.add_(1)
+    out2.backward()
+    rec(w.grad)
+    out.backward()
+    rec(w.grad)
+
+
+@case("autograd")
+def case_input_saved_then_mutated_in_graph(C, rec):
+    def f(w, x):
+        out = (w * x).sum()  # saves x as it is...
+        x.mul_(2)  # ...then changes it: eager's backward raises
+        return out
+    w = torch.ones(3, requires_grad=True)
+    x = torch.arange(3.0)
+    out = C(f)(w, x)
+    rec(x)
+    out.backward()
+    rec(w.grad)
+
+
+@case("autograd")
+def case_input_mutated_in_graph_then_saved_backward_ok(C, rec):
+    def f(w, x):
+        x.mul_(2)
+        return (w * x).sum()
+    w = torch.ones(3, requires_grad=True)
+    x = torch.arange(3.0)
+    out = C(f)(w, x)
+    out.backward()  # nothing changed x since it was saved: no error
+    rec(w.grad)
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("name", sorted(CASES["autograd"]))
 def test_autograd(name, backend):

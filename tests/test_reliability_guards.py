@@ -1,6 +1,8 @@
 """Reliability: guards that see every change made between two calls (compared with eager)."""
 from __future__ import annotations
 
+import types
+
 import pytest
 import torch
 from torch import nn
@@ -473,6 +475,104 @@ def case_default_dtype_changes(C, rec):
         rec(g(X).dtype)
     finally:
         torch.set_default_dtype(saved)
+
+
+@case("guards")
+def case_float_negative_zero(C, rec):
+    g = C(lambda x, s: x / s)
+    rec(g(X, 0.0))
+    rec(g(X, -0.0))  # 1/-0.0 is -inf: the code compiled for 0.0 must not be reused
+    rec(g(X, 0.0))
+
+
+@case("guards")
+def case_float_nan_argument(C, rec):
+    g = C(lambda x, s: x + s)
+    rec(g(X, float("nan")))  # nan != nan: a guard on == would recompile on every call
+    rec(g(X, float("nan")))
+    rec(g(X, 1.0))
+
+
+@case("guards")
+def case_kwdefaults_changed_in_place(C, rec):
+    def f(x, *, k=2.0):
+        return x * k
+    g = C(f)
+    rec(g(X))
+    f.__kwdefaults__["k"] = -1.0
+    rec(g(X))
+
+
+@case("guards")
+def case_defaults_tuple_of_list_changed_in_place(C, rec):
+    def f(x, ks=[2.0]):  # noqa: B006 - the mutable default is the point
+        return x * ks[0]
+    g = C(f)
+    rec(g(X))
+    f.__defaults__[0][0] = -3.0
+    rec(g(X))
+
+
+@case("guards")
+def case_instance_method_rebound(C, rec):
+    obj = Scaler()
+    g = C(_use_scale)
+    rec(g(obj, X))
+    obj.scale = lambda x: x * 10
+    rec(g(obj, X))
+    obj.scale = lambda x: x * -7  # another function under the same instance attribute
+    rec(g(obj, X))
+    obj.scale = types.MethodType(lambda self, x: x * self.k, obj)  # a bound method: same type...
+    rec(g(obj, X))
+    obj.scale = types.MethodType(lambda self, x: x - self.k, obj)  # ...another __func__
+    rec(g(obj, X))
+    del obj.scale
+    rec(g(obj, X))
+
+
+@case("guards")
+def case_module_method_shadowed_then_rebound(C, rec):
+    m = Net()
+
+    def call_fwd(mod, x):
+        return mod.helper(x)
+
+    Net.helper = lambda self, x: self.lin(x)
+    try:
+        g = C(call_fwd)
+        with torch.no_grad():
+            rec(g(m, X))
+            m.helper = lambda x: x * 2
+            rec(g(m, X))
+            m.helper = lambda x: x * 3
+            rec(g(m, X))
+            m.helper = types.MethodType(lambda self, x: self.lin(x) * 4, m)
+            rec(g(m, X))
+            m.helper = types.MethodType(lambda self, x: self.lin(x) * 5, m)
+            rec(g(m, X))
+            Net.helper = lambda self, x: self.lin(x) + 1
+            del m.helper
+            rec(g(m, X))
+    finally:
+        del Net.helper
+
+
+class _WithClassScale:
+    factor = 2.0
+
+
+@case("guards")
+def case_class_attribute_changed(C, rec):
+    obj = _WithClassScale()
+    g = C(lambda o, x: x * o.factor)
+    rec(g(obj, X))
+    _WithClassScale.factor = 5.0
+    try:
+        rec(g(obj, X))
+        obj.factor = 7.0  # the instance attribute now shadows the class's
+        rec(g(obj, X))
+    finally:
+        _WithClassScale.factor = 2.0
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

@@ -46,10 +46,9 @@ def test_compile_callee_at_wraps_that_call_only(monkeypatch, index, depth, calle
     import dis
 
     recorder = Recorder()
-    monkeypatch.setattr(skip_frame, "compile_callee", recorder)
     calls = [i.offset for i in dis.get_instructions(under_try)
              if i.opname in ("CALL", "CALL_KW", "CALL_FUNCTION_EX")]
-    code = skip_frame.compile_callee_at(under_try.__code__, calls[index], depth)
+    code = skip_frame.compile_callee_at(under_try.__code__, calls[index], depth, recorder)
     fn = type(under_try)(code, under_try.__globals__)
     assert fn(1, Obj(), (3,), {"b": 4}) == under_try(1, Obj(), (3,), {"b": 4}) == 21
     assert recorder.seen == [callee]

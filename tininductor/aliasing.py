@@ -59,6 +59,10 @@ class AliasInfo:
     # the compiled backward recomputes instead of saving them
     saved_inputs: list[int] = dataclasses.field(default_factory=list)
     saved_outputs: list[int] = dataclasses.field(default_factory=list)
+    # inputs the graph writes in place AND eager saves: (input, the versions it was saved at, its
+    # version at the end), both counted from the call's entry. Eager's backward raises unless the
+    # input's version is then the saved one: saved before the write, or changed again after the call
+    saved_mutated_inputs: list[tuple[int, tuple[int, ...], int]] = dataclasses.field(default_factory=list)
 
 
 def _storage(t: torch.Tensor) -> StorageWeakRef:
@@ -130,13 +134,18 @@ def analyze(fn, example_inputs: Sequence[Any]) -> AliasInfo:
 
     mode = FakeTensorMode(allow_non_fake_inputs=True)
     fakes = [mode.from_tensor(x, static_shapes=True) if isinstance(x, torch.Tensor) else x for x in example_inputs]
+    entry_versions = [x._version if isinstance(x, torch.Tensor) else None for x in fakes]
     before = [(x.shape, x.stride(), x.storage_offset()) if isinstance(x, torch.Tensor) else None for x in fakes]
     checker = _InPlaceChecker(torch.is_grad_enabled())
     grad_mode = torch.is_grad_enabled()
     saved: list[torch.Tensor] = []  # what eager's autograd saves for backward (version-checked there)
 
+    saved_versions: dict[StorageWeakRef, set[int]] = {}  # storage -> the versions it was saved at
+
     def pack(t):
         saved.append(t)
+        if isinstance(t, torch.Tensor):
+            saved_versions.setdefault(_storage(t), set()).add(t._version)
         return t
 
     try:  # in the caller's grad mode: an in-place op on a leaf that requires grad raises, as in eager
@@ -183,7 +192,11 @@ def analyze(fn, example_inputs: Sequence[Any]) -> AliasInfo:
     saved_inputs = sorted({i for st, i in inputs.items() if st in saved_storages and st not in checker.mutated})
     saved_outputs = [j for j, o in enumerate(flat) if isinstance(o, torch.Tensor) and outputs[j] is None
                      and _storage(o) in saved_storages]
-    return AliasInfo(outputs, grad_mutated=grad_mutated, saved_inputs=saved_inputs, saved_outputs=saved_outputs)
+    saved_mutated = [(i, tuple(sorted(v - entry_versions[i] for v in saved_versions[st])),
+                      fakes[i]._version - entry_versions[i])
+                     for st, i in inputs.items() if st in saved_storages and st in checker.mutated]
+    return AliasInfo(outputs, grad_mutated=grad_mutated, saved_inputs=saved_inputs, saved_outputs=saved_outputs,
+                     saved_mutated_inputs=sorted(saved_mutated))
 
 
 def strip_input_mutations(gm: fx.GraphModule) -> tuple[list[int], Any]:

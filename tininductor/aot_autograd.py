@@ -36,12 +36,13 @@ import torch
 import torch.fx as fx
 import torch.utils._pytree as pytree
 
-from tinydynamo import artifacts
-from tinydynamo.utils import dynamo_timed
-from tininductor import aliasing
+from tininductor import aliasing, config
 from tininductor.decompositions import decompose, fake_inputs
+from tininductor.fx_passes.freezing import freeze
 from tininductor.joint_graph import JointGraph, create_joint
 from tininductor.partitioners import Partition, default_partition, min_cut_partition
+from tinydynamo import artifacts
+from tinydynamo.utils import dynamo_timed
 
 __all__ = ["aot_autograd", "aot_eager", "aot_eager_min_cut", "AOTOutput", "default_partition",
            "min_cut_partition"]
@@ -82,6 +83,7 @@ class _Runtime:
     version_checked_inputs: list[int] = dataclasses.field(default_factory=list)  # see aliasing.AliasInfo
     mutated_inputs: list[int] = dataclasses.field(default_factory=list)  # written back after the call
     version_checked_outputs: list[int] = dataclasses.field(default_factory=list)
+    saved_mutated_inputs: list[tuple[int, tuple[int, ...], int]] = dataclasses.field(default_factory=list)
 
 
 class CompiledFunction(torch.autograd.Function):
@@ -105,6 +107,8 @@ class CompiledFunction(torch.autograd.Function):
         checked = [primals[i] for i in runtime.version_checked_inputs] + \
                   [user_outs[j] for j in runtime.version_checked_outputs]
         ctx.num_checked = len(checked)
+        # an input the graph writes and eager saves: its version at entry (it is written back once after)
+        ctx.entry_versions = [primals[i]._version for i, _, _ in runtime.saved_mutated_inputs]
         ctx.save_for_backward(*tensors, *checked)
         ctx.saved_ints = [None if isinstance(v, torch.Tensor) else v for v in saved]
         ctx.primals = primals  # for a create_graph=True backward (double_backward); not copied
@@ -123,10 +127,29 @@ class CompiledFunction(torch.autograd.Function):
         # the backward graph was traced with contiguous tangents; autograd may hand us expanded ones
         tangents = [g.contiguous() for g, diff in zip(grad_outputs, runtime.diff_outputs) if diff]
         all_saved = ctx.saved_tensors  # raises if a version-checked tensor was modified in place
+        if runtime.saved_mutated_inputs:
+            check_saved_mutated_versions(ctx.primals, runtime.saved_mutated_inputs, ctx.entry_versions)
         tensors = iter(all_saved[:len(all_saved) - ctx.num_checked])
         saved = [next(tensors) if v is None else v for v in ctx.saved_ints]
         grads = iter(runtime.compiled_bw(*saved, *tangents))
         return (None, *[next(grads) if has_grad else None for has_grad in runtime.grad_mask])
+
+
+def check_saved_mutated_versions(primals, saved_mutated_inputs, entry_versions) -> None:
+    """Raise eager's error where eager's backward would: an input the graph wrote in place, which
+    eager saved at version ``entry + s``. Eager leaves it at ``entry + final`` after the call; the
+    compiled call leaves it at ``entry + 1`` (one write-back), so the changes made since the call
+    are ``now - entry - 1``, and eager would see version ``entry + final + changes``."""
+    for (i, saved_at, final), entry in zip(saved_mutated_inputs, entry_versions):
+        t = primals[i]
+        eager_now = final + (t._version - entry - 1)
+        for s in saved_at:
+            if eager_now != s:
+                raise RuntimeError(
+                    "one of the variables needed for gradient computation has been modified by an inplace "
+                    f"operation: [{t.type()} {list(t.shape)}] is at version {entry + eager_now}; expected "
+                    f"version {entry + s} instead. Hint: the graph's input {i} was written in place after "
+                    "(or before) autograd saved it, as eager's autograd would report.")
 
 
 def double_backward(ctx, runtime: _Runtime, grad_outputs) -> list:
@@ -311,6 +334,9 @@ def _prepare(gm, example_inputs, example_fakes) -> _Prepared:
 
 def _compile_inference(prep: _Prepared, compiler: Callable) -> Callable:
     """No input needs a gradient: compile the prims graph as it is."""
+    if config.freezing:  # parameters and buffers as constants, folded (fx_passes/freezing.py)
+        module_state = set(range(len(prep.all_inputs))) - set(prep.tensor_positions)
+        freeze(prep.prim_gm, prep.all_inputs, sorted(module_state))
     artifacts.record("forward_graph", "inference graph (no input requires grad)", _readable(prep.prim_gm))
     compiled = compiler(prep.prim_gm, _fake_vals(prep.prim_gm, prep.fakes))
     tensors = [i for i, x in enumerate(prep.all_inputs) if isinstance(x, torch.Tensor)]
@@ -352,9 +378,12 @@ def _compile_training(prep: _Prepared, requires_grad: list[bool], fw_compiler: C
         compiled_bw=bw_compiler(part.bw_gm, _fake_vals(part.bw_gm)),
         num_outputs=joint.num_outputs, diff_outputs=joint.diff_outputs, grad_mask=joint.grad_mask,
         eager_forward=prep.prim_gm, no_rerun_reason=_random_ops(prep.prim_gm),
+        # an input the graph writes back is left out, as aliasing.analyze leaves out those it sees
+        # written (a batch norm's running statistics, written by an op whose schema does not say so)
         version_checked_inputs=[i for i in prep.alias_info.saved_inputs
-                                if isinstance(prep.all_inputs[i], torch.Tensor)],
-        version_checked_outputs=prep.alias_info.saved_outputs, mutated_inputs=prep.mutated)
+                                if isinstance(prep.all_inputs[i], torch.Tensor) and i not in prep.mutated],
+        version_checked_outputs=prep.alias_info.saved_outputs, mutated_inputs=prep.mutated,
+        saved_mutated_inputs=[m for m in prep.alias_info.saved_mutated_inputs if m[0] in prep.mutated])
     flat = is_flat_sequence(joint.out_spec)
     stateful, effects, mutated, grad_inside = bool(prep.owners), prep.has_effects, bool(prep.mutated), prep.grad_inside
 

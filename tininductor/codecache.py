@@ -12,8 +12,9 @@ Rules that keep it safe:
   directory with a loose mode is repaired; one owned by someone else is refused;
 * every file is written to a temporary name and then ``os.replace``-d into place, so no
   reader ever sees half a file;
-* a stored entry is verified before it is used: a ``.py`` must equal the source we hold, a
-  ``.so`` must match the SHA-256 recorded after it was built. A corrupt or truncated entry is
+* a stored entry is verified against its key before it is used: a ``.py`` must equal the
+  source we hold; a ``.so`` must match the SHA-256 recorded after it was built and carry the
+  key it was built for (a string compiled into it). A corrupt, truncated or swapped entry is
   rebuilt, never loaded;
 * a file lock around "check, build, load" makes processes compiling the same kernel at the
   same time take turns: the first builds, the others find its result.
@@ -135,6 +136,20 @@ def entry_is_intact(library: Path, checksum: Path) -> bool:
     return bool(expected) and _sha256_file(library) == expected
 
 
+#: appended to every C++ source the cache builds: the library then carries the key it is stored
+#: under, and a library found under another key (two entries swapped) is rebuilt, never loaded
+_KEY_SYMBOL = 'extern "C" __attribute__((used, visibility("default"))) const char tiny_cache_key[] = "{key}";\n'
+
+
+def library_has_key(library: Path, key: str) -> bool:
+    """True when ``library`` was built for ``key`` (its ``tiny_cache_key`` string holds it). The
+    checksum proves the file is whole; this proves it is the entry its name says."""
+    try:
+        return f"{key}\0".encode() in library.read_bytes()
+    except OSError:
+        return False
+
+
 class PyCodeCache:
     """Generated Python (wrappers, Triton kernels) -> ``<hash>.py`` -> an imported module.
 
@@ -222,7 +237,7 @@ class CppCodeCache:
             cls.stats["memory_hit"] += 1
             return cls.libraries[str(p["so"])]
         with FileLock(str(p["lock"])):
-            if entry_is_intact(p["so"], p["sha256"]):
+            if entry_is_intact(p["so"], p["sha256"]) and library_has_key(p["so"], p["so"].stem):
                 cls.stats["disk_hit"] += 1
             else:
                 if p["so"].exists() or p["sha256"].exists():
@@ -259,7 +274,7 @@ class CppCodeCache:
     @classmethod
     @timed("cpp_build")
     def _build(cls, source: str, p: dict[str, Path], extra_flags: tuple[str, ...], headers: dict[str, str]) -> None:
-        write_atomic(p["cpp"], source.encode())
+        write_atomic(p["cpp"], (source + "\n" + _KEY_SYMBOL.format(key=p["so"].stem)).encode())
         flags = extra_flags
         if headers:
             include = cls.include_dir(headers, extra_flags)

@@ -14,13 +14,14 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import struct
 import weakref
 from typing import Any, Callable, Iterator
 
 import torch
 
-from tinydynamo.source import Source, SourceScope
 from tinydynamo.registry import swap
+from tinydynamo.source import Source, SourceScope
 
 
 @dataclasses.dataclass(frozen=True)
@@ -194,10 +195,38 @@ register_guard_kind(
 # ---- CONSTANT_MATCH --------------------------------------------------------------------------
 
 
+def float_bits(x: float) -> int:
+    """The IEEE-754 bits of a float: ``-0.0`` and ``0.0`` differ (``1 / x`` gives ``-inf`` and
+    ``inf``), and a NaN equals itself (``nan == nan`` is False). A float specialised into a graph is
+    guarded by its bits wherever ``==`` would confuse them."""
+    return struct.unpack("<q", struct.pack("<d", x))[0]
+
+
+def _needs_bits(x: float) -> bool:
+    return x == 0.0 or x != x  # signed zeros and NaNs: == is not identity of the value
+
+
+def same_constant(a: Any, b: Any) -> bool:
+    """Whether a specialised constant ``b`` may stand for ``a``: the same type and value, with floats
+    compared as their bits where ``==`` would mislead (signed zeros, NaNs)."""
+    if type(a) is not type(b):
+        return False
+    if type(a) is float:
+        return float_bits(a) == float_bits(b)
+    if type(a) is complex:
+        return float_bits(a.real) == float_bits(b.real) and float_bits(a.imag) == float_bits(b.imag)
+    return a is b or a == b
+
+
 def _const_code(g: Guard, ref: str, scope: SourceScope) -> list[str]:
     v = g.expected
     if v is None or v is True or v is False or v is Ellipsis:
         return [f"{ref} is {v!r}"]
+    if type(v) is float and _needs_bits(v):
+        return [f"type({ref}) is float", f"{scope.constant(float_bits, 'fn')}({ref}) == {float_bits(v)}"]
+    if type(v) is complex and (_needs_bits(v.real) or _needs_bits(v.imag)):
+        return [f"type({ref}) is complex",
+                f"{scope.constant(same_constant, 'fn')}({ref}, {scope.constant(v, 'c')})"]
     if type(v) in (int, float, str, bytes, complex):
         return [f"type({ref}) is {type(v).__name__}", f"{ref} == {v!r}"]
     return [f"type({ref}) is {scope.constant(type(v), 't')}", f"{ref} == {scope.constant(v, 'c')}"]
@@ -205,7 +234,7 @@ def _const_code(g: Guard, ref: str, scope: SourceScope) -> list[str]:
 
 def _const_failure(g: Guard, v: Any) -> str | None:
     e = g.expected
-    if type(v) is not type(e) or not (v is e or v == e):
+    if not same_constant(e, v):
         return f"{g.name} == {e!r} failed: actual {v!r}"
     return None
 

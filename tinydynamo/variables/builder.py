@@ -26,6 +26,13 @@ from tinydynamo.source import GetItemSource, Source
 from tinydynamo.variables.base import VariableTracker
 from tinydynamo.variables.builtin import BuiltinVariable, is_foldable
 from tinydynamo.variables.constant import ConstantVariable
+from tinydynamo.variables.ctx_manager import (
+    GRAD_MODE_CLASSES,
+    GradModeClassVariable,
+    GradModeDecoratedFunctionVariable,
+    GradModeVariable,
+    unwrap_grad_mode_decorator,
+)
 from tinydynamo.variables.dicts import DictVariable
 from tinydynamo.variables.functions import (
     DisabledFunctionVariable,
@@ -38,13 +45,6 @@ from tinydynamo.variables.lists import ListVariable, SizeVariable, TupleVariable
 from tinydynamo.variables.misc import PythonModuleVariable
 from tinydynamo.variables.nn_module import NNModuleVariable
 from tinydynamo.variables.tensor import TensorVariable
-from tinydynamo.variables.ctx_manager import (
-    GRAD_MODE_CLASSES,
-    GradModeClassVariable,
-    GradModeDecoratedFunctionVariable,
-    GradModeVariable,
-    unwrap_grad_mode_decorator,
-)
 from tinydynamo.variables.torch import TorchVariable, is_torch_callable
 from tinydynamo.variables.user_defined import UserDefinedObjectVariable
 
@@ -62,7 +62,6 @@ class VariableBuilder:
             self.tx.output.add_guard(kind, self.source, expected)
 
     def wrap(self, value: Any) -> VariableTracker:
-        from tinydynamo import eval_frame
 
         src = self.source
         if isinstance(value, torch.Tensor):
@@ -126,10 +125,8 @@ class VariableBuilder:
 
     def _wrap_marked_callable(self, value: Any) -> VariableTracker | None:
         """Compiled, disabled, partial, lru_cache-wrapped, polyfilled and builtin functions."""
-        from tinydynamo import eval_frame
-
         src = self.source
-        if isinstance(value, eval_frame.OptimizedFunction):  # a compiled function called from traced code
+        if getattr(type(value), "_tinydynamo_compiled", False):  # a compiled function called from traced code
             self.guard("ID_MATCH", value)
             from tinydynamo.source import AttrSource
 
@@ -214,13 +211,17 @@ class VariableBuilder:
                 return SkippedFunctionVariable(value, src)
             return UserFunctionVariable(value, src)
         if isinstance(value, types.MethodType):
-            self_src = None  # a bound method: wrap its object, inline its function
+            # a bound method: wrap its object, inline its function. Both are guarded through their own
+            # sources (``obj.helper = MethodType(other, obj)`` keeps the type, changes ``__func__``), and
+            # the function's defaults and closure through ``__func__`` as a plain function's are
             from tinydynamo.source import AttrSource
 
-            if src is not None:
-                self_src = AttrSource(src, "__self__")
+            self_src = AttrSource(src, "__self__") if src is not None else None
+            func_src = AttrSource(src, "__func__") if src is not None else None
             obj = VariableBuilder(self.tx, self_src).wrap(value.__self__)
-            return UserMethodVariable(value.__func__, obj)
+            if func_src is not None and self.tx is not None:
+                self.tx.output.add_guard("ID_MATCH", func_src, value.__func__)
+            return UserMethodVariable(value.__func__, obj, func_src)
         return None
 
     def _wrap_other(self, value: Any) -> VariableTracker:
