@@ -27,6 +27,7 @@ from tinydynamo.backends import errors_must_raise
 from tinydynamo.utils import dynamo_timed
 
 from . import config
+from .fx_passes.pad_mm import pad_mm
 from .runtime.compile_worker import start_workers
 from .runtime.triton_launcher import warm_up_driver
 from .virtualized import V
@@ -210,7 +211,8 @@ def compile_fx_inner(gm: torch.fx.GraphModule, example_inputs, cudagraphs: bool 
     ``config.fallback_to_eager`` is False.
     """
     try:
-        return _compile_fx_inner(gm, example_inputs, cudagraphs and _graph_kind(is_backward, is_inference))
+        return _compile_fx_inner(gm, example_inputs, cudagraphs and _graph_kind(is_backward, is_inference),
+                                 is_inference=is_inference)
     except Exception as e:
         return _eager_fallback(gm, e)
 
@@ -219,7 +221,8 @@ def _graph_kind(is_backward: bool, is_inference: bool) -> str:
     return "backward" if is_backward else "inference" if is_inference else "forward"
 
 
-def _compile_fx_inner(gm: torch.fx.GraphModule, example_inputs, cudagraphs: str | bool = False):
+def _compile_fx_inner(gm: torch.fx.GraphModule, example_inputs, cudagraphs: str | bool = False,
+                      is_inference: bool = False):
     """``cudagraphs``: False, or the graph's kind for the CUDA graph runner ("inference", ...)."""
     from .codecache import PyCodeCache
     from .codegen.wrapper import WrapperCodeGen
@@ -228,7 +231,9 @@ def _compile_fx_inner(gm: torch.fx.GraphModule, example_inputs, cudagraphs: str 
 
     example_inputs = list(example_inputs)
     _ensure_example_values(gm, example_inputs)
-    graph = GraphLowering(gm, example_inputs)
+    if config.shape_padding or config.force_shape_padding:
+        pad_mm(gm)  # matmul operands to aligned sizes (fx_passes/pad_mm.py)
+    graph = GraphLowering(gm, example_inputs, is_inference=is_inference)
     with V.set_graph_handler(graph):
         with dynamo_timed("lowering"):
             graph.run(*example_inputs)
