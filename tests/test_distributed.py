@@ -99,7 +99,8 @@ def _run_case(case: str, rank: int) -> dict:
     tinydynamo.reset()
     kind = "convnet" if case.startswith("convnet") else "transformer"
     torch.manual_seed(0)
-    model = ConvNet() if kind == "convnet" else Transformer()
+    # FSDP2: two blocks (each compiled on its own); DDP: one block is enough for several buckets
+    model = ConvNet() if kind == "convnet" else Transformer(layers=2 if case.endswith("fsdp2") else 1)
     graphs: list = []
     splits: list = []
     def backend(gm, example_inputs):  # counts what is compiled: a silently eager run has no graphs
@@ -176,25 +177,31 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture(scope="module")
-def results(tmp_path_factory):
-    out = tmp_path_factory.mktemp("ddp")
+def _spawn(out) -> list:
+    """Run the workers once; their exit codes (None: still running after TIMEOUT_S, killed)."""
     ctx = multiprocessing.get_context("spawn")
-    env_path = os.environ.get("PYTHONPATH", "")
-    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (os.getcwd(), env_path) if p)
     port = _free_port()
     procs = [ctx.Process(target=_worker, args=(rank, port, str(out))) for rank in range(WORLD)]
     for p in procs:
         p.start()
     for p in procs:
         p.join(TIMEOUT_S)
-    alive = [p for p in procs if p.is_alive()]
-    for p in alive:
-        p.kill()
-    if alive:
-        pytest.fail(f"the {WORLD}-process gloo run did not finish within {TIMEOUT_S} s")
     codes = [p.exitcode for p in procs]
-    assert codes == [0] * WORLD, f"worker exit codes {codes}"
+    for p in procs:
+        if p.is_alive():
+            p.kill()
+    return codes
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory):
+    out = tmp_path_factory.mktemp("ddp")
+    env_path = os.environ.get("PYTHONPATH", "")
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (os.getcwd(), env_path) if p)
+    codes = _spawn(out)
+    if codes != [0] * WORLD:  # once more: the free port may have been taken before gloo bound it
+        codes = _spawn(out)
+    assert codes == [0] * WORLD, f"the {WORLD}-process gloo run failed: exit codes {codes} (None: timed out)"
     return [json.loads((out / f"rank{r}.json").read_text()) for r in range(WORLD)]
 
 
@@ -210,7 +217,7 @@ def test_matches_eager_every_step(results, case):
 
 def test_ddp_graph_is_split_at_buckets(results):
     r = results[0]["transformer_ddp"]
-    assert r["splits"] and r["splits"][0] >= 3, r  # 0.02 MiB buckets over ~50 KiB of parameters
+    assert r["splits"] and r["splits"][0] >= 3, r  # 0.02 MiB buckets over ~65 KiB of parameters
     assert r["graphs"] == sum(r["splits"])  # each piece compiled by the backend, nothing else
     assert not r["unsupported"], r["unsupported"]
     assert results[0]["convnet_ddp"]["splits"][0] >= 2
