@@ -175,7 +175,7 @@ def test_every_hint_for_a_symptom_is_demonstrated_by_a_mutant_of_its_kind():
         assert declared[symptom.key].task in symptom.tasks, (symptom.key, declared[symptom.key])
     shape = "Mismatch: output: shape (3,) vs expected (3, 1)"
     assert symptom_hint(shape, "2.1") is None  # no "check which dims you reduce" for a stack handler's shape error
-    left = "Mismatch: BINARY_OP (line 44, offset 16) changed the stack depth by +0, expected -1: 1 value(s) too many left"
+    left = "Mismatch: BINARY_OP (line 44, offset 16) changed the stack depth by +0, expected -1: 1 value(s) too many left on the stack"
     assert "popped" in symptom_hint(left, "2.1") and symptom_hint(left, "6.1") is None
     jump = "Mismatch: FOR_ITER (line 3, offset 10) jumped to instruction 14, but its target is instruction 13"
     assert "inst.target" in symptom_hint(jump, "2.4")
