@@ -225,6 +225,11 @@ def stack_effect_checked(handlers: dict[str, Callable], effects: dict[str, Calla
         def checked(tx, inst):
             before, ip = len(tx.stack), tx.ip
             handler(tx, inst)
+            target = getattr(inst, "target", None)
+            if target is not None and tx.ip not in (ip, target):
+                raise Mismatch(
+                    f"{opname} (line {inst.lineno}, offset {inst.offset}) jumped to instruction {tx.ip}, but its target "
+                    f"is instruction {target} (and not jumping continues at {ip})")
             change = len(tx.stack) - before
             want = effects[opname](tx, inst, tx.ip != ip)
             if change != want:
@@ -308,7 +313,7 @@ def explain_failure(task: str | None, error: BaseException) -> str | None:
     if stub:
         return stub
     text = str(error)
-    advice = symptom_hint(f"{type(error).__name__}: {text}")
+    advice = symptom_hint(f"{type(error).__name__}: {text}", task)
     if advice:
         first = next((line.strip() for line in text.splitlines() if line.strip()), type(error).__name__)
         return f"{first}  [likely: {advice}]"

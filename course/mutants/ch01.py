@@ -1,5 +1,5 @@
 """Wrong answers to chapter 1 (bytecode and frames)."""
-from course.mutants import Mutant
+from course.mutants import Mutant, with_symptoms
 
 MUTANTS = [
     Mutant("1.1", "ignores the code objects nested in co_consts",
@@ -94,3 +94,11 @@ MUTANTS = [
     Mutant("1.5", "records the ops under the line as a string", "lines.setdefault(frame.f_lineno, [])",
            "lines.setdefault(str(frame.f_lineno), [])"),
 ]
+
+# the hint each of these wrong answers must get (python -m course.grade --mutants checks it)
+MUTANTS = with_symptoms(MUTANTS, {
+    'STORE_FAST reads the top without popping it': 'value-left-behind',
+    'RETURN_VALUE reads the top without popping it': 'value-left-behind',
+    'never restores the previous trace function': 'trace-function',
+    'restores the trace function only when fn returns': 'trace-function',
+})

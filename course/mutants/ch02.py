@@ -1,5 +1,5 @@
 """Wrong answers to chapter 2 (the symbolic interpreter's opcode handlers)."""
-from course.mutants import Mutant
+from course.mutants import Mutant, with_symptoms
 
 MUTANTS = [
     Mutant("2.1", "operands swapped: pushes b <op> a",
@@ -55,3 +55,18 @@ MUTANTS = [
     Mutant("2.4", "jumps to the target's offset, not its index", "        tx.ip = inst.target", "        tx.ip = inst.argval"),
     Mutant("2.4", "pushes the item under the iterator", "        tx.push(item)", "        tx.stack.insert(-1, item)"),
 ]
+
+# the hint each of these wrong answers must get (python -m course.grade --mutants checks it)
+MUTANTS = with_symptoms(MUTANTS, {
+    'reads the right operand without popping it': 'value-left-behind',
+    'reads the condition without popping it': 'value-left-behind',
+    'jumps one instruction too far': 'jump-target',
+    'pops only one call slot': 'value-left-behind',
+    "leaves the iterator on the stack at the loop's end": 'value-left-behind',
+    'does not jump past the loop when exhausted': 'popped-too-much',
+    'pops the iterator on every step': 'popped-too-much',
+    "jumps to the target's offset, not its index": 'jump-target',
+    'pops the condition only when it jumps': 'value-left-behind',
+    "jumps one past the loop's end": 'jump-target',
+    "pops the value under the iterator too at the loop's end": 'popped-too-much',
+})

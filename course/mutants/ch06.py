@@ -59,6 +59,4 @@ MUTANTS = [
            "outputs, grads = flat[:num_outputs + 1], flat[num_outputs + 1:]"),
     Mutant("6.4", "saves only forward outputs", "return [n for n in backward if n in forward]",
            "return [n for n in backward if n in outputs]"),
-    Mutant("6.4", "splits the placeholders by the number of outputs", "placeholders[:num_primals], placeholders[num_primals:]",
-           "placeholders[:num_outputs], placeholders[num_outputs:]"),
 ]

@@ -51,6 +51,4 @@ MUTANTS = [
     Mutant("8.4", "num_warps 0 for small blocks", "num_warps = max(1, min(8, (xblock * rblock) // 256))",
            "num_warps = min(8, (xblock * rblock) // 256)"),
     Mutant("8.4", "RBLOCK not a power of two", "rblock = next_power_of_2(max(rnumel, 1))", "rblock = max(rnumel, 1)"),
-    Mutant("8.4", "XBLOCK 0 when a row fills the block budget", "max(1, MAX_BLOCK_ELEMENTS // rblock))",
-           "MAX_BLOCK_ELEMENTS // rblock)"),
 ]
