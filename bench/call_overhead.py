@@ -4,7 +4,13 @@ On a tiny tensor the kernel is nearly free, so the time per call is the compiler
 overhead: guard checks, the wrapper, the kernel launch. Calls are issued back to back and the
 device is synchronised once at the end, so this measures the host side.
 
+``--model`` does the same for dashboard models (bench/dashboard.py: the architectures at their
+published sizes) on a tiny input, batch 1 (a 32x32 image, 16 tokens), inference: a big module
+tree's cached call, where the guards read hundreds of parameters and the wrapper runs hundreds
+of kernels. tiny's guard check alone is printed beside it.
+
     python bench/call_overhead.py --calls 20000
+    python bench/call_overhead.py --model swin_t,resnet50,llama,bert --calls 200
 """
 from __future__ import annotations
 
@@ -12,6 +18,7 @@ import argparse
 import os
 import sys
 import time
+import timeit
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -28,13 +35,88 @@ def chain4(a, b, c, d):
     return (a * b + c).sin() * d
 
 
+def tiny_input(x):
+    """Batch 1 of a dashboard input: a 32x32 image, or 16 tokens (host time, not kernels, dominates)."""
+    if not isinstance(x, torch.Tensor):
+        return x
+    if x.is_floating_point() and x.dim() == 4:
+        return torch.randn(1, x.shape[1], 32, 32)
+    return x[:1, :16].contiguous()
+
+
+def guard_us(compiled, model: torch.nn.Module, inputs: tuple, calls: int) -> float | None:
+    """Microseconds of tiny's generated guard check alone, on the cached entry of ``compiled``."""
+    import tinydynamo
+
+    entries = tinydynamo.cache_info(compiled).entries
+    if not entries:
+        return None
+    check = entries[0].check_fn.check
+    L = compiled._compiled_forward._bind(inputs, {})  # the frame's locals, as a call binds them
+    G = type(model).forward.__globals__
+    with torch.no_grad():
+        if not check(L, G):
+            return None  # the frame takes other arguments than the positional ones given here
+        return min(timeit.repeat(lambda: check(L, G), number=calls, repeat=3)) / calls * 1e6
+
+
+def model_rows(args, names: list[str]) -> list[dict]:
+    from bench.dashboard import BY_NAME
+
+    rows = []
+    torch.set_num_threads(1)  # host time, not kernels: one thread also keeps OpenMP's spinning out of it
+    for i, model_name in enumerate(args.model):
+        harness.progress(i, len(args.model), model_name)
+        made = BY_NAME[model_name].make("real")
+        if made is None:
+            print(f"{model_name}: {BY_NAME[model_name].library} missing, skipped", file=sys.stderr)
+            continue
+        model, inputs = made
+        model = model.eval().to(args.device)
+        inputs = tuple(tiny_input(x) if x is None or not isinstance(x, torch.Tensor) else tiny_input(x).to(args.device)
+                       for x in inputs)
+        with torch.no_grad():
+            expected = model(*inputs)
+        harness.reset_compilers()
+        row = {"model": model_name}
+        for name, make in harness.compilers(names, args.mode).items():
+            compiled = make(model)
+            with torch.no_grad():
+                start = time.perf_counter()
+                out = compiled(*inputs)
+                row[f"{name} first call s"] = time.perf_counter() - start
+                harness.check_close(name, out, expected, rtol=1e-3, atol=1e-3)
+                row[f"{name} us/call"] = harness.bench(compiled, inputs, args.device, warmup=3,
+                                                       iters=args.calls, repeats=3) * 1e6
+            if name == "tiny":
+                row["tiny guards us"] = guard_us(compiled, model, inputs, args.calls)
+        for other in ("eager", "torch.compile"):
+            if "tiny" in names and other in names:
+                row[f"tiny vs {other}"] = row[f"{other} us/call"] / row["tiny us/call"]
+        rows.append(row)
+    return rows
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     harness.add_common_args(parser)
     parser.add_argument("--calls", type=int, default=20000)
+    parser.add_argument("--model", type=lambda s: [m for m in s.split(",") if m], default=None,
+                        help="comma list of dashboard models (bench/dashboard.py) instead of the two functions")
     args = parser.parse_args(argv)
     device = args.device
     names = args.backends.split(",")
+    if args.model is not None:
+        from bench.dashboard import BY_NAME
+
+        unknown = [m for m in args.model if m not in BY_NAME]
+        if unknown or not args.model:
+            parser.error(f"--model: unknown {', '.join(unknown) or '(none given)'}; choose from {', '.join(BY_NAME)}")
+        rows = model_rows(args, names)
+        columns = list(dict.fromkeys(k for r in rows for k in r))
+        harness.print_table(rows, columns, title=f"host time per cached call (batch 1) on {harness.describe_device(device)}")
+        harness.save("call_overhead", device, rows, meta={"models": args.model}, path=args.json)
+        return
     rows = []
     cases = [("x + 1", add_one, 1), ("(a*b+c).sin()*d", chain4, 4)]
     for i, (label, fn, arity) in enumerate(cases):

@@ -5,6 +5,7 @@
     python -m course.grade ch02.1               # one task (also 2.1 or ch02_1): seconds, not minutes
     python -m course.grade --mode solutions     # the reference answers
     python -m course.grade --mutants [ch03]     # prove the graded tests reject known wrong answers
+    python -m course.grade ch06.1 --hint [2]    # a hint, level 1 (a nudge) or more (the idea)
 
 ``--require pass`` / ``--require fail`` make the exit status say whether *every* graded test
 passed (solutions) or *every* one failed (stubs); CI uses both, so no graded test can pass
@@ -111,6 +112,8 @@ def table(results: list[Result], width: int = 70) -> str:
         chapters[chapter][0] += passed
         chapters[chapter][1] += len(group)
         failure = next((r.message for r in group if not r.passed), "")
+        if failure and "Stuck?" not in failure:
+            failure += f"  (stuck? python -m course.grade {task.replace('_', '.')} --hint)"
         status = "PASS" if passed == len(group) else "TODO" if " not done yet: " in failure else "FAIL"
         rows.append(f"{chapter:<8}{task:<9}{passed:>3}/{len(group):<3}  {status:<6}  {failure}")
     rows.append("-" * (32 + width))
@@ -137,7 +140,9 @@ def run(mode: str, chapters: list[str], quiet: bool = True) -> list[Result]:
         raise SystemExit(f"no graded tests found for {chapters or 'any chapter'} under tests/graded/")
     collector = Collector()
     args = [str(f) for f in files] + [f"--course-mode={mode}", "-p", "no:cacheprovider", "--rootdir", str(ROOT)]
-    args += ["-p", "no:nbval"]  # the notebook plugin costs seconds of imports and grades nothing here
+    # the notebook and async plugins cost seconds of imports and grade nothing here; graded tests check
+    # with course.testing's expect_* (never a bare assert), so pytest need not rewrite asserts either
+    args += ["-p", "no:nbval", "-p", "no:anyio", "-p", "no:platformdirs", "--assert=plain"]
     if markers:
         args += ["-m", " or ".join(markers)]
     args += ["-q", "--tb=short"]
@@ -159,8 +164,13 @@ def main(argv=None) -> int:
                         help="apply each known wrong answer (course/mutants/) to the solutions and check that "
                              "the task's graded tests reject it; exit 1 if any survives")
     parser.add_argument("--jobs", type=int, default=1, help="mutants run at once (with --mutants)")
+    parser.add_argument("--hint", nargs="?", type=int, const=1, metavar="LEVEL",
+                        help="print a hint for the task instead of grading (level 1: a nudge; 2: the idea; "
+                             "3 where there is one: the pitfall the tests check)")
     args = parser.parse_args(argv)
     sys.path.insert(0, str(ROOT))
+    if args.hint is not None:
+        return hint_main(args.chapters, args.hint)
     if args.mutants:
         return mutants_main(args.chapters, args.jobs)
     results = run(args.mode, args.chapters, quiet=not args.verbose)
@@ -181,6 +191,20 @@ def main(argv=None) -> int:
         if bad:
             print("PASSED on the stubs (every graded test must fail on an unsolved exercise):\n  " + "\n  ".join(bad))
             return 1
+    return 0
+
+
+def hint_main(selection: list[str], level: int) -> int:
+    """``ch06.1 --hint [LEVEL]``: one hint, from a nudge towards the idea (never the code)."""
+    from course.hints import hint_text
+
+    tasks = [task for _, task in map(parse_selection, selection) if task]
+    if len(tasks) != 1:
+        raise SystemExit("--hint needs one task, e.g. python -m course.grade ch06.1 --hint")
+    chapter, number = tasks[0][2:].split("_")
+    print(hint_text(f"{int(chapter)}.{number}", level).replace(
+        f"(more: course.hint('{int(chapter)}.{number}', level={level + 1}))",
+        f"(more: python -m course.grade {tasks[0].replace('_', '.')} --hint {level + 1})"))
     return 0
 
 

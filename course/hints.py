@@ -7,10 +7,11 @@
 
 A stub's spec says *what* to build and how it is checked; these say *how*, one step at a time,
 so a learner who asks for help still writes the answer. ``SYMPTOMS`` maps failure messages the
-graded tests often see to the likely mistake (used by the test report).
+graded tests often see to the likely mistake, per task (used by the test report).
 """
 from __future__ import annotations
 
+import dataclasses
 import re
 
 HINTS: dict[str, list[str]] = {
@@ -127,7 +128,8 @@ HINTS: dict[str, list[str]] = {
             "Sum over the leading dims and (keepdim) over the dims where shape has 1 and grad does not, then "
             "aten.view to shape."],
     "6.2": ["d(a*b)/da = b, d(a*b)/db = a, each then summed back to its input's shape.",
-            "Return (package_sum_to_size(grad * b, a), package_sum_to_size(grad * a, b)); it returns None for numbers."],
+            "Each input's gradient is grad times the other input, brought back to that input's own shape by "
+            "reduce_grad (which already answers None for a number). Mind which input each product belongs to."],
     "6.3": ["Walk reversed(graph.nodes); a node's gradient is complete once all its users (later nodes) have "
             "been visited.",
             "For each call_function node with a gradient and in needs_grad: look its args and kwargs up in env, "
@@ -216,23 +218,52 @@ HINTS: dict[str, list[str]] = {
     "11.3": ["bucket_length: the smallest bucket >= n (buckets may come unsorted); past the largest, round up to "
              "a multiple of it. The wrapper pads with zeros along dim and slices back.",
              "torch.cat([x, x.new_zeros(shape with dim = target - n)], dim=dim), call fn, then .narrow(dim, 0, n)."],
+    "12.1": ["Backward produces gradients last layer first: walk reversed(params). A bucket closes once it holds "
+             "cap bytes or more; the next parameter opens a new one.",
+             "The first bucket (reduced first) uses first_bucket_cap, every later one bucket_cap. A parameter "
+             "larger than the cap still goes into one bucket."],
+    "12.2": ["Walk the op nodes backwards (reversed(gm.graph.nodes), skipping placeholders and the output); a "
+             "parameter placeholder counts at its first user in forward order.",
+             "Open a new piece before a node when the current one holds >= cap bytes (first_bucket_cap for the "
+             "first piece built, which is the last in forward order); a leftover piece with no parameters joins "
+             "the next one; number the pieces in forward order."],
+    "12.3": ["Backward: pieces from the last to the first, their times adding up. Each all-reduce starts when "
+             "its gradients are ready AND the previous all-reduce is done: max(comm_end, ready) + allreduce.",
+             "split=False: every gradient is ready only when the whole backward ends (sum of backward times). "
+             "The step ends at max(compute end, communication end)."],
 }
 
-#: failure text -> the likely mistake (checked in order; the first match is shown)
-SYMPTOMS: list[tuple[str, str]] = [
-    (r"too many left on the stack|changed the stack depth by \+\d+: yours \d+ vs expected -",
-     "a handler left a value behind: did you read a value with stack[-1] instead of popping it?"),
-    (r"too few left on the stack", "a handler popped more than it should, or did not push its result"),
-    (r"holds \d+ value\(s\) at the return", "something left on the stack: an iterator not popped at the loop's end, "
-                                            "or a value read without popping"),
-    (r"pop from empty list", "a handler popped more values than were pushed (wrong count, or operands popped twice)"),
-    (r"SyntaxError", "generated code does not parse: operands swapped or a value of the wrong kind pushed? "
-                     "Check the order in which you pop and pass operands"),
-    (r"trace function", "save sys.gettrace() before sys.settrace and restore it in a finally block"),
-    (r"dtype mismatch|dtype .* vs expected", "compute in the dtype eager uses (half inputs in float32) and cast back"),
-    (r"shape \(.*\) vs expected \(", "check which dims you reduce, keep or drop"),
-]
+@dataclasses.dataclass(frozen=True)
+class Symptom:
+    """A failure message that points at one kind of mistake, in the tasks where it means that.
 
+    ``key`` names it for the mutants that demonstrate it (``Mutant(..., symptom=key)``): the
+    mutation run checks that each symptom fires for a wrong answer of its kind and never for
+    another one, so a hint cannot point at the wrong bug.
+    """
+
+    key: str
+    pattern: str  # a regex searched in "<ErrorType>: <message>"
+    advice: str
+    tasks: tuple[str, ...]  # the exercises ("2.1") whose failures it explains
+
+
+_STACK_TASKS = ("1.2", "1.3", "2.1", "2.2", "2.3", "2.4", "4.1")
+
+#: the likely mistake behind a failure message (checked in order; the first match for the task is shown)
+SYMPTOMS: list[Symptom] = [
+    Symptom("jump-target", r"jumped to instruction \d+, but its target is",
+            "a jump lands exactly on inst.target (an instruction index: not its offset, no +1)",
+            ("2.2", "2.4", "4.1")),
+    Symptom("value-left-behind", r"too many left on the stack|changed the stack depth by \+\d+: yours \d+ vs expected -",
+            "a handler left a value behind: a value read with stack[-1] instead of popped, or one pop too few",
+            _STACK_TASKS),
+    Symptom("popped-too-much", r"too few left on the stack",
+            "a handler popped more than it should, or did not push its result (a FOR_ITER that pops the "
+            "exhausted iterator must also jump)", _STACK_TASKS),
+    Symptom("trace-function", r"trace function",
+            "save sys.gettrace() before sys.settrace and restore it in a finally block", ("1.4",)),
+]
 
 def _task(task: str) -> str:
     match = re.fullmatch(r"(?:ch)?0*(\d+)[._](\d+)", str(task).strip().lower())
@@ -258,9 +289,16 @@ def hint(task: str, level: int = 1) -> None:
     print(hint_text(task, level))
 
 
-def symptom_hint(text: str) -> str | None:
-    """The likely mistake behind a failure message, if it shows a known symptom."""
-    for pattern, advice in SYMPTOMS:
-        if re.search(pattern, text):
-            return advice
+def symptom_of(text: str, task: str | None) -> Symptom | None:
+    """The symptom a failure message of ``task`` shows, if any (only symptoms attached to that task)."""
+    key = _task(task) if task else None
+    for symptom in SYMPTOMS:
+        if key in symptom.tasks and re.search(symptom.pattern, text):
+            return symptom
     return None
+
+
+def symptom_hint(text: str, task: str | None = None) -> str | None:
+    """The likely mistake behind a failure message of ``task``, if it shows a symptom attached to that task."""
+    symptom = symptom_of(text, task)
+    return symptom.advice if symptom else None

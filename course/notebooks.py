@@ -9,6 +9,8 @@ longer match its ``.py`` (someone edited one side only).
     python -m course.notebooks build 03 07      # some chapters
     python -m course.notebooks check
     python -m course.notebooks run 00 --mode exercises   # what "Run All" does with the stubs
+    python -m course.notebooks run 03 --show             # ... and print every cell's output
+    python -m course.notebooks run 03 --save out/        # ... and write the executed notebook to out/
 """
 from __future__ import annotations
 
@@ -132,6 +134,10 @@ def main(argv=None) -> int:
                         help="course mode for `run` (default: exercises, as a learner's Run All)")
     parser.add_argument("--allow-text-graphs", action="store_true",
                         help="build without Graphviz (graph pictures then stored as DOT text)")
+    parser.add_argument("--show", action="store_true",
+                        help="with `run`: print each code cell and its text outputs (pictures as a note)")
+    parser.add_argument("--save", metavar="DIR",
+                        help="with `run`: write each executed notebook (outputs included) to DIR/NN_topic.ipynb")
     parser.add_argument("chapters", nargs="*", help="two-digit chapter numbers (default: all)")
     args = parser.parse_args(argv)
     paths = sources(args.chapters)
@@ -139,7 +145,7 @@ def main(argv=None) -> int:
         print(f"no notebook sources match {args.chapters}")
         return 1
     if args.command == "run":
-        return run_all(paths, args.mode)
+        return run_all(paths, args.mode, show=args.show, save=Path(args.save) if args.save else None)
     if args.command == "build":
         if shutil.which("dot") is None and not args.allow_text_graphs:
             print("building needs Graphviz's `dot`, so that graph pictures are stored as SVG, not DOT text: "
@@ -159,8 +165,30 @@ def main(argv=None) -> int:
     return 0
 
 
-def run_all(paths: list[Path], course_mode: str) -> int:
-    """Execute each notebook (nothing is written); print the unfinished-exercise notes it showed."""
+def show_outputs(notebook) -> str:
+    """The executed notebook as text: each code cell, then its printed output, results and errors."""
+    parts = []
+    for number, cell in enumerate(c for c in notebook.cells if c.cell_type == "code"):
+        parts.append(f"---- [{number + 1}] " + "-" * 60 + "\n" + cell.source.strip())
+        for out in cell.outputs:
+            if out.output_type == "stream":
+                parts.append(out.text.rstrip())
+            elif out.output_type in ("execute_result", "display_data"):
+                data = out.get("data", {})
+                if "text/plain" in data and not any(k.startswith("image/") for k in data):
+                    parts.append(data["text/plain"].rstrip())
+                else:
+                    kinds = ", ".join(sorted(k for k in data if k != "text/plain"))
+                    parts.append(f"[a picture ({kinds}): open the saved notebook (--save DIR) in JupyterLab or VS Code]")
+            elif out.output_type == "error":
+                parts.append(f"{out.ename}: {out.evalue}")
+    return "\n".join(parts)
+
+
+def run_all(paths: list[Path], course_mode: str, show: bool = False, save: Path | None = None) -> int:
+    """Execute each notebook; print the unfinished-exercise notes it showed (``show``: every output too;
+    ``save``: write the executed notebooks there, the sources and stored notebooks stay untouched)."""
+    import nbformat
     from nbclient.exceptions import CellExecutionError
 
     failed = 0
@@ -173,6 +201,12 @@ def run_all(paths: list[Path], course_mode: str) -> int:
             text = re.sub(r"\x1b\[[0-9;]*m", "", str(error)).strip().splitlines()
             print(f"FAIL {path.name} ({course_mode} mode):\n" + "\n".join(text[:12] + ["..."] + text[-8:]))
             continue
+        if show:
+            print(show_outputs(notebook))
+        if save is not None:
+            save.mkdir(parents=True, exist_ok=True)
+            nbformat.write(notebook, save / path.with_suffix(".ipynb").name)
+            print(f"wrote {save / path.with_suffix('.ipynb').name} (open it to see the outputs, pictures included)")
         notes = sorted({line for cell in notebook.cells if cell.cell_type == "code" for out in cell.outputs
                         if out.output_type == "stream" for line in out.text.splitlines() if " not done yet: " in line})
         print(f"ok   {path.name} ({course_mode} mode) in {time.perf_counter() - start:.0f}s, "

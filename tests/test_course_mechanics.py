@@ -145,3 +145,38 @@ def test_stubs_are_specs_not_answers():
             match = difflib.SequenceMatcher(None, spec, code, autojunk=False).find_longest_match(0, len(spec), 0, len(code))
             shared = spec[match.a:match.a + match.size]
             assert match.size < 25, f"{path.name} {task}: the spec spells out code of the answer: {shared!r}"
+
+
+def test_no_exercise_imports_the_function_it_asks_for():
+    """A stub whose file imports the package's function of the same name is answered by one call to it."""
+    import ast
+
+    from course.loader import stubs
+
+    for path in sorted((ROOT / "exercises").glob("ch*_*.py")):
+        tree = ast.parse(path.read_text())
+        asked = {qualname.split(".")[-1]: task for qualname, (task, _) in stubs(tree).items()}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom):
+                given = [(alias.name, task) for alias in node.names for name, task in asked.items() if alias.name == name]
+                assert not given, (f"{path.name} imports {given[0][0]} from {node.module}: Exercise {given[0][1]} asks the "
+                                   "learner to write it; keep the package's version out of the exercise file")
+
+
+def test_every_hint_for_a_symptom_is_demonstrated_by_a_mutant_of_its_kind():
+    """Each symptom hint is attached to the tasks whose failures it explains and to >= 1 mutant of that kind
+    (``python -m course.grade --mutants`` then checks it fires for those and for no other mutant)."""
+    from course.hints import SYMPTOMS, symptom_hint
+    from course.mutants import CHAPTERS, mutants_of
+
+    declared = {m.symptom: m for c in CHAPTERS for m in mutants_of(c) if m.symptom}
+    assert sorted(declared) == sorted(s.key for s in SYMPTOMS), "every symptom needs a mutant that shows it"
+    for symptom in SYMPTOMS:
+        assert declared[symptom.key].task in symptom.tasks, (symptom.key, declared[symptom.key])
+    shape = "Mismatch: output: shape (3,) vs expected (3, 1)"
+    assert symptom_hint(shape, "2.1") is None  # no "check which dims you reduce" for a stack handler's shape error
+    left = "Mismatch: BINARY_OP (line 44, offset 16) changed the stack depth by +0, expected -1: 1 value(s) too many left on the stack"
+    assert "popped" in symptom_hint(left, "2.1") and symptom_hint(left, "6.1") is None
+    jump = "Mismatch: FOR_ITER (line 3, offset 10) jumped to instruction 14, but its target is instruction 13"
+    assert "inst.target" in symptom_hint(jump, "2.4")
+    assert symptom_hint("IndexError: pop from empty list", "2.4") is None

@@ -225,3 +225,15 @@ def test_kernels_compile_in_worker_processes():
     x, y = torch.randn(96, 40, device="cuda"), torch.randn(96, 40, device="cuda")
     torch.testing.assert_close(tinydynamo.compile(fresh)(x, y), fresh(x, y))
     assert workers.compiled > before
+
+
+def test_reduce_overhead_records_once_per_size_under_dynamic_shapes():
+    tinydynamo.reset()
+    f = tinydynamo.compile(chain, mode="reduce-overhead", dynamic=True)
+    sizes = [40, 72, 40, 72, 100]
+    for n in sizes:  # every size right, each replayed from its own recording
+        x, y = torch.randn(n, 33, device="cuda"), torch.randn(n, 33, device="cuda")
+        torch.testing.assert_close(f(x, y), chain(x, y))
+    runner = compile_fx_module.compiled_graphs[-1]
+    assert type(runner).__name__ == "CUDAGraphRunner" and runner.dynamic
+    assert runner.recordings == len(set(sizes))

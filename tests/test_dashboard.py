@@ -63,6 +63,11 @@ def test_a_wrong_backend_is_reported_not_timed():
     assert module.compare(expected, {**expected, "output 0": torch.ones(4) * 1.01}, torch.bfloat16) == []
     assert "missing" in module.compare(expected, {**expected, "grad w": None}, torch.float32)[0]
     assert module.compare(expected, {**expected, "output 0": torch.full((4,), float("nan"))}, torch.float32)
+    # bf16 past the tolerance: judged by the distance to float64, against eager bf16's own
+    truth = {"grad b": torch.ones(4)}
+    noisy_eager = {"grad b": torch.tensor([1.1, 0.9, 1.1, 0.9])}
+    assert module.compare_with_truth(noisy_eager, {"grad b": torch.tensor([0.9, 1.1, 1.0, 1.0])}, truth) == []
+    assert module.compare_with_truth(noisy_eager, {"grad b": torch.full((4,), 2.0)}, truth)
 
 
 def test_a_failing_model_is_recorded_and_the_run_goes_on(tmp_path, monkeypatch):

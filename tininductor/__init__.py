@@ -12,7 +12,7 @@ LAYERS = (
     ("compile_fx", "testing"),                # the backend: FX graph in, compiled callable out
     ("aot_autograd",),                        # lift parameters, decompose, joint graph, partition
     ("partitioners", "joint_graph"),          # forward/backward split; the joint graph and its VJPs
-    ("decompositions", "vjp_rules", "prims"),  # aten -> prims; a VJP rule per prim
+    ("decompositions", "vjp_rules", "prims", "fx_passes"),  # aten -> prims; a VJP rule per prim; graph passes
     ("graph",),                               # GraphLowering: FX nodes -> IR buffers
     ("codegen.wrapper",),                     # the call(args) module around the kernels
     ("codegen.triton", "codegen.cpp", "codegen.triton_helpers"),  # kernel backends

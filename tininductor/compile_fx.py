@@ -35,6 +35,7 @@ from .aot_autograd import is_flat_sequence
 from .codecache import PyCodeCache
 from .codegen.common import get_scheduling
 from .codegen.wrapper import WrapperCodeGen
+from .fx_passes.pad_mm import pad_mm
 from .graph import GraphLowering
 from .lowering import LoweringDeclined
 from .partitioners import default_partition, min_cut_partition
@@ -215,7 +216,8 @@ def compile_fx_inner(gm: torch.fx.GraphModule, example_inputs, cudagraphs: bool 
     ``config.fallback_to_eager`` is False.
     """
     try:
-        return _compile_fx_inner(gm, example_inputs, cudagraphs and _graph_kind(is_backward, is_inference))
+        return _compile_fx_inner(gm, example_inputs, cudagraphs and _graph_kind(is_backward, is_inference),
+                                 is_inference=is_inference)
     except Exception as e:
         return _eager_fallback(gm, e)
 
@@ -224,11 +226,14 @@ def _graph_kind(is_backward: bool, is_inference: bool) -> str:
     return "backward" if is_backward else "inference" if is_inference else "forward"
 
 
-def _compile_fx_inner(gm: torch.fx.GraphModule, example_inputs, cudagraphs: str | bool = False):
+def _compile_fx_inner(gm: torch.fx.GraphModule, example_inputs, cudagraphs: str | bool = False,
+                      is_inference: bool = False):
     """``cudagraphs``: False, or the graph's kind for the CUDA graph runner ("inference", ...)."""
     example_inputs = list(example_inputs)
     _ensure_example_values(gm, example_inputs)
-    graph = GraphLowering(gm, example_inputs)
+    if config.shape_padding or config.force_shape_padding:
+        pad_mm(gm)  # matmul operands to aligned sizes (fx_passes/pad_mm.py)
+    graph = GraphLowering(gm, example_inputs, is_inference=is_inference)
     with V.set_graph_handler(graph):
         with dynamo_timed("lowering"):
             graph.run(*example_inputs)
@@ -263,7 +268,8 @@ def _compile_fx_inner(gm: torch.fx.GraphModule, example_inputs, cudagraphs: str 
             return tree_unflatten(list(call([*args, *constants])), spec)
 
     if cudagraphs:
-        compiled = cudagraphify(compiled, set(graph.device_types), kind=cudagraphs)
+        dynamic = bool(graph.size_sources) or any(isinstance(v, torch.SymInt) for v in graph.example_inputs)
+        compiled = cudagraphify(compiled, set(graph.device_types), kind=cudagraphs, dynamic=dynamic)
     compiled.source = source
     _compile_count[0] += 1
     compiled.seq = _compile_count[0]

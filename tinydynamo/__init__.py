@@ -17,8 +17,8 @@ LAYERS = (
     ("output_graph",),      # the frame's FX graph, its guards, the backend call, the code that runs it
     ("codegen", "side_effects"),  # Python source for the transformed frame; mutations replayed after it
     ("variables", "polyfills", "trace_rules"),  # what the interpreter's values are (VariableTracker)
-    ("guards", "symbolic_shapes", "backends", "skip_frame", "resume", "decompile", "artifacts", "source",
-     "bytecode", "registry", "utils", "logs", "exc", "config", "_lazy"),  # leaves
+    ("guards", "symbolic_shapes", "backends", "distributed", "skip_frame", "resume", "decompile", "artifacts",
+     "source", "bytecode", "registry", "utils", "logs", "exc", "config", "_lazy"),  # leaves
 )
 
 # public name -> "module:attribute" ("module:" for the module itself), loaded on first use

@@ -23,6 +23,7 @@ KINDS = (
     "graph",
     "guards",
     "transformed_code",
+    "ddp_split",
     "joint_graph",
     "forward_graph",
     "backward_graph",

@@ -19,12 +19,13 @@ import dataclasses
 import functools
 import inspect
 import types
+import warnings
 from typing import Any, Callable, Iterator
 
 from torch import nn
 from torch.nn.modules import module as module_mod
 
-from tinydynamo import config, symbolic_shapes
+from tinydynamo import config, distributed, symbolic_shapes
 from tinydynamo.backends import lookup_backend, lookup_backend_with_options
 from tinydynamo.convert_frame import convert_frame, counters
 from tinydynamo.output_graph import CompiledFrame
@@ -264,8 +265,9 @@ def _function_wrapper(fn: types.FunctionType, backend) -> "OptimizedFunction":
 
 def _call_module(module: nn.Module, compiled_forward: "OptimizedFunction", *args, **kwargs):
     """``module(*args)`` at a graph break: the compiled forward, unless hooks ask for Module.__call__."""
-    if _has_hooks(module):
-        return module(*args, **kwargs)
+    if _has_hooks(module):  # the hooks run natively (FSDP's all-gathers), around the compiled forward
+        with distributed.compiled_forward(module, functools.partial(compiled_forward, module)):
+            return module(*args, **kwargs)
     return compiled_forward(module, *args, **kwargs)
 
 
@@ -351,6 +353,9 @@ class OptimizedModule(nn.Module):
 
     def forward(self, *args, **kwargs):
         m = self._orig_mod
+        inner = distributed.wrapped_module(m)
+        if inner is not None:  # DDP: its forward runs natively, the module it wraps is compiled
+            return self._call_wrapper_natively(m, inner, args, kwargs)
         if m._forward_hooks or m._forward_pre_hooks:  # compile the call with its hooks (inlined around forward)
             if getattr(self, "_compiled_call", None) is None:
                 self._compiled_call = OptimizedFunction(_call_module_with_hooks, self._compiled_forward._backend,
@@ -367,6 +372,27 @@ class OptimizedModule(nn.Module):
                 forward if "forward" in m.__dict__ else types.MethodType(forward, m),
                 compiled._backend, compiled._nopython, compiled._dynamic)
         return compiled(*args, **kwargs)
+
+    def _call_wrapper_natively(self, wrapper: nn.Module, inner: nn.Module, args: tuple, kwargs: dict):
+        """``wrapper(*args)`` natively, with ``inner``'s forward compiled as a frame of its own (what a
+        PEP 523 hook does when it skips DDP's frame and catches the wrapped module's forward)."""
+        forward = type(inner).forward
+        if isinstance(inner, OptimizedModule) or not isinstance(forward, types.FunctionType) \
+                or "forward" in inner.__dict__:
+            return wrapper(*args, **kwargs)  # compiled already, or a forward of its own: run as given
+        outer = self._compiled_forward
+        compiled = self.__dict__.get("_compiled_inner")
+        if compiled is None or compiled._fn is not forward:
+            compiled = self.__dict__["_compiled_inner"] = OptimizedFunction(
+                forward, outer._backend, outer._nopython, outer._dynamic)
+        with distributed.compiled_forward(inner, functools.partial(compiled, inner)):
+            out = wrapper(*args, **kwargs)
+        cache = get_cache(compiled._code)
+        if cache.run_eagerly is not None and not self.__dict__.get("_warned_eager"):
+            self.__dict__["_warned_eager"] = True  # never silently eager
+            warnings.warn(f"tinydynamo: {type(inner).__name__}.forward (wrapped by {type(wrapper).__name__}) "
+                          f"runs eagerly: {cache.run_eagerly}", stacklevel=3)
+        return out
 
     def __getattr__(self, name: str):
         if name in ("_orig_mod", "_compiled_forward", "_compiled_call"):

@@ -27,7 +27,7 @@ from torch._guards import TracingContext, tracing
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.amp.autocast_mode import _exit_autocast
 
-from tinydynamo import artifacts, logs, symbolic_shapes
+from tinydynamo import artifacts, distributed, logs, symbolic_shapes
 from tinydynamo.codegen import GraphBreakCodegen, PyCodegen
 from tinydynamo.decompile import DecompiledCode
 from tinydynamo.exc import Unsupported, unimplemented
@@ -328,7 +328,8 @@ class OutputGraph:
             return gm.forward
         try:
             with dynamo_timed("backend_compile"), preserve_rng_state(), self._tracing_context():
-                compiled_fn = backend(gm, list(self.example_inputs))
+                # inside a DDP forward: split at DDP's gradient buckets (tinydynamo.distributed)
+                compiled_fn = distributed.backend_for_graph(backend)(gm, list(self.example_inputs))
         except Unsupported:
             raise
         except Exception as e:

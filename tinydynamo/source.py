@@ -92,6 +92,29 @@ def module_member_source(module: Any, base: Source, attr: str) -> AttrSource:
 
 
 @dataclasses.dataclass(frozen=True)
+class ContainerItemSource(Source):
+    """A child of an ``nn.Sequential`` / ``nn.ModuleList`` / ``nn.ParameterList`` by position, shown as
+    ``L['self'].layers[0]`` and read as ``L['self'].layers._modules['0']``.
+
+    The containers' ``__getitem__`` is Python that walks the children to the position (a few
+    microseconds, and a big model's guards and frames read hundreds of them per call). The trace
+    took the child from the container's dict by its key, and the dict's keys are guarded
+    (``DICT_KEYS``), so reading that key directly is the same object.
+    """
+
+    base: Source
+    index: int
+    key: str
+    table: str = "_modules"  # "_parameters" for a ParameterList
+
+    def name(self) -> str:
+        return f"{self.base.name()}[{self.index!r}]"
+
+    def code(self) -> str:
+        return f"{self.base.code()}.{self.table}[{self.key!r}]"
+
+
+@dataclasses.dataclass(frozen=True)
 class ClassSource(Source):
     """A class, held by the check function as a constant (``scope_name``): guards on what the
     class holds (``Linear.forward``) are then made once per class, not once per instance."""

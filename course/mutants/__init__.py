@@ -12,7 +12,7 @@ import dataclasses
 import importlib
 import re
 
-CHAPTERS = [f"ch{n:02d}" for n in range(12)]
+CHAPTERS = [f"ch{n:02d}" for n in range(13)]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -25,6 +25,7 @@ class Mutant:
     old: str
     new: str
     python: str | None = None  # "3.12": the mistake only shows there; run the task's tests under that Python
+    symptom: str | None = None  # the key of the course.hints symptom its failure must show (and no other)
 
     @property
     def chapter(self) -> str:
@@ -71,3 +72,12 @@ def apply(mutant: Mutant, text: str) -> str:
 def mutants_of(chapter: str) -> list[Mutant]:
     """The mutants listed in ``course/mutants/<chapter>.py`` (``MUTANTS``)."""
     return list(importlib.import_module(f"course.mutants.{chapter}").MUTANTS)
+
+
+def with_symptoms(mutants: list[Mutant], symptoms: dict[str, str]) -> list[Mutant]:
+    """``mutants`` with ``symptom`` set from ``{description: symptom key}`` (the hint their failure must show)."""
+    unknown = set(symptoms) - {m.description for m in mutants}
+    if unknown:
+        raise MutantError(f"symptoms given for mutants that do not exist: {sorted(unknown)}")
+    return [dataclasses.replace(m, symptom=symptoms.get(m.description, m.symptom)) for m in mutants]
+

@@ -1,5 +1,5 @@
 """Wrong answers to chapter 1 (bytecode and frames)."""
-from course.mutants import Mutant
+from course.mutants import Mutant, with_symptoms
 
 MUTANTS = [
     Mutant("1.1", "ignores the code objects nested in co_consts",
@@ -51,4 +51,54 @@ MUTANTS = [
            "                    lines[frame.f_lineno].append(resolve_name(func) or func.__name__)"),
     Mutant("1.5", "records the function's first line", "lines.setdefault(frame.f_lineno, [])",
            "lines.setdefault(frame.f_code.co_firstlineno, [])"),
+    # written from the reference answers and the notebook, one per input class the concept has
+    Mutant("1.1", "skips lambdas, comprehensions and generator expressions",
+           "        if isinstance(const, types.CodeType):", "        if isinstance(const, types.CodeType) and not const.co_name.startswith('<'):"),
+    Mutant("1.1", "takes the nested code's co_names (attribute names too)", "            names |= global_names(const)",
+           "            names |= set(const.co_names)"),
+    Mutant("1.1", "keeps only the innermost code's names", "            names |= global_names(const)",
+           "            names = global_names(const)"),
+    Mutant("1.1", "also counts globals that are only written",
+           'if inst.opname == "LOAD_GLOBAL"}', 'if inst.opname in ("LOAD_GLOBAL", "STORE_GLOBAL")}'),
+    Mutant("1.2", "LOAD_CONST pushes the constant's index, not its value",
+           '        elif op == "LOAD_CONST":\n            stack.append(inst.argval)',
+           '        elif op == "LOAD_CONST":\n            stack.append(inst.arg)'),
+    Mutant("1.2", "BINARY_OP leaves the left operand on the stack", "right, left = stack.pop(), stack.pop()",
+           "right, left = stack.pop(), stack[-1]"),
+    Mutant("1.2", "RETURN_VALUE does not mark the frame as returned", "            frame.returned = True\n", ""),
+    Mutant("1.2", "STORE_FAST takes the bottom of the stack", "frame.locals[inst.argval] = stack.pop()",
+           "frame.locals[inst.argval] = stack.pop(0)"),
+    Mutant("1.3", "drops the keyword arguments", "frame.stack.append(func(*leading, *positional, **keywords))",
+           "frame.stack.append(func(*leading, *positional))"),
+    Mutant("1.3", "passes the leading argument after the others", "frame.stack.append(func(*leading, *positional, **keywords))",
+           "frame.stack.append(func(*positional, *leading, **keywords))"),
+    Mutant("1.3", "a call with no arguments takes the whole stack (a slice from -0)",
+           "        args = frame.stack[len(frame.stack) - count:]\n        del frame.stack[len(frame.stack) - count:]",
+           "        args = frame.stack[-count:]\n        del frame.stack[-count:]"),
+    Mutant("1.3", "pairs the keyword names with the values in reverse",
+           "keywords = dict(zip(inst.kw_names, args[count - n_kw:]))",
+           "keywords = dict(zip(reversed(inst.kw_names), args[count - n_kw:]))"),
+    Mutant("1.4", "restores no trace function instead of the previous one", "        sys.settrace(previous)",
+           "        sys.settrace(None)"),
+    Mutant("1.4", "counts the instruction after the one about to run",
+           "counts.update(by_offset.get(frame.f_lasti, ()))", "counts.update(by_offset.get(frame.f_lasti + 2, ()))"),
+    Mutant("1.4", "counts only opcodes, the first normalised instruction of each",
+           "counts.update(by_offset.get(frame.f_lasti, ()))", "counts.update(by_offset.get(frame.f_lasti, ())[:1])", python="3.12"),
+    Mutant("1.4", "forgets the call's result", "    return result, counts", "    return None, counts"),
+    Mutant("1.5", "drops the keyword arguments", "            return func(*args, **(kwargs or {}))",
+           "            return func(*args)"),
+    Mutant("1.5", "leaves the mode active when fn raises", "    with RecordLines():\n        result = fn(*args)",
+           "    mode = RecordLines()\n    mode.__enter__()\n    result = fn(*args)\n    mode.__exit__(None, None, None)"),
+    Mutant("1.5", "records only the ops fn calls directly, not those of the functions it calls",
+           "            if frame is not None:", "            if frame is not None and frame is sys._getframe(1):"),
+    Mutant("1.5", "records the ops under the line as a string", "lines.setdefault(frame.f_lineno, [])",
+           "lines.setdefault(str(frame.f_lineno), [])"),
 ]
+
+# the hint each of these wrong answers must get (python -m course.grade --mutants checks it)
+MUTANTS = with_symptoms(MUTANTS, {
+    'STORE_FAST reads the top without popping it': 'value-left-behind',
+    'RETURN_VALUE reads the top without popping it': 'value-left-behind',
+    'never restores the previous trace function': 'trace-function',
+    'restores the trace function only when fn returns': 'trace-function',
+})

@@ -1,5 +1,5 @@
 """Wrong answers to chapter 2 (the symbolic interpreter's opcode handlers)."""
-from course.mutants import Mutant
+from course.mutants import Mutant, with_symptoms
 
 MUTANTS = [
     Mutant("2.1", "operands swapped: pushes b <op> a",
@@ -24,4 +24,49 @@ MUTANTS = [
     Mutant("2.4", "leaves the iterator on the stack at the loop's end", "        tx.pop()\n        tx.ip", "        tx.ip"),
     Mutant("2.4", "does not jump past the loop when exhausted", "        tx.ip = inst.target\n", "        pass\n"),
     Mutant("2.4", "pops the iterator on every step", "        tx.push(item)", "        tx.pop()\n        tx.push(item)"),
+    # written from the reference answers and the notebook, one per input class the concept has
+    Mutant("2.1", "an in-place operator done out of place (an aliased tensor is not mutated)",
+           "bc.BINARY_OPS[inst.argval]", "bc.BINARY_OPS[inst.argval.rstrip('=') or inst.argval]"),
+    Mutant("2.1", "takes the left operand from the bottom of the stack", "    a = tx.pop()\n", "    a = tx.stack.pop(0)\n"),
+    Mutant("2.1", "applies the operator to the left operand twice", "bc.BINARY_OPS[inst.argval], a, b)",
+           "bc.BINARY_OPS[inst.argval], a, a)"),
+    Mutant("2.1", "folds only constants, treating every other operand as the left one",
+           "    tx.push(BuiltinVariable.binop(tx, bc.BINARY_OPS[inst.argval], a, b))",
+           "    tx.push(BuiltinVariable.binop(tx, bc.BINARY_OPS[inst.argval], a, b) if a.is_python_constant() else a)"),
+    Mutant("2.2", "jumps to the target's offset, not its index", "        tx.ip = inst.target", "        tx.ip = inst.argval"),
+    Mutant("2.2", "pops the condition only when it jumps",
+           "    value = tx.pop()\n    if value.truth(tx) == jump_when:\n        tx.ip = inst.target",
+           "    value = tx.stack[-1]\n    if value.truth(tx) == jump_when:\n        tx.pop()\n        tx.ip = inst.target"),
+    Mutant("2.2", "a tensor's truth taken as True at trace time (no graph break)",
+           "if value.truth(tx) == jump_when:", "if bool(getattr(value, 'value', value)) == jump_when:"),
+    Mutant("2.2", "zero counted as true (tests `is not None`)",
+           "if value.truth(tx) == jump_when:", "if (value.as_python_constant() is not None) == jump_when:"),
+    Mutant("2.3", "drops the keyword arguments", "tx.push(fn.call_function(tx, positional, kwargs))",
+           "tx.push(fn.call_function(tx, positional, {}))"),
+    Mutant("2.3", "puts the leading argument (self) last", "positional = lead + args[: len(args) - n_kw]",
+           "positional = args[: len(args) - n_kw] + lead"),
+    Mutant("2.3", "pairs the keyword names with the values in reverse",
+           "kwargs = dict(zip(inst.kw_names, args[len(args) - n_kw:]))",
+           "kwargs = dict(zip(reversed(inst.kw_names), args[len(args) - n_kw:]))"),
+    Mutant("2.3", "arguments in reverse order", "args = tx.popn(inst.argval)", "args = tx.popn(inst.argval)[::-1]"),
+    Mutant("2.4", "jumps one past the loop's end", "        tx.ip = inst.target", "        tx.ip = inst.target + 1"),
+    Mutant("2.4", "pops the value under the iterator too at the loop's end", "    if item is None:\n        tx.pop()",
+           "    if item is None:\n        tx.popn(2)"),
+    Mutant("2.4", "jumps to the target's offset, not its index", "        tx.ip = inst.target", "        tx.ip = inst.argval"),
+    Mutant("2.4", "pushes the item under the iterator", "        tx.push(item)", "        tx.stack.insert(-1, item)"),
 ]
+
+# the hint each of these wrong answers must get (python -m course.grade --mutants checks it)
+MUTANTS = with_symptoms(MUTANTS, {
+    'reads the right operand without popping it': 'value-left-behind',
+    'reads the condition without popping it': 'value-left-behind',
+    'jumps one instruction too far': 'jump-target',
+    'pops only one call slot': 'value-left-behind',
+    "leaves the iterator on the stack at the loop's end": 'value-left-behind',
+    'does not jump past the loop when exhausted': 'popped-too-much',
+    'pops the iterator on every step': 'popped-too-much',
+    "jumps to the target's offset, not its index": 'jump-target',
+    'pops the condition only when it jumps': 'value-left-behind',
+    "jumps one past the loop's end": 'jump-target',
+    "pops the value under the iterator too at the loop's end": 'popped-too-much',
+})

@@ -1,5 +1,5 @@
 """Wrong answers to chapter 4 (graph breaks and resume functions)."""
-from course.mutants import Mutant
+from course.mutants import Mutant, with_symptoms
 
 MUTANTS = [
     Mutant("4.1", "reads the condition without popping it", "cond = tx.pop()", "cond = tx.stack[-1]"),
@@ -30,4 +30,34 @@ MUTANTS = [
            '        if (m["fn"], int(m["line"])) not in sites:\n            sites.append((m["fn"], int(m["line"])))'),
     Mutant("4.4", "reports the file instead of the function", 'sites.append((m["fn"], int(m["line"])))',
            'sites.append((m["file"], int(m["line"])))'),
+    # written from the reference answers and the notebook, one per input class the concept has
+    Mutant("4.1", "breaks on every non-constant (a list's truth needs no break)",
+           "    if isinstance(cond, TensorVariable):", "    if not cond.is_python_constant():"),
+    Mutant("4.1", "jumps one past the target", "    tx.jump_if(inst, cond.truth(tx) == jump_when)",
+           "    if cond.truth(tx) == jump_when:\n        tx.ip = inst.target + 1"),
+    Mutant("4.1", "a reason that does not say data-dependent", "data-dependent branch: `if` on tensor", "graph break: `if` on tensor"),
+    Mutant("4.1", "takes the condition from the bottom of the stack", "    cond = tx.pop()", "    cond = tx.stack.pop(0)"),
+    Mutant("4.2", "a loop that jumps back exactly to the break counts as going before it",
+           "instructions[ins.target].offset < offset:", "instructions[ins.target].offset <= offset:"),
+    Mutant("4.2", "any jump means every name", "        if ins.target is not None and instructions[ins.target].offset < offset:",
+           "        if ins.target is not None:"),
+    Mutant("4.2", "stops at the first return (code after it reached by a jump is missed)",
+           "        if ins.opname in _READS:", "        if ins.opname.startswith('RETURN'):\n            break\n        if ins.opname in _READS:"),
+    Mutant("4.2", "counts reads before the break too", "        if ins.offset < offset:\n            continue\n", ""),
+    Mutant("4.3", "the else branch computes from x, not relu(x)", "y * 2, y - 1)", "y * 2, x - 1)"),
+    Mutant("4.3", "relu written with a comparison (NaN becomes 0)", "    y = torch.relu(x)",
+           "    y = torch.where(x > 0, x, torch.zeros_like(x))"),
+    Mutant("4.3", "decides per row (sum over the last dim)", "torch.where(x.sum() > 0,", "torch.where(x.sum(-1, keepdim=True) > 0,"),
+    Mutant("4.3", "decides on the first element's sign", "torch.where(x.sum() > 0,", "torch.where(x.flatten()[0] > 0,"),
+    Mutant("4.4", "the line as text", "sites.append((m[\"fn\"], int(m[\"line\"])))", "sites.append((m[\"fn\"], m[\"line\"]))"),
+    Mutant("4.4", "sorts the sites by line", "    return sites\n", "    return sorted(sites, key=lambda s: s[1])\n"),
+    Mutant("4.4", "lines counted from 0", "sites.append((m[\"fn\"], int(m[\"line\"])))", "sites.append((m[\"fn\"], int(m[\"line\"]) - 1))"),
+    Mutant("4.4", "the function of the outermost frame with the line of the innermost",
+           "sites.append((m[\"fn\"], int(m[\"line\"])))", "sites.append((_FRAME.search(br.user_stack[-1])[\"fn\"], int(m[\"line\"])))"),
 ]
+
+# the hint each of these wrong answers must get (python -m course.grade --mutants checks it)
+MUTANTS = with_symptoms(MUTANTS, {
+    'reads the condition without popping it': 'value-left-behind',
+    'jumps one past the target': 'jump-target',
+})

@@ -158,8 +158,9 @@ def run_mutants(chapters: list[str], jobs: int = 1, timeout: int = 120, only_tas
             index, work, started = running.pop(pid)
             outcome = _outcome(todo[index], work, status, time.perf_counter() - started, timeout)
             outcomes[index] = outcome
+            likely = outcome.detail.split("[likely: ", 1)[1].split("]", 1)[0] if "[likely: " in outcome.detail else ""
             progress(f"  {outcome.status:<8} {outcome.mutant.task:<5} {outcome.mutant.description}"
-                     + (f"  [{outcome.detail}]" if outcome.status != "killed" else ""))
+                     + (f"  [{outcome.detail}]" if outcome.status != "killed" else f"  (hint: {likely})" if likely else ""))
     finally:
         shutil.rmtree(base, ignore_errors=True)
     return [o for o in outcomes if o is not None]
@@ -208,14 +209,30 @@ def _outcome(mutant: Mutant, work: Path, status: int, seconds: float, timeout: i
     if result["ran"] == 0:
         return Outcome(mutant, "error", f"no test of {mutant.marker} ran", seconds)
     if result["failed"]:
-        return Outcome(mutant, "killed", result["first"], seconds)
+        return _check_hint(Outcome(mutant, "killed", result["first"], seconds))
     return Outcome(mutant, "survived", f"{result['ran']} tests passed", seconds)
+
+
+def _check_hint(outcome: Outcome) -> Outcome:
+    """A killed mutant whose failure shows a hint must show the one for its kind of mistake
+    (``Mutant.symptom``), and one that declares a symptom must show it: else status "misled"."""
+    from course.hints import SYMPTOMS
+
+    fired = [s.key for s in SYMPTOMS if f"[likely: {s.advice}]" in outcome.detail]
+    wanted = outcome.mutant.symptom
+    if fired and fired[0] != wanted:
+        return Outcome(outcome.mutant, "misled", f"its failure shows the hint for {fired[0]!r}, a different mistake "
+                                                 f"(expected {wanted!r}): {outcome.detail}", outcome.seconds)
+    if wanted and not fired:
+        return Outcome(outcome.mutant, "misled", f"its failure should show the {wanted!r} hint: {outcome.detail}",
+                       outcome.seconds)
+    return outcome
 
 
 def report(outcomes: list[Outcome]) -> str:
     """Per chapter: mutants, killed, survived (and errors), then every survivor."""
-    rows = [f"{'chapter':<8}{'tasks':>6}{'mutants':>9}{'killed':>8}{'survived':>10}{'errors':>8}{'skipped':>9}"
-            f"{'seconds':>9}"]
+    rows = [f"{'chapter':<8}{'tasks':>6}{'mutants':>9}{'killed':>8}{'survived':>10}{'misled':>8}{'errors':>8}"
+            f"{'skipped':>9}{'seconds':>9}"]
     by_chapter: dict[str, list[Outcome]] = collections.defaultdict(list)
     for o in outcomes:
         by_chapter[o.mutant.chapter].append(o)
@@ -223,14 +240,16 @@ def report(outcomes: list[Outcome]) -> str:
         count = collections.Counter(o.status for o in group)
         tasks = len({o.mutant.task for o in group})
         rows.append(f"{chapter:<8}{tasks:>6}{len(group):>9}{count['killed']:>8}{count['survived']:>10}"
-                    f"{count['error']:>8}{count['skipped']:>9}{sum(o.seconds for o in group):>9.1f}")
+                    f"{count['misled']:>8}{count['error']:>8}{count['skipped']:>9}{sum(o.seconds for o in group):>9.1f}")
     count = collections.Counter(o.status for o in outcomes)
     rows.append(f"{'all':<8}{len({o.mutant.task for o in outcomes}):>6}{len(outcomes):>9}{count['killed']:>8}"
-                f"{count['survived']:>10}{count['error']:>8}{count['skipped']:>9}{sum(o.seconds for o in outcomes):>9.1f}")
+                f"{count['survived']:>10}{count['misled']:>8}{count['error']:>8}{count['skipped']:>9}"
+                f"{sum(o.seconds for o in outcomes):>9.1f}")
     bad = [o for o in outcomes if o.status != "killed"]
     if bad:
         rows.append("")
         rows.append("not killed (survived: a wrong answer the graded tests accept; error: the run failed; "
-                    "skipped: the Python it needs is not installed):")
+                    "skipped: the Python it needs is not installed; misled: rejected, but with a hint for "
+                    "another mistake, or without the hint for its own):")
         rows += [f"  {o.status}: {o.mutant.task} {o.mutant.description}: {o.detail}" for o in bad]
     return "\n".join(rows)

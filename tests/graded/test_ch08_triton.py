@@ -138,6 +138,16 @@ def test_op_strings_on_ties_and_order(others):
     run(lambda x, w: (torch.where(x < w, x - w, w / x), torch.where(w < x, w - x, x / w)), [x, w])
 
 
+@pytest.mark.ch08_1
+def test_op_strings_propagate_nan_like_eager(others):
+    """relu(NaN) and maximum(NaN, w), maximum(x, NaN) are NaN in eager: a comparison-based max drops them."""
+    others("memory", "launch", "reduction")
+    nan = float("nan")
+    x = torch.tensor([[nan, 2.0, -3.0, 0.5], [4.0, nan, -2.0, 0.25]], device=DEVICE)
+    w = torch.tensor([1.0, nan, 2.0, -0.5], device=DEVICE)
+    run(lambda x, w: (torch.relu(x), torch.maximum(x, w), torch.maximum(w, x)), [x, w])
+
+
 # --------------------------------------------------------------------------- 8.2
 
 

@@ -15,6 +15,12 @@ The price is that addresses are frozen at record time, so:
 * outputs live in the graph's memory and are *overwritten by the next call*, exactly as with
   ``torch.compile(mode="reduce-overhead")``: ``clone()`` an output you keep across calls.
 
+A graph compiled for dynamic shapes serves many sizes, and a recording serves one: such a runner
+keeps one recording per distinct set of input sizes and scalar arguments (at most
+``MAX_RECORDINGS``; past that it runs without CUDA graphs), as ``torch.compile``'s CUDA graph trees
+record per shape. A graph with a CPU tensor input is not recorded at all: a replay would reuse the
+value that tensor had at record time (torch.compile skips such graphs the same way).
+
 Training adds one hazard, handled here rather than left to luck: the activations a forward
 replay saves must survive until its backward. So a forward graph is not replayed while an
 earlier replay's backward is still pending (that forward runs without CUDA graphs, in fresh
@@ -34,6 +40,12 @@ log = logging.getLogger("tininductor.cudagraphs")
 
 #: data pointers of every recorded graph's static outputs (a hint: such inputs are used in place)
 _static_output_ptrs: set[int] = set()
+
+#: recordings one dynamic-shape graph keeps (one per distinct input sizes); more run without CUDA graphs
+MAX_RECORDINGS = 8
+
+#: what one recording holds (CUDAGraphRunner's attributes of the same names)
+_RECORDING_FIELDS = ("graph", "static_inputs", "static_outputs", "copy_indices", "param_ptrs", "borrowed_ptrs")
 
 
 class ReplayToken:
@@ -58,12 +70,16 @@ class CUDAGraphRunner:
     """``runner(*args)``: copy inputs in, replay, return the static outputs (see module docstring).
 
     ``kind`` is "inference", "forward" (a training forward: outputs include saved activations)
-    or "backward" (returns gradients, copied).
+    or "backward" (returns gradients, copied). ``dynamic``: the graph takes symbolic sizes, so the
+    recording is chosen by the inputs' sizes and scalar arguments on every call.
     """
 
-    def __init__(self, fn, kind: str = "inference"):
+    def __init__(self, fn, kind: str = "inference", dynamic: bool = False):
         self.fn = fn  # the compiled graph: fn(*inputs) -> tuple/list of outputs
         self.kind = kind
+        self.dynamic = dynamic
+        self.shape_key = None  # dynamic: the sizes the current recording is for
+        self._recordings: dict = {}  # dynamic: shape key -> the recording's fields (_RECORDING_FIELDS)
         self.graph: torch.cuda.CUDAGraph | None = None
         self.static_inputs: list = []
         self.static_outputs = None
@@ -82,6 +98,8 @@ class CUDAGraphRunner:
             return self._finish(self.fn(*args), replayed=False)
         if self.kind == "forward" and self._backward_pending():
             return self._finish(self.fn(*args), replayed=False)  # fresh memory: the pending one survives
+        if self.dynamic and not self._select(args):
+            return self._finish(self.fn(*args), replayed=False)  # too many sizes recorded already
         if self.graph is None or any(args[i].data_ptr() != p for i, p in self.param_ptrs):
             return self._finish(self._record(args), replayed=self.graph is not None)
         if any(args[i].data_ptr() != p for i, p in self.borrowed_ptrs):
@@ -91,6 +109,22 @@ class CUDAGraphRunner:
         self.graph.replay()
         self.replays += 1
         return self._finish(self.static_outputs, replayed=True)
+
+    def _select(self, args) -> bool:
+        """Dynamic shapes: make the recording for these sizes current (False: no room for another)."""
+        key = tuple((tuple(a.shape), a.stride()) if isinstance(a, torch.Tensor) else a for a in args)
+        if key == self.shape_key:
+            return True
+        if self.shape_key is not None and self.graph is not None:
+            self._recordings[self.shape_key] = {f: getattr(self, f) for f in _RECORDING_FIELDS}
+        if key not in self._recordings and len(self._recordings) >= MAX_RECORDINGS:
+            return False
+        saved = self._recordings.get(key)
+        for field in _RECORDING_FIELDS:
+            setattr(self, field, saved[field] if saved else ([] if field.endswith(("inputs", "indices", "ptrs"))
+                                                              else None))
+        self.shape_key = key
+        return True
 
     def _backward_pending(self) -> bool:
         token = self._pending() if self._pending is not None else None
@@ -112,6 +146,11 @@ class CUDAGraphRunner:
 
     def _record(self, args):
         """Warm up on a side stream (Triton compiles there), then capture one run into a CUDA graph."""
+        cpu = [i for i, a in enumerate(args) if isinstance(a, torch.Tensor) and not a.is_cuda]
+        if cpu:  # a replay would read the value the CPU tensor had when the graph was recorded
+            self.disabled = f"input {cpu[0]} is a {args[cpu[0]].device.type} tensor"
+            log.info("not using CUDA graphs: %s", self.disabled)
+            return self.fn(*args)
         self.recordings += 1
         static, self.copy_indices, self.param_ptrs, self.borrowed_ptrs = [], [], [], []
         for i, a in enumerate(args):
@@ -152,9 +191,9 @@ class CUDAGraphRunner:
         return outputs
 
 
-def cudagraphify(fn, device_types: set[str], kind: str = "inference"):
+def cudagraphify(fn, device_types: set[str], kind: str = "inference", dynamic: bool = False):
     """Wrap a compiled graph in a :class:`CUDAGraphRunner` when it runs on CUDA alone."""
     if device_types != {"cuda"}:
         log.info("not using CUDA graphs: the graph runs on %s", sorted(device_types))
         return fn
-    return CUDAGraphRunner(fn, kind)
+    return CUDAGraphRunner(fn, kind, dynamic)

@@ -14,8 +14,9 @@ import types
 from torch import nn
 from torch.nn.modules import module as module_mod
 
+from tinydynamo.distributed import native_call_reason
 from tinydynamo.exc import raise_observed, unimplemented
-from tinydynamo.source import AttrSource, GetItemSource, module_member_source
+from tinydynamo.source import AttrSource, ContainerItemSource, module_member_source
 from tinydynamo.variables.base import VariableTracker
 from tinydynamo.variables.constant import ConstantVariable
 from tinydynamo.variables.user_defined import MISSING, class_attribute_variable, is_data_descriptor
@@ -48,8 +49,8 @@ class NNModuleVariable(VariableTracker):
         if name.isdigit() and isinstance(self.module, (nn.Sequential, nn.ModuleList, nn.ParameterList)):
             # L['self'].h[0] rather than getattr(..., '0'); indexing is by position, and a slice of a
             # Sequential keeps its children's keys ('1', '2' at positions 0, 1): index by position
-            table = self.module._parameters if isinstance(self.module, nn.ParameterList) else self.module._modules
-            return GetItemSource(self.source, list(table).index(name))
+            table = "_parameters" if isinstance(self.module, nn.ParameterList) else "_modules"
+            return ContainerItemSource(self.source, list(getattr(self.module, table)).index(name), name, table)
         return module_member_source(self.module, self.source, name)
 
     def _wrap_child(self, tx, name: str, value) -> VariableTracker:
@@ -107,6 +108,9 @@ class NNModuleVariable(VariableTracker):
 
         if getattr(self.module.__dict__.get("forward"), "_tinydynamo_disabled", False):
             unimplemented(f"{type(self.module).__name__}.forward is marked tinydynamo.disable")
+        native = native_call_reason(self.module)  # FSDP's hooks, DDP's reducer: not traced
+        if native is not None:
+            unimplemented(native)
         if _has_hooks(self.module):
             from tinydynamo.variables.module_hooks import call_with_hooks
 
