@@ -225,3 +225,75 @@ def test_float_constants_are_guarded_by_their_bits():
     for _ in range(3):
         assert g(x, float("nan")).isnan().all()
     assert cnt.frame_count == 1
+
+
+def _many_tensor_check(*tensors):
+    scope = SourceScope({})
+    gb = GuardBuilder(scope)
+    for i, t in enumerate(tensors):
+        gb.add("TENSOR_MATCH", LocalSource(f"x{i}"), TensorMeta.of(t))
+    return gb.build()
+
+
+def test_many_plain_tensors_are_checked_by_one_cpp_call_that_misses_what_python_would():
+    ts = [torch.randn(3, 4), torch.nn.Parameter(torch.randn(5)), torch.randn(2, 3).t(), torch.randn(6)]
+    check = _many_tensor_check(*ts)
+    assert "tensor_guards" in check.code and ".shape ==" not in check.code
+
+    def L(*vals):
+        return {f"x{i}": v for i, v in enumerate(vals)}
+
+    assert check(L(*ts), {})
+    changed = {
+        "size": torch.randn(3, 5), "stride": ts[2].contiguous(), "dtype": ts[0].double(),
+        "Parameter -> Tensor": ts[1].detach(), "requires_grad": ts[3].clone().requires_grad_(),
+        "not a tensor": 3.0,
+    }
+    slots = {"size": 0, "stride": 2, "dtype": 0, "Parameter -> Tensor": 1, "requires_grad": 3, "not a tensor": 3}
+    for what, value in changed.items():
+        vals = list(ts)
+        vals[slots[what]] = value
+        assert not check(L(*vals), {}), what
+        assert check.failure_reason(L(*vals), {}) is not None, what
+    with torch.inference_mode():
+        inference = torch.randn(3, 4)
+    assert not check(L(inference, *ts[1:]), {})
+    assert "dispatch keys mismatch" in check.failure_reason(L(inference, *ts[1:]), {})
+
+
+def test_cpp_tensor_check_leaves_dynamic_dims_and_subclasses_to_python():
+    class Sub(torch.Tensor):
+        pass
+
+    x = torch.randn(4, 3)
+    metas = [TensorMeta(torch.Tensor, torch.float32, torch.device("cpu"), (None, 3), (3, 1), False, TensorMeta.of(x).template)]
+    scope = SourceScope({})
+    gb = GuardBuilder(scope)
+    for i in range(4):
+        gb.add("TENSOR_MATCH", LocalSource(f"x{i}"), metas[0])
+    sub = torch.randn(2).as_subclass(Sub)
+    gb.add("TENSOR_MATCH", LocalSource("s"), TensorMeta.of(sub))
+    check = gb.build()
+    assert TensorMeta.of(sub).template is None and "type(___v4) is" in check.code
+    vals = {f"x{i}": torch.randn(7, 3) for i in range(4)} | {"s": sub}
+    assert check(vals, {})
+    assert not check(vals | {"x1": torch.randn(7, 4)}, {})
+    assert not check(vals | {"s": torch.randn(2)}, {})
+
+
+def test_compiled_module_recompiles_when_one_of_many_parameters_changes():
+    model = torch.nn.Sequential(*[torch.nn.Linear(4, 4) for _ in range(4)])
+    cnt = CompileCounter()
+    compiled = tinydynamo.optimize(cnt)(model)
+    x = torch.randn(2, 4)
+    compiled(x)
+    compiled(x)
+    assert cnt.frame_count == 1
+    model[2].weight = torch.nn.Parameter(model[2].weight.detach().double())
+    model[2].bias = torch.nn.Parameter(model[2].bias.detach().double())
+    model[3].double()
+    with pytest.raises(RuntimeError):  # eager raises too: float input, double weights
+        model(x)
+    with pytest.raises(RuntimeError):
+        compiled(x)
+    assert cnt.frame_count == 2  # the changed dtype was seen: recompiled, not the float graph reused

@@ -46,7 +46,13 @@ traceable_tensor_subclasses: set = set()
 #: torch's name: ``torch._dynamo.config.optimize_ddp``)
 optimize_ddp: bool = True
 
-_SETTINGS = ("optimize_ddp", "automatic_dynamic_shapes", "assume_static_by_default", "force_parameter_static_shapes", "disable",
+#: a frame guarding at least this many plain tensors checks them in one call of torch's C++
+#: tensor check (``TensorGuards``, what TorchDynamo runs) instead of Python conditions per tensor:
+#: a model's parameters then cost microseconds per cached call. Below it, the generated Python
+#: conditions stay readable (chapter 3 prints them). ``None``: Python for every tensor.
+cpp_tensor_guards_min: int | None = 4
+
+_SETTINGS = ("optimize_ddp", "cpp_tensor_guards_min", "automatic_dynamic_shapes", "assume_static_by_default", "force_parameter_static_shapes", "disable",
              "capture_scalar_outputs", "traceable_tensor_subclasses", "recompile_limit", "suppress_errors",
              "max_inline_depth", "max_instructions", "default_backend")
 _this = sys.modules[__name__]
