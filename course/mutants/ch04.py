@@ -58,6 +58,5 @@ MUTANTS = [
 
 # the hint each of these wrong answers must get (python -m course.grade --mutants checks it)
 MUTANTS = with_symptoms(MUTANTS, {
-    'reads the condition without popping it': 'value-left-behind',
     'jumps one past the target': 'jump-target',
 })
