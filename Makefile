@@ -67,7 +67,7 @@ notebooks: setup
 grade: setup
 	$(BIN)/python -m course.grade
 
-# issue 13's reliability table: per family, tinydynamo's backends and torch.compile against eager
+# the reliability table: per family, tinydynamo's backends and torch.compile against eager
 reliability: setup
 	$(BIN)/python -m tests.reliability -v
 

@@ -1,4 +1,4 @@
-"""How long do tinydynamo's guards take on a cache hit? (issue 3's target: <= 3 us for 4 tensors)
+"""How long do tinydynamo's guards take on a cache hit? (the target: <= 3 us for 4 tensors)
 
 Measures, for a function of 4 tensor arguments (sizes from the command line):
   * the generated guard function alone (``check_fn(L, G)``);

@@ -240,8 +240,8 @@ print(last.name, "meta['val'] =", type(last.meta["val"]).__name__, tuple(last.me
 # logger). The lowering in chapter 7 calls such ops as *fallback kernels*.
 
 # %%
-cat_gm = decompose(lambda a, b: torch.cat([a, b]) * 2, [torch.randn(2, 3), torch.randn(1, 3)])
-print(cat_gm.meta["fallbacks"])
+cumsum_gm = decompose(lambda a, b: torch.cumsum(a, 0) * b, [torch.randn(2, 3), torch.randn(2, 3)])
+print(cumsum_gm.meta["fallbacks"])
 
 # %% [markdown]
 # ## Summary

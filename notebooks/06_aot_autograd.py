@@ -368,10 +368,11 @@ for kind in ("joint_graph", "forward_graph", "backward_graph"):
 # %% [markdown]
 # ## Closing note
 #
-# - **Prim set**: 59 ATen ops (`tininductor.prims.PRIM_SET`); everything else decomposes
+# - **Prim set**: 66 ATen ops (`tininductor.prims.PRIM_SET`); everything else decomposes
 #   (chapter 5) or is a logged fallback.
 # - **VJP rules**: one per prim in `tininductor.vjp_rules.VJP_RULES`, plus rules for the
-#   fallback ops real models train through (`cat`, `convolution`, batch/group norm, the fused
+#   fallback ops real models train through (`convolution`, group norm, batch norm when its
+#   decomposition is off, the fused
 #   attention kernels, `max(dim)`, `sort`, `topk`...), most of them a call of ATen's own
 #   backward op; each is tested against eager autograd in float64 with broadcasting.
 #   Multi-output ops get one gradient per output (`getitem` hands its gradient back), and a

@@ -1,4 +1,4 @@
-"""Compare tinydynamo with eager AND with torch.compile on the same code (issue 15's coverage tests).
+"""Compare tinydynamo with eager AND with torch.compile on the same code (the coverage tests of traced Python).
 
 ``compare(fn, args)`` runs ``fn`` eagerly, under tinydynamo with a CompileCounter, and under
 ``torch.compile`` with torch's CompileCounter (backend "eager"), each twice (the second call must

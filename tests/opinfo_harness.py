@@ -6,10 +6,10 @@ with eager PyTorch, the oracle:
 
 * outputs: values, dtype and shape of every tensor (non-tensor outputs compared with ``==``);
 * gradients: when eager's output requires grad, the compiled output must too (a dropped gradient
-  is the failure issue 12 is about), and the gradients of every float input, for the same
+  is the failure this sweep looks for), and the gradients of every float input, for the same
   random output gradient, must match (float64 where the op supports it);
 * strides are compared and *reported* (``stride`` note) but do not fail a sample: a compiled
-  graph returns fresh contiguous buffers where eager returns views (aliasing is issue 13's).
+  graph returns fresh contiguous buffers where eager returns views (aliasing is checked elsewhere: tests/test_aot_inplace_views.py).
 
 Each sample ends in one of these outcomes (``Result.status``):
 

@@ -212,7 +212,7 @@ if __name__ == "__main__":  # the cases register into the importable module, not
 
     from tests.reliability import quiet_fallback_logs, table as _table
 
-    parser = argparse.ArgumentParser(description="issue 13's reliability table")
+    parser = argparse.ArgumentParser(description="the reliability table: per family, compiled against eager")
     parser.add_argument("families", nargs="*", help="default: every family")
     parser.add_argument("-v", "--verbose", action="store_true", help="list every case that is not ok")
     parser.add_argument("--device", default="cpu",

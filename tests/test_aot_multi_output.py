@@ -1,7 +1,7 @@
 """AOT autograd never drops a gradient: multi-output ops, missing VJP rules, double backward.
 
 Each model is trained one step through ``tinydynamo.compile`` and every parameter's ``.grad``
-is compared with eager's (issue 12: these gradients used to be ``None`` or wrong, silently).
+is compared with eager's (a wrong or ``None`` gradient here would be silent otherwise).
 """
 from __future__ import annotations
 

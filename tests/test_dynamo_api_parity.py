@@ -1,4 +1,4 @@
-"""torch._dynamo's API in tinydynamo (issue 15): optimize (a decorator, not a context manager, as in
+"""torch._dynamo's API in tinydynamo: optimize (a decorator, not a context manager, as in
 torch 2.x), allow_in_graph, disallow_in_graph, disable on functions and modules, graph_break, run,
 export, TINY_DISABLE, optimizing an optimized function, tinydynamo.compiler names."""
 import os

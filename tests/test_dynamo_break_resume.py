@@ -1,4 +1,4 @@
-"""Graph breaks resume on both sides (issue 15): a data-dependent branch, inside loops, after an
+"""Graph breaks resume on both sides: a data-dependent branch, inside loops, after an
 earlier break, inside an inlined call, in frames with closures; paths that join again compile no
 more frames than torch.compile does. Each matches eager; graph counts are compared with torch.compile."""
 import pytest

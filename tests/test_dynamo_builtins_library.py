@@ -1,4 +1,4 @@
-"""Builtins and library code in traced code (issue 15): f-strings, sets, sequence arithmetic,
+"""Builtins and library code in traced code: f-strings, sets, sequence arithmetic,
 min/max/sum/sorted/map/filter/zip/enumerate, functools, itertools, collections, operator, math,
 copy, dataclasses.fields, inspect.signature, string methods, id(), numpy scalars, torch.finfo/iinfo/
 device/Size, tensor.new_*, Tensor.grad, imports, record_function. Each matches eager, and compiles

@@ -1,4 +1,4 @@
-"""Closures in traced code (issue 15): nested functions made and returned, nonlocal writes (in the
+"""Closures in traced code: nested functions made and returned, nonlocal writes (in the
 frame and to cells from outside), lambdas, decorators, and graph breaks in frames with cells and free
 variables (resume functions take the frame's cells as their closure). Each matches eager and
 compiles into as many graphs as torch.compile (backend "eager")."""

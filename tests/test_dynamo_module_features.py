@@ -1,4 +1,4 @@
-"""nn.Module features in traced code (issue 15): ModuleList/ModuleDict/ParameterList/ParameterDict
+"""nn.Module features in traced code: ModuleList/ModuleDict/ParameterList/ParameterDict
 (`in`, iteration, indexing, len), parameters()/named_parameters()/buffers()/children() in forward,
 module attribute mutation, modules built in the frame, lazy modules, forward pre/post hooks. Each
 matches eager, and compiles into as many graphs as torch.compile (backend "eager")."""

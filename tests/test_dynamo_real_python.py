@@ -1,7 +1,7 @@
 """Python that real models (transformers, timm, torchvision) use, captured like TorchDynamo captures it.
 
 Each test compares with eager and, where meaningful, with torch.compile's graph count on the same code
-(issue 15: wrappers with ``__wrapped__``, third-party code traced, ``super()``, ``fn.__code__``, attribute
+(wrappers with ``__wrapped__``, third-party code traced, ``super()``, ``fn.__code__``, attribute
 precedence, ops traced twice after a break in an inlined call, references kept by compiled code...).
 """
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Side effects (issue 4): mutations of outside lists/dicts/attributes/globals are replayed after the graph.
+"""Side effects: mutations of outside lists/dicts/attributes/globals are replayed after the graph.
 
 Every test runs the compiled function and eager PyTorch on two copies of the same state, several
 calls in a row, and compares the results *and* the state afterwards: a mutation that is lost, done

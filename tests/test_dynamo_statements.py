@@ -1,4 +1,4 @@
-"""Statements and everyday Python in traced code (issue 15): user context managers, try blocks that do
+"""Statements and everyday Python in traced code: user context managers, try blocks that do
 not raise, generators, assert, enums, dict comprehensions and **kwargs, hasattr/getattr on new objects,
 class attribute stores, type(x).__name__, list.sort(key=), str.format / %, zip(*...), star unpacking,
 slicing, local @torch.no_grad() functions, getattr(self, name), while loops, walrus, chained comparisons.

@@ -1,4 +1,4 @@
-"""User-defined classes in traced code (issue 15): objects made in the frame, their attributes
+"""User-defined classes in traced code: objects made in the frame, their attributes
 (reads, writes, properties), methods, classmethod/staticmethod, super(), dunder methods,
 dataclasses and named tuples, isinstance/issubclass, custom autograd.Function. Each case
 matches eager, and compiles into as many graphs as torch.compile (backend "eager")."""

@@ -72,3 +72,25 @@ def test_channels_last_training_gradients(backend):
     for (name, p), q in zip(m.named_parameters(), ref.parameters()):
         torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-4, msg=name)
     assert any("(240, 1, 48, 8)" in g.source for g in c.compiled_graphs)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_channels_last_buffer_flattened_and_pooled(backend):
+    """A channels-last buffer read by a flatten (not a view of its memory: a copy in NCHW order),
+    a max pool (a fallback kernel) and a cat along channels."""
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = nn.Conv2d(3, 4, 3, padding=1)
+            self.fc = nn.Linear(4 * 4 * 6 + 8 * 2 * 3, 5)
+
+        def forward(self, x):
+            y = torch.relu(self.conv(x))
+            z = torch.cat([y, y * 2], 1)
+            return self.fc(torch.cat([y.flatten(1), nn.functional.max_pool2d(z, 2).flatten(1)], 1))
+
+    m = Net().eval()
+    x = torch.randn(2, 3, 4, 6)
+    with torch.no_grad():
+        c = compile_with(m, [x], backend, force_layout_optimization=True)
+        torch.testing.assert_close(c(x), m(x), rtol=1e-4, atol=1e-5)

@@ -1,4 +1,4 @@
-"""PyTorch's OpInfo database through tinydynamo: outputs and gradients equal eager's (issue 12).
+"""PyTorch's OpInfo database through tinydynamo: outputs and gradients equal eager's.
 
 A fixed, fast slice of ``op_db`` runs here (the first samples of ~70 representative ops,
 weighted to what real models use and to multi-output ops); ``scripts/opinfo_sweep.py`` runs

@@ -4,6 +4,26 @@ Public names are loaded on first use (PEP 562), so importing the package stays c
 """
 from tinydynamo._lazy import lazy_attributes
 
+#: The layers, top (the backend) to bottom (leaves). A module imports modules of its own layer or
+#: below, never above, and no two modules import each other (tests/test_layering.py reads this).
+#: Kernel backends register themselves with codegen/common.py; lowering.py tells virtualized.py how
+#: to compute a symbolic constant: the lower layer is told, it never imports up.
+LAYERS = (
+    ("compile_fx", "testing"),                # the backend: FX graph in, compiled callable out
+    ("aot_autograd",),                        # lift parameters, decompose, joint graph, partition
+    ("partitioners", "joint_graph"),          # forward/backward split; the joint graph and its VJPs
+    ("decompositions", "vjp_rules", "prims", "fx_passes"),  # aten -> prims; a VJP rule per prim; graph passes
+    ("graph",),                               # GraphLowering: FX nodes -> IR buffers
+    ("codegen.wrapper",),                     # the call(args) module around the kernels
+    ("codegen.triton", "codegen.cpp", "codegen.triton_helpers"),  # kernel backends
+    ("scheduler",),                           # buffers -> fused groups (kernels)
+    ("lowering",),                            # one function per prim, returning IR
+    ("ir",),                                  # Pointwise / Reduction / views / StorageBox
+    ("virtualized",),                         # V and ops: the swappable ops handler
+    ("codegen.common", "codegen", "runtime", "codecache", "cpp_builder", "aliasing", "indexing", "ops_table",
+     "registry", "config"),                   # leaves: kernel protocol, runtime, caches, index maths, op table
+)
+
 # public name -> "module:attribute" ("module:" for the module itself), loaded on first use
 _LAZY = {
     "prims": "tininductor.prims:",

@@ -24,10 +24,16 @@ import dataclasses
 import logging
 from typing import Any, Sequence
 
+import sympy
 import torch
 import torch.fx as fx
+from torch._dispatch.python import enable_python_dispatcher
+from torch._guards import detect_fake_mode
+from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.multiprocessing.reductions import StorageWeakRef
 from torch.utils._python_dispatch import TorchDispatchMode
+
+from .indexing import host_expr, size_expr
 
 log = logging.getLogger("tininductor.aliasing")
 
@@ -130,8 +136,6 @@ class _InPlaceChecker(TorchDispatchMode):
 def analyze(fn, example_inputs: Sequence[Any]) -> AliasInfo:
     """Run ``fn`` (the captured graph, parameters lifted) on fresh fake copies of the inputs and
     find how its outputs alias its inputs and each other."""
-    from torch._subclasses.fake_tensor import FakeTensorMode
-
     mode = FakeTensorMode(allow_non_fake_inputs=True)
     fakes = [mode.from_tensor(x, static_shapes=True) if isinstance(x, torch.Tensor) else x for x in example_inputs]
     entry_versions = [x._version if isinstance(x, torch.Tensor) else None for x in fakes]
@@ -285,10 +289,6 @@ def symbolic_views(fn, fakes: Sequence[Any], info: AliasInfo, inputs: Sequence[A
     sizes are then expressions over the size symbols, and each symbol is read from where it
     first appears among the inputs (``inputs[2].size(1)``). The generated function is checked
     against the example's own view sizes (``info``, found on ``inputs``)."""
-    from torch._dispatch.python import enable_python_dispatcher
-    from torch._guards import detect_fake_mode
-
-    from .indexing import host_expr, size_expr
 
     mode = detect_fake_mode([f for f in fakes if isinstance(f, torch.Tensor)])
     if mode is None or mode.shape_env is None:
@@ -322,8 +322,6 @@ def _example(x):
 
 def _symbol_sources(fakes, size_expr) -> dict:
     """size symbol -> Python expression over ``inputs`` that reads it at run time."""
-    import sympy
-
     sources: dict = {}
     for k, f in enumerate(fakes):
         if isinstance(f, torch.SymInt):
@@ -342,8 +340,6 @@ def _symbol_sources(fakes, size_expr) -> dict:
 
 def _compile_view(exprs, sources: dict, pexpr):
     """``inputs -> (size, stride, offset)`` from size expressions, or None when a symbol has no source."""
-    import sympy
-
     size, stride, offset = exprs
     needed = set().union(*[sympy.sympify(e).free_symbols for e in [*size, *stride, offset]])
     if not needed <= sources.keys():

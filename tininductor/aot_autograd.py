@@ -29,17 +29,19 @@ compiled per concrete shape instead, logged (``_specialize_per_shape``).
 from __future__ import annotations
 
 import dataclasses
+import logging
 import warnings
 from typing import Callable
 
 import torch
 import torch.fx as fx
 import torch.utils._pytree as pytree
+from torch._guards import detect_fake_mode
 
 from tininductor import aliasing, config
 from tininductor.decompositions import decompose, fake_inputs
 from tininductor.fx_passes.freezing import freeze
-from tininductor.joint_graph import JointGraph, create_joint
+from tininductor.joint_graph import AutogradCompileError, JointGraph, create_joint
 from tininductor.partitioners import Partition, default_partition, min_cut_partition
 from tinydynamo import artifacts
 from tinydynamo.utils import dynamo_timed
@@ -415,8 +417,6 @@ def _random_ops(gm: fx.GraphModule) -> str | None:
 def _run_graph_eagerly(gm, reason: str) -> Callable:
     """The captured graph run as it is (its ops eagerly), for a graph whose eager semantics a
     functional graph cannot reproduce; logged with the reason."""
-    import logging
-
     logging.getLogger("tininductor.aliasing").warning("running the graph eagerly: %s", reason)
     run = gm.forward if isinstance(gm, fx.GraphModule) else gm
     return run
@@ -449,8 +449,6 @@ def _hint(x):
 
 
 def _symbolic_fake_mode(fakes):
-    from torch._guards import detect_fake_mode
-
     mode = detect_fake_mode([f for f in fakes if isinstance(f, torch.Tensor)])
     if mode is None:
         raise NeedsStaticShapes("no fake mode found on the graph's example values")
@@ -486,10 +484,6 @@ def compile_dynamic(gm, example_inputs, fw_compiler, bw_compiler, partition_fn,
     shape (logged) where that is not possible: a NeedsStaticShapes reason, or any error while
     compiling symbolically (the compilers raise instead of falling back to eager meanwhile, so
     a lowering that cannot handle a symbolic size is compiled per shape, not run eagerly)."""
-    import logging
-
-    from tininductor import config
-    from tininductor.joint_graph import AutogradCompileError
 
     log = logging.getLogger("tininductor.aot_autograd")
     fakes = dynamo_example_fakes(gm, example_inputs)

@@ -16,20 +16,33 @@ import collections
 import functools
 import logging
 import os
+import re
 import sys
 import types
 import warnings
 
 import torch
+from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.fx.passes.fake_tensor_prop import FakeTensorProp
 from torch.utils._pytree import tree_unflatten
 
+from tinydynamo import artifacts
 from tinydynamo.backends import errors_must_raise
 from tinydynamo.utils import dynamo_timed
 
 from . import config
+from .aot_autograd import is_flat_sequence
+from .codecache import PyCodeCache
+from .codegen.common import get_scheduling
+from .codegen.wrapper import WrapperCodeGen
 from .fx_passes.pad_mm import pad_mm
+from .graph import GraphLowering
+from .lowering import LoweringDeclined
+from .partitioners import default_partition, min_cut_partition
 from .runtime.compile_worker import start_workers
-from .runtime.triton_launcher import warm_up_driver
+from .runtime.cudagraphs import cudagraphify
+from .runtime.triton_launcher import TritonLauncher, warm_up_driver
+from .scheduler import Scheduler
 from .virtualized import V
 
 log = logging.getLogger("tininductor.compile_fx")
@@ -50,8 +63,6 @@ output_code_log = logging.getLogger("tininductor.output_code")  # used when tiny
 
 
 def _artifacts():
-    from tinydynamo import artifacts
-
     return artifacts
 
 
@@ -104,8 +115,6 @@ def compile_fx(gm: torch.fx.GraphModule, example_inputs):
 def _wait_for_kernels(graphs) -> None:
     """Wait for the Triton kernels of ``graphs`` (forward and backward), compiled in background
     threads since their modules loaded: a kernel that does not compile fails the compile here."""
-    from .runtime.triton_launcher import TritonLauncher
-
     for g in graphs:
         module = getattr(g, "module", None)
         for value in vars(module).values() if module is not None else ():
@@ -114,8 +123,6 @@ def _wait_for_kernels(graphs) -> None:
 
 
 def _partitioner():
-    from .partitioners import default_partition, min_cut_partition
-
     choices = {"min_cut": min_cut_partition, "default": default_partition}
     if config.partitioner not in choices:
         raise ValueError(f"unknown tininductor partitioner {config.partitioner!r}: use one of {sorted(choices)}")
@@ -192,8 +199,6 @@ def _ensure_example_values(gm: torch.fx.GraphModule, example_inputs) -> None:
     """Lowering reads ``node.meta['val']`` in places; fill it in with fake tensors if missing."""
     if all("val" in n.meta for n in gm.graph.nodes if n.op == "call_function"):
         return
-    from torch._subclasses.fake_tensor import FakeTensorMode
-    from torch.fx.passes.fake_tensor_prop import FakeTensorProp
 
     mode = FakeTensorMode(allow_non_fake_inputs=True)
     FakeTensorProp(gm, mode).propagate(*[mode.from_tensor(t) if isinstance(t, torch.Tensor) else t for t in example_inputs])
@@ -224,11 +229,6 @@ def _graph_kind(is_backward: bool, is_inference: bool) -> str:
 def _compile_fx_inner(gm: torch.fx.GraphModule, example_inputs, cudagraphs: str | bool = False,
                       is_inference: bool = False):
     """``cudagraphs``: False, or the graph's kind for the CUDA graph runner ("inference", ...)."""
-    from .codecache import PyCodeCache
-    from .codegen.wrapper import WrapperCodeGen
-    from .graph import GraphLowering
-    from .scheduler import Scheduler
-
     example_inputs = list(example_inputs)
     _ensure_example_values(gm, example_inputs)
     if config.shape_padding or config.force_shape_padding:
@@ -258,8 +258,6 @@ def _compile_fx_inner(gm: torch.fx.GraphModule, example_inputs, cudagraphs: str 
     spec = graph.output_spec
     call = module.call
 
-    from .aot_autograd import is_flat_sequence
-
     if is_flat_sequence(spec):
         container = spec.type  # the usual case: a flat tuple/list of outputs, no pytree walk per call
 
@@ -270,8 +268,6 @@ def _compile_fx_inner(gm: torch.fx.GraphModule, example_inputs, cudagraphs: str 
             return tree_unflatten(list(call([*args, *constants])), spec)
 
     if cudagraphs:
-        from .runtime.cudagraphs import cudagraphify
-
         dynamic = bool(graph.size_sources) or any(isinstance(v, torch.SymInt) for v in graph.example_inputs)
         compiled = cudagraphify(compiled, set(graph.device_types), kind=cudagraphs, dynamic=dynamic)
     compiled.source = source
@@ -289,9 +285,6 @@ def _check_sizes_bound(source: str, graph) -> None:
     call's arguments (a SymInt argument, or a dimension of an input tensor). One that is not (a
     size that only appears inside an expression, ``2*s0``) cannot be evaluated: refuse the graph
     (it then runs eagerly, with a warning) rather than compute with a wrong value."""
-    import re
-
-    from .lowering import LoweringDeclined
 
     if not graph.size_sources and not any(isinstance(v, torch.SymInt) for v in graph.example_inputs):
         return
@@ -318,7 +311,6 @@ def _use_interpreter_if_needed(graph) -> None:
         return
     if os.environ.get("TRITON_INTERPRET") == "1":
         return
-    from .codegen.common import get_scheduling
 
     if getattr(get_scheduling(torch.device("cpu")), "kind", None) != "triton":
         return

@@ -26,7 +26,10 @@ from typing import Callable
 
 import torch
 from torch._dispatch.python import enable_python_dispatcher
+from torch._guards import detect_fake_mode
+from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx.experimental.proxy_tensor import make_fx
+from torch.fx.passes.fake_tensor_prop import FakeTensorProp
 
 from tininductor import config
 from tininductor.prims import is_prim
@@ -570,9 +573,6 @@ def fake_inputs(example_inputs):
 
     Reuses the fake mode of inputs that are already fake (from TorchDynamo, say).
     """
-    from torch._guards import detect_fake_mode
-    from torch._subclasses.fake_tensor import FakeTensorMode
-
     mode = detect_fake_mode(example_inputs) or FakeTensorMode(allow_non_fake_inputs=True)
     fakes = [
         mode.from_tensor(x) if isinstance(x, torch.Tensor) and not isinstance(
@@ -634,8 +634,6 @@ def decompose(gm: torch.fx.GraphModule, example_inputs, table: dict | None = Non
         out = make_fx(functional, decomposition_table=table)(*fakes)
     if functionalize_inplace_views(out):
         # the in-place op restrided its base's example value too: recompute every node's ``val``
-        from torch.fx.passes.fake_tensor_prop import FakeTensorProp
-
         with torch.no_grad():
             FakeTensorProp(out, mode).propagate_dont_convert_inputs(*fakes)
     out.meta["fallbacks"] = fallback_ops(out, table)

@@ -22,6 +22,7 @@ from typing import Any
 import sympy
 import torch
 from torch._dispatch.python import enable_python_dispatcher
+from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.utils._pytree import tree_flatten, tree_map
 
 from . import config, ir
@@ -375,7 +376,6 @@ def _fake_mode(shape_env=None):
     """A FakeTensorMode for computing extern kernels' output layouts: one shared mode for static
     sizes (made on first use), or one over the graph's ShapeEnv, whose symbols the sizes are."""
     global _FAKE_MODE
-    from torch._subclasses.fake_tensor import FakeTensorMode
 
     if shape_env is not None:
         return FakeTensorMode(shape_env=shape_env, allow_non_fake_inputs=True)

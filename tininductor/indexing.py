@@ -302,3 +302,9 @@ def host_expr(expr) -> str:
     """Print a size expression for host Python code (the wrapper): sizes, strides, grids, launch
     arguments. The same text as in a Triton kernel; named apart because it runs on the host."""
     return pexpr(expr)
+
+
+def tuple_source(xs) -> str:
+    """``(8, s0)``: a tuple of sizes (ints or symbolic expressions) as Python source."""
+    xs = [host_expr(x) for x in xs]
+    return f"({', '.join(xs)}{',' if len(xs) == 1 else ''})"

@@ -28,8 +28,8 @@ from typing import Any, Callable, Sequence
 import sympy
 import torch
 
-from .indexing import contiguous_strides, host_expr, is_static, prod, size_expr, sym
-from .virtualized import V, ops
+from .indexing import contiguous_strides, host_expr, is_static, prod, size_expr, sym, tuple_source
+from .virtualized import PlainTextHandler, V, ops
 
 
 @dataclasses.dataclass
@@ -119,8 +119,6 @@ class Loops(IRNode):
 
     def body_str(self) -> str:
         """The body printed with the plain-text handler: what the node computes at (i0, i1, ...)."""
-        from .virtualized import PlainTextHandler
-
         with V.set_ops_handler(PlainTextHandler()):
             return str(self._call_for_str())
 
@@ -346,8 +344,6 @@ class ReinterpretView(IRNode):
 
     def codegen_reference(self) -> str:
         lay = self.layout
-        from .codegen.wrapper import tuple_source
-
         return f"reinterpret_tensor({self.get_name()}, {tuple_source(lay.size)}, {tuple_source(lay.stride)}, {host_expr(lay.offset)})"
 
 

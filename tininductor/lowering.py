@@ -20,10 +20,11 @@ import torch
 from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND as Promote, elementwise_dtypes
 
 from . import config, ir
+from .codegen.common import get_scheduling
 from .indexing import FloorDiv, ModularIndexing, contiguous_strides, flatten, is_static, prod, size_expr, unflatten
 from .ops_table import OP_TABLE, REDUCTION_TYPES
 from .registry import OpRegistry
-from .virtualized import V, ops
+from .virtualized import V, ops, symbolic_constant
 
 aten = torch.ops.aten
 prims = torch.ops.prims
@@ -180,6 +181,9 @@ def symbolic_scalar(expr: sympy.Expr, dtype: torch.dtype):
             out = op(out, a)
         return out
     raise LoweringDeclined(f"symbolic scalar {expr} has no lowering")
+
+
+symbolic_constant["fn"] = symbolic_scalar  # ops.constant of a size expression (virtualized.py)
 
 
 def register_pointwise(target, op_name=None, promote=Promote.DEFAULT, returns_bool=False):
@@ -912,9 +916,6 @@ def _check_indirect(x) -> None:
     """Indexing lowers to indirect loads/stores only where ``x``'s kernel backend has them
     (``supports_indirect_indexing`` on its scheduling class: codegen/common.py); elsewhere the
     op runs in torch, with the reason logged."""
-    from . import config
-    from .codegen.common import get_scheduling
-
     if not config.indirect_indexing:
         raise LoweringDeclined("config.indirect_indexing is off")
     backend = get_scheduling(x.get_device())

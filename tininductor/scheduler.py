@@ -76,8 +76,12 @@ def iteration_vars(node: ir.ComputedBuffer, kind: str, numel: int, rnumel: int):
     return unflatten(XINDEX, ranges), []  # pointwise, xonly
 
 
+def _new_read_writes() -> ReadWrites:
+    return (FUSION_RULES["read_writes_handler"] or ReadWrites)()
+
+
 def read_writes(node: ir.ComputedBuffer, kind: str, numel: int, rnumel: int) -> ReadWrites:
-    rw = ReadWrites()
+    rw = _new_read_writes()
     index, rindex = iteration_vars(node, kind, numel, rnumel)
     with V.set_ops_handler(rw):
         node.store_body(index, rindex)
@@ -196,7 +200,7 @@ def _reads(node: ir.Buffer) -> set[str]:
 
 
 def _body_reads(node: ir.ComputedBuffer) -> set[str]:
-    rw = ReadWrites()
+    rw = _new_read_writes()
     index = [sym(f"i{d}") for d in range(len(node.get_ranges()))]
     rindex = [sym(f"r{d}") for d in range(len(node.get_reduction_ranges()))]
     with V.set_ops_handler(rw):
@@ -209,8 +213,10 @@ def _group_for(node: ir.ComputedBuffer) -> FusedGroup:
     return FusedGroup(node.get_device(), numel, rnumel if node.is_reduction() else 1, node.is_reduction(), [node])
 
 
-def try_fuse(group: FusedGroup, node: ir.ComputedBuffer) -> FusedGroup | None:
-    """``group`` with ``node`` appended, or None when sizes disagree or a read would race."""
+def fusion_candidate(group: FusedGroup, node: ir.ComputedBuffer) -> FusedGroup | None:
+    """The kernel ``group`` becomes with ``node`` appended (a pointwise kernel that meets a reduction
+    over the same elements becomes a reduction kernel: its pointwise nodes then run as ``full`` nodes
+    inside the reduction loop); None when devices or sizes disagree, or a scatter is involved."""
     if group.device != node.get_device():
         return None
     if isinstance(node, ir.ScatterBuffer) or any(isinstance(n, ir.ScatterBuffer) for n in group.nodes):
@@ -219,12 +225,16 @@ def try_fuse(group: FusedGroup, node: ir.ComputedBuffer) -> FusedGroup | None:
         numel, rnumel = node.get_group()
         if numel * rnumel != group.numel:
             return None
-        candidate = FusedGroup(group.device, numel, rnumel, True, group.nodes + [node])
-    else:
-        candidate = FusedGroup(group.device, group.numel, group.rnumel, group.is_reduction, group.nodes + [node])
+        return FusedGroup(group.device, numel, rnumel, True, group.nodes + [node])
+    return FusedGroup(group.device, group.numel, group.rnumel, group.is_reduction, group.nodes + [node])
+
+
+def fusion_is_legal(candidate: FusedGroup) -> bool:
+    """May ``candidate`` run as one set of loops? Every node fits the kernel's loops (it has a kind),
+    and a read of a buffer written in the kernel hits exactly the index written (else it would read
+    another program's element, which may not be stored yet)."""
     if any(candidate.kind(n) is None for n in candidate.nodes):
-        return None
-    # legality: in-kernel reads must hit exactly what the writer wrote
+        return False
     written: dict[str, set] = {}
     reads: list[tuple[str, sympy.Expr]] = []
     for n in candidate.nodes:
@@ -232,10 +242,18 @@ def try_fuse(group: FusedGroup, node: ir.ComputedBuffer) -> FusedGroup | None:
         for name, index in rw.writes:
             written.setdefault(name, set()).add(index)
         reads.extend(rw.reads)
-    for name, index in reads:
-        if name in written and written[name] != {index}:
-            return None
-    return candidate
+    return all(written[name] == {index} for name, index in reads if name in written)
+
+
+#: the scheduler's swappable rules (chapter 7 swaps a learner's in: ``with swap(FUSION_RULES, ...)``):
+#: the fusion legality check, and the ops handler that records a body's reads and writes
+FUSION_RULES: dict = {"is_legal": fusion_is_legal, "read_writes_handler": None}
+
+
+def try_fuse(group: FusedGroup, node: ir.ComputedBuffer) -> FusedGroup | None:
+    """``group`` with ``node`` appended, or None when sizes disagree or a read would race."""
+    candidate = fusion_candidate(group, node)
+    return candidate if candidate is not None and FUSION_RULES["is_legal"](candidate) else None
 
 
 class Scheduler:

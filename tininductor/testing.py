@@ -11,6 +11,9 @@ import os
 
 import torch
 
+from . import config
+from .compile_fx import compile_fx
+
 DEVICE = os.environ.get("TINY_TEST_DEVICE") or ("cuda" if torch.cuda.is_available() else "cpu")
 if DEVICE == "cpu":
     os.environ.setdefault("TRITON_INTERPRET", "1")
@@ -31,9 +34,6 @@ def patch_config(obj, **values):
 
 def compile_graph(fn, args):
     """symbolic_trace ``fn`` and compile it with ``compile_fx`` (no Dynamo: fast), raising on errors."""
-    from . import config
-    from .compile_fx import compile_fx
-
     gm = torch.fx.symbolic_trace(fn) if not isinstance(fn, torch.fx.GraphModule) else fn
     with patch_config(config, fallback_to_eager=False, cpu_backend=os.environ.get("TINY_CPU_BACKEND", "triton")):
         return compile_fx(gm, list(args))

@@ -38,6 +38,7 @@ import threading
 from typing import Any, Iterator
 
 import sympy
+import torch
 
 from .ops_table import OP_TABLE, OPS
 
@@ -84,14 +85,10 @@ class PlainTextHandler:
         return f"store({name}, {index}, {value}{', ' + mode if mode else ''})"
 
     def indirect_indexing(self, value, size, check=True):
-        import sympy
-
         return sympy.Symbol(f"({value})", integer=True)
 
 
 def _fmt(a: Any) -> str:
-    import torch
-
     if isinstance(a, torch.dtype):
         return str(a).replace("torch.", "")
     return str(a)
@@ -162,13 +159,16 @@ class _OpsProxy:
         return call_current_handler
 
 
+#: how ``ops.constant`` computes a size expression: set by lowering.py (its ``symbolic_scalar``), the
+#: layer that turns sympy into ops; this module never imports it
+symbolic_constant: dict = {"fn": None}
+
+
 def _constant(value, dtype):
     """``ops.constant``; a "constant" that is a size expression (``s0 - 1``, a bound an index_put
     lowering computed from a symbolic size) is computed by the kernel from its size arguments."""
     if isinstance(value, sympy.Basic) and value.free_symbols:
-        from .lowering import symbolic_scalar
-
-        return symbolic_scalar(value, dtype)
+        return symbolic_constant["fn"](value, dtype)
     return V.ops.constant(value, dtype)
 
 

@@ -24,6 +24,7 @@ import math
 from typing import Callable
 
 import torch
+from torch._library.custom_ops import OPDEFS
 
 from tininductor.registry import OpRegistry, lookup
 
@@ -80,8 +81,6 @@ def custom_op_vjp(target) -> Callable | None:
     for one). Both are written in torch ops, so running them here under tracing records the
     backward, exactly the formula eager autograd would run, as AOTAutograd does for such ops.
     """
-    from torch._library.custom_ops import OPDEFS
-
     schema = getattr(target, "_schema", None)
     opdef = OPDEFS.get(schema.name) if schema is not None else None
     if opdef is None or getattr(opdef, "_backward_fn", None) is None:

@@ -5,6 +5,22 @@ Python; everything else is loaded on first use (PEP 562).
 """
 from tinydynamo._lazy import lazy_attributes
 
+#: The layers, top (entry points) to bottom (leaves). A module imports modules of its own layer or
+#: below, never above, and no two modules import each other (tests/test_layering.py reads this).
+#: What a lower layer must call above it is passed down: convert_frame hands eval_frame's
+#: ``wrap_for_resume`` to the OutputGraph; variables/ reach the interpreter through ``tx``.
+LAYERS = (
+    ("api", "compiler", "explanation", "instructor_view", "testing", "tracer", "viz"),  # user-facing tools
+    ("eval_frame",),        # optimize/compile/disable/reset, the per-code cache, OptimizedModule
+    ("convert_frame",),     # a cache miss: compile the frame into a new cache entry
+    ("symbolic_convert",),  # the symbolic bytecode interpreter (InstructionTranslator)
+    ("output_graph",),      # the frame's FX graph, its guards, the backend call, the code that runs it
+    ("codegen", "side_effects"),  # Python source for the transformed frame; mutations replayed after it
+    ("variables", "polyfills", "trace_rules"),  # what the interpreter's values are (VariableTracker)
+    ("guards", "symbolic_shapes", "backends", "distributed", "skip_frame", "resume", "decompile", "artifacts",
+     "source", "bytecode", "registry", "utils", "logs", "exc", "config", "_lazy"),  # leaves
+)
+
 # public name -> "module:attribute" ("module:" for the module itself), loaded on first use
 _LAZY = {
     "artifacts": "tinydynamo.artifacts:",

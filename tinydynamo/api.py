@@ -10,6 +10,8 @@ from __future__ import annotations
 from typing import Callable, NamedTuple
 
 import torch
+from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.fx.experimental.proxy_tensor import make_fx
 
 from tinydynamo.convert_frame import compile_frame
 from tinydynamo.eval_frame import OptimizedFunction, OptimizedModule, _current_backend, _user_function, get_cache
@@ -105,9 +107,6 @@ def export(f: Callable, *extra_args, aten_graph: bool = False, decomposition_tab
 
 def _aten_graph(gm: torch.fx.GraphModule, example_inputs: list, decomposition_table) -> torch.fx.GraphModule:
     """The captured (torch-level) graph re-traced to ATen ops by ``make_fx`` on fake tensors."""
-    from torch._subclasses.fake_tensor import FakeTensorMode
-    from torch.fx.experimental.proxy_tensor import make_fx
-
     fake_mode = FakeTensorMode()
     fakes = [fake_mode.from_tensor(t, static_shapes=True) for t in example_inputs]
     with fake_mode:

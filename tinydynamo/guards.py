@@ -19,6 +19,7 @@ import weakref
 from typing import Any, Callable, Iterator
 
 import torch
+from torch.nn.modules import module as module_mod
 
 from tinydynamo.registry import swap
 from tinydynamo.source import Source, SourceScope
@@ -374,8 +375,6 @@ _HOOK_DICTS = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_back
 
 
 def _global_hook_dicts() -> list:
-    from torch.nn.modules import module as module_mod
-
     return [getattr(module_mod, name) for name in ("_global_forward_hooks", "_global_forward_pre_hooks",
                                                    "_global_backward_hooks", "_global_backward_pre_hooks")
             if hasattr(module_mod, name)]

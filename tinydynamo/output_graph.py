@@ -22,18 +22,24 @@ from typing import Any, Callable
 
 import torch
 import torch.fx
+from torch._dispatch.python import enable_python_dispatcher
+from torch._guards import TracingContext, tracing
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.amp.autocast_mode import _exit_autocast
 
 from tinydynamo import artifacts, distributed, logs, symbolic_shapes
 from tinydynamo.codegen import GraphBreakCodegen, PyCodegen
+from tinydynamo.decompile import DecompiledCode
 from tinydynamo.exc import Unsupported, unimplemented
-from tinydynamo.guards import CheckFunction, GuardBuilder, TensorMeta
+from tinydynamo.guards import CheckFunction, GuardBuilder, TensorMeta, storage_groups
 from tinydynamo.side_effects import SideEffects
 from tinydynamo.source import ModuleMemberSource, Source, SourceScope
 from tinydynamo.utils import dynamo_timed
+from tinydynamo.variables import torch_function
 from tinydynamo.variables.base import VariableTracker
+from tinydynamo.variables.builder import wrap_fx_result
 from tinydynamo.variables.ctx_manager import is_grad_mode_node
+from tinydynamo.variables.sym_node import SymNodeVariable, specialized
 from tinydynamo.variables.tensor import TensorVariable
 
 CALL_OPS = ("call_function", "call_method", "call_module")
@@ -187,8 +193,6 @@ class OutputGraph:
     def lift_int(self, value: int, source: Source) -> VariableTracker | None:
         """An int argument compiled as a symbol (automatic dynamic / ``dynamic=True``): a SymInt
         placeholder read from ``L['n']`` at run time; None where the int stays a guarded constant."""
-        from tinydynamo.variables.sym_node import SymNodeVariable
-
         why = symbolic_shapes.int_is_dynamic(value, source, self.frame_state)
         if why is None:
             return None
@@ -221,10 +225,6 @@ class OutputGraph:
     def create_node(self, op: str, target: Any, args: list[VariableTracker], kwargs: dict[str, VariableTracker],
                     keep: bool = False) -> VariableTracker:
         """Add ``target(*args, **kwargs)`` to the graph; its fake result says what it produces."""
-        from tinydynamo.variables import torch_function
-        from tinydynamo.variables.builder import wrap_fx_result
-        from tinydynamo.variables.sym_node import specialized
-
         if op == "call_method" and target == "as_subclass" and not (
                 torch_function.has_overloaded_args(args, kwargs) and not self.torch_function_disabled):
             return torch_function.as_subclass_variable(args, kwargs)  # the same node, seen as another type
@@ -266,8 +266,6 @@ class OutputGraph:
         symbolic = self.tracked_fakes and contextlib.ExitStack() or contextlib.nullcontext()
         with self.fake_mode, symbolic as stack:
             if stack is not None:
-                from torch._dispatch.python import enable_python_dispatcher
-
                 stack.enter_context(enable_python_dispatcher())
             if op == "call_method":
                 return getattr(ex_args[0], target)(*ex_args[1:], **ex_kwargs)
@@ -319,8 +317,6 @@ class OutputGraph:
         exec(compile(text, f"<tinydynamo {self.frame_name}>", "exec"), namespace)
         artifacts.record("transformed_code", self.frame_name, text)
         if codegen.resume_codes:
-            from tinydynamo.decompile import DecompiledCode
-
             for resume_code in codegen.resume_codes:  # the rest of the frame, as readable Python (lazily)
                 artifacts.record("transformed_code", f"{resume_code.co_name} (decompiled)", DecompiledCode(resume_code))
         return CompiledFrame(check_fn, namespace["___compiled_frame"], gm, text, backend, n_ops,
@@ -367,7 +363,6 @@ class OutputGraph:
         instead of baking in the example sizes."""
         if not self.tracked_fakes:
             return contextlib.nullcontext()
-        from torch._guards import TracingContext, tracing
 
         return tracing(TracingContext(self.fake_mode))
 
@@ -377,8 +372,6 @@ class OutputGraph:
         tensors, is a miss (the new entry takes the duplicate as one input). Parameters and
         buffers are left out (as TorchDynamo does): checking every one of them on every call
         would cost more than the rest of the guards."""
-        from tinydynamo.guards import storage_groups
-
         pairs = [(src, t) for src, t in zip(self.input_sources, self.example_inputs)
                  if not isinstance(src, ModuleMemberSource) and isinstance(t, torch.Tensor)]  # parameters and buffers: not checked per call
         if len(pairs) < 2 or not any(_writes_in_place(n) for n in self.graph.nodes):

@@ -26,7 +26,14 @@ import inspect
 import itertools
 import math
 import operator
+import types
 from typing import Any
+
+import torch
+import torch.utils.checkpoint
+
+from tinydynamo.exc import unimplemented
+from tinydynamo.source import AttrSource
 
 
 # ---- 2. Python reimplementations, inlined --------------------------------------------------------------
@@ -182,8 +189,6 @@ def checkpoint(function, *args, use_reentrant=None, context_fn=None, determinism
 
 
 def _torch_checkpoint():
-    import torch.utils.checkpoint
-
     return torch.utils.checkpoint.checkpoint
 
 
@@ -228,9 +233,6 @@ def _autocast_handler(cls):
 
 
 def _class_handlers() -> dict:
-    import contextlib
-
-    import torch
 
     from tinydynamo.variables import autocast, iter as it, misc_ctx
 
@@ -265,7 +267,6 @@ def _numpy_scalar(t):
     type), a constant of the trace that FX can print into the graph's code."""
 
     def handler(tx, args, kwargs):
-        from tinydynamo.exc import unimplemented
         from tinydynamo.variables.constant import ConstantVariable
 
         if not all(a.is_python_constant() for a in args) or kwargs:
@@ -277,9 +278,6 @@ def _numpy_scalar(t):
 
 def constant_object_types() -> tuple:
     """Immutable library objects kept as constants of the trace (attributes and methods run at trace time)."""
-    import types
-
-    import torch
 
     return (inspect.Signature, inspect.Parameter, types.MappingProxyType, dataclasses.Field, torch.finfo,
             torch.iinfo) + _numpy_scalar_types()
@@ -330,7 +328,6 @@ def variable_for(value: Any, source) -> Any:
 
         return OpaqueCallVariable(value, "copy.copy of an object other than a list, dict, set or tuple")
     if getattr(value, "__code__", None) is _CONTEXTMANAGER_CODE and hasattr(value, "__wrapped__"):
-        from tinydynamo.source import AttrSource
         from tinydynamo.variables.functions import UserFunctionVariable
         from tinydynamo.variables.misc_ctx import ContextManagerFunctionVariable
 

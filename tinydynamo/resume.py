@@ -22,7 +22,7 @@ import dis
 import inspect
 import types
 
-from bytecode import Bytecode, Instr, Label
+from bytecode import Bytecode, CellVar, FreeVar, Instr, Label
 
 _PREFIX_OPS = {"RESUME", "COPY_FREE_VARS", "MAKE_CELL", "NOP"}
 
@@ -181,8 +181,6 @@ def _cells_to_free_vars(body: list, n_prefix: int, code: types.CodeType) -> tupl
     """A resume function does not make its cells: the frame's cells come in as its closure (as
     TorchDynamo's resume functions receive them). So every cell variable becomes a free variable,
     MAKE_CELL goes, and COPY_FREE_VARS copies all of them."""
-    from bytecode import CellVar, FreeVar
-
     out, prefix_left = [], n_prefix
     for k, item in enumerate(body):
         if isinstance(item, Instr):

@@ -30,8 +30,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from tinydynamo.codegen import PyCodegen
 from tinydynamo.exc import Unsupported, unimplemented
 from tinydynamo.variables.base import VariableTracker
+from tinydynamo.variables.dicts import DictVariable
 
 
 class SideEffects:
@@ -132,8 +134,6 @@ class SideEffects:
 
     def _check_replayable(self, value: VariableTracker, what: str) -> None:
         """Fail at the store (a clean graph break there) if ``value`` could not be rebuilt after the graph."""
-        from tinydynamo.codegen import PyCodegen
-
         try:
             value.reconstruct(PyCodegen(self.output))  # a scratch codegen: only asks "could you?"
         except Unsupported as e:
@@ -162,8 +162,6 @@ class SideEffects:
     # ---- codegen -------------------------------------------------------------------------------------
     def codegen_update_mutated(self, codegen) -> list[str]:
         """Python lines that replay the pending effects after the graph ran (final states, in order)."""
-        from tinydynamo.variables.dicts import DictVariable
-
         self.install_alias_guards()
         lines = []
         for key, entry in self.pending.items():

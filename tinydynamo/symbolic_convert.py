@@ -17,6 +17,7 @@ import dis
 import importlib
 import inspect
 import linecache
+import operator
 import types
 from typing import Any, Callable, Iterator
 
@@ -27,6 +28,7 @@ from tinydynamo.bytecode import Instruction
 from tinydynamo.exc import ObservedException, Unsupported, unimplemented
 from tinydynamo.output_graph import OutputGraph
 from tinydynamo.registry import swap
+from tinydynamo.resume import enclosing_blocks
 from tinydynamo.skip_frame import CompileCallee, compile_callee_at
 from tinydynamo.source import GetItemSource, GlobalSource, LocalSource
 from tinydynamo.variables import (
@@ -42,6 +44,7 @@ from tinydynamo.variables import (
     TupleVariable,
     VariableTracker,
 )
+from tinydynamo.variables.autocast import AutocastModeVariable
 from tinydynamo.variables.builder import VariableBuilder
 from tinydynamo.variables.ctx_manager import (
     GradModeVariable,
@@ -49,7 +52,18 @@ from tinydynamo.variables.ctx_manager import (
     prune_grad_mode_nodes,
     set_grad_enabled,
 )
+from tinydynamo.variables.dataclasses import DataclassVariable, can_model
+from tinydynamo.variables.functions import shared_cell_tracker
+from tinydynamo.variables.iter import SetVariable
+from tinydynamo.variables.misc_ctx import (
+    GeneratorContextManagerVariable,
+    NullContextVariable,
+    UserContextManagerVariable,
+)
+from tinydynamo.variables.objects import SuperVariable, zero_arg_super
 from tinydynamo.variables.sym_node import SliceVariable, SymNodeVariable
+from tinydynamo.variables.tensor import ScalarNodeVariable
+from tinydynamo.variables.user_defined import UserDefinedObjectVariable, _python_dunder
 
 #: classes whose construction from constants is a constant (folded at trace time)
 FOLDABLE_CLASSES = (torch.finfo, torch.iinfo, torch.device)
@@ -180,16 +194,12 @@ class InstructionTranslatorBase:
                 and all(a.is_python_constant() for a in args):  # torch.finfo(x.dtype): a constant
             return ConstantVariable(fn.value(*[a.as_python_constant() for a in args]))
         if isinstance(fn, ConstantVariable) and isinstance(fn.value, type):
-            from tinydynamo.variables.dataclasses import DataclassVariable, can_model
-
             if can_model(fn.value):  # a dataclass built in the frame (a model's output record)
                 return DataclassVariable.create(self, fn.value, args, kwargs)
         return fn.call_function(self, args, kwargs)
 
     def make_super(self, args: list[VariableTracker]) -> VariableTracker:
         """``super()`` (zero arguments: this frame's ``__class__`` cell and first argument) or ``super(cls, obj)``."""
-        from tinydynamo.variables.objects import SuperVariable, zero_arg_super
-
         if len(args) == 2:
             return SuperVariable(args[0].as_python_constant(), args[1])
         if args:
@@ -377,8 +387,6 @@ def CONTAINS_OP(tx: T, inst):
 
 
 def _unary(tx: T, inst):
-    from tinydynamo.variables.tensor import ScalarNodeVariable
-
     v = tx.pop()
     fn = bc.UNARY_OPS[inst.opname]
     if inst.opname == "UNARY_NOT":
@@ -401,8 +409,6 @@ for _name in bc.UNARY_OPS:
 def BINARY_SUBSCR(tx: T, inst):
     key, obj = tx.pop(), tx.pop()
     if isinstance(obj, TensorVariable):
-        import operator
-
         tx.push(tx.output.create_node("call_function", operator.getitem, [obj, key], {}))
     else:
         tx.push(obj.call_method(tx, "__getitem__", [key], {}))
@@ -412,8 +418,6 @@ def BINARY_SUBSCR(tx: T, inst):
 def STORE_SUBSCR(tx: T, inst):
     key, obj, value = tx.pop(), tx.pop(), tx.pop()
     if isinstance(obj, TensorVariable):
-        import operator
-
         tx.output.create_node("call_function", operator.setitem, [obj, key, value], {}, keep=True)
     else:
         obj.call_method(tx, "__setitem__", [key, value], {})
@@ -636,17 +640,10 @@ def YIELD_VALUE(tx: T, inst):
 def BEFORE_WITH(tx: T, inst):
     """``with ctx:`` pushes ``ctx.__exit__`` (called at the end of the block) and ``ctx.__enter__()``."""
     ctx = tx.pop()
-    from tinydynamo.variables.misc_ctx import (
-        GeneratorContextManagerVariable,
-        NullContextVariable,
-        UserContextManagerVariable,
-    )
-    from tinydynamo.variables.user_defined import UserDefinedObjectVariable, _python_dunder
 
     if isinstance(ctx, UserDefinedObjectVariable) and _python_dunder(ctx.python_type(), "__enter__") \
             and _python_dunder(ctx.python_type(), "__exit__"):
         ctx = UserContextManagerVariable(ctx)  # a class with Python __enter__/__exit__: both inlined
-    from tinydynamo.variables.autocast import AutocastModeVariable
 
     if isinstance(ctx, (NullContextVariable, UserContextManagerVariable, GeneratorContextManagerVariable,
                         AutocastModeVariable)):
@@ -764,8 +761,6 @@ def BUILD_STRING(tx: T, inst):
 
 @_handler
 def BUILD_SET(tx: T, inst):
-    from tinydynamo.variables.iter import SetVariable
-
     tx.push(SetVariable(tx.popn(inst.argval)))
 
 
@@ -808,8 +803,6 @@ def IMPORT_FROM(tx: T, inst):
 @_handler
 def LOAD_SUPER_ATTR(tx: T, inst):
     """3.12+: ``super().name`` in one instruction (stack: ``super``, the class, the first argument)."""
-    from tinydynamo.variables.objects import SuperVariable
-
     obj, cls, fn = tx.pop(), tx.pop(), tx.pop()
     if not (fn.is_python_constant() and fn.as_python_constant() is super):
         unimplemented(f"LOAD_SUPER_ATTR with {fn} rebound from `super`")
@@ -860,8 +853,6 @@ class InstructionTranslator(InstructionTranslatorBase):
             cell.external = True
             cell.cell_source = GetItemSource(LocalSource("___closure"), i)  # the real cell (L['___closure'][i])
             if "___closure" in f_locals:
-                from tinydynamo.variables.functions import shared_cell_tracker
-
                 cell.real_cell = f_locals["___closure"][i]
                 shared_cell_tracker(self, cell.real_cell, cell)
             self.cells[name] = cell
@@ -880,7 +871,6 @@ class InstructionTranslator(InstructionTranslatorBase):
     def dispatch(self, inst: Instruction) -> None:
         if not self.allow_graph_breaks or inst.opname not in BREAKABLE:
             return super().dispatch(inst)
-        from tinydynamo.resume import enclosing_blocks
 
         stack, local_vars = list(self.stack), dict(self.symbolic_locals)
         contexts, grad_mode = list(self.grad_contexts), torch.is_grad_enabled()

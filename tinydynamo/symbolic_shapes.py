@@ -34,13 +34,14 @@ import torch
 from torch._guards import GuardSource, Source as TorchGuardSource
 from torch.fx.experimental.symbolic_shapes import (
     DimDynamic,
+    IsNonOverlappingAndDenseIndicator,
     RelaxedUnspecConstraint,
     ShapeEnv,
     StatelessSymbolicContext,
 )
 
 from tinydynamo import config, logs
-from tinydynamo.source import ModuleMemberSource, Source, SourceScope
+from tinydynamo.source import LocalSource, ModuleMemberSource, Source, SourceScope
 
 log = logs.get_logger("dynamic")
 
@@ -159,8 +160,6 @@ def int_is_dynamic(value: int, source: Source, frame_state: dict | None) -> str 
     ints are specialised (guarded by value) until one changes ("automatic dynamic"), or from the
     start with ``dynamic=True``. 0 and 1 stay static; so do ints that are not frame arguments
     (module attributes, globals: torch specialises those too)."""
-    from tinydynamo.source import LocalSource
-
     if not isinstance(source, LocalSource) or value in (0, 1):
         return None
     changed = False
@@ -238,8 +237,6 @@ def produce_guards(shape_env: ShapeEnv, tracked: list[tuple], scope: SourceScope
         if isinstance(value, torch.SymInt) and value.node.maybe_as_int() is not None:
             exprs.append(f"{source.name()} == {value.node.maybe_as_int()}")
     if exprs:
-        from torch.fx.experimental.symbolic_shapes import IsNonOverlappingAndDenseIndicator
-
         # names the printed relations may use
         for name, value in (("math", math), ("torch", torch),
                             ("IsNonOverlappingAndDenseIndicator", IsNonOverlappingAndDenseIndicator)):

@@ -5,6 +5,7 @@ from typing import Callable
 
 import torch.fx
 
+from tinydynamo.backends import lookup_backend
 from tinydynamo.output_graph import CALL_OPS
 
 
@@ -32,7 +33,6 @@ class CompileCounterWithBackend(CompileCounter):
 
     def __init__(self, backend):
         super().__init__()
-        from tinydynamo.backends import lookup_backend
 
         self.backend = lookup_backend(backend)
 

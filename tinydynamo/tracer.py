@@ -286,7 +286,7 @@ class FrameTracer:
 
 
 def _op_name(func: Any) -> str:
-    import torch.overrides
+    import torch.overrides  # lazy: the tracer runs without torch (torch_ops=False), e.g. on other Pythons
 
     try:
         return torch.overrides.resolve_name(func) or getattr(func, "__name__", repr(func))
@@ -295,7 +295,7 @@ def _op_name(func: Any) -> str:
 
 
 def _make_mode(tracer: FrameTracer):
-    from torch.overrides import TorchFunctionMode
+    from torch.overrides import TorchFunctionMode  # lazy: torch is only needed to record torch ops
 
     class _RecordTorchOps(TorchFunctionMode):
         """Tell the tracer about each torch op, then run it unchanged."""

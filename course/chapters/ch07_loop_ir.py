@@ -22,6 +22,7 @@ import torch
 
 from tininductor import ir, lowering, scheduler
 from tininductor.virtualized import V
+from tinydynamo.registry import swap
 
 aten = torch.ops.aten
 
@@ -66,46 +67,16 @@ def use_view_lowerings(permute_reindex, expand_reindex):
         yield
 
 
-def try_fuse(fusion_is_legal: Callable[[scheduler.FusedGroup], bool], group: scheduler.FusedGroup,
-             node: ir.ComputedBuffer):
-    """The scheduler's fusion step: build the candidate kernel, ask ``fusion_is_legal``.
-
-    (A pointwise kernel that meets a reduction over the same elements becomes a reduction
-    kernel: its pointwise nodes then run as ``full`` nodes inside the reduction loop.)
-    """
-    if group.device != node.get_device():
-        return None
-    if node.is_reduction() and not group.is_reduction:
-        numel, rnumel = node.get_group()
-        if numel * rnumel != group.numel:
-            return None
-        candidate = scheduler.FusedGroup(group.device, numel, rnumel, True, group.nodes + [node])
-    else:
-        candidate = scheduler.FusedGroup(group.device, group.numel, group.rnumel, group.is_reduction,
-                                         group.nodes + [node])
-    return candidate if fusion_is_legal(candidate) else None
-
-
-@contextlib.contextmanager
-def patched(obj, name, value):
-    """Set ``obj.name = value`` for the ``with`` block, then put the old value back (even on errors)."""
-    old = getattr(obj, name)
-    setattr(obj, name, value)
-    try:
-        yield
-    finally:
-        setattr(obj, name, old)
-
-
 def use_fusion_check(fusion_is_legal: Callable[[scheduler.FusedGroup], bool]):
-    """Make the package's Scheduler fuse only where ``fusion_is_legal`` allows (Exercise 7.3)."""
-    return patched(scheduler, "try_fuse", lambda group, node: try_fuse(fusion_is_legal, group, node))
+    """Make the package's Scheduler fuse only where ``fusion_is_legal`` allows (Exercise 7.3): the
+    scheduler builds each candidate kernel (``scheduler.fusion_candidate``) and asks the rule."""
+    return swap(scheduler.FUSION_RULES, {"is_legal": fusion_is_legal})
 
 
 def use_read_writes(handler_class: type):
     """Make the package's Scheduler collect dependencies with ``handler_class`` (Exercise 7.4's
     ``ReadWritesHandler``: ``handler_class()`` has ``.reads`` and ``.writes`` after a body ran on it)."""
-    return patched(scheduler, "ReadWrites", handler_class)
+    return swap(scheduler.FUSION_RULES, {"read_writes_handler": handler_class})
 
 
 # --------------------------------------------------------------------------- running the pipeline

@@ -42,9 +42,13 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import importlib
 from typing import Callable, Iterator
 
 import torch
+
+from .. import config
+from ..ops_table import missing_ops
 
 
 class IndentedBuffer:
@@ -138,8 +142,6 @@ backends: dict[str, type] = {}
 
 def register_backend(device_type: str, scheduling: type) -> None:
     """Make ``scheduling`` the kernel backend for ``device_type``, once it covers the op table."""
-    from ..ops_table import missing_ops
-
     name = getattr(scheduling, "__name__", repr(scheduling))
     formats = getattr(scheduling, "op_formats", None)
     if formats is None:
@@ -154,8 +156,6 @@ def register_backend(device_type: str, scheduling: type) -> None:
 
 def get_scheduling(device: torch.device):
     """The backend for ``device``: Triton on CUDA; on CPU ``config.cpu_backend`` ("cpp" or "triton")."""
-    from .. import config
-
     _load_default_backends()
     kind = device.type
     if kind == "cpu":
@@ -171,10 +171,16 @@ def get_scheduling(device: torch.device):
     return backends[kind]()
 
 
-def _load_default_backends() -> None:
-    from . import triton as _triton  # noqa: F401  (registers "cuda" and "cpu_triton")
+#: the kernel backends shipped with tininductor: plugins, imported by name on first use (each registers
+#: itself with register_backend), so that this module, the protocol they implement, never imports them
+DEFAULT_BACKENDS = ("tininductor.codegen.triton",  # "cuda" and "cpu_triton"
+                    "tininductor.codegen.cpp")     # "cpu", when the C++ backend exists
 
-    try:
-        from . import cpp as _cpp  # noqa: F401  (registers "cpu" when the C++ backend exists)
-    except ImportError:
-        pass
+
+def _load_default_backends() -> None:
+    for name in DEFAULT_BACKENDS:
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            if name == DEFAULT_BACKENDS[0]:
+                raise

@@ -30,7 +30,9 @@ import contextlib
 import ctypes
 import dataclasses
 import math
+import os
 import re
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -38,7 +40,12 @@ import sympy
 import torch
 
 from tininductor import ops_table
+from tininductor.codecache import CppCodeCache
+from tininductor.codegen.common import GeneratedKernel, register_backend
 from tininductor.indexing import is_static, prod, size_expr
+from tininductor.runtime.index_check import IndexOutOfBounds
+from tininductor.scheduler import iteration_vars
+from tininductor.virtualized import V
 
 _TMP_RE = re.compile(r"\btmp\d+\b")
 #: helpers every kernel includes (precompiled once per cache by CppCodeCache)
@@ -628,8 +635,6 @@ class CppKernelRunner:
     """A compiled kernel: call it with tensors (one per pointer argument); it passes data pointers."""
 
     def __init__(self, name: str, source: str, arg_order: Sequence[str] | int, nsizes: int = 0):
-        from tininductor.codecache import CppCodeCache
-
         self.name, self.source = name, source
         self.arg_order = list(arg_order) if not isinstance(arg_order, int) else [f"arg{i}" for i in range(arg_order)]
         full_source, headers = _with_prelude(source), {PRELUDE_NAME: PRELUDE}
@@ -656,7 +661,6 @@ class CppKernelRunner:
         if self._index_error is not None and self._index_error[0]:
             value, size = self._index_error[1], self._index_error[2]
             self._index_error[0] = 0
-            from tininductor.runtime.index_check import IndexOutOfBounds
 
             raise IndexOutOfBounds(f"index {value} is out of bounds for dimension with size {size} (in kernel {self.name})")
 
@@ -679,13 +683,10 @@ def prebuild(source: str) -> None:
     cache, or waits on the entry's lock; a failed build is simply redone there, where its
     error is raised. ``TINY_CPP_PARALLEL_BUILD=0`` turns this off."""
     global _build_pool
-    import os
 
     if os.environ.get("TINY_CPP_PARALLEL_BUILD", "1") == "0":
         return
     if _build_pool is None:
-        from concurrent.futures import ThreadPoolExecutor
-
         _build_pool = ThreadPoolExecutor(max_workers=max(2, os.cpu_count() or 2), thread_name_prefix="tiny_cpp_build")
     _build_pool.submit(_prebuild_job, _with_prelude(source))
 
@@ -694,8 +695,6 @@ _loaded: set[str] = set()   # sources a CppKernelRunner has loaded: a queued pre
 
 
 def _prebuild_job(full_source: str) -> None:
-    from tininductor.codecache import CppCodeCache
-
     if full_source not in _loaded:
         CppCodeCache.load(full_source, headers={PRELUDE_NAME: PRELUDE})
 
@@ -739,8 +738,6 @@ class CppScheduling:
         return "from tininductor.codegen.cpp import load_cpp_kernel\n"
 
     def kernel_name(self, group, index: int) -> str:
-        from tininductor.virtualized import V
-
         ops_: list[str] = []
         for node in group.nodes:
             for op in V.graph.origin_ops(node.origins):
@@ -773,9 +770,6 @@ class CppScheduling:
 
     def generate(self, group, keep_in_registers) -> CppKernel:
         """Run every node's body with a fresh :class:`CppKernel` installed as the ops handler."""
-        from tininductor.scheduler import iteration_vars
-        from tininductor.virtualized import V
-
         nested = self.nested_ranges(group)
         if nested is not None:
             # every node iterates the same multi-dim ranges: nested loops, no div/mod in the index
@@ -800,8 +794,6 @@ class CppScheduling:
         return kernel
 
     def codegen_kernel(self, group, index: int):
-        from tininductor.codegen.common import GeneratedKernel
-
         name = self.kernel_name(group, index)
         keep = set(group.internal)
         kernel = self.generate(group, keep)
@@ -824,8 +816,6 @@ class CppScheduling:
 
 
 def _register() -> None:
-    from tininductor.codegen.common import register_backend
-
     register_backend("cpu", CppScheduling)
 
 

@@ -32,7 +32,7 @@ import sympy
 import torch
 
 from .. import ir
-from ..indexing import host_expr, size_expr
+from ..indexing import host_expr, size_expr, tuple_source
 from ..scheduler import ExternNode, FusedGroup, Scheduler
 from .common import GeneratedKernel, IndentedBuffer, get_scheduling
 
@@ -83,12 +83,6 @@ def value_repr(value) -> str:
         inner = ", ".join(value_repr(v) for v in value)
         return f"[{inner}]" if isinstance(value, list) else f"({inner}{',' if len(value) == 1 else ''})"
     return repr(value)
-
-
-def tuple_source(xs) -> str:
-    """``(8, s0)``: a tuple of sizes (ints or symbolic expressions) as Python source."""
-    xs = [host_expr(x) for x in xs]
-    return f"({', '.join(xs)}{',' if len(xs) == 1 else ''})"
 
 
 def allocation(layout) -> str:

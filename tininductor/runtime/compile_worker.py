@@ -19,6 +19,7 @@ Triton driver's warm-up; until one reports ready, kernels compile in threads as 
 from __future__ import annotations
 
 import atexit
+import importlib
 import os
 import pickle
 import queue
@@ -27,6 +28,11 @@ import subprocess
 import sys
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+
+import torch
+
+from tininductor.codecache import PyCodeCache
 
 _HEADER = struct.Struct("<Q")
 
@@ -123,8 +129,6 @@ def workers_ready() -> CompileWorkers | None:
 
 def is_generated(path: str) -> bool:
     """Workers only load tininductor's own generated modules (never a user's file)."""
-    from tininductor.codecache import PyCodeCache
-
     return os.path.dirname(path) == os.path.dirname(str(PyCodeCache.path_for(""))) and path.endswith(".py")
 
 
@@ -132,11 +136,6 @@ def is_generated(path: str) -> bool:
 
 def _compile(path: str, name: str, example_args: tuple, grid, constants: dict, options: dict, device) -> None:
     """Compile kernel ``name`` of the generated module at ``path`` into Triton's cache."""
-    from pathlib import Path
-
-    import torch
-
-    from tininductor.codecache import PyCodeCache
 
     source = Path(path).read_bytes().decode()  # bytes: no newline translation
     if Path(path).name != PyCodeCache.path_for(source).name:  # the file is named by its content's hash
@@ -151,10 +150,11 @@ def _compile(path: str, name: str, example_args: tuple, grid, constants: dict, o
 def main() -> None:
     out, inp = sys.stdout.buffer, sys.stdin.buffer
     sys.stdout = sys.stderr  # a stray print must not corrupt the pipe
-    import torch  # noqa: F401  (the imports every job needs, paid once)
     import triton  # noqa: F401
 
-    import tininductor.runtime.triton_launcher  # noqa: F401
+    # the launcher module every job's kernel module loads, by name: this module sits below it (its pool
+    # serves the launcher), the worker process's entry point is the one place that loads it ahead
+    importlib.import_module("tininductor.runtime.triton_launcher")
 
     _write(out, "ready")
     while True:

@@ -9,6 +9,7 @@ the host never synchronises to look at indices, and no kernel reads outside its 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import re
 
 #: the message Triton kernels assert with (the launcher turns the interpreter's AssertionError
@@ -33,7 +34,6 @@ def interpreter_asserts():
         return
     builder = interpreter.interpreter_builder
     saved = builder.options
-    import dataclasses
 
     builder.options = dataclasses.replace(saved, debug=True, sanitize_overflow=False)
     try:

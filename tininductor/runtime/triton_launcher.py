@@ -25,12 +25,16 @@ from __future__ import annotations
 import contextlib
 import inspect
 import os
+from concurrent.futures import ThreadPoolExecutor
 
 import torch
 
 from tinydynamo.utils import dynamo_timed
 
 from .. import config
+from .autotune import autotune
+from .compile_worker import is_generated, workers_ready
+from .index_check import interpreter_asserts
 
 
 def _triton_version() -> tuple[int, int]:
@@ -177,15 +181,12 @@ class TritonLauncher:
         """Triton's front door: binds, specialises, compiles on a miss, launches; returns the compiled kernel."""
         grid = grid or self.grid
         if self.checks_indices and os.environ.get("TRITON_INTERPRET") == "1":
-            from .index_check import interpreter_asserts
-
             with interpreter_asserts():
                 return self.fn[grid](*args, **self.constants, num_warps=self.num_warps)
         return self.fn[grid](*args, **self.constants, **self._options())
 
     def _first_launch(self, key: int, args, grid=None):
         if self.autotune is not None and self.fast:  # timings mean something only on a GPU
-            from .autotune import autotune
 
             with dynamo_timed("autotune"):
                 best = self.with_config(autotune(self, args))
@@ -378,7 +379,6 @@ def warm_up_driver() -> None:
         return
     if os.environ.get("TRITON_INTERPRET") == "1" or not torch.cuda.is_available():
         return
-    from concurrent.futures import ThreadPoolExecutor
 
     def job():
         from triton.runtime import driver
@@ -409,13 +409,10 @@ def precompile(launcher: TritonLauncher, example_args: tuple):
     if os.environ.get("TINY_TRITON_PARALLEL_COMPILE", "1") == "0":
         return None
     if _compile_pool is None:
-        from concurrent.futures import ThreadPoolExecutor
-
         workers = int(os.environ.get("TINY_COMPILE_THREADS", 0)) or min(16, max(2, os.cpu_count() or 2))
         _compile_pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="tiny_triton_compile")
     fn, grid, constants, options = launcher.fn, launcher.grid, dict(launcher.constants), launcher._options()
     device = torch.cuda.current_device() if torch.cuda.is_available() else None
-    from .compile_worker import is_generated, workers_ready
 
     path = fn.fn.__code__.co_filename
     workers = workers_ready() if is_generated(path) else None

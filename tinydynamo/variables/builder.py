@@ -22,7 +22,7 @@ import torch
 from torch import nn
 
 from tinydynamo.exc import unimplemented
-from tinydynamo.source import GetItemSource, Source
+from tinydynamo.source import AttrSource, ClassSource, GetItemSource, Source
 from tinydynamo.variables.base import VariableTracker
 from tinydynamo.variables.builtin import BuiltinVariable, is_foldable
 from tinydynamo.variables.constant import ConstantVariable
@@ -128,7 +128,6 @@ class VariableBuilder:
         src = self.source
         if getattr(type(value), "_tinydynamo_compiled", False):  # a compiled function called from traced code
             self.guard("ID_MATCH", value)
-            from tinydynamo.source import AttrSource
 
             return VariableBuilder(self.tx, AttrSource(src, "_orig_fn") if src else None).wrap(value._orig_fn)
         if getattr(value, "_tinydynamo_disabled", False):
@@ -141,7 +140,6 @@ class VariableBuilder:
             # @functools.lru_cache: the cache is not traced, the function under it is (as TorchDynamo
             # does); a call computes what the cache holds or would hold for pure functions
             self.guard("ID_MATCH", value)
-            from tinydynamo.source import AttrSource
 
             return VariableBuilder(self.tx, AttrSource(src, "__wrapped__") if src else None).wrap(value.__wrapped__)
         if isinstance(value, (torch.jit.ScriptFunction, torch.jit.ScriptModule)) and isinstance(
@@ -150,7 +148,6 @@ class VariableBuilder:
             # it is traced instead of the TorchScript object (as TorchDynamo does; deberta in
             # transformers < 5.2 scripts its position helpers)
             self.guard("ID_MATCH", value)
-            from tinydynamo.source import AttrSource
 
             return VariableBuilder(self.tx, AttrSource(src, "_torchdynamo_inline") if src else None).wrap(
                 value._torchdynamo_inline)
@@ -174,7 +171,6 @@ class VariableBuilder:
         from tinydynamo.variables.autocast import AUTOCAST_CLASSES, AutocastModeVariable
 
         if type(value) in AUTOCAST_CLASSES and src is not None:  # a torch.autocast passed to a resume function
-            from tinydynamo.source import AttrSource
 
             self.guard("TYPE_MATCH", type(value))
             for name in ("device", "fast_dtype", "_enabled", "_cache_enabled"):
@@ -195,8 +191,6 @@ class VariableBuilder:
             if getattr(value, "_tinydynamo_rebuilt", False) and src is not None:
                 # a function the compiled code rebuilt from a frame's lambda/def: a new object each call,
                 # the same code; its closure cells and defaults are read (and guarded) through sources
-                from tinydynamo.source import AttrSource
-
                 self.tx.output.add_guard("ID_MATCH", AttrSource(src, "__code__"), value.__code__)
                 return UserFunctionVariable(value, src)
             self.guard("ID_MATCH", value)
@@ -214,8 +208,6 @@ class VariableBuilder:
             # a bound method: wrap its object, inline its function. Both are guarded through their own
             # sources (``obj.helper = MethodType(other, obj)`` keeps the type, changes ``__func__``), and
             # the function's defaults and closure through ``__func__`` as a plain function's are
-            from tinydynamo.source import AttrSource
-
             self_src = AttrSource(src, "__self__") if src is not None else None
             func_src = AttrSource(src, "__func__") if src is not None else None
             obj = VariableBuilder(self.tx, self_src).wrap(value.__self__)
@@ -244,13 +236,11 @@ class VariableBuilder:
             self.tx.output.side_effects.track_object_seen(value, src)
         return UserDefinedObjectVariable(value, src)
 
-
     def _wrap_partial(self, value: functools.partial) -> VariableTracker:
         """A ``functools.partial`` from outside the frame: its ``func``, ``args`` and ``keywords``
         are wrapped (and guarded) through their own sources, as TorchDynamo's
         ``FunctoolsPartialVariable`` does, so calling it inlines ``func`` with the merged arguments
         and a partial rebuilt with other contents recompiles."""
-        from tinydynamo.source import AttrSource
         from tinydynamo.variables.iter import PartialVariable
 
         src = self.source
@@ -271,7 +261,6 @@ def guard_class_lookup(tx, obj: Any, source: Source | None, name: str, cls_attr:
     Returns the source of the class attribute (for the guards of what is read through it)."""
     if source is None or tx is None:
         return None
-    from tinydynamo.source import AttrSource, ClassSource
 
     data_descriptor = hasattr(type(cls_attr), "__set__")  # a property wins over the instance dict
     if not data_descriptor and isinstance(getattr(obj, "__dict__", None), dict):

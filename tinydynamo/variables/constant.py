@@ -8,7 +8,10 @@ import inspect
 import types
 from typing import Any
 
+import torch
+
 from tinydynamo.exc import raise_observed, unimplemented
+from tinydynamo.source import AttrSource
 from tinydynamo.variables.base import VariableTracker
 
 #: methods of constants safe to run at trace time (no side effects on shared state)
@@ -93,15 +96,12 @@ class ConstantVariable(VariableTracker):
 
 
 def _is_torch_constant(v: Any) -> bool:
-    import torch
-
     return isinstance(v, (torch.dtype, torch.device, torch.layout, torch.memory_format))
 
 
 def _class_attribute(tx, cls_var: ConstantVariable, name: str, value: Any):
     """``Cls.name``: functions, classmethods and staticmethods are wrapped to be inlined (with a
     guarded source when the class has one); other attributes as values."""
-    from tinydynamo.source import AttrSource
     from tinydynamo.variables.builder import VariableBuilder, wrap_constant_result
     from tinydynamo.variables.misc import GetAttrVariable
 
@@ -129,6 +129,4 @@ def _class_attribute(tx, cls_var: ConstantVariable, name: str, value: Any):
 
 
 def _is_autograd_function(cls: type) -> bool:
-    import torch
-
     return issubclass(cls, torch.autograd.Function)

@@ -12,7 +12,12 @@ import dataclasses
 
 from tinydynamo.exc import raise_observed, unimplemented
 from tinydynamo.variables.base import VariableTracker
+from tinydynamo.variables.builder import VariableBuilder
 from tinydynamo.variables.constant import ConstantVariable
+from tinydynamo.variables.functions import UserFunctionVariable, UserMethodVariable
+from tinydynamo.variables.lists import ListIteratorVariable, TupleVariable
+from tinydynamo.variables.misc import GetAttrVariable
+from tinydynamo.variables.tensor import TensorVariable
 
 
 def _is_generated_init(cls: type) -> bool:
@@ -66,8 +71,6 @@ class DataclassVariable(VariableTracker):
 
     def _check_model_output(self) -> None:
         """ModelOutput.__post_init__'s other branch (a first field that is a dict or an iterable of pairs)."""
-        from tinydynamo.variables.tensor import TensorVariable
-
         items = list(self.fields.values())
         if items and not isinstance(items[0], TensorVariable) and not _is_none(items[0]) \
                 and all(_is_none(v) for v in items[1:]):
@@ -85,15 +88,9 @@ class DataclassVariable(VariableTracker):
         return [k for k, v in self.fields.items() if not _is_none(v)]
 
     def _to_tuple(self):
-        from tinydynamo.variables.lists import TupleVariable
-
         return TupleVariable([self.fields[k] for k in self._keys()])
 
     def var_getattr(self, tx, name: str) -> VariableTracker:
-        from tinydynamo.variables.builder import VariableBuilder
-        from tinydynamo.variables.functions import UserFunctionVariable, UserMethodVariable
-        from tinydynamo.variables.misc import GetAttrVariable
-
         if name in self.fields:
             return self.fields[name]
         if self.model_output and name in ("to_tuple", "keys", "values", "items", "get", "__getitem__",
@@ -114,8 +111,6 @@ class DataclassVariable(VariableTracker):
         self.fields[name] = value  # a new object of this frame: nothing to replay
 
     def call_method(self, tx, name, args, kwargs):
-        from tinydynamo.variables.lists import ListIteratorVariable, TupleVariable
-
         if not self.model_output:
             return self.var_getattr(tx, name).call_function(tx, args, kwargs)
         if name == "to_tuple":

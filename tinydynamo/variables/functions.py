@@ -5,9 +5,16 @@ variables bound to its parameters; its ops land in the same graph.
 """
 from __future__ import annotations
 
+import functools
 import inspect
+import os
+import site
+import sysconfig
 import types
+import types as _types
 from typing import Any
+
+import torch
 
 from tinydynamo.exc import raise_observed, unimplemented
 from tinydynamo.source import AttrSource, GetItemSource
@@ -33,7 +40,6 @@ class CellVariable(VariableTracker):
             return codegen.source_expr(self.cell_source)
         if self.external:
             unimplemented("rebuilding a closure cell from outside the frame whose location is unknown")
-        import types as _types
 
         make = codegen.constant(_types.CellType, "CellType")
         return codegen.shared(self, lambda: f"{make}({self.value.reconstruct(codegen)})" if self.value is not None
@@ -311,8 +317,6 @@ def shared_cell_tracker(tx, real_cell, tracker: "CellVariable | None" = None) ->
 
 def make_function(code, f_globals, qualname, defaults, kwdefaults, closure, wrapped=None):
     """What compiled code calls to rebuild a function made in the frame (a lambda, a local ``def``)."""
-    import functools
-
     fn = types.FunctionType(code, f_globals, code.co_name, defaults, closure)
     fn.__qualname__ = qualname
     fn.__kwdefaults__ = kwdefaults or None
@@ -324,11 +328,6 @@ def make_function(code, f_globals, qualname, defaults, kwdefaults, closure, wrap
 
 def _dirs() -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
     """(the standard library, site-packages folders, PyTorch's own package folders), real paths with a slash."""
-    import os
-    import site
-    import sysconfig
-
-    import torch
 
     def norm(p):
         return os.path.join(os.path.realpath(p), "")
@@ -351,8 +350,6 @@ SKIP_PACKAGES = frozenset({"numpy", "scipy", "pandas", "sympy", "networkx", "mat
 
 
 def _real_file(code) -> str:
-    import os
-
     return os.path.realpath(code.co_filename)
 
 

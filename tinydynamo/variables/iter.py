@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import collections
+import functools
 import itertools
 import operator
 from typing import Callable, Iterator
@@ -134,8 +135,6 @@ class PartialVariable(VariableTracker):
         self.fn, self.args, self.keywords = fn, args, keywords
 
     def python_type(self):
-        import functools
-
         return functools.partial
 
     def call_function(self, tx, args, kwargs):
@@ -151,8 +150,6 @@ class PartialVariable(VariableTracker):
         unimplemented(f"functools.partial attribute {name!r}")
 
     def reconstruct(self, codegen) -> str:
-        import functools
-
         parts = [self.fn.reconstruct(codegen)] + [a.reconstruct(codegen) for a in self.args]
         parts += [f"{k}={v.reconstruct(codegen)}" for k, v in self.keywords.items()]
         return f"{codegen.constant(functools.partial, 'partial')}({', '.join(parts)})"

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import operator
+import types as _types
 
 import torch
 
@@ -114,8 +115,6 @@ class TupleVariable(BaseListVariable):
     def var_getattr(self, tx, name: str):
         """Field access on a named tuple (``torch.max(x, 0).values``); its Python methods and properties."""
         if self.tuple_cls is not None:
-            import types as _types
-
             from tinydynamo.variables.functions import UserFunctionVariable, UserMethodVariable
 
             attr = next((vars(b)[name] for b in self.tuple_cls.__mro__ if name in vars(b)), None)

@@ -1,10 +1,11 @@
 """Small variables: bound methods of other variables, and Python modules (``torch``, ``math``...)."""
 from __future__ import annotations
 
+import os
 import types
 
 from tinydynamo.exc import raise_observed, unimplemented
-from tinydynamo.source import AttrSource
+from tinydynamo.source import AttrSource, CallSource
 from tinydynamo.variables.base import VariableTracker
 
 #: modules whose attributes we trust not to be monkeypatched (no guards on them)
@@ -67,8 +68,6 @@ class EnvironVariable(VariableTracker):
     (``os.environ.get('X', '0') == '0'``), so a changed environment recompiles."""
 
     def python_type(self):
-        import os
-
         return type(os.environ)
 
     def var_getattr(self, tx, name: str) -> VariableTracker:
@@ -77,10 +76,6 @@ class EnvironVariable(VariableTracker):
         unimplemented(f"os.environ.{name}")
 
     def call_method(self, tx, name, args, kwargs):
-        import os
-
-        from tinydynamo.exc import raise_observed
-        from tinydynamo.source import CallSource
         from tinydynamo.variables.builder import VariableBuilder
 
         if kwargs or not all(a.is_python_constant() for a in args) or name not in ("get", "__getitem__", "__contains__"):

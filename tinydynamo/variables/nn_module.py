@@ -12,18 +12,17 @@ import inspect
 import types
 
 from torch import nn
+from torch.nn.modules import module as module_mod
 
 from tinydynamo.distributed import native_call_reason
 from tinydynamo.exc import raise_observed, unimplemented
-from tinydynamo.source import ContainerItemSource, module_member_source
+from tinydynamo.source import AttrSource, ContainerItemSource, module_member_source
 from tinydynamo.variables.base import VariableTracker
 from tinydynamo.variables.constant import ConstantVariable
 from tinydynamo.variables.user_defined import MISSING, class_attribute_variable, is_data_descriptor
 
 
 def _has_hooks(m: nn.Module) -> bool:
-    from torch.nn.modules import module as module_mod
-
     return bool(m._forward_hooks or m._forward_pre_hooks or getattr(m, "_backward_hooks", None)
                 or module_mod._global_forward_hooks or module_mod._global_forward_pre_hooks)
 
@@ -129,8 +128,6 @@ class NNModuleVariable(VariableTracker):
         table = "_parameters" if isinstance(m, (nn.ParameterList, nn.ParameterDict)) else "_modules"
         entries = getattr(m, table)
         if tx is not None and self.source is not None:
-            from tinydynamo.source import AttrSource
-
             tx.output.add_guard("DICT_KEYS", AttrSource(self.source, table), (type(entries), tuple(entries)))
         return list(entries.items())
 

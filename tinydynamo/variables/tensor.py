@@ -12,7 +12,9 @@ import operator
 import torch
 import torch.fx
 
+from tinydynamo import config
 from tinydynamo.exc import unimplemented
+from tinydynamo.source import AttrSource
 from tinydynamo.variables.base import VariableTracker
 from tinydynamo.variables.constant import ConstantVariable
 
@@ -143,7 +145,6 @@ def _grad_of(tx, var: "TensorVariable") -> VariableTracker:
     a tensor computed in the graph is not a leaf that backward() filled: None."""
     if var.source is None:
         return ConstantVariable(None)
-    from tinydynamo.source import AttrSource
     from tinydynamo.variables.builder import VariableBuilder
 
     names = [s.name() for s in tx.output.input_sources]
@@ -154,8 +155,6 @@ def _grad_of(tx, var: "TensorVariable") -> VariableTracker:
 
 
 def _capture_scalars() -> bool:
-    from tinydynamo import config
-
     return config.capture_scalar_outputs
 
 

@@ -23,10 +23,13 @@ that switch it off (``nn.Parameter``: ``_disabled_torch_function_impl``) are pla
 from __future__ import annotations
 
 import inspect
+import operator
 
 import torch
 
+from tinydynamo import config
 from tinydynamo.exc import Unsupported, unimplemented
+from tinydynamo.source import AttrSource, PlainTensorSource
 from tinydynamo.variables.base import VariableTracker
 from tinydynamo.variables.constant import ConstantVariable
 from tinydynamo.variables.misc_ctx import NullContextVariable
@@ -53,8 +56,6 @@ def has_torch_function_override(value) -> bool:
 
 
 def check_traceable(cls: type) -> None:
-    from tinydynamo import config
-
     if override_kind(cls) == "user" and cls not in config.traceable_tensor_subclasses:
         unimplemented(f"tensor subclass {cls.__qualname__} overrides __torch_function__ (not traced unless "
                       f"listed in config.traceable_tensor_subclasses)",
@@ -81,8 +82,6 @@ def as_subclass(t: torch.Tensor, cls: type) -> torch.Tensor:
 
 def wrap_subclass_tensor(tx, value: torch.Tensor, source) -> "TensorWithTFOverrideVariable":
     """An input tensor of a ``__torch_function__`` subclass: guarded by type, lifted as a plain tensor."""
-    from tinydynamo.source import PlainTensorSource
-
     cls = type(value)
     check_traceable(cls)
     plain = as_plain_tensor(value)
@@ -112,7 +111,6 @@ class TensorWithTFOverrideVariable(TensorVariable):
         return self.class_type
 
     def var_getattr(self, tx, name: str) -> VariableTracker:
-        from tinydynamo.source import AttrSource
         from tinydynamo.variables.builder import VariableBuilder
         from tinydynamo.variables.misc import GetAttrVariable
         from tinydynamo.variables.user_defined import MISSING, class_attribute_variable
@@ -309,8 +307,6 @@ def plain(var: VariableTracker) -> VariableTracker:
 
 
 def _call_plain(tx, kind: str, target, args: list, kwargs: dict) -> VariableTracker:
-    import operator
-
     from tinydynamo.variables.torch import TorchVariable
 
     if kind == "getattr":

@@ -9,7 +9,7 @@ import inspect
 import types
 
 from tinydynamo.exc import raise_observed, unimplemented
-from tinydynamo.source import AttrSource
+from tinydynamo.source import AttrSource, BaseMethodSource
 from tinydynamo.variables.base import VariableTracker
 
 
@@ -102,7 +102,6 @@ class BaseMethodVariable(VariableTracker):
         self.klass, self.name, self.obj = klass, name, obj
 
     def call_function(self, tx, args, kwargs):
-        from tinydynamo.source import BaseMethodSource
         from tinydynamo.variables.builder import VariableBuilder
 
         if kwargs or not all(a.is_python_constant() for a in args):

@@ -1,5 +1,5 @@
-"""Issue 15, remaining items: ``__torch_function__`` tensor subclasses (``config.traceable_tensor_subclasses``),
-graph breaks inside ``with`` blocks and loops over lazy iterators, ``.item()`` with
+"""Tensor subclasses, hooks, autocast: ``__torch_function__`` tensor subclasses
+(``config.traceable_tensor_subclasses``), graph breaks inside ``with`` blocks and loops over lazy iterators, ``.item()`` with
 ``config.capture_scalar_outputs``, module hooks inside compiled functions, ``export(aten_graph=True)``.
 Each case matches eager (values and result types) and compiles into as many graphs as torch.compile
 (backend "eager", torch 2.13) where tinydynamo can; differences are stated where they are asserted."""
