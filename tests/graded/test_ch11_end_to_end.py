@@ -136,3 +136,5 @@ def test_ideal_bytes_of_lists_views_and_slices():
     gm = torch.fx.symbolic_trace(lambda x: x * 2)
     expect_equal(ch.ideal_bytes(gm, [sliced]), (8 + 8) * 4,
                  "ideal_bytes of lambda x: x * 2 on a (4, 2) slice of a (4, 8) float32 (an input counts its own elements)")
+    gm = torch.fx.symbolic_trace(lambda x: (x * 2).sum())  # a 0-d output (a loss) is written too
+    expect_equal(ch.ideal_bytes(gm, [x]), (10 + 1) * 4, "ideal_bytes of lambda x: (x * 2).sum() on a (10,) float32")
