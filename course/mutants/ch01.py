@@ -101,4 +101,5 @@ MUTANTS = with_symptoms(MUTANTS, {
     'RETURN_VALUE reads the top without popping it': 'value-left-behind',
     'never restores the previous trace function': 'trace-function',
     'restores the trace function only when fn returns': 'trace-function',
+    'restores no trace function instead of the previous one': 'trace-function',
 })

@@ -1,5 +1,5 @@
 """Wrong answers to chapter 4 (graph breaks and resume functions)."""
-from course.mutants import Mutant, with_symptoms
+from course.mutants import Mutant
 
 MUTANTS = [
     Mutant("4.1", "reads the condition without popping it", "cond = tx.pop()", "cond = tx.stack[-1]"),
@@ -55,9 +55,3 @@ MUTANTS = [
     Mutant("4.4", "the function of the outermost frame with the line of the innermost",
            "sites.append((m[\"fn\"], int(m[\"line\"])))", "sites.append((_FRAME.search(br.user_stack[-1])[\"fn\"], int(m[\"line\"])))"),
 ]
-
-# the hint each of these wrong answers must get (python -m course.grade --mutants checks it)
-MUTANTS = with_symptoms(MUTANTS, {
-    'reads the condition without popping it': 'value-left-behind',
-    'jumps one past the target': 'jump-target',
-})

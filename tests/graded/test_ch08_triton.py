@@ -217,7 +217,7 @@ def test_softmax_and_layernorm_fused(shape, others):
 
 @pytest.mark.ch08_4
 @pytest.mark.parametrize("numel, rnumel, is_reduction", [
-    (1, 1, False), (7, 1, False), (1000, 1, False), (5000, 1, False),
+    (0, 1, False), (1, 1, False), (7, 1, False), (1000, 1, False), (5000, 1, False),
     (4, 10, True), (300, 33, True), (2, 1024, True), (10000, 8, True),
 ])
 def test_launch_config_rules(numel, rnumel, is_reduction):
@@ -226,6 +226,7 @@ def test_launch_config_rules(numel, rnumel, is_reduction):
     pow2 = lambda n: n >= 1 and n & (n - 1) == 0  # noqa: E731
     expect_true(pow2(xblock) and pow2(rblock), f"{what}: XBLOCK and RBLOCK must be powers of two")
     expect_true(grid * xblock >= numel, f"{what}: the grid does not cover all {numel} rows")
+    expect_true(grid >= 1, f"{what}: a launch needs at least one program (an empty tensor launches one, fully masked)")
     expect_true(xblock * rblock <= ch.MAX_BLOCK_ELEMENTS, f"{what}: block over the register budget")
     expect_true(xblock < 2 * max(numel, 1), f"{what}: XBLOCK much larger than the work")
     expect_true(warps in (1, 2, 4, 8), f"{what}: num_warps must be 1, 2, 4 or 8")

@@ -124,6 +124,56 @@ def test_write_atomic_in_the_code_cache(ch, tmp_path, monkeypatch):
     expect_close(compiled(x), (x * 3).cos(), "a kernel built through your write_atomic")
 
 
+@pytest.mark.ch09_4
+def test_write_atomic_survives_a_crash_between_write_and_rename(ch, tmp_path, monkeypatch):
+    """A crash (here: os.replace raising) at any moment leaves either the old file or the new one, whole;
+    the data reaches the disk (os.fsync) before the rename; the temporary lives beside the target (a rename
+    within one filesystem is atomic, across two it is a copy)."""
+    import os
+
+    target = tmp_path / "entry.bin"
+    target.write_bytes(b"old version")
+    calls = []
+    real_replace, real_fsync = os.replace, os.fsync
+
+    def crash(src, dst):
+        calls.append(("replace", os.fspath(src), os.fspath(dst)))
+        raise OSError("simulated crash between the write and the rename")
+
+    def fsync(fd):
+        calls.append(("fsync",))
+        return real_fsync(fd)
+
+    monkeypatch.setattr(os, "replace", crash)
+    monkeypatch.setattr(os, "fsync", fsync)
+    with pytest.raises(OSError):
+        ch.write_atomic(target, b"new version")
+    monkeypatch.setattr(os, "replace", real_replace)
+    expect_equal(target.read_bytes(), b"old version",
+                 "entry.bin after a crash just before the rename of write_atomic(entry.bin, b'new version') (old file kept)")
+    renames = [c for c in calls if c[0] == "replace"]
+    expect_equal(len(renames), 1, "os.replace calls of write_atomic(entry.bin, ...)")
+    expect_equal(os.path.dirname(renames[0][1]), str(tmp_path),
+                 "folder of the temporary file write_atomic renames (the target's own folder)")
+    expect_true(("fsync",) in calls[:calls.index(renames[0])],
+                "write_atomic(entry.bin, ...) must os.fsync the data before the rename (else a crash can leave "
+                "a renamed but empty file)")
+
+
+@pytest.mark.ch09_5
+def test_entry_is_intact_with_odd_files(ch, tmp_path):
+    import hashlib
+
+    lib, check = tmp_path / "k.so", tmp_path / "k.sha256"
+    lib.write_bytes(bytes(range(256)))  # not text
+    check.write_text(hashlib.sha256(bytes(range(256))).hexdigest() + " \r\n")
+    expect_equal(ch.entry_is_intact(lib, check), True,
+                 "entry_is_intact of a binary library whose checksum file ends with ' \\r\\n'")
+    lib.unlink()
+    lib.mkdir()
+    expect_equal(ch.entry_is_intact(lib, check), False, "entry_is_intact when the library path is a folder")
+
+
 @pytest.mark.ch09_5
 def test_entry_is_intact_in_the_code_cache(ch, tmp_path, monkeypatch):
     lib, check = tmp_path / "k.so", tmp_path / "k.sha256"

@@ -262,3 +262,39 @@ def test_one_kernel_source_runs_at_every_size():
         got = run_pointwise(source, out_sizes, shapes, [x, y, z])
         expect_true(torch.allclose(got, x + y * z, rtol=1e-5, atol=1e-6), f"one kernel source at sizes ({a}, {b}, {c}) against eager",
                     context=source)
+
+
+# ---- the input classes each piece must handle: a Python bool, sizes 0, constants against symbols --------
+
+
+@pytest.mark.ch10_1
+def test_evaluate_expr_of_a_plain_bool():
+    env = ch.ShapeEnv()
+    env.create_sizes("L['x']", (4, 5))
+    expect_equal(env.evaluate_expr(True), True, "evaluate_expr(True) (a question already answered: a Python bool)")
+    expect_equal(env.guards, [], "guards after evaluate_expr(True)")
+
+
+@pytest.mark.ch10_2
+def test_broadcast_and_view_edge_cases():
+    guards = []
+    expect_equal(ch.broadcast_shapes((3,), (S1,), guards), (3,), "broadcast_shapes((3,), (s1,)) (the constant wins)")
+    expect_equal(guards, [sympy.Eq(3, S1)], "guards of broadcast_shapes((3,), (s1,))")
+    with pytest.raises(ValueError):  # 0 is a size like any other: only 1 broadcasts
+        ch.broadcast_shapes((0, 3), (5, 3), [])
+    got = ch.view_shape(S0 * S1 + S0, (S0, S1 + 1))
+    expect_true(all(sympy.simplify(g - e) == 0 for g, e in zip(got, (S0, S1 + 1))),
+                f"view_shape(s0*s1 + s0, (s0, s1 + 1)) (the same size written differently): yours {got}")
+    got = ch.view_shape(2 * S0 + 2, (-1, S0 + 1))
+    expect_equal(tuple(sympy.simplify(g) for g in got), (2, S0 + 1), "view_shape(2*s0 + 2, (-1, s0 + 1))")
+
+
+@pytest.mark.ch10_3
+def test_sizes_zero_and_one_stay_static_even_when_dynamic():
+    expect_equal(list(ch.symbolic_dims([None, None, None], (0, 1, 7), True)), [2],
+                 "symbolic_dims(state, sizes (0, 1, 7), dynamic=True) (0 and 1 are specialised)")
+
+
+@pytest.mark.ch10_4
+def test_contiguous_strides_is_a_tuple():
+    expect_equal(ch.contiguous_strides((S0, 3)), (3, 1), "contiguous_strides((s0, 3))")

@@ -121,3 +121,20 @@ def test_rewrite_decides_on_the_sum_of_mixed_signs():
 def test_bucket_length_with_unsorted_buckets():
     for n, expected in [(1, 16), (20, 32), (33, 64), (129, 192)]:
         expect_equal(ch.bucket_length(n, [64, 16, 32]), expected, f"bucket_length({n}, [64, 16, 32])")
+
+
+@pytest.mark.ch11_1
+def test_ideal_bytes_of_lists_views_and_slices():
+    x = torch.randn(10)
+    gm = torch.fx.symbolic_trace(lambda x: [x * 2, x + 1])  # the outputs in a list, not a tuple
+    expect_equal(ch.ideal_bytes(gm, [x]), 3 * 10 * 4, "ideal_bytes of lambda x: [x * 2, x + 1] on a (10,) float32")
+    big = torch.randn(4, 8)
+    gm = torch.fx.symbolic_trace(lambda x: (x * 2)[:, :1])  # the output views 4 of a (4, 8) result's elements
+    expect_equal(ch.ideal_bytes(gm, [big]), (32 + 4) * 4,
+                 "ideal_bytes of lambda x: (x * 2)[:, :1] on a (4, 8) float32 (an output counts its own elements)")
+    sliced = big[:, :2]  # an input that is a slice: 8 elements of a 32-element storage are read
+    gm = torch.fx.symbolic_trace(lambda x: x * 2)
+    expect_equal(ch.ideal_bytes(gm, [sliced]), (8 + 8) * 4,
+                 "ideal_bytes of lambda x: x * 2 on a (4, 2) slice of a (4, 8) float32 (an input counts its own elements)")
+    gm = torch.fx.symbolic_trace(lambda x: (x * 2).sum())  # a 0-d output (a loss) is written too
+    expect_equal(ch.ideal_bytes(gm, [x]), (10 + 1) * 4, "ideal_bytes of lambda x: (x * 2).sum() on a (10,) float32")
