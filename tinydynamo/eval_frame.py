@@ -31,6 +31,7 @@ from tinydynamo import config
 from tinydynamo.exc import Unsupported
 from tinydynamo.output_graph import CompiledFrame, OutputGraph
 from tinydynamo.registry import swap
+from tinydynamo.skip_frame import compile_callees
 from tinydynamo.utils import dynamo_timed
 
 #: counters["frames"]["ok"/"unsupported"/...], counters["unsupported"][reason], counters["recompiles"][name]
@@ -253,7 +254,8 @@ class OptimizedFunction:
             if self._nopython:
                 raise
             cache.run_eagerly = e.reason
-            cache.eager_code = getattr(e, "eager_code", None)
+            # the frame runs natively, but what it calls gets frames of its own (tinydynamo.skip_frame)
+            cache.eager_code = getattr(e, "eager_code", None) or _eager_code_compiling_callees(self._code)
             breaks_log.info("running %s eagerly: %s", name, e)
             for listener in _listeners:
                 listener("eager", (name, e.reason))
@@ -286,6 +288,17 @@ def errors_must_raise() -> bool:
 _resume_wrappers: dict = {}
 
 
+def _eager_code_compiling_callees(code: types.CodeType) -> types.CodeType | None:
+    """``code`` with every call's callable compiled (None where that cannot be done): what a frame
+    that cannot be compiled at all runs, so that one unsupported line in a model's outermost
+    ``forward`` does not leave its blocks and layers eager."""
+    try:
+        return compile_callees(code)
+    except Exception as e:  # noqa: BLE001 - the frame then runs its own code, callees eagerly
+        breaks_log.info("not compiling the callees of %s: %s", code.co_name, e)
+        return None
+
+
 def wrap_for_resume(fn: Any, backend: Any) -> Any:
     """What a transformed frame calls: resume functions, user functions and methods get compiled
     (their own graphs, guards, cache); a module called at a graph break runs its compiled forward
@@ -303,8 +316,10 @@ def wrap_for_resume(fn: Any, backend: Any) -> Any:
 
     if isinstance(fn, nn.Module):
         forward = getattr(type(fn), "forward", None)
+        # torch.nn's own leaf modules (Linear, ...) run as they are; its containers (Sequential, ...)
+        # are compiled, since the modules they call are the user's
         if type(fn).__call__ is not nn.Module.__call__ or not isinstance(forward, types.FunctionType) \
-                or is_torch_internal(forward) or is_library_function(forward) \
+                or (is_torch_internal(forward) and not fn._modules) or is_library_function(forward) \
                 or getattr(fn, "__dict__", {}).get("forward") is not None:
             return fn
         return functools.partial(_call_module, fn, _function_wrapper(forward, backend))

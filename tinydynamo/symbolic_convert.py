@@ -958,8 +958,8 @@ class InstructionTranslator(InstructionTranslatorBase):
             blocks = enclosing_blocks(self.code, inst.offset)
             if blocks != ["with"] * len(contexts):
                 # inside try (or a `with` we did not trace): not resumable, the frame runs eagerly,
-                # but the function it calls there is compiled (tinydynamo.skip_frame)
-                e.eager_code = self._compile_callee_code(inst, stack)
+                # but the functions and modules it calls are compiled (tinydynamo.skip_frame)
+                e.eager_code = self._compile_callees_code(inst, stack)
                 raise
             self.stack, self.symbolic_locals = stack, local_vars
             self._undo_instruction(last_node, contexts, grad_mode)
@@ -972,18 +972,25 @@ class InstructionTranslator(InstructionTranslatorBase):
             self.graph_break = GraphBreak(inst, e, stack, local_vars)
             self.graph_break.cells = dict(self.cells)  # closures rebuilt at the break share these
 
-    def _compile_callee_code(self, inst: Instruction, stack: list) -> types.CodeType | None:
-        """The frame's code with the callable of the call ``inst`` compiled (None: not a call)."""
-        from tinydynamo.skip_frame import compile_callee_at
+    def _compile_callees_code(self, inst: Instruction, stack: list) -> types.CodeType | None:
+        """The frame's code with the callables of its calls compiled: every call where this Python's
+        call layout is known (:func:`~tinydynamo.skip_frame.compile_callees`), else the call ``inst``
+        (None: neither)."""
+        from tinydynamo import logs
+        from tinydynamo.skip_frame import compile_callee_at, compile_callees
 
+        try:
+            code = compile_callees(self.code)
+            if code is not None:
+                return code
+        except Exception as e:  # then only the call that broke
+            logs.get_logger("graph_breaks").info("not compiling the callees of %s: %s", self.code.co_name, e)
         if inst.opname not in ("CALL", "CALL_FUNCTION_EX"):
             return None
         call = bc.call_layout(inst, stack, lambda v: v is NULL)
         try:
             return compile_callee_at(self.code, inst.offset, len(stack) - 1 - call.fn_index)
         except Exception as e:  # the frame then runs its own code, callees eagerly, as before
-            from tinydynamo import logs
-
             logs.get_logger("graph_breaks").info("not compiling the callee at offset %d of %s: %s",
                                                  inst.offset, self.code.co_name, e)
             return None
