@@ -25,7 +25,7 @@ from torch import nn
 
 from torch.fx.experimental.symbolic_shapes import ConstraintViolationError
 
-from tinydynamo import artifacts, bytecode, logs, symbolic_shapes
+from tinydynamo import artifacts, bytecode, logs, symbolic_shapes, trace_rules
 from tinydynamo.backends import lookup_backend, lookup_backend_with_options
 from tinydynamo import config
 from tinydynamo.exc import Unsupported
@@ -179,7 +179,7 @@ class OptimizedFunction:
     def _call(self, args: tuple, kwargs: dict, closure: tuple | None):
         eager = self._orig_fn if closure is None else \
             types.FunctionType(self._code, self._globals, self._code.co_name, None, closure)
-        if config.disable or getattr(self._orig_fn, "_tinydynamo_disabled", False):  # TINY_DISABLE=1 / disable(fn)
+        if config.disable or trace_rules.is_disabled(self._orig_fn):  # TINY_DISABLE=1 / disable(fn)
             return eager(*args, **kwargs)
         L = self._bind(args, kwargs, closure)
         G = self._globals
@@ -310,7 +310,7 @@ def wrap_for_resume(fn: Any, backend: Any) -> Any:
     """
     if backend is None:
         backend = config.default_backend if _current_backend[-1] is None else _current_backend[-1]
-    if isinstance(fn, (OptimizedFunction, OptimizedModule)) or getattr(fn, "_tinydynamo_disabled", False):
+    if isinstance(fn, (OptimizedFunction, OptimizedModule)) or trace_rules.is_disabled(fn):
         return fn
     from tinydynamo.variables.functions import is_library_function, is_torch_internal
 

@@ -21,6 +21,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from tinydynamo import trace_rules
 from tinydynamo.exc import unimplemented
 from tinydynamo.source import GetItemSource, Source
 from tinydynamo.variables.base import VariableTracker
@@ -134,7 +135,7 @@ class VariableBuilder:
             from tinydynamo.source import AttrSource
 
             return VariableBuilder(self.tx, AttrSource(src, "_orig_fn") if src else None).wrap(value._orig_fn)
-        if getattr(value, "_tinydynamo_disabled", False):
+        if trace_rules.is_disabled(value):
             self.guard("ID_MATCH", value)
             return DisabledFunctionVariable(value, src)
         if type(value) is functools.partial:

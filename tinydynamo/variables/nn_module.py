@@ -13,6 +13,7 @@ import types
 
 from torch import nn
 
+from tinydynamo import trace_rules
 from tinydynamo.exc import raise_observed, unimplemented
 from tinydynamo.source import GetItemSource, module_member_source
 from tinydynamo.variables.base import VariableTracker
@@ -108,7 +109,7 @@ class NNModuleVariable(VariableTracker):
     def call_function(self, tx, args, kwargs):
         from tinydynamo.variables.functions import UserMethodVariable
 
-        if getattr(self.module.__dict__.get("forward"), "_tinydynamo_disabled", False):
+        if trace_rules.is_disabled(self.module.__dict__.get("forward")):
             unimplemented(f"{type(self.module).__name__}.forward is marked tinydynamo.disable")
         if _has_hooks(self.module):
             from tinydynamo.variables.module_hooks import call_with_hooks
