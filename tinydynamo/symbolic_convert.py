@@ -400,6 +400,12 @@ def BINARY_SUBSCR(tx: T, inst):
         import operator
 
         tx.push(tx.output.create_node("call_function", operator.getitem, [obj, key], {}))
+    elif obj.is_python_constant() and isinstance(obj.as_python_constant(), type) and key.is_python_constant() \
+            and hasattr(obj.as_python_constant(), "__class_getitem__"):
+        # ``list[int]``, ``dict[str, Tensor]``: a class subscripted builds an annotation (folded)
+        from tinydynamo.variables.builder import wrap_constant_result
+
+        tx.push(wrap_constant_result(obj.as_python_constant()[key.as_python_constant()]))
     else:
         tx.push(obj.call_method(tx, "__getitem__", [key], {}))
 

@@ -50,7 +50,7 @@ def run_file(directory: Path, name: str, timeout: float, tiny: bool) -> dict:
         env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
         start = time.time()
         try:
-            subprocess.run(cmd, cwd=directory, env=env, timeout=timeout, stdout=subprocess.DEVNULL,
+            subprocess.run(cmd, check=False, cwd=directory, env=env, timeout=timeout, stdout=subprocess.DEVNULL,
                            stderr=subprocess.DEVNULL)
         except subprocess.TimeoutExpired:
             return {"__error__": f"timed out after {timeout:.0f} s", "__wall__": time.time() - start}

@@ -241,6 +241,11 @@ class VariableBuilder:
             from tinydynamo.variables.misc import EnvironVariable
 
             return EnvironVariable(src)
+        from tinydynamo.polyfills import typing_types
+
+        if isinstance(value, typing_types()):  # Dict, Optional[int], list[int]: folded as constants
+            self.guard("ID_MATCH", value)
+            return ConstantVariable(value, src)
         if isinstance(value, (set, types.GeneratorType)):
             unimplemented(f"{type(value).__name__} values are not supported")
         self.guard("TYPE_MATCH", type(value))
