@@ -326,7 +326,8 @@ def wrap_constant_result(value: Any) -> VariableTracker:
         from tinydynamo.variables.iter import SetVariable
 
         return SetVariable([wrap_constant_result(v) for v in value], frozen=type(value) is frozenset)
-    if isinstance(value, (map, filter, zip, enumerate, reversed, type(iter([])), type(iter(range(0))))):
+    if isinstance(value, (map, filter, zip, enumerate, reversed, type(iter([])), type(iter(range(0))),
+                          type(reversed([])))):
         from tinydynamo.variables.lists import ListIteratorVariable
 
         return ListIteratorVariable([wrap_constant_result(v) for v in value])

@@ -218,6 +218,8 @@ class BuiltinVariable(VariableTracker):
         if not (all(a.is_python_constant() for a in args) and all(v.is_python_constant() for v in kwargs.values())
                 and is_foldable(fn)):
             return None
+        if fn in (iter, reversed) and any(_origin(a) is not None for a in args):
+            return None  # an iterator over a list the frame may change under it: read live (its handler)
         cargs = [a.as_python_constant() for a in args]
         ckw = {k: v.as_python_constant() for k, v in kwargs.items()}
         try:
@@ -318,7 +320,7 @@ class BuiltinVariable(VariableTracker):
 
         if len(args) != 1:
             return None
-        return ListIteratorVariable(list(reversed(args[0].unpack_var_sequence(tx))), _origin(args[0]))
+        return ListIteratorVariable(list(reversed(args[0].unpack_var_sequence(tx))), _origin(args[0]), reverse=True)
 
     def call_iter(self, tx, args, kwargs):
         from tinydynamo.variables.lists import ListIteratorVariable
