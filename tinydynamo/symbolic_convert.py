@@ -924,6 +924,7 @@ class InstructionTranslator(InstructionTranslatorBase):
         super().__init__(code, f_globals, {}, output, {}, depth=0)
         self.allow_graph_breaks = allow_graph_breaks
         self.graph_break: GraphBreak | None = None
+        output.frame_values = (f_locals, f_globals)  # L and G: a source's real value, where one is needed
         for name in code.co_varnames[:_n_args(code)]:
             if name in f_locals:
                 self.symbolic_locals[name] = VariableBuilder(self, LocalSource(name)).wrap(f_locals[name])
@@ -958,9 +959,15 @@ class InstructionTranslator(InstructionTranslatorBase):
         stack, local_vars = list(self.stack), dict(self.symbolic_locals)
         contexts, grad_mode = list(self.grad_contexts), torch.is_grad_enabled()
         last_node = next(iter(reversed(self.output.graph.nodes)), None)
+        # iterators the call may advance before it breaks (a list comprehension inlined halfway):
+        # the call runs natively from the start, so they must be where they were
+        iterators = [(v, v.index, v.items, v.origin) for v in (*stack, *local_vars.values())
+                     if isinstance(v, ListIteratorVariable)]
         try:
             super().dispatch(inst)
         except Unsupported as e:
+            for it, index, items, origin in iterators:
+                it.index, it.items, it.origin = index, items, origin
             blocks = enclosing_blocks(self.code, inst.offset)
             if blocks != ["with"] * len(contexts):
                 # inside try (or a `with` we did not trace): not resumable, the frame runs eagerly,
