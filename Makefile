@@ -72,6 +72,7 @@ reliability: setup
 	$(BIN)/python -m tests.reliability -v
 
 test: setup
+	$(BIN)/python -m ruff check .
 	$(BIN)/python -m course.exercises --check
 	$(BIN)/python -m course.notebooks check
 	$(BIN)/python -m course.grade --mode solutions --require pass

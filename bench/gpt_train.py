@@ -19,11 +19,10 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import torch
 import torch.nn.functional as F
+from train_steps import cold_child, cold_compile, measure_training  # noqa: E402  (bench/ is on sys.path)
 
 from course import benchmark as harness
 from course.models import GPT
-
-from train_steps import cold_child, cold_compile, measure_training  # noqa: E402  (bench/ is on sys.path)
 
 
 def loss_of(fn, idx, targets):

@@ -290,6 +290,9 @@ def plot_result(name: str, payload: dict):
         return plot_bars(rows, ["phase", "dtype"], "ms", title)
     if kind == "call_overhead":
         return plot_bars(rows, ["function"], "us/call", title)
+    if kind == "dashboard":  # speedup over eager per model (bench/dashboard.py)
+        timed = [{**r, "label": f"{r['model']}\n{r['suite'][:5]} {r['dtype']}"} for r in rows if r.get("eager ms")]
+        return plot_bars(timed, ["label"], "speedup", title) if timed else None
     if kind == "cold_compile":
         pivot = {}
         for r in rows:

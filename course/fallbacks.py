@@ -437,6 +437,7 @@ def _triton_op_strings() -> dict[str, str]:
 
 def _mask_for(index):
     import sympy
+
     from tininductor.codegen.triton import TritonKernel
 
     return TritonKernel._mask(None, sympy.sympify(index))
@@ -661,3 +662,32 @@ simple("ch11.ideal_bytes", "a stand-in from course/fallbacks.py", _ideal_bytes)
 simple("ch11.positive_branch", "a stand-in from course/fallbacks.py", _positive_branch)
 simple("ch11.bucket_length", "a stand-in from course/fallbacks.py", _bucket_length)
 simple("ch11.bucketed", "a stand-in from course/fallbacks.py", _bucketed)
+
+# ---- chapter 12: distributed training ------------------------------------------------------------
+
+
+def _ddp_buckets(params, bucket_cap, first_bucket_cap):
+    from tinydynamo.distributed import assign_buckets
+
+    ready = list(reversed(params))
+    return [[ready[i][0] for i in b] for b in assign_buckets([n for _, n in ready], bucket_cap, first_bucket_cap)]
+
+
+def _split_points(gm, param_bytes, bucket_cap, first_bucket_cap):
+    from tinydynamo.distributed import split_buckets
+
+    pieces = split_buckets(gm, param_bytes, bucket_cap, first_bucket_cap)
+    return {n.name: i for i, piece in enumerate(pieces) for n in piece.nodes}
+
+
+def _step_time(backward_ms, allreduce_ms, split):
+    ready = [sum(backward_ms[i:]) for i in range(len(backward_ms))] if split else [sum(backward_ms)] * len(backward_ms)
+    comm_end = 0.0
+    for i in reversed(range(len(backward_ms))):
+        comm_end = max(comm_end, ready[i]) + allreduce_ms[i]
+    return max(sum(backward_ms), comm_end)
+
+
+simple("ch12.ddp_buckets", "a stand-in from course/fallbacks.py (tinydynamo.distributed.assign_buckets)", _ddp_buckets)
+simple("ch12.split_points", "tinydynamo.distributed.split_buckets", _split_points)
+simple("ch12.step_time", "a stand-in from course/fallbacks.py", _step_time)

@@ -127,7 +127,8 @@ HINTS: dict[str, list[str]] = {
             "Sum over the leading dims and (keepdim) over the dims where shape has 1 and grad does not, then "
             "aten.view to shape."],
     "6.2": ["d(a*b)/da = b, d(a*b)/db = a, each then summed back to its input's shape.",
-            "Return (package_sum_to_size(grad * b, a), package_sum_to_size(grad * a, b)); it returns None for numbers."],
+            "Each input's gradient is grad times the other input, brought back to that input's own shape by "
+            "reduce_grad (which already answers None for a number). Mind which input each product belongs to."],
     "6.3": ["Walk reversed(graph.nodes); a node's gradient is complete once all its users (later nodes) have "
             "been visited.",
             "For each call_function node with a gradient and in needs_grad: look its args and kwargs up in env, "
@@ -216,6 +217,19 @@ HINTS: dict[str, list[str]] = {
     "11.3": ["bucket_length: the smallest bucket >= n (buckets may come unsorted); past the largest, round up to "
              "a multiple of it. The wrapper pads with zeros along dim and slices back.",
              "torch.cat([x, x.new_zeros(shape with dim = target - n)], dim=dim), call fn, then .narrow(dim, 0, n)."],
+    "12.1": ["Backward produces gradients last layer first: walk reversed(params). A bucket closes once it holds "
+             "cap bytes or more; the next parameter opens a new one.",
+             "The first bucket (reduced first) uses first_bucket_cap, every later one bucket_cap. A parameter "
+             "larger than the cap still goes into one bucket."],
+    "12.2": ["Walk the op nodes backwards (reversed(gm.graph.nodes), skipping placeholders and the output); a "
+             "parameter placeholder counts at its first user in forward order.",
+             "Open a new piece before a node when the current one holds >= cap bytes (first_bucket_cap for the "
+             "first piece built, which is the last in forward order); a leftover piece with no parameters joins "
+             "the next one; number the pieces in forward order."],
+    "12.3": ["Backward: pieces from the last to the first, their times adding up. Each all-reduce starts when "
+             "its gradients are ready AND the previous all-reduce is done: max(comm_end, ready) + allreduce.",
+             "split=False: every gradient is ready only when the whole backward ends (sum of backward times). "
+             "The step ends at max(compute end, communication end)."],
 }
 
 #: failure text -> the likely mistake (checked in order; the first match is shown)

@@ -6,6 +6,7 @@ Tensors are described by shape, dtype and device, and by the first element that 
 """
 from __future__ import annotations
 
+import contextlib
 import difflib
 import pprint
 from typing import Any, Callable
@@ -161,6 +162,48 @@ def _first_tensor_difference(yours, expected, path, rtol, atol) -> str | None:
     return first_difference(yours, expected, path)
 
 
+@contextlib.contextmanager
+def calling(what: str):
+    """Name the input when the learner's code raises: ``with calling("sum_to_size(grad (2, 3) -> (3,))"):``.
+
+    A bare ``RuntimeError: view size is not compatible`` says nothing about which call failed;
+    this turns it into ``sum_to_size(grad (2, 3) -> (3,)) raised RuntimeError: ...``. An
+    unfinished stub's own error passes through unchanged (the report says "not done yet").
+    """
+    from course.loader import is_stub_error
+
+    try:
+        yield
+    except Mismatch:
+        raise
+    except Exception as error:  # noqa: BLE001 - any error of the learner's code is reported with its input
+        if is_stub_error(error):
+            raise
+        first = next((line.strip() for line in str(error).splitlines() if line.strip()), "")
+        raise Mismatch(f"{what} raised {type(error).__name__}: {first}") from error
+
+
+def expect_raises(exception: type[BaseException], call: Callable[[], Any], what: str, match: str | None = None):
+    """Fail with ``what: expected <exception>, but it returned <value>`` (naming the input) unless ``call()``
+    raises ``exception`` (whose message matches the regex ``match``, if given); return the error."""
+    import re
+
+    from course.loader import is_stub_error
+
+    try:
+        value = call()
+    except exception as error:
+        if match is not None and not re.search(match, str(error)):
+            raise Mismatch(f"{what}: raised {exception.__name__} as expected, but its message {str(error)!r} "
+                           f"does not match {match!r}") from error
+        return error
+    except Exception as error:  # noqa: BLE001
+        if is_stub_error(error):
+            raise
+        raise Mismatch(f"{what}: expected {exception.__name__}, got {type(error).__name__}: {error}") from error
+    raise Mismatch(f"{what}: expected {exception.__name__}, but it returned {describe(value)}")
+
+
 def expect_true(condition: bool, what: str, context: str = "") -> None:
     """Fail with ``what`` unless ``condition`` holds (for properties with no single expected value)."""
     if not condition:
@@ -217,38 +260,44 @@ def _chain(error: BaseException):
 
 
 def unfinished_stub(task: str | None, error: BaseException | None = None) -> str | None:
-    """"Exercise 2.1 not done yet: <its spec>" when the failure comes from an unfinished stub.
+    """"Exercise 2.1 not done yet: <its spec>" when the graded task's stub ran and raised its own error.
 
-    A stub's NotImplementedError may surface anywhere: directly, or wrapped by the compiler when
-    the stub runs inside traced code (``Unsupported: call of ConstantVariable(<class 'NotImp...``),
-    where its text is lost. So also look in the learner's exercise file: if the graded task's stub
-    is still there, that is the reason.
+    Decided by running, never by reading the file: the stub's ``NotImplementedError("Exercise
+    N.M: ...")`` is in the failure's chain, or the loader saw the task's stub raise during this test
+    (:data:`course.loader.raised_stubs`; a stub run inside traced code may surface wrapped, its text
+    lost). A stub that is commented out, or a dead line after the learner's ``return``, never raises:
+    the learner's answer is then graded as it is, and a wrong one fails with its failure.
     """
     import re
 
+    from course.loader import raised_stubs
+
     stub = re.compile(r"(Exercise (\d+\.\d+): .*?\. Stuck\? course\.hint\('[\d.]+'\))")
     for exc in _chain(error) if error is not None else ():
-        found = stub.search(str(exc))
-        if isinstance(exc, NotImplementedError) or found:
-            if found:
-                return f"Exercise {found[2]} not done yet: {found[1].split(': ', 1)[1]}"
-    if task is None:
+        found = stub.search(str(exc)) if isinstance(exc, NotImplementedError) else None
+        if found and (task is None or found[2] == task or found[2] in raised_stubs):
+            return f"Exercise {found[2]} not done yet: {found[1].split(': ', 1)[1]}"
+    if task is None or task not in raised_stubs:
         return None
+    spec = _stub_spec(task)
+    return f"Exercise {task} not done yet: {spec or 'its stub raised NotImplementedError'}"
+
+
+def _stub_spec(task: str) -> str | None:
+    """The one-line spec in the task's stub (for the report's first line)."""
     import os
+    import re
+
+    from course.loader import chapter_file
 
     if os.environ.get("TINY_COURSE_MODE", "exercises") != "exercises":
         return None
-    from course.loader import chapter_file
-
-    chapter, number = task.split(".")
     try:
-        text = chapter_file(f"ch{int(chapter):02d}", "exercises").read_text()
+        text = chapter_file(f"ch{int(task.split('.')[0]):02d}", "exercises").read_text()
     except (FileNotFoundError, OSError):
         return None
-    found = re.search(rf'raise NotImplementedError\("(Exercise {re.escape(task)}: .*?)"\)', text)
-    if found:
-        return f"Exercise {task} not done yet: {found[1].split(': ', 1)[1]}"
-    return None
+    found = re.search(rf'NotImplementedError\("(Exercise {re.escape(task)}: .*?)"\)', text)
+    return found[1].split(": ", 1)[1] if found else None
 
 
 def explain_failure(task: str | None, error: BaseException) -> str | None:

@@ -120,8 +120,8 @@ print(inspect.getsource(vjp_rules.mm_vjp))
 
 # %% [markdown]
 # **Exercise 6.2**: the rule for `mul`. Inputs can be tensors of different (broadcast) shapes
-# or a Python number (no gradient); `vjp_rules.sum_to_size(g, x)` takes the input itself and
-# returns `None` for a number.
+# or a Python number (no gradient); the chapter's `reduce_grad(g, x)` brings a gradient back to
+# the input `x`'s shape with your `sum_to_size` from Exercise 6.1 and returns `None` for a number.
 #
 # ## 4. The reverse-mode pass and the joint graph
 #

@@ -25,6 +25,7 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 LAYERS = [
     ("api", "compiler", "explanation", "instructor_view", "testing", "tracer", "viz"),
     ("eval_frame",),
+    ("convert_frame",),
     ("symbolic_convert", "polyfills", "trace_rules"),
     ("output_graph", "codegen", "side_effects"),
     ("variables",),

@@ -23,7 +23,6 @@ from course.chapters.ch01_bytecode import show_stack  # prints the value stack f
 from tinydynamo import bytecode
 from tinydynamo.bytecode import Instruction, get_instructions
 
-
 # ---------------------------------------------------------------------------------------------
 # Exercise 1.1
 # ---------------------------------------------------------------------------------------------

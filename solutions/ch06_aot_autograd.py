@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 import torch.fx as fx
 
-from tininductor.vjp_rules import get_vjp, sum_to_size as package_sum_to_size
+from tininductor.vjp_rules import get_vjp
 
 aten = torch.ops.aten
 
@@ -32,15 +32,22 @@ def sum_to_size(grad: torch.Tensor, shape) -> torch.Tensor:
     # END SOLUTION
 
 
+def reduce_grad(g: torch.Tensor, x):
+    """``g`` summed back to the shape of the input ``x`` with your :func:`sum_to_size` (Exercise
+    6.1); ``None`` when ``x`` is a Python number (a number gets no gradient)."""
+    return sum_to_size(g, x.shape) if isinstance(x, torch.Tensor) else None
+
+
 def mul_vjp(grad, out, a, b):
     """The VJP rule of ``aten.mul``: gradients of ``a`` and ``b`` given the output's ``grad``.
 
     Either input may be a Python number (its gradient is ``None``) or a tensor broadcast
-    against the other (sum its gradient back to its shape: use ``package_sum_to_size(g, x)``,
-    which takes the input itself and returns ``None`` for numbers).
+    against the other (its gradient then has the broadcast shape: ``reduce_grad(g, x)`` brings
+    it back to ``x``'s). Example: ``a`` of shape (3, 1), ``b`` of shape (4,): ``grad`` is (3, 4),
+    the gradients are (3, 1) and (4,); ``mul_vjp(grad, out, a, 2.0)`` gives ``(grad * 2.0, None)``.
     """
     # BEGIN SOLUTION (Exercise 6.2: the VJP rule of mul, broadcasting and numbers included; checked against autograd in the joint graph (notebook 06, section 3))
-    return package_sum_to_size(aten.mul(grad, b), a), package_sum_to_size(aten.mul(grad, a), b)
+    return reduce_grad(aten.mul(grad, b), a), reduce_grad(aten.mul(grad, a), b)
     # END SOLUTION
 
 

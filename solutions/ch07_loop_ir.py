@@ -21,7 +21,6 @@ import torch
 from tininductor import ir, scheduler
 from tininductor.virtualized import ops
 
-
 # --------------------------------------------------------------------------- Exercise 7.1
 
 

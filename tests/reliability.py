@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-import sys
 import warnings
 from typing import Any, Callable
 

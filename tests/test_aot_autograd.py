@@ -8,11 +8,11 @@ import torch
 import torch.nn.functional as F
 
 from course.models import GPT, TinyBlock
-from tinydynamo import artifacts
 from tininductor.aot_autograd import aot_autograd, aot_eager, aot_eager_min_cut
 from tininductor.joint_graph import create_joint
 from tininductor.partitioners import default_partition, min_cut_partition
 from tininductor.prims import is_prim
+from tinydynamo import artifacts
 
 
 def _train(model, step_inputs, steps=3, lr=0.1, backend=None):

@@ -13,10 +13,10 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-import tinydynamo
-from tinydynamo.exc import BackendCompilerFailed
 import tininductor.testing  # noqa: F401  (TRITON_INTERPRET=1 on CPU)
+import tinydynamo
 from tininductor.joint_graph import MissingVJPRule
+from tinydynamo.exc import BackendCompilerFailed
 
 BACKENDS = ["aot_eager", "tininductor"]
 

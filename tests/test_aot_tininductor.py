@@ -37,9 +37,9 @@ def test_compile_fx_partitions_with_min_cut_by_default():
     partitioner; both train like eager; an unknown name is refused with the choices."""
     import pytest
 
-    from tinydynamo import artifacts
     from tininductor import config
     from tininductor.testing import patch_config
+    from tinydynamo import artifacts
 
     torch.manual_seed(0)
     model = TinyBlock(16, 4).double()

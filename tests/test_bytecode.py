@@ -15,7 +15,6 @@ from tinydynamo import bytecode as bc
 from tinydynamo.bytecode import get_instructions
 
 
-
 def test_bytecode_layer_imports_without_torch():
     """Checked in a fresh interpreter: in a full test run other modules have imported torch already."""
     code = "import sys, tinydynamo.bytecode; assert 'torch' not in sys.modules, sorted(sys.modules)"

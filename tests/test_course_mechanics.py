@@ -145,3 +145,19 @@ def test_stubs_are_specs_not_answers():
             match = difflib.SequenceMatcher(None, spec, code, autojunk=False).find_longest_match(0, len(spec), 0, len(code))
             shared = spec[match.a:match.a + match.size]
             assert match.size < 25, f"{path.name} {task}: the spec spells out code of the answer: {shared!r}"
+
+
+def test_no_exercise_imports_the_function_it_asks_for():
+    """A stub whose file imports the package's function of the same name is answered by one call to it."""
+    import ast
+
+    from course.loader import stubs
+
+    for path in sorted((ROOT / "exercises").glob("ch*_*.py")):
+        tree = ast.parse(path.read_text())
+        asked = {qualname.split(".")[-1]: task for qualname, (task, _) in stubs(tree).items()}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom):
+                given = [(alias.name, task) for alias in node.names for name, task in asked.items() if alias.name == name]
+                assert not given, (f"{path.name} imports {given[0][0]} from {node.module}: Exercise {given[0][1]} asks the "
+                                   "learner to write it; keep the package's version out of the exercise file")

@@ -7,8 +7,8 @@ import types
 import pytest
 import torch
 
-from tinydynamo import artifacts
 from tininductor.testing import compile_graph
+from tinydynamo import artifacts
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 

@@ -12,8 +12,7 @@ import os
 
 import pytest
 import torch
-from hypothesis import HealthCheck, given, seed, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, seed, settings, strategies as st
 
 from tininductor.testing import check
 

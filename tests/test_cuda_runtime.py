@@ -11,9 +11,9 @@ import sys
 import pytest
 import torch
 
+import tininductor.compile_fx  # noqa: E402,F401  (the module, not the lazy backend attribute)
 import tinydynamo
 from tininductor.runtime import cudagraphs  # noqa: E402
-import tininductor.compile_fx  # noqa: E402,F401  (the module, not the lazy backend attribute)
 
 compile_fx_module = sys.modules["tininductor.compile_fx"]
 

@@ -139,8 +139,9 @@ def tensor_new(x):
 
 def imports_inside(x):
     import math as m
-    from torch.nn import functional as F
+
     import torch.nn.functional
+    from torch.nn import functional as F
     return F.relu(x) * m.e + torch.nn.functional.gelu(x)
 
 

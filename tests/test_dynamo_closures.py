@@ -184,3 +184,21 @@ def test_decorator_made_in_the_frame_keeps_wraps_metadata():
     g, _ = tinydynamo.optimize(CompileCounter(), nopython=True)(f)(torch.ones(2))
     assert g.__name__ == "named" and g.__doc__ == "doc" and g.__wrapped__.__name__ == "named"
     torch.testing.assert_close(g(torch.ones(2)), torch.full((2,), 3.0))
+
+
+def test_wrapped_of_a_decorator_made_in_the_frame_is_read_in_the_graph():
+    """``functools.wraps`` in the frame sets ``__wrapped__``; reading it back calls the inner function."""
+    def f(x):
+        def inner(y):
+            return y + 1
+
+        @functools.wraps(inner)
+        def wrapper(y):
+            return inner(y) * 2
+
+        return wrapper.__wrapped__(x) + wrapper(x)
+
+    tinydynamo.reset()
+    cnt = CompileCounter()
+    torch.testing.assert_close(tinydynamo.optimize(cnt, nopython=True)(f)(torch.ones(2)), f(torch.ones(2)))
+    assert cnt.frame_count == 1

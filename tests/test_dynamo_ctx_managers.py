@@ -1,6 +1,5 @@
 """Grad-mode `with` blocks: traced into the graph, graph breaks inside them resumed, the decompiled view."""
 import sys
-
 import threading
 
 import pytest

@@ -3,14 +3,15 @@ not raise, generators, assert, enums, dict comprehensions and **kwargs, hasattr/
 class attribute stores, type(x).__name__, list.sort(key=), str.format / %, zip(*...), star unpacking,
 slicing, local @torch.no_grad() functions, getattr(self, name), while loops, walrus, chained comparisons.
 Each matches eager and compiles into as many graphs as torch.compile (backend "eager")."""
-import pytest
 import contextlib
 import enum
 
+import pytest
 import torch
 from torch import nn
 
 from tests.dynamo_compare import compare
+
 
 class Ctx:
     def __init__(self): self.entered = 0

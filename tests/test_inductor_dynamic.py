@@ -226,7 +226,6 @@ def test_dynamic_graph_is_not_specialised_per_shape(caplog):
     """The symbolic path compiles the graph's forward and backward once, not once per shape."""
     from tininductor import compile_fx as cfx
 
-    counter = CompileCounter()
     torch._dynamo.reset()
     before = cfx._compile_count[0]
     with caplog.at_level(logging.WARNING, logger="tininductor.aot_autograd"):

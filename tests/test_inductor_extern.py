@@ -1,10 +1,9 @@
 """Extern kernels (mm/bmm/addmm), fallbacks with logged reasons, the LayerNorm-MLP block, the wrapper."""
 import logging
 import os
+import re
 import subprocess
 import sys
-
-import re
 
 import pytest
 import torch
@@ -157,8 +156,8 @@ def test_complex_dtype_ops_run_in_torch_with_a_reason(backend, caplog):
     """Generated kernels have no complex type: an op on complex32/complex64 tensors (``chalf`` and
     its backward's cast of a complex32 gradient) is a fallback with its reason logged, the rest of
     the graph still compiles (was: a Triton launch error, ``KeyError: 'complex32'``)."""
-    import tinydynamo
     import tininductor
+    import tinydynamo
     from tininductor.testing import patch_config
 
     if backend == "cpp" and DEVICE != "cpu":

@@ -10,10 +10,8 @@ The default example count is small for CI; for a long run::
 """
 import os
 
-import pytest
 import torch
-from hypothesis import HealthCheck, given, seed, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, seed, settings, strategies as st
 from torch.fx.experimental.proxy_tensor import make_fx
 
 from tininductor import config

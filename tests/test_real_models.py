@@ -22,9 +22,9 @@ import pytest
 import torch
 
 import tinydynamo
+from tests.model_zoo import BY_NAME, EXTRA_MODELS, MODELS, first_tensor, flat_tensors
 from tinydynamo.eval_frame import counters
 from tinydynamo.testing import CompileCounterWithBackend
-from tests.model_zoo import BY_NAME, EXTRA_MODELS, MODELS, first_tensor, flat_tensors
 
 TOLERANCE = {"eager": 1e-4, "aot_eager": 1e-4, "tininductor": 1e-3}
 CI_TININDUCTOR = ("resnet18", "mobilenet_v3_small", "gpt2", "llama")  # tininductor in CI; all with --runslow

@@ -2,11 +2,11 @@
 import pytest
 import torch
 
-from tinydynamo import eval_frame, guards, symbolic_convert
-from tinydynamo.registry import swap
 from tininductor import lowering, vjp_rules
 from tininductor.decompositions import DECOMPOSITIONS, decompose
 from tininductor.registry import OpRegistry, lookup, overload_table
+from tinydynamo import eval_frame, guards, symbolic_convert
+from tinydynamo.registry import swap
 
 aten = torch.ops.aten
 

@@ -128,7 +128,7 @@ def test_module_forward_is_watched():
 
 def test_trace_function_restored_and_exceptions_propagate():
     def boom(x):
-        y = x + 1
+        _ = x + 1  # an op traced before the raise
         raise ValueError("no")
 
     before = sys.gettrace()

@@ -36,12 +36,13 @@ import torch
 import torch.fx as fx
 import torch.utils._pytree as pytree
 
-from tinydynamo import artifacts
-from tinydynamo.utils import dynamo_timed
-from tininductor import aliasing
+from tininductor import aliasing, config
 from tininductor.decompositions import decompose, fake_inputs
+from tininductor.fx_passes.freezing import freeze
 from tininductor.joint_graph import JointGraph, create_joint
 from tininductor.partitioners import Partition, default_partition, min_cut_partition
+from tinydynamo import artifacts
+from tinydynamo.utils import dynamo_timed
 
 __all__ = ["aot_autograd", "aot_eager", "aot_eager_min_cut", "AOTOutput", "default_partition",
            "min_cut_partition"]
@@ -333,6 +334,9 @@ def _prepare(gm, example_inputs, example_fakes) -> _Prepared:
 
 def _compile_inference(prep: _Prepared, compiler: Callable) -> Callable:
     """No input needs a gradient: compile the prims graph as it is."""
+    if config.freezing:  # parameters and buffers as constants, folded (fx_passes/freezing.py)
+        module_state = set(range(len(prep.all_inputs))) - set(prep.tensor_positions)
+        freeze(prep.prim_gm, prep.all_inputs, sorted(module_state))
     artifacts.record("forward_graph", "inference graph (no input requires grad)", _readable(prep.prim_gm))
     compiled = compiler(prep.prim_gm, _fake_vals(prep.prim_gm, prep.fakes))
     tensors = [i for i, x in enumerate(prep.all_inputs) if isinstance(x, torch.Tensor)]
@@ -374,8 +378,10 @@ def _compile_training(prep: _Prepared, requires_grad: list[bool], fw_compiler: C
         compiled_bw=bw_compiler(part.bw_gm, _fake_vals(part.bw_gm)),
         num_outputs=joint.num_outputs, diff_outputs=joint.diff_outputs, grad_mask=joint.grad_mask,
         eager_forward=prep.prim_gm, no_rerun_reason=_random_ops(prep.prim_gm),
+        # an input the graph writes back is left out, as aliasing.analyze leaves out those it sees
+        # written (a batch norm's running statistics, written by an op whose schema does not say so)
         version_checked_inputs=[i for i in prep.alias_info.saved_inputs
-                                if isinstance(prep.all_inputs[i], torch.Tensor)],
+                                if isinstance(prep.all_inputs[i], torch.Tensor) and i not in prep.mutated],
         version_checked_outputs=prep.alias_info.saved_outputs, mutated_inputs=prep.mutated,
         saved_mutated_inputs=[m for m in prep.alias_info.saved_mutated_inputs if m[0] in prep.mutated])
     flat = is_flat_sequence(joint.out_spec)

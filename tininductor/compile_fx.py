@@ -21,31 +21,31 @@ import types
 import warnings
 
 import torch
-from torch.utils._pytree import tree_flatten, tree_unflatten
+from torch.utils._pytree import tree_unflatten
 
+from tinydynamo.backends import errors_must_raise
 from tinydynamo.utils import dynamo_timed
 
 from . import config
+from .fx_passes.pad_mm import pad_mm
+from .runtime.compile_worker import start_workers
+from .runtime.triton_launcher import warm_up_driver
 from .virtualized import V
 
 log = logging.getLogger("tininductor.compile_fx")
 
 
-def _start_background_warmup() -> None:
-    """Looking the backend up imports this module: a good moment to start Triton's driver
-    (runtime/triton_launcher.warm_up_driver) and the compile worker processes
-    (runtime/compile_worker.py) while the frame is still being captured."""
-    from .runtime.triton_launcher import warm_up_driver
-
+def warm_up() -> None:
+    """Start Triton's driver (runtime/triton_launcher.warm_up_driver) and the compile worker processes
+    (runtime/compile_worker.py) in the background, once. tinydynamo calls it when it looks the backend
+    up (``backends.lookup_backend``), so they warm up while the frame is still being captured;
+    :func:`compile_fx` calls it too (a backend passed to torch.compile). Importing starts nothing."""
     warm_up_driver()
     if torch.cuda.is_available() and os.environ.get("TINY_TRITON_PARALLEL_COMPILE", "1") != "0" \
             and os.environ.get("TRITON_INTERPRET") != "1":
-        from .runtime.compile_worker import start_workers
-
         start_workers()
 
 
-_start_background_warmup()
 output_code_log = logging.getLogger("tininductor.output_code")  # used when tinydynamo.logs is absent
 
 
@@ -68,6 +68,7 @@ def compile_fx(gm: torch.fx.GraphModule, example_inputs):
     gradient) splits the joint graph into forward and backward; both are compiled by
     :func:`compile_fx_inner`.
     """
+    warm_up()
     try:
         from .aot_autograd import aot_autograd
     except ImportError:  # no AOT layer: inference graphs only
@@ -163,10 +164,6 @@ def _eager_fallback(gm: torch.fx.GraphModule, error: Exception) -> torch.fx.Grap
 def _frame_wants_errors() -> bool:
     """tinydynamo compiles this graph for ``fullgraph=True`` or ``suppress_errors=False``: the user
     asked to see compiler errors, not a fallback (torch.compile raises BackendCompilerFailed)."""
-    try:
-        from tinydynamo.eval_frame import errors_must_raise
-    except ImportError:
-        return False
     return errors_must_raise()
 
 
@@ -214,7 +211,8 @@ def compile_fx_inner(gm: torch.fx.GraphModule, example_inputs, cudagraphs: bool 
     ``config.fallback_to_eager`` is False.
     """
     try:
-        return _compile_fx_inner(gm, example_inputs, cudagraphs and _graph_kind(is_backward, is_inference))
+        return _compile_fx_inner(gm, example_inputs, cudagraphs and _graph_kind(is_backward, is_inference),
+                                 is_inference=is_inference)
     except Exception as e:
         return _eager_fallback(gm, e)
 
@@ -223,7 +221,8 @@ def _graph_kind(is_backward: bool, is_inference: bool) -> str:
     return "backward" if is_backward else "inference" if is_inference else "forward"
 
 
-def _compile_fx_inner(gm: torch.fx.GraphModule, example_inputs, cudagraphs: str | bool = False):
+def _compile_fx_inner(gm: torch.fx.GraphModule, example_inputs, cudagraphs: str | bool = False,
+                      is_inference: bool = False):
     """``cudagraphs``: False, or the graph's kind for the CUDA graph runner ("inference", ...)."""
     from .codecache import PyCodeCache
     from .codegen.wrapper import WrapperCodeGen
@@ -232,7 +231,9 @@ def _compile_fx_inner(gm: torch.fx.GraphModule, example_inputs, cudagraphs: str 
 
     example_inputs = list(example_inputs)
     _ensure_example_values(gm, example_inputs)
-    graph = GraphLowering(gm, example_inputs)
+    if config.shape_padding or config.force_shape_padding:
+        pad_mm(gm)  # matmul operands to aligned sizes (fx_passes/pad_mm.py)
+    graph = GraphLowering(gm, example_inputs, is_inference=is_inference)
     with V.set_graph_handler(graph):
         with dynamo_timed("lowering"):
             graph.run(*example_inputs)
@@ -354,4 +355,5 @@ class _CallableModule(types.ModuleType):
         return compile_fx_with_options(mode, options)
 
 
+compile_fx.warm_up = warm_up  # what tinydynamo's lookup_backend calls for backend="tininductor"
 sys.modules[__name__].__class__ = _CallableModule

@@ -22,6 +22,36 @@ indirect_indexing: bool = True
 #: TorchInductor does) or "default" (save every forward value the backward reads, as eager does).
 partitioner: str = os.environ.get("TINY_PARTITIONER", "min_cut")
 
+#: Decompose batch norm (eval and training, running-statistic updates included) into a reduction and
+#: pointwise ops (decompositions.py), so it fuses with its neighbours; False keeps the ATen op as a
+#: fallback kernel (its VJP rule calls ``native_batch_norm_backward``).
+decompose_batch_norm: bool = os.environ.get("TINY_DECOMPOSE_BATCH_NORM", "1") != "0"
+
+#: Inference graphs take their parameters and buffers as constants: what depends only on them is
+#: computed once at compile time, and batch norm is folded into the convolution before it
+#: (fx_passes/freezing.py). Off by default, as in torch.compile: the compiled function then ignores
+#: later changes to the weights.
+freezing: bool = os.environ.get("TINY_FREEZING", "0") == "1"
+
+#: ``cat`` of up to this many inputs is one Pointwise that picks its input per element (it fuses with
+#: the producers and the consumers); more inputs store into their slices of the output, one kernel
+#: each (lowering.py's ``cat``; TorchInductor's option of the same name).
+max_pointwise_cat_inputs: int = 8
+
+#: Pad matmul operands to sizes that are multiples of 16 bytes where it pays: CUDA, half precision,
+#: big matmuls (fx_passes/pad_mm.py; TorchInductor's ``shape_padding``). ``force_shape_padding``
+#: pads every unaligned matmul, on any device and dtype (tests).
+shape_padding: bool = os.environ.get("TINY_SHAPE_PADDING", "1") != "0"
+force_shape_padding: bool = False
+#: the most a padded dim may grow (0.1: 10%) for the padding to be taken without ``force_shape_padding``
+pad_mm_max_growth: float = 0.1
+
+#: Inference graphs with convolutions on CUDA keep their 4-D intermediates channels-last (graph.py's
+#: ``_wants_channels_last``; TorchInductor's options of the same names). ``force_layout_optimization``:
+#: every convolution graph, on any device (tests).
+layout_optimization: bool = os.environ.get("TINY_LAYOUT_OPT", "1") != "0"
+force_layout_optimization: bool = False
+
 #: Directory the debug dump writes wrapper modules to (TINY_LOGS=output_code also prints them).
 debug_dir: str = os.environ.get("TINY_DEBUG_DIR", "tiny_debug")
 

@@ -19,7 +19,6 @@ an op's rare forms and leaves its common form alone.
 from __future__ import annotations
 
 import contextlib
-
 import logging
 import math
 import operator
@@ -29,6 +28,7 @@ import torch
 from torch._dispatch.python import enable_python_dispatcher
 from torch.fx.experimental.proxy_tensor import make_fx
 
+from tininductor import config
 from tininductor.prims import is_prim
 from tininductor.registry import OpRegistry, lookup, overload_table
 
@@ -134,7 +134,7 @@ def split_with_sizes(x, split_sizes, dim=0):
 
 @register_decomposition(aten.stack)
 def stack(tensors, dim=0):
-    """Stack = unsqueeze each, then ``cat`` (``cat`` itself is a fallback op with a VJP rule)."""
+    """Stack = unsqueeze each, then ``cat`` (a prim: lowered to one where-chain, or stores into slices)."""
     dim = dim % (tensors[0].dim() + 1)
     return aten.cat([aten.unsqueeze(t, dim) for t in tensors], dim)
 
@@ -337,6 +337,119 @@ def native_layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5):
         out = aten.add(out, bias)
     out = prims.convert_element_type(out, x.dtype) if out.dtype != x.dtype else out
     return out, aten.detach(mean), aten.detach(rstd)
+
+
+# Batch norm (``config.decompose_batch_norm``): a reduction for the batch statistics (training) and
+# one pointwise expression for the normalisation, so it fuses with the convolution's consumers (the
+# ReLU, the residual add) instead of running as one ATen call per layer. Its gradient then comes
+# from AD over these prims. Statistics are computed in float32 for half-precision inputs, as eager.
+def _channel_shape(x: torch.Tensor) -> list[int]:
+    """``[1, C, 1, 1]`` for an ``(N, C, H, W)`` input: a per-channel vector broadcast over the rest."""
+    return [1, x.shape[1]] + [1] * (x.dim() - 2)
+
+
+def _per_channel(v, x: torch.Tensor):
+    return aten.view(_upcast(v), _channel_shape(x)) if v is not None else None
+
+
+def _normalize(x, mean, rstd, weight, bias):
+    """``(x - mean) * rstd * weight + bias`` in float32 for half inputs, cast back to ``x``'s dtype."""
+    out = aten.mul(aten.sub(_upcast(x), mean), rstd)
+    if weight is not None:
+        out = aten.mul(out, _per_channel(weight, x))
+    if bias is not None:
+        out = aten.add(out, _per_channel(bias, x))
+    return prims.convert_element_type(out, x.dtype) if out.dtype != x.dtype else out
+
+
+def _batch_norm_training(x, weight, bias, running_mean, running_var, momentum, eps):
+    """Normalise by the batch's statistics; returns ``(out, save_mean, save_rstd, new_running_mean,
+    new_running_var)`` (the last two None without running statistics). The running statistics
+    move towards the batch's (variance unbiased) outside autograd, as eager updates them."""
+    dims = [0] + list(range(2, x.dim()))
+    xf = _upcast(x)
+    mean = aten.mean(xf, dims, keepdim=True)
+    var = aten.var(xf, dims, correction=0, keepdim=True)
+    rstd = aten.rsqrt(aten.add(var, eps))
+    out = _normalize(x, mean, rstd, weight, bias)
+    save_mean, save_rstd = aten.squeeze(mean, dims), aten.squeeze(rstd, dims)
+    new_mean = new_var = None
+    if running_mean is not None:
+        n = x.numel() // x.shape[1]
+        batch_mean = aten.detach(save_mean)
+        batch_var = aten.mul(aten.detach(aten.squeeze(var, dims)), n / max(n - 1, 1))
+        new_mean = aten.add(aten.mul(_upcast(running_mean), 1 - momentum), aten.mul(batch_mean, momentum))
+        new_var = aten.add(aten.mul(_upcast(running_var), 1 - momentum), aten.mul(batch_var, momentum))
+        new_mean = prims.convert_element_type(new_mean, running_mean.dtype)
+        new_var = prims.convert_element_type(new_var, running_var.dtype)
+    return out, aten.detach(save_mean), aten.detach(save_rstd), new_mean, new_var
+
+
+def _batch_norm_inference(x, weight, bias, running_mean, running_var, eps):
+    """Normalise by the running statistics: one pointwise expression."""
+    rstd = aten.rsqrt(aten.add(_per_channel(running_var, x), eps))
+    return _normalize(x, _per_channel(running_mean, x), rstd, weight, bias)
+
+
+def _empty_stats(x):
+    return aten.full.default([0], 0, dtype=_upcast(x).dtype, device=x.device)
+
+
+def _bn_enabled() -> bool:
+    return config.decompose_batch_norm
+
+
+@register_decomposition(aten._native_batch_norm_legit_no_training)
+def _native_batch_norm_legit_no_training(x, weight, bias, running_mean, running_var, momentum, eps):
+    if not _bn_enabled():
+        return NotImplemented
+    return _batch_norm_inference(x, weight, bias, running_mean, running_var, eps), _empty_stats(x), _empty_stats(x)
+
+
+@register_decomposition(aten._native_batch_norm_legit_functional)
+def _native_batch_norm_legit_functional(x, weight, bias, running_mean, running_var, training, momentum, eps):
+    if not _bn_enabled() or not training:
+        return NotImplemented
+    return _batch_norm_training(x, weight, bias, running_mean, running_var, momentum, eps)
+
+
+def _write_running_stats(running_mean, running_var, new_mean, new_var) -> None:
+    """The in-place update of the ATen op, as ``copy_`` into the inputs: the functional graph
+    returns the new values (aliasing.strip_input_mutations) and they are written back after it."""
+    aten.copy_(running_mean, new_mean)
+    aten.copy_(running_var, new_var)
+
+
+@register_decomposition(aten._native_batch_norm_legit.default)
+def _native_batch_norm_legit(x, weight, bias, running_mean, running_var, training, momentum, eps):
+    if not _bn_enabled():
+        return NotImplemented
+    if not training:
+        out, *_ = _native_batch_norm_legit_no_training(x, weight, bias, running_mean, running_var, momentum, eps)
+        return out, _empty_stats(x), _empty_stats(x)
+    out, mean, rstd, new_mean, new_var = _batch_norm_training(x, weight, bias, running_mean, running_var,
+                                                             momentum, eps)
+    _write_running_stats(running_mean, running_var, new_mean, new_var)
+    return out, mean, rstd
+
+
+@register_decomposition(aten._native_batch_norm_legit.no_stats)
+def _native_batch_norm_legit_no_stats(x, weight, bias, training, momentum, eps):
+    if not _bn_enabled() or not training:
+        return NotImplemented
+    return _batch_norm_training(x, weight, bias, None, None, momentum, eps)[:3]
+
+
+@register_decomposition(aten.native_batch_norm)
+def native_batch_norm(x, weight, bias, running_mean, running_var, training, momentum, eps):
+    if not _bn_enabled():
+        return NotImplemented
+    if not training or running_mean is None:
+        if not training and running_mean is not None:
+            out = _batch_norm_inference(x, weight, bias, running_mean, running_var, eps)
+            return out, _empty_stats(x), _empty_stats(x)
+        return _native_batch_norm_legit_no_stats(x, weight, bias, training, momentum, eps)
+    return _native_batch_norm_legit(x, weight, bias, running_mean, running_var, training, momentum, eps)
 
 
 @register_decomposition(aten._softmax)

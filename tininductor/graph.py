@@ -24,7 +24,7 @@ import torch
 from torch._dispatch.python import enable_python_dispatcher
 from torch.utils._pytree import tree_flatten, tree_map
 
-from . import ir
+from . import config, ir
 from .indexing import size_expr
 from .lowering import EXTERN_OPS, KERNEL_DTYPES, LoweringDeclined, lookup
 from .virtualized import V
@@ -39,7 +39,7 @@ def op_name(target) -> str:
 
 
 class GraphLowering(torch.fx.Interpreter):
-    def __init__(self, gm: torch.fx.GraphModule, example_inputs):
+    def __init__(self, gm: torch.fx.GraphModule, example_inputs, is_inference: bool = False):
         super().__init__(gm, garbage_collect_values=False)
         self.example_inputs = list(example_inputs)
         self.graph_inputs: dict[str, ir.InputBuffer] = {}
@@ -56,6 +56,14 @@ class GraphLowering(torch.fx.Interpreter):
         #: size symbol -> Python expression over the wrapper's inputs that computes it
         #: (``"s0"`` for a SymInt argument named s0, ``"arg0_1.size(1)"`` for a tensor's dim)
         self.size_sources: dict[sympy.Symbol, str] = {}
+        self.layout_optimization = _wants_channels_last(gm, is_inference)
+
+    def preferred_order(self, data: ir.Loops) -> list[int] | None:
+        """The order a realized Pointwise is laid out in: channels-last ``(N, H, W, C)`` for the
+        4-D ones of a convolution graph (layout optimization), else None (contiguous)."""
+        if self.layout_optimization and isinstance(data, ir.Pointwise) and len(data.ranges) == 4:
+            return [0, 2, 3, 1]
+        return None
 
     # ---------------------------------------------------------------- buffers
 
@@ -318,6 +326,22 @@ class GraphLowering(torch.fx.Interpreter):
     def ir_str(self) -> str:
         lines = [repr(b) for b in self.graph_inputs.values()] + [repr(b) for b in self.buffers]
         return "\n".join(lines)
+
+
+def _wants_channels_last(gm: torch.fx.GraphModule, is_inference: bool) -> bool:
+    """Layout optimization (``config.layout_optimization``, TorchInductor's), decided once per graph:
+    an inference graph with 2-D convolutions on CUDA keeps its 4-D intermediates channels-last, the
+    layout cuDNN's convolutions run in, so that no convolution converts NCHW to NHWC and back; the
+    pointwise kernels around them walk the same order. Training graphs keep NCHW for now (the
+    activations they save would be copied back to the traced layout).
+    ``config.force_layout_optimization``: every convolution graph, on any device (tests)."""
+    if not (config.layout_optimization or config.force_layout_optimization):
+        return False
+    convs = [n for n in gm.graph.nodes if n.op == "call_function" and n.target is torch.ops.aten.convolution.default
+             and isinstance(n.meta.get("val"), torch.Tensor) and n.meta["val"].dim() == 4]
+    if not convs:
+        return False
+    return config.force_layout_optimization or (is_inference and convs[0].meta["val"].device.type == "cuda")
 
 
 def _same_strides(layout: ir.Layout, stride) -> bool:

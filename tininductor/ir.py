@@ -203,8 +203,14 @@ class ComputedBuffer(Buffer):
     def __init__(self, name: str, layout: Layout, data: Loops):
         super().__init__(name, layout)
         self.data = data
+        #: the order the kernel walks the dims in (None: as they are). Channels-last buffers walk
+        #: (N, H, W, C), ``[0, 2, 3, 1]``, so that consecutive elements of a kernel's block are
+        #: neighbours in memory (graph.py's layout optimization)
+        self.iteration_order: list[int] | None = None
 
     def get_ranges(self) -> list[int]:
+        if self.iteration_order is not None:
+            return [self.data.ranges[d] for d in self.iteration_order]
         return list(self.data.ranges)
 
     def get_reduction_ranges(self) -> list[int]:
@@ -219,6 +225,11 @@ class ComputedBuffer(Buffer):
 
     def store_body(self, index, rindex=()):
         """Run the body for one element: ``ops.store(self.name, ..., value)`` under the current handler."""
+        if self.iteration_order is not None:  # ``index`` walks the dims in iteration order
+            logical = [None] * len(index)
+            for position, d in enumerate(self.iteration_order):
+                logical[d] = index[position]
+            index = logical
         return self.data.store_output(self.name, self.layout.index, index, rindex)
 
     def __repr__(self):
@@ -397,8 +408,16 @@ class StorageBox(IRNode):
     def realize(self) -> Buffer:
         if not isinstance(self.data, Buffer):
             assert isinstance(self.data, Loops), self.data
-            layout = Layout.contiguous(self.data.get_device(), self.data.get_dtype(), self.data.get_size())
+            order = V.graph.preferred_order(self.data) if hasattr(V.graph, "preferred_order") else None
+            layout = Layout.contiguous(self.data.get_device(), self.data.get_dtype(),
+                                       [self.data.get_size()[d] for d in order or range(len(self.data.get_size()))])
+            if order is not None:  # laid out in ``order`` (channels-last), read in the logical order
+                stride = [None] * len(order)
+                for position, d in enumerate(order):
+                    stride[d] = layout.stride[position]
+                layout = Layout(layout.device, layout.dtype, self.data.get_size(), stride, 0)
             buf = ComputedBuffer(None, layout, self.data)
+            buf.iteration_order = order
             buf.origins = list(self.origins)
             V.graph.register_buffer(buf)
             self.data = buf

@@ -35,8 +35,7 @@ from torch._dispatch.python import enable_python_dispatcher
 from torch.fx.experimental.proxy_tensor import make_fx
 
 from tininductor.decompositions import DECOMPOSITIONS, allow_real_constants
-from tininductor.vjp_rules import (NON_DIFFERENTIABLE_MUTATIONS, NON_DIFFERENTIABLE_OUTPUTS,
-                                   NOT_DIFFERENTIABLE, get_vjp)
+from tininductor.vjp_rules import NON_DIFFERENTIABLE_MUTATIONS, NON_DIFFERENTIABLE_OUTPUTS, NOT_DIFFERENTIABLE, get_vjp
 
 
 @dataclasses.dataclass

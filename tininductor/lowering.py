@@ -19,8 +19,8 @@ import sympy
 import torch
 from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND as Promote, elementwise_dtypes
 
-from . import ir
-from .indexing import FloorDiv, contiguous_strides, flatten, is_static, prod, size_expr, unflatten
+from . import config, ir
+from .indexing import FloorDiv, ModularIndexing, contiguous_strides, flatten, is_static, prod, size_expr, unflatten
 from .ops_table import OP_TABLE, REDUCTION_TYPES
 from .registry import OpRegistry
 from .virtualized import V, ops
@@ -251,8 +251,14 @@ def div(a, b, rounding_mode=None):
 
 @register_lowering(aten.pow)
 def pow_(a, b):
-    if not is_ir(b) and b == 2:
-        return pointwise(lambda x: ops.mul(x, x), a, promote=Promote.DEFAULT, out_dtype=_pow_dtype(a, b))
+    if not is_ir(b) and b in (2, 3, 4):  # GELU's x ** 3: multiplications, not a libm pow
+        def power(x, n=int(b)):
+            out = x
+            for _ in range(n - 1):
+                out = ops.mul(out, x)
+            return out
+
+        return pointwise(power, a, promote=Promote.DEFAULT, out_dtype=_pow_dtype(a, b))
     if not is_ir(b) and b == 0.5:
         return pointwise(ops.sqrt, a, promote=Promote.INT_TO_FLOAT)
     out = _pow_dtype(a, b)
@@ -595,6 +601,131 @@ def transpose(x, dim0, dim1):
     dims = list(range(nd))
     dims[dim0 % nd], dims[dim1 % nd] = dims[dim1 % nd], dims[dim0 % nd]
     return permute(x, dims)
+
+
+# --------------------------------------------------------------------------- cat
+# ``cat`` is written by its producers instead of an ATen call that copies finished inputs: with a
+# few inputs it is a Pointwise choosing, per output element, which input to read (the inputs'
+# bodies inline into it, and it inlines into its consumers: HF Llama's rotary ``cat((-x2, x1))``
+# becomes part of the kernel that uses it); with many, each input is stored straight into its
+# slice of the output (an ``ir.ScatterBuffer`` per input, TorchInductor's ConcatKernel).
+
+
+def _cat_inputs(tensors, dim):
+    """The inputs that contribute elements (cat skips legacy 1-D empty tensors, and size-0 slices
+    add nothing), the normalised dim, the output size and dtype."""
+    tensors = [t for t in tensors if is_ir(t)]
+    shaped = [t for t in tensors if not (len(t.get_size()) == 1 and t.get_size()[0] == 0)]
+    if not shaped:
+        return [], 0, [0], functools.reduce(torch.promote_types, [t.get_dtype() for t in tensors])
+    nd = len(shaped[0].get_size())
+    dim = dim % nd
+    size = list(shaped[0].get_size())
+    size[dim] = sum((t.get_size()[dim] for t in shaped), sympy.Integer(0))
+    dtype = functools.reduce(torch.promote_types, [t.get_dtype() for t in tensors])
+    parts = [t for t in shaped if t.get_size()[dim] != 0]
+    return parts, dim, [size_expr(s) for s in size], dtype
+
+
+@register_lowering(aten.cat)
+def cat(tensors, dim=0):
+    parts, dim, size, dtype = _cat_inputs(tensors, dim)
+    device = device_of(tensors)
+    if not parts or prod(size) == 0:
+        return full(size, 0, dtype=dtype, device=device)
+    if len(parts) == 1:
+        return to_dtype(clone(parts[0]), dtype)
+    if len(parts) <= config.max_pointwise_cat_inputs:
+        return _pointwise_cat(parts, dim, size, dtype, device)
+    return _concat_kernel(parts, dim, size, dtype, device)
+
+
+def _pointwise_cat(parts, dim, size, dtype, device) -> ir.StorageBox:
+    """``out[.., j, ..] = parts[k][.., j - start_k, ..]`` for the ``k`` whose slice holds ``j``: a
+    chain of ``where(j < end_k, ...)``. Every input is loaded at every element (``where`` evaluates
+    both sides), so its index along ``dim`` is kept inside its bounds by a modulo, exact where the
+    element is its own: ``(j + c) % n_k`` with ``c = -start_k`` modulo ``n_k`` (non-negative)."""
+    loaders, ends, start = [], [], sympy.Integer(0)
+    for t in parts:
+        n = size_expr(t.get_size()[dim])
+        shift = sympy.Integer(int(-start) % int(n)) if is_static(start) and is_static(n) else start * (n - 1)
+        load, src = t.make_loader(), t.get_dtype()
+
+        def loader(index, load=load, src=src, shift=shift, n=n):
+            local = ModularIndexing(index[dim] + shift, n) if n != 1 else sympy.Integer(0)
+            return cast(load(list(index[:dim]) + [local] + list(index[dim + 1:])), src, dtype)
+
+        loaders.append(loader)
+        start = size_expr(start + n)
+        ends.append(start)
+
+    def inner_fn(index):
+        j = ops.index_expr(index[dim], torch.int64)
+        value = loaders[-1](index)
+        for load, end in zip(reversed(loaders[:-1]), reversed(ends[:-1])):
+            value = ops.where(ops.lt(j, _int_value(end)), load(index), value)
+        return value
+
+    return ir.StorageBox(ir.Pointwise(device, dtype, inner_fn, size))
+
+
+def _int_value(expr):
+    return ops.constant(int(expr), torch.int64) if is_static(expr) else ops.index_expr(expr, torch.int64)
+
+
+def _concat_kernel(parts, dim, size, dtype, device):
+    """A fresh output buffer and, per input, a store of its elements into its slice (the input's
+    own body inlined into that store: a pointwise producer writes the slice directly)."""
+    out = V.graph.extern_kernel(aten.empty.memory_format, (size,), {"dtype": dtype, "device": device},
+                                "extern: cat's output, allocated (each input stores its slice)")
+    start = sympy.Integer(0)
+    for t in parts:
+        load, src = t.make_loader(), t.get_dtype()
+        body = ir.Pointwise(device, dtype, lambda idx, load=load, src=src: cast(load(idx), src, dtype), t.get_size())
+        position = lambda idx, start=start: list(idx[:dim]) + [idx[dim] + start] + list(idx[dim + 1:])
+        V.graph.register_buffer(ir.ScatterBuffer(None, out, body, position))
+        start = size_expr(start + t.get_size()[dim])
+    return out
+
+
+@register_lowering(aten.constant_pad_nd)
+def constant_pad_nd(x, pad, value=0):
+    """``value`` around ``x`` (``pad`` lists (before, after) from the last dim backwards, all >= 0:
+    crops are slices by then, decompositions.py). A Pointwise: where the index falls inside ``x``
+    it reads ``x``, elsewhere ``value``; the read is kept in bounds everywhere by a modulo, exact
+    inside (``where`` evaluates both sides)."""
+    if any(p < 0 for p in pad):
+        raise LoweringDeclined("negative padding (a crop)")
+    size = [size_expr(s) for s in x.get_size()]
+    nd = len(size)
+    before = {nd - 1 - i: pad[2 * i] for i in range(len(pad) // 2)}
+    out_size = [s + before.get(d, 0) + (pad[2 * (nd - 1 - d) + 1] if d in before else 0) for d, s in enumerate(size)]
+    out_size = [size_expr(s) for s in out_size]
+    if any(not is_static(before[d]) for d in before):
+        raise LoweringDeclined("symbolic padding")
+    load, dtype = x.make_loader(), x.get_dtype()
+    padded = [d for d in sorted(before) if before[d] or out_size[d] != size[d]]
+
+    def inner_fn(index):
+        local = list(index)
+        inside = None
+        for d in padded:
+            n, b = size[d], int(before[d])
+            if not is_static(n):
+                raise LoweringDeclined("padding a dim of symbolic size")
+            if int(n) == 0:
+                return ops.constant(value, dtype)
+            local[d] = ModularIndexing(index[d] + (-b) % int(n), n) if n != 1 else sympy.Integer(0)
+            j = ops.index_expr(index[d], torch.int64)
+            ok = ops.logical_and(ops.ge(j, ops.constant(b, torch.int64)), ops.lt(j, ops.constant(b + int(n), torch.int64)))
+            inside = ok if inside is None else ops.logical_and(inside, ok)
+        if inside is None:
+            return load(local)
+        return ops.where(inside, load(local), ops.constant(value, dtype))
+
+    if any(not is_static(size[d]) for d in padded):
+        raise LoweringDeclined("padding a dim of symbolic size")
+    return ir.StorageBox(ir.Pointwise(x.get_device(), dtype, inner_fn, out_size))
 
 
 # --------------------------------------------------------------------------- reductions

@@ -38,7 +38,8 @@ POINTWISE_UNARY = [t for arity, t in _TABLE if arity == 1] + [aten.logical_not]
 POINTWISE_BINARY = [t for arity, t in _TABLE if arity == 2] + [
     aten.add, aten.sub, aten.div, aten.pow, aten.logical_and, aten.logical_or,
 ]
-POINTWISE_OTHER = [aten.where, prims.convert_element_type, aten.clone]
+# cat: a where-chain over its inputs; constant_pad_nd: a where between the input and the value
+POINTWISE_OTHER = [aten.where, prims.convert_element_type, aten.clone, aten.cat, aten.constant_pad_nd]
 VIEWS = [aten.view, aten.expand, aten.permute, aten.unsqueeze, aten.squeeze, aten.slice,
          aten.select, aten.alias, aten.detach]  # detach: an alias that stops gradients
 REDUCTIONS = [aten.sum, aten.amax, aten.amin, aten.mean, aten.var]

@@ -15,7 +15,7 @@ _LAZY = {
     "disable": "tinydynamo.eval_frame:disable",
     "reset": "tinydynamo.eval_frame:reset",
     "cache_info": "tinydynamo.eval_frame:cache_info",
-    "counters": "tinydynamo.eval_frame:counters",
+    "counters": "tinydynamo.convert_frame:counters",
     "OptimizedModule": "tinydynamo.eval_frame:OptimizedModule",
     "config": "tinydynamo.config:",
     "Unsupported": "tinydynamo.exc:Unsupported",

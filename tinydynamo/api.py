@@ -11,25 +11,29 @@ from typing import Callable, NamedTuple
 
 import torch
 
+from tinydynamo.convert_frame import compile_frame
+from tinydynamo.eval_frame import OptimizedFunction, OptimizedModule, _current_backend, _user_function, get_cache
 from tinydynamo.exc import unimplemented
 from tinydynamo.trace_rules import (  # noqa: F401  (the marks live where the tracer reads them)
-    ALLOWED_IN_GRAPH, DISALLOWED_IN_GRAPH, allow_in_graph, disallow_in_graph, graph_break, is_compiling,
-    special_variable)
+    ALLOWED_IN_GRAPH,
+    DISALLOWED_IN_GRAPH,
+    allow_in_graph,
+    disallow_in_graph,
+    graph_break,
+    is_compiling,
+    special_variable,
+)
 
 
 # ---- run: cached code only ---------------------------------------------------------------------------------
 def run(fn: Callable | None = None):
     """``run(compiled_fn)``: use the graphs compiled so far, never compile a new one (a cache miss runs
     eagerly), like ``torch._dynamo.run``."""
-    from tinydynamo.eval_frame import OptimizedFunction, OptimizedModule
-
     if fn is None:
         return run
     if isinstance(fn, OptimizedModule):
         fn = fn._compiled_forward
     if not isinstance(fn, OptimizedFunction):
-        from tinydynamo.eval_frame import _user_function
-
         _user_function(fn)  # a clear TypeError for what cannot be compiled at all
         fn = OptimizedFunction(fn, backend="eager")
     return RunOnlyFunction(fn)
@@ -40,8 +44,6 @@ class RunOnlyFunction:
         self._compiled = compiled
 
     def __call__(self, *args, **kwargs):
-        from tinydynamo.eval_frame import _current_backend, get_cache
-
         c = self._compiled
         L = c._bind(args, kwargs)
         for entry in get_cache(c._code).entries:  # any backend: only cached code runs
@@ -69,7 +71,6 @@ def export(f: Callable, *extra_args, aten_graph: bool = False, decomposition_tab
     ``aten_graph=True`` (torch._dynamo.export's flag): the captured graph is traced once more with
     ``make_fx`` on fake copies of the inputs, so its nodes are ATen ops (``aten.mm.default``...), further
     decomposed by ``decomposition_table`` if given; it takes the same inputs in the same order."""
-    from tinydynamo.eval_frame import OptimizedFunction, OptimizedModule, compile_frame, _user_function
 
     if isinstance(f, OptimizedModule):
         f = f._orig_mod

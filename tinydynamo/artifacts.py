@@ -23,6 +23,7 @@ KINDS = (
     "graph",
     "guards",
     "transformed_code",
+    "ddp_split",
     "joint_graph",
     "forward_graph",
     "backward_graph",
@@ -78,7 +79,7 @@ def collecting(name: str) -> Iterator[CompileArtifacts]:
 
 
 def dump_debug_dir(arts: CompileArtifacts) -> Path | None:
-    """With TINY_COMPILE_DEBUG=1: write one directory per compiled frame (called by eval_frame), under
+    """With TINY_COMPILE_DEBUG=1: write one directory per compiled frame (called by convert_frame), under
     ``tiny_debug/`` or ``$TINY_COMPILE_DEBUG_DIR`` (TorchDynamo: ``TORCH_COMPILE_DEBUG``)."""
     if os.environ.get("TINY_COMPILE_DEBUG", "") not in ("1", "true", "True"):
         return None

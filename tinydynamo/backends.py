@@ -6,10 +6,13 @@ until used, and PyTorch's own "inductor" plugs in the same way), or passed as ca
 """
 from __future__ import annotations
 
+import contextlib
 import importlib
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import torch.fx
+
+from tinydynamo import config
 
 Backend = Callable[[torch.fx.GraphModule, list], Callable]
 
@@ -37,12 +40,10 @@ def list_backends() -> list[str]:
 
 
 def lookup_backend(backend: str | Backend | None) -> Backend:
-    from tinydynamo import config
-
     if backend is None:
         backend = config.default_backend
     if callable(backend):
-        return backend
+        return _warmed_up(backend)
     if not isinstance(backend, str) or backend not in _BACKENDS:
         raise ValueError(f"unknown backend {backend!r}: use one of {list_backends()}, or pass a callable "
                          "backend(gm, example_inputs) -> callable")
@@ -54,7 +55,17 @@ def lookup_backend(backend: str | Backend | None) -> Backend:
         except (ImportError, AttributeError) as e:
             raise ValueError(f"backend {backend!r} ({module_name}:{attr}) is not available: {e}") from e
         _BACKENDS[backend] = entry
-    return entry
+    return _warmed_up(entry)
+
+
+def _warmed_up(backend: Backend) -> Backend:
+    """A backend may start background work (threads, worker processes) when it is chosen, through a
+    ``warm_up()`` attribute: it then overlaps with capturing the frame (tininductor: Triton's driver and
+    its compile workers). Nothing starts when a backend's module is imported."""
+    warm_up = getattr(backend, "warm_up", None)
+    if callable(warm_up):
+        warm_up()
+    return backend
 
 
 def lookup_backend_with_options(backend: str | Backend | None, mode: str | None, options: dict | None) -> Backend:
@@ -67,3 +78,23 @@ def lookup_backend_with_options(backend: str | Backend | None, mode: str | None,
         raise ValueError(f"mode={mode!r}/options={options!r} configure the tininductor backend; backend "
                          f"{backend!r} takes none: drop them, or use backend='tininductor'")
     return configure(mode, options)
+
+
+#: per frame being compiled: must a backend's error raise (fullgraph=True, suppress_errors=False)?
+_strict: list[bool] = []
+
+
+@contextlib.contextmanager
+def compiling_frame(strict: bool) -> Iterator[None]:
+    """While a frame compiles (tinydynamo.convert_frame): ``strict`` says whether it asked for errors."""
+    _strict.append(strict)
+    try:
+        yield
+    finally:
+        _strict.pop()
+
+
+def errors_must_raise() -> bool:
+    """Asked by backends that fall back to eager on their own errors: the frame being compiled
+    asked for errors (``fullgraph=True`` or ``config.suppress_errors = False``), so raise instead."""
+    return bool(_strict and _strict[-1]) or not config.suppress_errors

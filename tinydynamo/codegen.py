@@ -112,7 +112,7 @@ class GraphBreakCodegen:
     def __init__(self, output: "OutputGraph", brk, codegen: PyCodegen, backend: Any, code: types.CodeType):
         if output.wrap_for_resume is None:
             raise TypeError("OutputGraph(wrap_for_resume=...) is needed to compile a graph break: pass "
-                            "tinydynamo.eval_frame.wrap_for_resume (compile_frame does)")
+                            "tinydynamo.eval_frame.wrap_for_resume (convert_frame.compile_frame passes it)")
         self.output, self.brk, self.codegen, self.backend, self.code = output, brk, codegen, backend, code
         self.all_locals = [n for n in brk.symbolic_locals if not n.startswith("___stack")]  # dead after a prologue
 

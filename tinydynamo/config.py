@@ -41,7 +41,12 @@ force_parameter_static_shapes: bool = True
 #: traces every subclass). Subclasses inheriting torch.Tensor's default are always traced.
 traceable_tensor_subclasses: set = set()
 
-_SETTINGS = ("automatic_dynamic_shapes", "assume_static_by_default", "force_parameter_static_shapes", "disable",
+#: split graphs captured inside a DistributedDataParallel forward at DDP's gradient-bucket boundaries, so
+#: that each bucket's all-reduce overlaps the backward of the pieces before it (tinydynamo.distributed;
+#: torch's name: ``torch._dynamo.config.optimize_ddp``)
+optimize_ddp: bool = True
+
+_SETTINGS = ("optimize_ddp", "automatic_dynamic_shapes", "assume_static_by_default", "force_parameter_static_shapes", "disable",
              "capture_scalar_outputs", "traceable_tensor_subclasses", "recompile_limit", "suppress_errors",
              "max_inline_depth", "max_instructions", "default_backend")
 _this = sys.modules[__name__]

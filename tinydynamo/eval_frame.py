@@ -1,16 +1,18 @@
-"""Entry points and the cache: ``optimize``, ``compile``, ``disable``, ``reset``.
+"""Entry points and the cache: ``optimize``, ``compile``, ``disable``, ``reset``, ``OptimizedModule``.
 
 Pure Python cannot install CPython's frame-evaluation hook (PEP 523), so tinydynamo wraps the
 callable instead. Each call binds the arguments into ``L`` (the frame's locals), then looks up
 the cache of the function's code object: a list of entries ``(guards, compiled frame)``, newest
-first. The first entry whose guards pass runs. A miss compiles a new entry (logging the first
-failing guard of the newest entry); after ``config.recompile_limit`` entries the frame runs
-eagerly, with one warning. A frame that cannot be captured (Unsupported) runs eagerly too,
-with its reason recorded (and raised, with ``nopython=True`` / ``fullgraph=True``).
+first. The first entry whose guards pass runs. A miss asks :mod:`tinydynamo.convert_frame` for a
+new entry (it logs the failing guards; after ``config.recompile_limit`` entries, or when the frame
+cannot be captured, the frame runs eagerly, with its reason recorded, and raised with
+``nopython=True`` / ``fullgraph=True``).
+
+What the frame hook would do for the frames a compiled frame calls at a graph break (compile them
+too), :func:`wrap_for_resume` does: convert_frame passes it down to the code it generates.
 """
 from __future__ import annotations
 
-import collections
 import contextlib
 import copy
 import dataclasses
@@ -20,26 +22,16 @@ import types
 import warnings
 from typing import Any, Callable, Iterator
 
-import torch
 from torch import nn
+from torch.nn.modules import module as module_mod
 
-from torch.fx.experimental.symbolic_shapes import ConstraintViolationError
-
-from tinydynamo import artifacts, bytecode, logs, symbolic_shapes, trace_rules
+from tinydynamo import config, distributed, symbolic_shapes, trace_rules
 from tinydynamo.backends import lookup_backend, lookup_backend_with_options
-from tinydynamo import config
-from tinydynamo.exc import Unsupported
-from tinydynamo.output_graph import CompiledFrame, OutputGraph
+from tinydynamo.convert_frame import convert_frame, counters
+from tinydynamo.output_graph import CompiledFrame
 from tinydynamo.registry import swap
-from tinydynamo.skip_frame import compile_callees
-from tinydynamo.utils import dynamo_timed
-
-#: counters["frames"]["ok"/"unsupported"/...], counters["unsupported"][reason], counters["recompiles"][name]
-counters: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
-
-recompiles_log = logs.get_logger("recompiles")
-breaks_log = logs.get_logger("graph_breaks")
-bytecode_log = logs.get_logger("bytecode")
+from tinydynamo.variables.functions import is_library_function, is_torch_internal
+from tinydynamo.variables.nn_module import _has_hooks
 
 
 @dataclasses.dataclass
@@ -124,6 +116,8 @@ def _same_kwdefaults(kwdefaults: dict | None, snapshot: tuple | None) -> bool:
 class OptimizedFunction:
     """A function wrapped by ``optimize``: each call checks the cache, compiling on a miss (PyTorch:
     ``_TorchDynamoContext``'s wrapper plus the C frame-evaluation hook)."""
+
+    _tinydynamo_compiled = True  # how traced code recognises a compiled function (variables/builder.py)
 
     def __init__(self, fn: Callable, backend: Any, nopython: bool = False, dynamic: bool | None = None):
         self._orig_fn = fn
@@ -221,82 +215,13 @@ class OptimizedFunction:
             return self
         return functools.partial(self.__call__, obj)
 
-    # ---- the slow path -------------------------------------------------------------------------
     def _compile(self, cache: FrameCache, L: dict, G: dict) -> CompiledFrame | None:
-        name = self._code.co_qualname if hasattr(self._code, "co_qualname") else self._code.co_name
-        if cache.entries:
-            # every entry failed: say why, newest first (the first failing guard of each)
-            reasons = [e.check_fn.failure_reason(L, G) or "compiled for another backend" for e in cache.entries]
-            reason = "; ".join(reasons)
-            cache.last_reason = reason
-            if len(cache.entries) >= config.recompile_limit:
-                cache.run_eagerly = f"hit config.recompile_limit ({config.recompile_limit})"
-                warnings.warn(
-                    f"tinydynamo: {name} ({self._code.co_filename}:{self._code.co_firstlineno}) hit "
-                    f"config.recompile_limit ({config.recompile_limit}); running it eagerly from now on. "
-                    f"Last recompile reason: {reason}", stacklevel=3)
-                counters["frames"]["recompile_limit"] += 1
-                return None
-            counters["recompiles"][name] += 1
-            recompiles_log.info("Recompiling function %s in %s:%d\n    triggered by the following guard failure(s):\n%s",
-                                name, self._code.co_filename, self._code.co_firstlineno,
-                                "\n".join(f"    - entry {len(reasons) - 1 - i}: {r}" for i, r in enumerate(reasons)))
-        _strict.append(self._nopython or not config.suppress_errors)
-        try:
-            with config.patch(symbolic_shapes.policy_patch(self._dynamic)):
-                entry = compile_frame(self._fn, L, G, self._backend, name, allow_graph_breaks=not self._nopython,
-                                      frame_state=cache.frame_state)
-        except ConstraintViolationError:  # mark_dynamic(t, d), but the code specialised dim d: the user must know
-            raise
-        except Unsupported as e:
-            counters["frames"]["unsupported"] += 1
-            counters["unsupported"][e.reason] += 1
-            if self._nopython:
-                raise
-            cache.run_eagerly = e.reason
-            # the frame runs natively, but what it calls gets frames of its own (tinydynamo.skip_frame)
-            cache.eager_code = getattr(e, "eager_code", None) or _eager_code_compiling_callees(self._code)
-            breaks_log.info("running %s eagerly: %s", name, e)
-            for listener in _listeners:
-                listener("eager", (name, e.reason))
-            return None
-        except Exception as e:
-            counters["frames"]["failed"] += 1
-            if self._nopython or not config.suppress_errors:
-                raise
-            cache.run_eagerly = f"internal error: {type(e).__name__}: {e}"
-            warnings.warn(f"tinydynamo: compiling {name} failed ({type(e).__name__}: {e}); running it eagerly. "
-                          "Set tinydynamo.config.suppress_errors = False to see the traceback.", stacklevel=3)
-            return None
-        finally:
-            _strict.pop()
-        counters["frames"]["ok"] += 1
-        cache.entries.insert(0, entry)
-        return entry
-
-
-#: per frame being compiled: must a backend's error raise (fullgraph=True, suppress_errors=False)?
-_strict: list[bool] = []
-
-
-def errors_must_raise() -> bool:
-    """Asked by backends that fall back to eager on their own errors: the frame being compiled
-    asked for errors (``fullgraph=True`` or ``config.suppress_errors = False``), so raise instead."""
-    return bool(_strict and _strict[-1]) or not config.suppress_errors
+        """A cache miss: compile a new entry (tinydynamo.convert_frame), or None to run eagerly."""
+        return convert_frame(self._fn, cache, L, G, self._backend, nopython=self._nopython, dynamic=self._dynamic,
+                             wrap_for_resume=wrap_for_resume, call_resume_with_closure=call_resume_with_closure)
 
 
 _resume_wrappers: dict = {}
-
-
-def _eager_code_compiling_callees(code: types.CodeType) -> types.CodeType | None:
-    """``code`` with every call's callable compiled (None where that cannot be done): what a frame
-    that cannot be compiled at all runs, so that one unsupported line in a model's outermost
-    ``forward`` does not leave its blocks and layers eager."""
-    try:
-        return compile_callees(code)
-    except Exception as e:  # noqa: BLE001 - the frame then runs its own code, callees eagerly
-        breaks_log.info("not compiling the callees of %s: %s", code.co_name, e)
-        return None
 
 
 def wrap_for_resume(fn: Any, backend: Any) -> Any:
@@ -312,8 +237,6 @@ def wrap_for_resume(fn: Any, backend: Any) -> Any:
         backend = config.default_backend if _current_backend[-1] is None else _current_backend[-1]
     if isinstance(fn, (OptimizedFunction, OptimizedModule)) or trace_rules.is_disabled(fn):
         return fn
-    from tinydynamo.variables.functions import is_library_function, is_torch_internal
-
     if isinstance(fn, nn.Module):
         forward = getattr(type(fn), "forward", None)
         # torch.nn's own leaf modules (Linear, ...) run as they are; its containers (Sequential, ...)
@@ -344,65 +267,13 @@ def _function_wrapper(fn: types.FunctionType, backend) -> "OptimizedFunction":
 
 def _call_module(module: nn.Module, compiled_forward: "OptimizedFunction", *args, **kwargs):
     """``module(*args)`` at a graph break: the compiled forward, unless hooks ask for Module.__call__."""
-    from tinydynamo.variables.nn_module import _has_hooks
-
-    if _has_hooks(module):
-        return module(*args, **kwargs)
+    if _has_hooks(module):  # the hooks run natively (FSDP's all-gathers), around the compiled forward
+        with distributed.compiled_forward(module, functools.partial(compiled_forward, module)):
+            return module(*args, **kwargs)
     return compiled_forward(module, *args, **kwargs)
 
 
 _current_backend: list = [None]
-
-
-def compile_frame(fn: types.FunctionType, L: dict, G: dict, backend, name: str,
-                  allow_graph_breaks: bool = False, frame_state: dict | None = None) -> CompiledFrame:
-    """Trace ``fn``'s bytecode with the arguments in ``L`` and compile the graph: one cache entry
-    (PyTorch: ``torch/_dynamo/convert_frame.py``, ``convert_frame``). The OutputGraph gets the
-    callables a graph break's code calls (:func:`wrap_for_resume`), so it never imports this module."""
-    from tinydynamo.symbolic_convert import InstructionTranslator
-
-    code = fn.__code__
-    with artifacts.collecting(name) as arts, dynamo_timed("compile_frame"):
-        if code.co_name.startswith("__resume_at_"):  # made by tinydynamo.resume: only bytecode exists
-            from tinydynamo.decompile import DecompiledCode
-
-            artifacts.record("source", f"{name} (decompiled)", DecompiledCode(code))
-        else:
-            try:
-                artifacts.record("source", name, inspect.getsource(fn))
-            except (OSError, TypeError):
-                pass
-        listing = bytecode.format_instructions(bytecode.get_instructions(code))
-        artifacts.record("bytecode", name, listing)
-        bytecode_log.info("BYTECODE %s %s:%d\n%s", name, code.co_filename, code.co_firstlineno, listing)
-        output = OutputGraph(G, name.replace(".", "_").replace("<", "").replace(">", ""), frame_state,
-                             wrap_for_resume=wrap_for_resume, call_resume_with_closure=call_resume_with_closure)
-        tx = InstructionTranslator(code, G, L, output, allow_graph_breaks)
-        grad_mode = torch.is_grad_enabled()
-        try:
-            with torch._C.DisableTorchFunctionSubclass(), dynamo_timed("trace"):
-                return_value = tx.run()
-        finally:  # tracing `with torch.no_grad():` flips the real mode; the backend must see the frame's
-            torch._C._set_grad_enabled(grad_mode)
-            from tinydynamo.variables.autocast import exit_all
-
-            exit_all(output.autocast_modes)  # and `with torch.autocast(...)` blocks left open by an error
-        brk = tx.graph_break
-        if brk is not None:
-            counters["graph_breaks"][brk.reason] += 1
-            breaks_log.info("Graph break in user code (outermost frame first):\n%s\nReason: %s",
-                            "\n".join(reversed(brk.error.user_stack)) or name, brk.reason)
-            for listener in _listeners:
-                listener("break", brk)
-        entry = output.compile(return_value, backend, brk, code)
-        for listener in _listeners:
-            listener("entry", entry)
-    artifacts.dump_debug_dir(arts)
-    return entry
-
-
-#: callbacks(event, data) told about every graph break and compiled entry (explain() uses this)
-_listeners: list = []
 
 
 def optimize(backend: Any = None, nopython: bool = False, dynamic: bool | None = None) -> Callable[[Callable], Callable]:
@@ -483,9 +354,10 @@ class OptimizedModule(nn.Module):
         return self.forward(*args, **kwargs)
 
     def forward(self, *args, **kwargs):
-        from torch.nn.modules import module as module_mod
-
         m = self._orig_mod
+        inner = distributed.wrapped_module(m)
+        if inner is not None:  # DDP: its forward runs natively, the module it wraps is compiled
+            return self._call_wrapper_natively(m, inner, args, kwargs)
         if m._forward_hooks or m._forward_pre_hooks:  # compile the call with its hooks (inlined around forward)
             if getattr(self, "_compiled_call", None) is None:
                 self._compiled_call = OptimizedFunction(_call_module_with_hooks, self._compiled_forward._backend,
@@ -502,6 +374,27 @@ class OptimizedModule(nn.Module):
                 forward if "forward" in m.__dict__ else types.MethodType(forward, m),
                 compiled._backend, compiled._nopython, compiled._dynamic)
         return compiled(*args, **kwargs)
+
+    def _call_wrapper_natively(self, wrapper: nn.Module, inner: nn.Module, args: tuple, kwargs: dict):
+        """``wrapper(*args)`` natively, with ``inner``'s forward compiled as a frame of its own (what a
+        PEP 523 hook does when it skips DDP's frame and catches the wrapped module's forward)."""
+        forward = type(inner).forward
+        if isinstance(inner, OptimizedModule) or not isinstance(forward, types.FunctionType) \
+                or "forward" in inner.__dict__:
+            return wrapper(*args, **kwargs)  # compiled already, or a forward of its own: run as given
+        outer = self._compiled_forward
+        compiled = self.__dict__.get("_compiled_inner")
+        if compiled is None or compiled._fn is not forward:
+            compiled = self.__dict__["_compiled_inner"] = OptimizedFunction(
+                forward, outer._backend, outer._nopython, outer._dynamic)
+        with distributed.compiled_forward(inner, functools.partial(compiled, inner)):
+            out = wrapper(*args, **kwargs)
+        cache = get_cache(compiled._code)
+        if cache.run_eagerly is not None and not self.__dict__.get("_warned_eager"):
+            self.__dict__["_warned_eager"] = True  # never silently eager
+            warnings.warn(f"tinydynamo: {type(inner).__name__}.forward (wrapped by {type(wrapper).__name__}) "
+                          f"runs eagerly: {cache.run_eagerly}", stacklevel=3)
+        return out
 
     def __getattr__(self, name: str):
         if name in ("_orig_mod", "_compiled_forward", "_compiled_call"):
@@ -567,7 +460,6 @@ def cache_info(fn: Callable) -> FrameCache:
     if isinstance(fn, OptimizedFunction):
         return get_cache(fn._code)
     return get_cache(_user_function(fn)[0].__code__)
-
 
 
 def call_resume_with_closure(resume: Any, closure: tuple, *args):

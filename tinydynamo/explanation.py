@@ -11,7 +11,7 @@ from typing import Any, Callable
 
 import torch.fx
 
-from tinydynamo import eval_frame
+from tinydynamo import artifacts, convert_frame, eval_frame
 from tinydynamo.guards import Guard
 from tinydynamo.output_graph import CALL_OPS
 
@@ -36,6 +36,8 @@ class ExplainOutput:
     ops_per_graph: list[list[Any]]
     out_guards: list[Guard]
     eager_frames: list[tuple[str, str]] = dataclasses.field(default_factory=list)  # (frame, why) run eagerly
+    #: inside a DDP forward: how each graph was split at DDP's buckets (``graphs`` then holds the pieces)
+    ddp_splits: list[str] = dataclasses.field(default_factory=list)
 
     def __str__(self) -> str:
         lines = [f"Graph Count: {self.graph_count}", f"Graph Break Count: {self.graph_break_count}",
@@ -51,6 +53,8 @@ class ExplainOutput:
         if self.eager_frames:
             lines.append("Frames run eagerly (not resumable):")
             lines += [f"  {name}: {why}" for name, why in self.eager_frames]
+        for split in self.ddp_splits:
+            lines.append(split)
         return "\n".join(lines)
 
 
@@ -77,14 +81,18 @@ def explain(fn: Callable, *extra_args, **extra_kwargs) -> Callable[..., ExplainO
                 guards.extend(data.check_fn.guards)
 
         eval_frame.reset()
-        eval_frame._listeners.append(listen)
+        convert_frame._listeners.append(listen)
+        kept = list(artifacts.history)  # keeps them alive, so their ids stay unique
+        before = {id(a) for a in kept}
         try:
             eval_frame.optimize(backend)(fn)(*args, **kwargs)
         finally:
-            eval_frame._listeners.remove(listen)
+            convert_frame._listeners.remove(listen)
             eval_frame.reset()
         ops = [[n.target for n in gm.graph.nodes if n.op in CALL_OPS] for gm in graphs]
-        return ExplainOutput(graphs, len(graphs), len(breaks), breaks, sum(map(len, ops)), ops, guards, eager)
+        splits = [str(v) for a in artifacts.history if id(a) not in before for _, v in a.get("ddp_split")]
+        return ExplainOutput(graphs, len(graphs), len(breaks), breaks, sum(map(len, ops)), ops, guards, eager,
+                             splits)
 
     if extra_args or extra_kwargs:
         return inner(*extra_args, **extra_kwargs)

@@ -20,8 +20,8 @@ from typing import Any, Callable, Iterator
 
 import torch
 
-from tinydynamo.source import Source, SourceScope
 from tinydynamo.registry import swap
+from tinydynamo.source import Source, SourceScope
 
 
 @dataclasses.dataclass(frozen=True)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import html
 from typing import Any, Callable
 
-from tinydynamo import artifacts
+from tinydynamo import artifacts, eval_frame
 from tinydynamo.artifacts import dump_debug_dir  # noqa: F401  (the TINY_COMPILE_DEBUG dump lives beside the artefacts)
 
 #: kind -> function(value) -> HTML string (default: preformatted text)
@@ -50,8 +50,6 @@ class ShowResult:
 
 def show(fn: Callable, *args, backend: Any = None, **kwargs) -> ShowResult:
     """Compile and run ``fn(*args, **kwargs)`` with a fresh cache; return the artefacts of each frame."""
-    from tinydynamo import eval_frame
-
     eval_frame.reset()
     kept = list(artifacts.history)  # keeps them alive, so their ids stay unique
     before = {id(a) for a in kept}

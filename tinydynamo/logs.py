@@ -10,7 +10,7 @@ import logging
 import os
 import sys
 
-KINDS = ("graph_breaks", "guards", "recompiles", "dynamic", "bytecode", "graph_code", "output_code")
+KINDS = ("graph_breaks", "guards", "recompiles", "dynamic", "bytecode", "graph_code", "output_code", "ddp_graphs")
 _handler: logging.Handler | None = None
 
 

@@ -25,11 +25,11 @@ import torch.fx
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.amp.autocast_mode import _exit_autocast
 
-from tinydynamo import artifacts, logs, symbolic_shapes
+from tinydynamo import artifacts, distributed, logs, symbolic_shapes
 from tinydynamo.codegen import GraphBreakCodegen, PyCodegen
 from tinydynamo.exc import Unsupported, unimplemented
-from tinydynamo.side_effects import SideEffects
 from tinydynamo.guards import CheckFunction, GuardBuilder, TensorMeta
+from tinydynamo.side_effects import SideEffects
 from tinydynamo.source import ModuleMemberSource, Source, SourceScope
 from tinydynamo.utils import dynamo_timed
 from tinydynamo.variables.base import VariableTracker
@@ -83,7 +83,7 @@ def _node_name(source: Source) -> str:
 
 
 class OutputGraph:
-    """The graph of one frame (TorchDynamo's OutputGraph). The frame's caller (eval_frame) passes down
+    """The graph of one frame (TorchDynamo's OutputGraph). The frame's caller (convert_frame) passes down
     what compiled code calls at a graph break, so this layer never imports it back: ``wrap_for_resume``
     (the compiled version of a resume function or callee) and ``call_resume_with_closure``."""
 
@@ -332,7 +332,8 @@ class OutputGraph:
             return gm.forward
         try:
             with dynamo_timed("backend_compile"), preserve_rng_state(), self._tracing_context():
-                compiled_fn = backend(gm, list(self.example_inputs))
+                # inside a DDP forward: split at DDP's gradient buckets (tinydynamo.distributed)
+                compiled_fn = distributed.backend_for_graph(backend)(gm, list(self.example_inputs))
         except Unsupported:
             raise
         except Exception as e:

@@ -234,9 +234,7 @@ def _class_handlers() -> dict:
 
     import torch
 
-    from tinydynamo.variables import autocast
-    from tinydynamo.variables import iter as it
-    from tinydynamo.variables import misc_ctx
+    from tinydynamo.variables import autocast, iter as it, misc_ctx
 
     return {
         torch.autograd.profiler.record_function: misc_ctx.record_function,
@@ -269,8 +267,8 @@ def _numpy_scalar(t):
     type), a constant of the trace that FX can print into the graph's code."""
 
     def handler(tx, args, kwargs):
-        from tinydynamo.variables.constant import ConstantVariable
         from tinydynamo.exc import unimplemented
+        from tinydynamo.variables.constant import ConstantVariable
 
         if not all(a.is_python_constant() for a in args) or kwargs:
             unimplemented(f"numpy.{t.__name__}() of a value not known at trace time")

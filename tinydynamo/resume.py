@@ -24,8 +24,6 @@ import types
 
 from bytecode import Bytecode, Instr, Label
 
-from tinydynamo.exc import unimplemented
-
 _PREFIX_OPS = {"RESUME", "COPY_FREE_VARS", "MAKE_CELL", "NOP"}
 
 

@@ -8,8 +8,8 @@ forward inside is compiled, not run eagerly in full.
 
 tinydynamo has no frame hook, so it changes the frame's code instead: :func:`compile_callee_at`
 returns a copy of the original code object in which the callable of the call that broke is
-passed through :func:`tinydynamo.eval_frame.wrap_for_resume` just before the call (user
-functions, methods and modules get compiled as their own frames; anything else is called as is).
+passed through ``wrap_for_resume`` (eval_frame's, handed down by convert_frame) just before the call
+(user functions, methods and modules get compiled as their own frames; anything else as is).
 Three instructions are inserted in front of the call, inside the same exception-table range, so
 the ``try``/``finally`` still protects it::
 
@@ -25,6 +25,7 @@ from __future__ import annotations
 import dis
 import sys
 import types
+from typing import Callable
 
 from bytecode import Bytecode, Instr
 
@@ -37,26 +38,26 @@ _NEVER_COMPILED = (types.BuiltinFunctionType, types.BuiltinMethodType, types.Met
                    types.WrapperDescriptorType, types.MethodDescriptorType, type)
 
 
-class _CompileCallee:
-    """``compile_callee[fn]``: what the call runs instead of ``fn`` (its compiled version)."""
+class CompileCallee:
+    """``compile_callee[fn]``: what the call runs instead of ``fn`` (its compiled version,
+    ``wrap_for_resume(fn, None)``: the caller's backend)."""
+
+    def __init__(self, wrap_for_resume: Callable):
+        self.wrap_for_resume = wrap_for_resume
 
     def __getitem__(self, fn):
         if isinstance(fn, _NEVER_COMPILED):  # the common case in a frame whose every call is wrapped
             return fn
-        from tinydynamo.eval_frame import wrap_for_resume
-
-        return wrap_for_resume(fn, None)
+        return self.wrap_for_resume(fn, None)
 
     def __repr__(self) -> str:
         return "compile_callee"
 
 
-compile_callee = _CompileCallee()
-
-
-def compile_callee_at(code: types.CodeType, offset: int, depth_from_top: int) -> types.CodeType:
+def compile_callee_at(code: types.CodeType, offset: int, depth_from_top: int, compile_callee) -> types.CodeType:
     """``code`` with the callable ``depth_from_top`` slots below the top of the stack (0: the top)
-    wrapped for compilation just before the call instruction at ``offset``."""
+    replaced by ``compile_callee[callable]`` (a :class:`CompileCallee`) just before the call
+    instruction at ``offset``."""
     raw = [i for i in dis.get_instructions(code) if i.opname not in ("CACHE", "EXTENDED_ARG")]
     k = next(n for n, i in enumerate(raw) if i.offset == offset)
     bc = Bytecode.from_code(code)
@@ -84,8 +85,9 @@ def compile_callee_at(code: types.CodeType, offset: int, depth_from_top: int) ->
     return new.to_code()
 
 
-def compile_callees(code: types.CodeType) -> types.CodeType | None:
-    """``code`` with EVERY call's callable passed through ``compile_callee`` (None where this
+def compile_callees(code: types.CodeType, compile_callee) -> types.CodeType | None:
+    """``code`` with EVERY call's callable passed through ``compile_callee`` (a
+    :class:`CompileCallee`; None where this
     Python's call layout is not known here).
 
     What TorchDynamo's frame hook gives a frame it skips: each user function, method and module it

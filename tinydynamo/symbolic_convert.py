@@ -14,6 +14,7 @@ from __future__ import annotations
 import builtins
 import contextlib
 import dis
+import importlib
 import inspect
 import linecache
 import types
@@ -21,12 +22,12 @@ from typing import Any, Callable, Iterator
 
 import torch
 
-from tinydynamo import bytecode as bc
+from tinydynamo import bytecode as bc, config, logs
 from tinydynamo.bytecode import Instruction
-from tinydynamo import config
 from tinydynamo.exc import ObservedException, Unsupported, unimplemented
 from tinydynamo.output_graph import OutputGraph
 from tinydynamo.registry import swap
+from tinydynamo.skip_frame import CompileCallee, compile_callee_at, compile_callees
 from tinydynamo.source import GetItemSource, GlobalSource, LocalSource
 from tinydynamo.variables import (
     NULL,
@@ -42,14 +43,13 @@ from tinydynamo.variables import (
     VariableTracker,
 )
 from tinydynamo.variables.builder import VariableBuilder
-from tinydynamo.variables.sym_node import SliceVariable, SymNodeVariable
 from tinydynamo.variables.ctx_manager import (
     GradModeVariable,
     WithExitFunctionVariable,
-    is_grad_mode_node,
     prune_grad_mode_nodes,
     set_grad_enabled,
 )
+from tinydynamo.variables.sym_node import SliceVariable, SymNodeVariable
 
 #: classes whose construction from constants is a constant (folded at trace time)
 FOLDABLE_CLASSES = (torch.finfo, torch.iinfo, torch.device)
@@ -196,6 +196,12 @@ class InstructionTranslatorBase:
             unimplemented("super() with one argument")
         return zero_arg_super(self)
 
+    def inlining_translator(self, fn_var, bound: dict) -> InliningInstructionTranslator:
+        """A nested translator for ``fn_var``'s code with its arguments ``bound``, sharing this graph
+        (variables/ asks for one through ``tx``: it never imports this module)."""
+        return InliningInstructionTranslator(fn_var.get_code(), fn_var.get_globals(), bound, self.output,
+                                             fn_var.closure_cells(self), self.depth + 1)
+
     def inline_user_function(self, fn_var, args, kwargs) -> VariableTracker:
         """Trace a user function's bytecode in a nested translator sharing this graph."""
         code = fn_var.get_code()
@@ -203,9 +209,7 @@ class InstructionTranslatorBase:
             unimplemented(f"calling coroutine function {code.co_name}")
         if self.depth + 1 > config.max_inline_depth:
             unimplemented(f"inlining deeper than config.max_inline_depth={config.max_inline_depth} (recursion?)")
-        bound = fn_var.bind(self, args, kwargs)
-        tx = InliningInstructionTranslator(code, fn_var.get_globals(), bound, self.output,
-                                           fn_var.closure_cells(self), self.depth + 1)
+        tx = self.inlining_translator(fn_var, fn_var.bind(self, args, kwargs))
         if code.co_flags & inspect.CO_GENERATOR:
             # a generator (e.g. a generator expression): run it to the end now, collecting what it
             # yields; the caller gets an iterator over those values
@@ -635,75 +639,6 @@ def YIELD_VALUE(tx: T, inst):
 
 
 @_handler
-def IMPORT_NAME(tx: T, inst):
-    """``import m`` / ``from m import x`` inside traced code: imported at trace time (already imported,
-    almost always), like TorchDynamo; the module is a constant of the frame."""
-    fromlist, level = tx.pop().as_python_constant(), tx.pop().as_python_constant()
-    try:
-        module = builtins.__import__(inst.argval, tx.f_globals, None, fromlist, level)
-    except ImportError as e:
-        unimplemented(f"import {inst.argval}: {e}")
-    tx.push(VariableBuilder(tx, None).wrap(module))
-
-
-@_handler
-def IMPORT_FROM(tx: T, inst):
-    module = tx.stack[-1].as_python_constant()
-    try:
-        value = getattr(module, inst.argval)
-    except AttributeError:
-        import importlib
-
-        try:
-            value = importlib.import_module(f"{module.__name__}.{inst.argval}")
-        except ImportError as e:
-            unimplemented(f"from {module.__name__} import {inst.argval}: {e}")
-    tx.push(VariableBuilder(tx, None).wrap(value))
-
-
-# ---- f-strings: folded at trace time when the formatted values are constants ---------------------------
-_CONVERSIONS = {None: None, "str": str, "repr": repr, "ascii": ascii, 1: str, 2: repr, 3: ascii}
-
-
-def _format(tx: T, value: VariableTracker, spec: str = "", conversion=None) -> VariableTracker:
-    if not value.is_python_constant():
-        unimplemented(f"formatting {value} in an f-string (only values known at trace time are folded)")
-    v = value.as_python_constant()
-    if conversion is not None:
-        v = conversion(v)
-    return ConstantVariable(format(v, spec))
-
-
-@_handler
-def FORMAT_VALUE(tx: T, inst):  # 3.11/3.12: argval (conversion function or None, has a format spec)
-    convert, has_spec = inst.argval if isinstance(inst.argval, tuple) else (None, False)
-    spec = tx.pop().as_python_constant() if has_spec else ""
-    tx.push(_format(tx, tx.pop(), spec, convert))
-
-
-@_handler
-def FORMAT_SIMPLE(tx: T, inst): tx.push(_format(tx, tx.pop()))
-
-
-@_handler
-def FORMAT_WITH_SPEC(tx: T, inst):
-    spec = tx.pop().as_python_constant()
-    tx.push(_format(tx, tx.pop(), spec))
-
-
-@_handler
-def CONVERT_VALUE(tx: T, inst):  # 3.13: str/repr/ascii before FORMAT_SIMPLE
-    v = tx.pop()
-    convert = _CONVERSIONS.get(inst.argval) or _CONVERSIONS.get(getattr(inst.argval, "__name__", None))
-    tx.push(_format(tx, v, "", convert) if convert else v)
-
-
-@_handler
-def BUILD_STRING(tx: T, inst):
-    tx.push(ConstantVariable("".join(p.as_python_constant() for p in tx.popn(inst.argval))))
-
-
-@_handler
 def BEFORE_WITH(tx: T, inst):
     """``with ctx:`` pushes ``ctx.__exit__`` (called at the end of the block) and ``ctx.__enter__()``."""
     ctx = tx.pop()
@@ -800,7 +735,7 @@ for _name, _reason in _UNSUPPORTED_OPS.items():
     OPCODE_HANDLERS.setdefault(_name, lambda tx, inst, _r=_reason: unimplemented(_r))
 
 
-# ---- f-strings, sets, imports, super() (issue 15) ------------------------------------------------------------
+# ---- f-strings, sets, imports, super() -------------------------------------------------------------------------
 def _format(tx: T, value: VariableTracker, spec: str, convert=None) -> VariableTracker:
     """``format(value, spec)`` at trace time (f-string pieces): only constants can be formatted."""
     if not value.is_python_constant():
@@ -869,8 +804,6 @@ def IMPORT_FROM(tx: T, inst):
     module = tx.stack[-1]
     real = module.as_python_constant()
     if not hasattr(real, inst.argval):  # a submodule not imported yet
-        import importlib
-
         try:
             importlib.import_module(f"{real.__name__}.{inst.argval}")
         except ImportError as e:
@@ -989,20 +922,20 @@ class InstructionTranslator(InstructionTranslatorBase):
         """The frame's code with the callables of its calls compiled: every call where this Python's
         call layout is known (:func:`~tinydynamo.skip_frame.compile_callees`), else the call ``inst``
         (None: neither)."""
-        from tinydynamo import logs
-        from tinydynamo.skip_frame import compile_callee_at, compile_callees
-
+        if self.output.wrap_for_resume is None:
+            return None
         try:
-            code = compile_callees(self.code)
+            code = compile_callees(self.code, CompileCallee(self.output.wrap_for_resume))
             if code is not None:
                 return code
-        except Exception as e:  # then only the call that broke
+        except Exception as e:  # noqa: BLE001 - then only the call that broke
             logs.get_logger("graph_breaks").info("not compiling the callees of %s: %s", self.code.co_name, e)
         if inst.opname not in ("CALL", "CALL_FUNCTION_EX"):
             return None
         call = bc.call_layout(inst, stack, lambda v: v is NULL)
         try:
-            return compile_callee_at(self.code, inst.offset, len(stack) - 1 - call.fn_index)
+            return compile_callee_at(self.code, inst.offset, len(stack) - 1 - call.fn_index,
+                                     CompileCallee(self.output.wrap_for_resume))
         except Exception as e:  # the frame then runs its own code, callees eagerly, as before
             logs.get_logger("graph_breaks").info("not compiling the callee at offset %d of %s: %s",
                                                  inst.offset, self.code.co_name, e)

@@ -31,8 +31,7 @@ import math
 from typing import Any
 
 import torch
-from torch._guards import GuardSource
-from torch._guards import Source as TorchGuardSource
+from torch._guards import GuardSource, Source as TorchGuardSource
 from torch.fx.experimental.symbolic_shapes import (
     DimDynamic,
     RelaxedUnspecConstraint,

@@ -146,8 +146,8 @@ def lower_and_schedule(fn, args, decompose=True):
     Returns ``(graph, sched)``: ``graph.buffers`` are the realized IR buffers,
     ``sched.nodes`` the kernels (``FusedGroup``) and extern calls in order.
     """
-    from tininductor.graph import GraphLowering
     from tininductor.compile_fx import _ensure_example_values
+    from tininductor.graph import GraphLowering
 
     if decompose:
         from tininductor.decompositions import decompose as decompose_fn

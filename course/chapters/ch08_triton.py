@@ -19,8 +19,10 @@ if not torch.cuda.is_available():  # read by @triton.jit when it decorates: set 
 def use_mini_backend(scheduling: type):
     """Generate every Triton kernel with ``scheduling`` (the chapter's ``MiniTritonScheduling``)
     while inside the ``with``; the package's Triton backend is registered again afterwards."""
-    from tininductor.codegen import common
-    from tininductor.codegen import triton as package_triton  # registers the package's backends first
+    from tininductor.codegen import (
+        common,
+        triton as package_triton,  # registers the package's backends first
+    )
 
     old = {k: common.backends.get(k) for k in ("cuda", "cpu_triton")}
     common.register_backend("cuda", scheduling)

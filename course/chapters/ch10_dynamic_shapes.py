@@ -63,7 +63,7 @@ class SymInt:
     what torch's ``SymInt``/``SymBool`` do through ``guard_bool``.
     """
 
-    def __init__(self, expr, env: ShapeEnv):
+    def __init__(self, expr, env):  # env: the learner's ch.ShapeEnv
         self.expr, self.env = sympy.sympify(expr), env
 
     def _wrap(self, other, op, reverse=False):
@@ -100,7 +100,7 @@ class SymInt:
 
 
 class SymBool:
-    def __init__(self, expr, env: ShapeEnv):
+    def __init__(self, expr, env):  # env: the learner's ch.ShapeEnv
         self.expr, self.env = expr, env
 
     def __bool__(self):

@@ -12,7 +12,7 @@ import dataclasses
 import importlib
 import re
 
-CHAPTERS = [f"ch{n:02d}" for n in range(12)]
+CHAPTERS = [f"ch{n:02d}" for n in range(13)]
 
 
 @dataclasses.dataclass(frozen=True)

@@ -40,10 +40,11 @@ def _warm_imports() -> None:
             cuda = False
         if not cuda:
             os.environ["TRITON_INTERPRET"] = "1"
+    from importlib.metadata import entry_points
+
     import pytest  # noqa: F401
     import torch  # noqa: F401
     import torch.fx  # noqa: F401
-    from importlib.metadata import entry_points
 
     plugins = [e.value.split(":")[0] for e in entry_points(group="pytest11")]  # pytest loads them in each child
     for name in ("hypothesis", "tinydynamo", "tininductor", "course.testing", "torch._dynamo",

@@ -62,6 +62,24 @@ def test_count_aten_ops_matches_make_fx_trace(shape):
         expect_equal(dict(sorted(yours.items())), dict(sorted(expected.items())), f"ATen ops of {name} on {shape}")
 
 
+@pytest.mark.ch00_1
+def test_count_aten_ops_keeps_what_the_program_computes_keyword_arguments_included():
+    """Counting must not change the program: ATen calls with keyword arguments (dtype=, layout=) run as written."""
+    seen = {}
+
+    def fn(t):
+        seen["full"] = torch.full((2, 3), 2.5, dtype=torch.float64)
+        seen["zeros"] = torch.zeros_like(t, dtype=torch.int32)
+        return seen["full"] * t.sum()
+
+    x = torch.randn(2, 3)
+    ch.count_aten_ops(fn, x)
+    expect_equal(seen["full"].dtype, torch.float64,
+                 "dtype of torch.full((2, 3), 2.5, dtype=torch.float64) run under your mode (keyword arguments kept?)")
+    expect_equal(seen["zeros"].dtype, torch.int32,
+                 "dtype of torch.zeros_like(x, dtype=torch.int32) run under your mode (keyword arguments kept?)")
+
+
 # ---------------------------------------------------------------- Exercise 0.2
 @pytest.mark.ch00_2
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
@@ -103,6 +121,22 @@ def test_intermediate_bytes_reductions_views_inplace_and_tuples(shape):
     ]
     for what, fn, expected in cases:
         expect_equal(ch.intermediate_bytes(fn, x), expected, f"intermediate bytes of {what} on {shape}")
+
+
+@pytest.mark.ch00_2
+def test_intermediate_bytes_counts_the_whole_storage_of_a_padded_buffer():
+    """A buffer with padded rows (strides wider than the sizes, as alignment padding makes) holds more
+    bytes than its elements: the memory thrown away is the storage's, not numel * element_size."""
+    x = torch.randn(3, 5)
+
+    def padded(t):  # rows of 5 floats, each padded to 8: 3 * 8 - 3 = 21 floats of storage for 15 elements
+        buffer = t.new_empty_strided((3, 5), (8, 1))
+        buffer.copy_(t)
+        return buffer.sum(1)
+
+    storage = (2 * 8 + 5) * 4
+    expect_equal(ch.intermediate_bytes(padded, x), storage,
+                 "intermediate bytes of a (3, 5) buffer with strides (8, 1) (its storage holds 21 floats)")
 
 
 # ---------------------------------------------------------------- Exercise 0.3
@@ -199,6 +233,12 @@ def test_graph_recorder_follows_the_backend_contract():
     expect_equal(len(recorder.graphs), 1, "graphs recorded after one backend call")
     expect_true(recorder.graphs[0] is gm, "recorder.graphs[0] should be the GraphModule it was given")
     expect_equal([tuple(t.shape) for t in recorder.example_inputs[0]], [(3, 4), (3, 4)], "recorded example input shapes")
+    expect_equal(type(recorder.example_inputs[0]).__name__, "list", "type of recorder.example_inputs[0] (a list per graph)")
+    scaled = torch.fx.symbolic_trace(lambda x, n: x * n)  # a graph input that is not a tensor (a size, say)
+    recorder(scaled, [x, 3])
+    expect_equal(len(recorder.example_inputs[1]), 2, "example inputs recorded for a graph called with [x, 3] "
+                                                      "(every input, not only the tensors)")
+    expect_equal(recorder.example_inputs[1][1], 3, "recorded example input 1 of a graph called with [x, 3]")
 
 
 @pytest.mark.ch00_4

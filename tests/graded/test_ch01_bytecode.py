@@ -90,6 +90,12 @@ def straight(x, y):
     return a.sum(dim=0)
 
 
+def writes_a_global(a):
+    global WRITTEN  # stored, never read: not a name the code needs to run
+    WRITTEN = abs(a)
+    return a
+
+
 # ---- Exercise 1.1 ---------------------------------------------------------------------------
 
 @pytest.mark.ch01_1
@@ -97,6 +103,7 @@ def straight(x, y):
     (uses_globals, {"torch", "SCALE", "math"}),
     (uses_comprehension, {"sum", "torch", "SCALE"}),
     (uses_inner_function, {"F", "len", "abs", "SCALE"}),
+    (writes_a_global, {"abs"}),
 ])
 def test_global_names_match_reference(fn, expected):
     expect_equal(ch.global_names(fn), expected, f"global names of {fn.__name__}",
@@ -285,6 +292,23 @@ def test_torch_op_lines_match_the_tracer(fn, make_args):
     expect_equal(lines, reference, f"torch ops per line of {fn.__name__}", context=format_instructions(fn))
 
 
+def _raises_after_an_op(x):
+    x.sin()
+    raise ValueError("bad input")
+
+
+@needs_torch
+@pytest.mark.ch01_5
+def test_torch_op_lines_leaves_no_mode_active_when_fn_raises():
+    from torch.overrides import _get_current_function_mode_stack
+
+    with pytest.raises(ValueError, match="bad input"):
+        ch.torch_op_lines(_raises_after_an_op, torch.randn(2))
+    active = [type(m).__name__ for m in _get_current_function_mode_stack()]
+    expect_equal(active, [], "TorchFunctionModes still active after fn raised inside torch_op_lines "
+                             "(leave the mode with a with block or try/finally)")
+
+
 @needs_torch
 @pytest.mark.ch01_5
 def test_torch_op_lines_of_code_without_torch_ops():
@@ -368,6 +392,19 @@ def test_stack_basics_have_the_right_stack_effects(a, b):
     for n in (0, 1, 4):
         expect_equal(CheckedMachine.make().run(py_loop, n, a), py_loop(n, a), f"py_loop({n}, {a})",
                      context=format_instructions(py_loop))
+
+
+def py_swap(a, b):
+    a, b = b, a  # two loads, then two stores: the first STORE_FAST runs with two values on the stack
+    c = a - b * 2  # BINARY_OP with three values on the stack
+    return c - a
+
+
+@pytest.mark.ch01_2
+@pytest.mark.parametrize("a, b", [(7, 2), (-1.5, 4.0)])
+def test_stack_basics_with_two_values_on_the_stack(a, b):
+    expect_equal(CheckedMachine.make().run(py_swap, a, b), py_swap(a, b),
+                 f"py_swap({a}, {b}) (a, b = b, a; each STORE_FAST pops the top)", context=format_instructions(py_swap))
 
 
 def py_calls(a, b):

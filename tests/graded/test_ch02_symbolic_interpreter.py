@@ -124,6 +124,20 @@ def test_binary_op_operand_order_and_inplace_forms(n):
     expect_equal(cnt.frame_count, 1, "frames compiled")
 
 
+def inplace_through_an_alias(x, y):
+    z = x * 1  # a fresh tensor
+    alias = z
+    z += y  # in place: `alias` is the same tensor, so it sees the change
+    z *= 2
+    return alias
+
+
+@pytest.mark.ch02_1
+def test_binary_op_inplace_operator_mutates_the_aliased_tensor():
+    """`z += y` is torch's add_ on z itself: every name bound to that tensor sees the new value."""
+    capture(inplace_through_an_alias, {"BINARY_OP": ch.BINARY_OP}, (_rand(2, 3), _rand(2, 3)))
+
+
 def nested_branches(x, a: int, b, items: list):
     y = x
     if a > 2 and b is not None:

@@ -78,6 +78,12 @@ def test_tensor_match_failure_leaves_dynamic_dims_to_the_shape_guards():
                  "tensor L['x'] size mismatch at index 1: expected 3, actual 2", "the static dim is still checked")
     expect_equal(ch.tensor_match_failure(guard, torch.randn(7, 3, 1)),
                  "tensor L['x'] rank mismatch: expected 2, actual 3", "rank")
+    # a dynamic inner dim: the outer stride depends on it, so that stride is dynamic (None) too
+    inner = Guard("TENSOR_MATCH", LocalSource("x"),
+                  TensorMeta(torch.Tensor, torch.float32, torch.device("cpu"), (4, None), (None, 1), False))
+    for n in (2, 5):
+        expect_equal(ch.tensor_match_failure(inner, torch.randn(4, n)), None,
+                     f"a (4, {n}) tensor against size (4, None), stride (None, 1): a None stride matches any stride")
 
 
 @pytest.mark.ch03_3
@@ -130,8 +136,11 @@ def test_cache_lookup():
 
 
 # ---- property tests and the compiler's needs ------------------------------------------------------
-from hypothesis import given, settings  # noqa: E402
-from hypothesis import strategies as st  # noqa: E402
+from hypothesis import (  # noqa: E402
+    given,
+    settings,
+    strategies as st,  # noqa: E402
+)
 
 PROPERTY = settings(max_examples=60, deadline=None, derandomize=True, database=None)
 CONSTANTS = st.one_of(

@@ -95,6 +95,30 @@ def test_branch_handler_breaks_on_tensor_conditions():
     tinydynamo.reset()
 
 
+def branch_in_an_expression(x, flag, items):
+    # the conditions are tested while other values sit on the stack; `items` is a list holding a tensor
+    return x * 2 + (x.sin() if flag else x.cos()) - (x[0] if items else 0)
+
+
+@pytest.mark.ch04_1
+@pytest.mark.parametrize("flag, full", [(True, True), (False, True), (True, False), (False, False)])
+def test_branch_handler_in_one_graph_on_python_conditions(flag, full):
+    """Conditions known at trace time (a bool, a list's truth) fold: one graph, no break, with values on the stack."""
+    x = torch.randn(3)
+    items = [x] if full else []
+    with use_handlers(**stack_effect_checked(dict(ch.BRANCH_HANDLERS), BRANCH_EFFECTS)):
+        tinydynamo.reset()
+        out = tinydynamo.explain(branch_in_an_expression)(x, flag, items)
+        expect_equal((out.graph_count, out.graph_break_count), (1, 0),
+                     f"(graphs, breaks) of branch_in_an_expression(x, flag={flag}, items={'[x]' if full else '[]'}) "
+                     "(a bool and a list's truth are known while tracing: no break)",
+                     "\n".join(r.reason for r in out.break_reasons))
+        g = tinydynamo.compile(branch_in_an_expression, backend="eager", fullgraph=True)
+        expect_close(g(x, flag, items), branch_in_an_expression(x, flag, items),
+                     f"branch_in_an_expression(x, flag={flag}, items={'[x]' if full else '[]'}) compiled with fullgraph=True")
+    tinydynamo.reset()
+
+
 @pytest.mark.ch04_2
 def test_resume_locals_match_the_package_and_run():
     def straight(x, y, z):
@@ -129,6 +153,8 @@ def test_resume_locals_match_the_package_and_run():
 @pytest.mark.ch04_3
 def test_where_rewrite_is_one_graph_and_equals_eager():
     torch.manual_seed(0)
+    probe = torch.tensor([3.0, -1.0, -1.5])  # eagerly first: an unfinished stub raises its own error here
+    expect_close(ch.where_rewrite(probe), branchy(probe), "where_rewrite([3.0, -1.0, -1.5]) run eagerly")
     tinydynamo.reset()
     g = tinydynamo.compile(ch.where_rewrite, backend="eager", fullgraph=True)
     for shape in [(4,), (3, 5), (2, 2, 3)]:
@@ -137,8 +163,10 @@ def test_where_rewrite_is_one_graph_and_equals_eager():
             expect_close(g(x), branchy(x), f"where_rewrite vs eager branchy on {shape}, sign {sign}")
     # mixed signs (the branch depends on the sum, not on each element), and a sum of exactly 0
     for x in [torch.tensor([3.0, -1.0, -1.5]), torch.tensor([-3.0, 1.0, 1.5]), torch.zeros(3),
-              torch.tensor([[2.0, -2.0], [0.5, -0.5]])]:
+              torch.tensor([[2.0, -2.0], [0.5, -0.5]]), torch.tensor([[3.0, -1.0], [-4.0, 1.0]])]:
         expect_close(g(x), branchy(x), f"where_rewrite vs eager branchy on {x.tolist()}")
+    for x in [torch.tensor([float("nan"), 1.0, -2.0]), torch.tensor([2.0, float("nan")])]:  # NaN flows like eager's
+        expect_close(g(x), branchy(x), f"where_rewrite vs eager branchy on {x.tolist()} (relu keeps NaN)", equal_nan=True)
     out = tinydynamo.explain(ch.where_rewrite)(torch.randn(4))
     expect_equal((out.graph_count, out.graph_break_count), (1, 0), "(graphs, breaks) of where_rewrite")
     expect_equal(torch_counts(ch.where_rewrite, torch.randn(4)), (1, 0), "torch._dynamo.explain of where_rewrite")
@@ -200,6 +228,22 @@ def test_resume_locals_at_every_offset(fn):
     for inst in insts:
         expect_equal(ch.resume_locals(insts, inst.offset, names), live_locals(code, inst.offset, names),
                      f"resume locals of {fn.__name__} at offset {inst.offset} ({inst.opname} {inst.argrepr})")
+
+
+def breaks_then_calls(x):
+    a = x.sin()
+    print("a break in this function first")
+    return inner_print(a)  # then one inside inner_print, whose line comes earlier in the file
+
+
+@pytest.mark.ch04_4
+def test_break_sites_in_the_order_they_happen():
+    out = tinydynamo.explain(breaks_then_calls)(torch.randn(3))
+    yours = [("breaks_then_calls" if name.startswith("__resume_at_") else name, line) for name, line in ch.break_sites(out)]
+    expect_equal(yours[:2], [("breaks_then_calls", line_of(breaks_then_calls, 'print("a break')),
+                         ("inner_print", line_of(inner_print, 'print("inside'))],
+                 "first two break sites of breaks_then_calls, in the order the breaks happen (not sorted by line)", str(out))
+    tinydynamo.reset()
 
 
 def calls_inner_twice(x):

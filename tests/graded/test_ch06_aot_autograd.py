@@ -8,7 +8,7 @@ import torch.nn.functional as F
 
 from course import load
 from course.models import TinyBlock
-from course.testing import expect_close, expect_equal, expect_true
+from course.testing import calling, expect_close, expect_equal, expect_true
 from tininductor.aot_autograd import aot_autograd, run_with_torch_ops
 from tininductor.decompositions import decompose, fake_inputs
 from tininductor.joint_graph import create_joint
@@ -52,13 +52,15 @@ def _f64(*shape):
 # --------------------------------------------------------------------------- 6.1
 @pytest.mark.ch06_1
 @pytest.mark.parametrize("grad_shape, shape", [((2, 3, 4), (4,)), ((2, 3, 4), (3, 1)), ((2, 3, 4), (1, 3, 1)),
-                                               ((5, 2), (5, 2)), ((6,), ()), ((2, 1, 4), (1, 1))])
+                                               ((5, 2), (5, 2)), ((6,), ()), ((2, 1, 4), (1, 1)),
+                                               ((0, 3), (1, 3)), ((2, 0), (2, 1)), ((3, 0), (0,))])
 def test_sum_to_size_matches_autograd(grad_shape, shape):
     torch.manual_seed(0)
     x = torch.randn(shape, dtype=torch.float64, requires_grad=True)
     grad = torch.randn(grad_shape, dtype=torch.float64)
     (want,) = torch.autograd.grad(x.expand(grad_shape), x, grad)
-    got = ch.sum_to_size(grad, shape)
+    with calling(f"sum_to_size(grad of shape {tuple(grad_shape)}, shape {tuple(shape)})"):
+        got = ch.sum_to_size(grad, shape)
     expect_equal(tuple(got.shape), tuple(shape), f"shape of sum_to_size({list(grad_shape)} -> {list(shape)})")
     expect_close(got, want, f"sum_to_size({list(grad_shape)} -> {list(shape)})")
 
@@ -86,6 +88,23 @@ def test_mul_vjp_with_broadcasting(shapes):
 
 
 @pytest.mark.ch06_2
+def test_mul_vjp_with_zeros_and_numbers():
+    """Exact zeros in an input (the gradient is grad * the other input, never out / this one), and a
+    Python number on either side (its gradient is None)."""
+    a = torch.tensor([0.0, 1.5, -2.0, 0.0], dtype=torch.float64, requires_grad=True)
+    b = torch.tensor([3.0, 0.0, 0.5, 0.0], dtype=torch.float64, requires_grad=True)
+    _check_joint_grads(lambda a, b: a * b, [a, b], "a * b with a = [0, 1.5, -2, 0], b = [3, 0, 0.5, 0]",
+                       rules={aten.mul: ch.mul_vjp})
+    grad, x = torch.randn(2, 3, dtype=torch.float64), torch.randn(2, 3, dtype=torch.float64)
+    for args, where in (((x, 2.0), 1), ((2.0, x), 0)):
+        with calling(f"mul_vjp(grad, out, {'x, 2.0' if where else '2.0, x'})"):
+            got = ch.mul_vjp(grad, x * 2.0, *args)
+        expect_equal(got[where], None, f"mul_vjp(grad, out, {'x, 2.0' if where else '2.0, x'})[{where}]: "
+                                       "the gradient of a Python number")
+        expect_close(got[1 - where], grad * 2.0, f"mul_vjp(grad, out, {'x, 2.0' if where else '2.0, x'})[{1 - where}]")
+
+
+@pytest.mark.ch06_2
 def test_mul_vjp_inside_the_block():
     torch.manual_seed(0)
     block = TinyBlock(8, 2).double()
@@ -97,16 +116,39 @@ def test_mul_vjp_inside_the_block():
 
 # --------------------------------------------------------------------------- 6.3
 @pytest.mark.ch06_3
-@pytest.mark.parametrize("case", ["shared", "softmax", "unused"])
+@pytest.mark.parametrize("case", ["shared", "softmax", "unused", "where", "indexing"])
 def test_backward_pass_small_graphs(case):
     torch.manual_seed(0)
+    index = torch.tensor([2, 0, 2])
     fns = {
+        # the gradient of where's third argument; an index list (nodes inside a list) looked up in env
+        "where": (lambda x, y: (torch.where(x > 0, x * 2, y.exp()),), [_f64(3, 4), _f64(3, 4)]),
+        "indexing": (lambda x, i: ((x[i] * x[i]).sum(),), [_f64(4, 2), index]),
         "shared": (lambda x, y: (x * x + x.sin() * y, ), [_f64(3, 4), _f64(4)]),  # x has three users
         "softmax": (lambda x, w: (F.log_softmax(x @ w, -1).sum(), (x @ w).amax()), [_f64(3, 4), _f64(4, 5)]),
         "unused": (lambda x, y, z: (x.exp() * 2, y > 0), [_f64(5), _f64(5), _f64(2)]),
     }
     fn, inputs = fns[case]
     _check_joint_grads(fn, inputs, f"your backward pass on {case!r}", backward=ch.backward_pass)
+
+
+@pytest.mark.ch06_3
+def test_backward_pass_leaves_its_inputs_alone_and_answers_only_for_needs_grad():
+    seen = {}
+
+    def spy(graph, env, needs_grad, output_grads, rules=None):
+        seeds = dict(output_grads)
+        grads = ch.backward_pass(graph, env, needs_grad, output_grads, rules)
+        seen["extra"] = sorted(n.name for n in grads if n not in needs_grad and n not in seeds)
+        seen["seeds changed"] = dict(output_grads) != seeds
+        return grads
+
+    torch.manual_seed(0)
+    x, w = _f64(3, 4), torch.randn(4, dtype=torch.float64)  # w needs no gradient
+    _check_joint_grads(lambda x, w: ((x * w).sin() * x,), [x, w], "(x * w).sin() * x, w without grad", backward=spy)
+    expect_equal(seen["extra"], [], "nodes outside needs_grad that got a gradient ((x * w).sin() * x, w needs none)")
+    expect_equal(seen["seeds changed"], False, "whether backward_pass changed the output_grads dict it was given "
+                                               "(build a new dict; the caller's seeds stay as they were)")
 
 
 @pytest.mark.ch06_3

@@ -19,6 +19,7 @@ from course.testing import expect_close, expect_equal, expect_true
 from tininductor.indexing import sym
 from tininductor.testing import DEVICE
 
+
 def randn(*size):
     """Random inputs on the device the kernels run on (the GPU when there is one)."""
     return torch.randn(*size, device=DEVICE)

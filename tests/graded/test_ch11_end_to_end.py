@@ -55,6 +55,8 @@ def test_rewrite_compiles_in_one_graph_and_matches_both_branches():
             return y * 2
         return y - 2
 
+    probe = torch.tensor([0.5, -3.0])
+    expect_close(ch.positive_branch(probe), bad_fn(probe), "positive_branch([0.5, -3.0]) run eagerly")
     counter = CompileCounterWithBackend("eager")
     compiled = tinydynamo.compile(ch.positive_branch, backend=counter, fullgraph=True)
     torch.manual_seed(0)
@@ -107,6 +109,8 @@ def test_rewrite_decides_on_the_sum_of_mixed_signs():
         y = x.sin() + x.cos()
         return y * 2 if y.sum().item() > 0 else y - 2
 
+    probe = torch.tensor([0.5, -0.5, 3.0, -3.0])
+    expect_close(ch.positive_branch(probe), bad_fn(probe), "positive_branch([0.5, -0.5, 3.0, -3.0]) run eagerly")
     tinydynamo.reset()
     compiled = tinydynamo.compile(ch.positive_branch, backend="eager", fullgraph=True)
     for x in (torch.linspace(-3, 3, 50), torch.linspace(-3.5, 1.0, 50), torch.tensor([0.5, -0.5, 3.0, -3.0])):

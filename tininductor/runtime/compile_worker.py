@@ -132,9 +132,9 @@ def is_generated(path: str) -> bool:
 
 def _compile(path: str, name: str, example_args: tuple, grid, constants: dict, options: dict, device) -> None:
     """Compile kernel ``name`` of the generated module at ``path`` into Triton's cache."""
-    import torch
-
     from pathlib import Path
+
+    import torch
 
     from tininductor.codecache import PyCodeCache
 

@@ -20,7 +20,6 @@ the user's ``Fn.backward``:
 from __future__ import annotations
 
 import re
-from typing import Any
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode

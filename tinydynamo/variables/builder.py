@@ -27,6 +27,13 @@ from tinydynamo.source import GetItemSource, Source
 from tinydynamo.variables.base import VariableTracker
 from tinydynamo.variables.builtin import BuiltinVariable, is_foldable
 from tinydynamo.variables.constant import ConstantVariable
+from tinydynamo.variables.ctx_manager import (
+    GRAD_MODE_CLASSES,
+    GradModeClassVariable,
+    GradModeDecoratedFunctionVariable,
+    GradModeVariable,
+    unwrap_grad_mode_decorator,
+)
 from tinydynamo.variables.dicts import DictVariable
 from tinydynamo.variables.functions import (
     DisabledFunctionVariable,
@@ -39,13 +46,6 @@ from tinydynamo.variables.lists import ListVariable, SizeVariable, TupleVariable
 from tinydynamo.variables.misc import PythonModuleVariable
 from tinydynamo.variables.nn_module import NNModuleVariable
 from tinydynamo.variables.tensor import TensorVariable
-from tinydynamo.variables.ctx_manager import (
-    GRAD_MODE_CLASSES,
-    GradModeClassVariable,
-    GradModeDecoratedFunctionVariable,
-    GradModeVariable,
-    unwrap_grad_mode_decorator,
-)
 from tinydynamo.variables.torch import TorchVariable, is_torch_callable
 from tinydynamo.variables.user_defined import UserDefinedObjectVariable
 
@@ -63,7 +63,6 @@ class VariableBuilder:
             self.tx.output.add_guard(kind, self.source, expected)
 
     def wrap(self, value: Any) -> VariableTracker:
-        from tinydynamo import eval_frame
 
         src = self.source
         if isinstance(value, torch.Tensor):
@@ -127,10 +126,8 @@ class VariableBuilder:
 
     def _wrap_marked_callable(self, value: Any) -> VariableTracker | None:
         """Compiled, disabled, partial, lru_cache-wrapped, polyfilled and builtin functions."""
-        from tinydynamo import eval_frame
-
         src = self.source
-        if isinstance(value, eval_frame.OptimizedFunction):  # a compiled function called from traced code
+        if getattr(type(value), "_tinydynamo_compiled", False):  # a compiled function called from traced code
             self.guard("ID_MATCH", value)
             from tinydynamo.source import AttrSource
 

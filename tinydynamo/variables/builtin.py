@@ -82,9 +82,9 @@ class BuiltinVariable(VariableTracker):
     @staticmethod
     def binop(tx, fn: Callable, a: VariableTracker, b: VariableTracker) -> VariableTracker:
         """``fn(a, b)`` for an operator function (BINARY_OP, COMPARE_OP, ``operator.*``)."""
+        from tinydynamo.variables.builder import wrap_constant_result
         from tinydynamo.variables.lists import BaseListVariable, ListVariable, TupleVariable
         from tinydynamo.variables.tensor import TensorVariable
-        from tinydynamo.variables.builder import wrap_constant_result
 
         user = _user_binop(tx, fn, a, b)  # a user class's __add__ / __radd__ / __eq__ ...
         if user is not None:

@@ -65,9 +65,8 @@ class ConstantVariable(VariableTracker):
         return wrap_constant_result(value)
 
     def call_method(self, tx, name, args, kwargs):
-        from tinydynamo.variables.builder import wrap_constant_result
-
         from tinydynamo.polyfills import constant_object_types
+        from tinydynamo.variables.builder import wrap_constant_result
 
         if not isinstance(self.value, _PURE_TYPES + constant_object_types()) and not _is_torch_constant(self.value):
             unimplemented(f"method {name!r} of constant {type(self.value).__name__}")

@@ -247,13 +247,6 @@ class NestedUserFunctionVariable(BaseUserFunctionVariable):
             unimplemented(f"setting {name!r} on the function {self.qualname} made in the frame")
         self.wrapped = value
 
-    def var_getattr(self, tx, name: str) -> VariableTracker:
-        if name == "__wrapped__" and self.wrapped is not None:
-            return self.wrapped
-        if name in ("__name__", "__qualname__"):
-            return ConstantVariable(self.code.co_name if name == "__name__" else self.qualname)
-        return super().var_getattr(tx, name)
-
     def set_attribute(self, name: str, value: VariableTracker) -> None:
         """SET_FUNCTION_ATTRIBUTE (normalised from MAKE_FUNCTION's flags on 3.11/3.12)."""
         if name == "defaults":
@@ -271,6 +264,8 @@ class NestedUserFunctionVariable(BaseUserFunctionVariable):
         return self.f_globals
 
     def var_getattr(self, tx, name: str) -> VariableTracker:
+        if name == "__wrapped__" and self.wrapped is not None:  # set by functools.wraps in the frame
+            return self.wrapped
         known = {"__code__": self.code, "__name__": self.code.co_name, "__qualname__": self.qualname,
                  "__module__": self.f_globals.get("__name__")}
         if name in known:

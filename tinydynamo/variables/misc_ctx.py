@@ -3,6 +3,7 @@
 also ignores ``record_function`` in the graph, with a warning)."""
 from __future__ import annotations
 
+from tinydynamo.exc import unimplemented
 from tinydynamo.variables.base import VariableTracker
 from tinydynamo.variables.constant import ConstantVariable
 
@@ -95,13 +96,7 @@ class GeneratorContextManagerVariable(VariableTracker):
         self.gen_tx = None
 
     def enter(self, tx) -> VariableTracker:
-        from tinydynamo.exc import unimplemented
-        from tinydynamo.symbolic_convert import InliningInstructionTranslator
-
-        code = self.gen_fn.get_code()
-        bound = self.gen_fn.bind(tx, self.args, self.kwargs)
-        self.gen_tx = InliningInstructionTranslator(code, self.gen_fn.get_globals(), bound, tx.output,
-                                                    self.gen_fn.closure_cells(tx), tx.depth + 1)
+        self.gen_tx = tx.inlining_translator(self.gen_fn, self.gen_fn.bind(tx, self.args, self.kwargs))
         self.gen_tx.generator_items = []
         self._run(stop_at_yield=True)
         if not self.gen_tx.generator_items:
@@ -109,8 +104,6 @@ class GeneratorContextManagerVariable(VariableTracker):
         return self.gen_tx.generator_items[0]
 
     def exit(self, tx) -> VariableTracker:
-        from tinydynamo.exc import unimplemented
-
         self._run(stop_at_yield=False)
         if len(self.gen_tx.generator_items) > 1:
             unimplemented("a @contextmanager generator that yields twice (RuntimeError)")

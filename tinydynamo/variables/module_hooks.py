@@ -13,7 +13,6 @@ from torch.nn.modules import module as module_mod
 from tinydynamo.exc import unimplemented
 from tinydynamo.source import AttrSource
 from tinydynamo.variables.base import VariableTracker
-from tinydynamo.variables.constant import ConstantVariable
 
 
 def _hooks(tx, module_var, name: str) -> list[tuple[object, VariableTracker]]:

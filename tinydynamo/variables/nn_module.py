@@ -14,6 +14,7 @@ import types
 from torch import nn
 
 from tinydynamo import trace_rules
+from tinydynamo.distributed import native_call_reason
 from tinydynamo.exc import raise_observed, unimplemented
 from tinydynamo.source import GetItemSource, module_member_source
 from tinydynamo.variables.base import VariableTracker
@@ -60,7 +61,6 @@ class NNModuleVariable(VariableTracker):
         return VariableBuilder(tx, self._child_source(name)).wrap(value)
 
     def var_getattr(self, tx, name: str) -> VariableTracker:
-        from tinydynamo.variables.functions import UserFunctionVariable, UserMethodVariable
 
         from tinydynamo.variables.misc import GetAttrVariable
 
@@ -107,10 +107,12 @@ class NNModuleVariable(VariableTracker):
         tx.output.side_effects.store_attr(self, m, name, value)
 
     def call_function(self, tx, args, kwargs):
-        from tinydynamo.variables.functions import UserMethodVariable
 
         if trace_rules.is_disabled(self.module.__dict__.get("forward")):
             unimplemented(f"{type(self.module).__name__}.forward is marked tinydynamo.disable")
+        native = native_call_reason(self.module)  # FSDP's hooks, DDP's reducer: not traced
+        if native is not None:
+            unimplemented(native)
         if _has_hooks(self.module):
             from tinydynamo.variables.module_hooks import call_with_hooks
 

@@ -203,8 +203,11 @@ class SuperVariable(VariableTracker):
                 return ObjectInitVariable()
             if base is object and name == "__setattr__" and not obj_is_class:
                 return ObjectSetattrVariable(self.obj)
-            from tinydynamo.variables.user_defined import (READ_ONLY_BASE_METHODS, BaseMethodVariable,
-                                                           UserDefinedObjectVariable)
+            from tinydynamo.variables.user_defined import (
+                READ_ONLY_BASE_METHODS,
+                BaseMethodVariable,
+                UserDefinedObjectVariable,
+            )
 
             if (base, name) in READ_ONLY_BASE_METHODS and isinstance(self.obj, UserDefinedObjectVariable):
                 return BaseMethodVariable(base, name, self.obj)  # super().get(key) in a dict subclass

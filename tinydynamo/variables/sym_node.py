@@ -18,7 +18,6 @@ from typing import Any
 import torch
 
 from tinydynamo import logs
-from tinydynamo.exc import unimplemented
 from tinydynamo.variables.base import VariableTracker
 from tinydynamo.variables.constant import ConstantVariable
 

@@ -274,7 +274,6 @@ def dispatch(tx, kind: str, target, args: list, kwargs: dict) -> VariableTracker
     from tinydynamo.variables.dicts import DictVariable
     from tinydynamo.variables.functions import UserFunctionVariable
     from tinydynamo.variables.lists import TupleVariable
-    from tinydynamo.variables.torch import TorchVariable
 
     if tx.output.torch_function_disabled:  # inside ``with torch._C.DisableTorchFunctionSubclass()``
         return _call_plain(tx, kind, target, [plain(a) for a in args], {k: plain(v) for k, v in kwargs.items()})

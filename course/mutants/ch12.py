@@ -1,0 +1,33 @@
+"""Wrong answers to chapter 12 (distributed training)."""
+from course.mutants import Mutant
+
+MUTANTS = [
+    Mutant("12.1", "buckets filled in forward order (the first layers' gradients come last)",
+           "for name, nbytes in reversed(params):", "for name, nbytes in params:"),
+    Mutant("12.1", "the first bucket as big as the others", "cap = first_bucket_cap if len(buckets) <= 1 else bucket_cap",
+           "cap = bucket_cap"),
+    Mutant("12.1", "a bucket that reaches its cap exactly stays open", "if not buckets or size >= cap:",
+           "if not buckets or size > cap:"),
+    Mutant("12.1", "a bucket is closed before it would exceed the cap", "if not buckets or size >= cap:",
+           "if not buckets or size + nbytes > cap:"),
+    Mutant("12.1", "buckets listed in forward order", "    return buckets\n", "    return buckets[::-1]\n"),
+    Mutant("12.2", "a parameter counted at its last use", "first_use.setdefault(min(p.users, key=order.__getitem__), [])",
+           "first_use.setdefault(max(p.users, key=order.__getitem__), [])"),
+    Mutant("12.2", "the last piece as big as the others", "cap = first_bucket_cap if len(pieces) == 1 else bucket_cap",
+           "cap = bucket_cap"),
+    Mutant("12.2", "a preamble without parameters kept as a piece of its own",
+           "if len(pieces) > 1 and sizes[-1] == 0:", "if False:"),
+    Mutant("12.2", "pieces numbered from the last one", "    pieces.reverse()\n", "    pass\n"),
+    Mutant("12.2", "a piece that reaches the cap exactly stays open", "if sizes[-1] and sizes[-1] >= cap:",
+           "if sizes[-1] and sizes[-1] > cap:"),
+    Mutant("12.3", "all-reduces run at the same time (no queue on the channel)",
+           "comm_end = max(comm_end, ready) + ar", "comm_end = max(comm_end, ready + ar)"),
+    Mutant("12.3", "backward runs the pieces in forward order",
+           "zip(reversed(backward_ms), reversed(allreduce_ms))", "zip(backward_ms, allreduce_ms)"),
+    Mutant("12.3", "overlap even without the split", "ready = compute_end if split else total_backward",
+           "ready = compute_end"),
+    Mutant("12.3", "no overlap even with the split", "ready = compute_end if split else total_backward",
+           "ready = total_backward"),
+    Mutant("12.3", "the step ends with the backward (communication forgotten)",
+           "return max(compute_end, comm_end)", "return compute_end"),
+]

@@ -1,0 +1,118 @@
+"""The model dashboard (bench/dashboard.py): its CPU slice passes accuracy through tiny, its arguments are checked.
+
+The slice is the test zoo's scaled-down models, eager against tinydynamo only, accuracy only: the
+same code path the GPU run takes, minus the timing. Speed is never asserted here.
+"""
+import importlib.util
+import json
+import sys
+
+import pytest
+
+from course.loader import ROOT
+
+
+def _dashboard():
+    spec = importlib.util.spec_from_file_location("dashboard", ROOT / "bench" / "dashboard.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["dashboard"] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+def _slice(tmp_path, models: str, suite: str):
+    out = tmp_path / "dashboard.json"
+    code = _dashboard().main(["--device", "cpu", "--sizes", "small", "--models", models, "--suite", suite,
+                              "--backends", "eager,tiny", "--accuracy-only", "--out", str(out)])
+    rows = json.loads(out.read_text())["rows"]
+    return code, rows
+
+
+def _assert_all_pass(code, rows):
+    ran = [r for r in rows if not r["status"].startswith("skipped")]
+    assert ran, "every library of the slice is missing"
+    for r in ran:
+        assert r["statuses"].get("tiny") == "ok", (r["model"], r["suite"], r["statuses"], r.get("traces"))
+    assert code == 0
+
+
+def test_cpu_slice_inference_passes_accuracy_through_tiny(tmp_path):
+    _assert_all_pass(*_slice(tmp_path, "resnet18,bert,timm_vit_small", "inference"))
+
+
+def test_cpu_slice_training_passes_accuracy_through_tiny(tmp_path):
+    _assert_all_pass(*_slice(tmp_path, "resnet18,bert", "training"))
+
+
+@pytest.mark.slow
+def test_cpu_slice_every_small_model_passes_accuracy_through_tiny(tmp_path):
+    module = _dashboard()
+    names = ",".join(m.name for m in module.MODELS if m.small)
+    _assert_all_pass(*_slice(tmp_path, names, "inference,training"))
+
+
+def test_a_wrong_backend_is_reported_not_timed():
+    module = _dashboard()
+    import torch
+
+    expected = {"output 0": torch.ones(4), "grad w": torch.ones(3), "grad unused": None}
+    assert module.compare(expected, dict(expected), torch.float32) == []
+    assert module.compare(expected, {**expected, "grad unused": torch.zeros(3)}, torch.float32) == []
+    wrong = module.compare(expected, {**expected, "output 0": torch.ones(4) * 1.01}, torch.float32)
+    assert wrong and "output 0" in wrong[0]
+    assert module.compare(expected, {**expected, "output 0": torch.ones(4) * 1.01}, torch.bfloat16) == []
+    assert "missing" in module.compare(expected, {**expected, "grad w": None}, torch.float32)[0]
+    assert module.compare(expected, {**expected, "output 0": torch.full((4,), float("nan"))}, torch.float32)
+
+
+def test_a_failing_model_is_recorded_and_the_run_goes_on(tmp_path, monkeypatch):
+    module = _dashboard()
+
+    def broken(lib):
+        raise RuntimeError("this model cannot be built")
+
+    monkeypatch.setattr(module.model_zoo.BY_NAME["resnet18"], "build", broken)
+    out = tmp_path / "d.json"
+    code = module.main(["--device", "cpu", "--sizes", "small", "--models", "resnet18,bert", "--suite", "inference",
+                        "--backends", "eager,tiny", "--accuracy-only", "--out", str(out)])
+    rows = {r["model"]: r for r in json.loads(out.read_text())["rows"]}
+    assert code == 1
+    if not rows["resnet18"]["status"].startswith("skipped"):
+        assert "cannot be built" in rows["resnet18"]["status"]
+    assert rows["bert"]["status"] in ("ok", "skipped (transformers missing)")
+
+
+@pytest.mark.parametrize("argv, said", [
+    (["--models", "resnet18,nope"], "--models"),
+    (["--models", ""], "--models"),
+    (["--suite", "inference,eval"], "--suite"),
+    (["--dtype", "fp16"], "--dtype"),
+    (["--mode", "max-autotune"], "--mode"),
+    (["--sizes", "huge"], "--sizes"),
+    (["--backends", "tiny"], "--backends"),
+    (["--backends", "eager,inductor"], "--backends"),
+    (["--iters", "0"], "--iters"),
+])
+def test_dashboard_refuses_bad_arguments(argv, said, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        _dashboard().parse_args([*argv, "--device", "cpu"])
+    assert exit_info.value.code == 2
+    assert said in capsys.readouterr().err
+
+
+def test_dashboard_arguments_parse():
+    args = _dashboard().parse_args(["--device", "cpu", "--models", "bert,resnet18,bert", "--dtype", "fp32,bf16",
+                                    "--suite", "training", "--mode", "reduce-overhead", "--sizes", "small"])
+    assert args.models == ["bert", "resnet18"]
+    assert args.dtype == ["fp32", "bf16"]
+    assert args.suite == ["training"]
+    assert args.mode == "reduce-overhead"
+
+
+def test_dashboard_has_twenty_models_of_three_libraries():
+    module = _dashboard()
+    assert len(module.MODELS) >= 20
+    assert {m.library for m in module.MODELS} == {"torchvision", "timm", "transformers"}
+    from tests import model_zoo
+
+    assert all(m.small is None or m.small in model_zoo.BY_NAME for m in module.MODELS)

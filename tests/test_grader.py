@@ -1,0 +1,59 @@
+"""The grader reports what running the learner's code shows: a stub that raised is "TODO", anything
+else is graded as it is (a wrong answer above a commented-out stub is FAIL, with its failure)."""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from course.loader import ROOT
+
+STUB = ('    raise NotImplementedError("Exercise 11.3: the bucket a length goes to; checked on lengths at, '
+        'between and past the buckets (notebook 11, section 4c). Stuck? course.hint(\'11.3\')")\n')
+
+
+def _course_copy(tmp_path, exercise_text: str):
+    """A checkout whose exercises/ch11 holds ``exercise_text`` (course/ copied so ROOT resolves here)."""
+    for entry in ROOT.iterdir():
+        if entry.name in ("course", "conftest.py", "pyproject.toml"):
+            copy = shutil.copytree if entry.is_dir() else shutil.copy
+            copy(entry, tmp_path / entry.name, **({"ignore": shutil.ignore_patterns("__pycache__")}
+                                                  if entry.is_dir() else {}))
+        elif entry.name not in ("exercises", ".git") and not entry.name.startswith(".venv"):
+            (tmp_path / entry.name).symlink_to(entry)
+    (tmp_path / "exercises").mkdir()
+    for path in (ROOT / "exercises").glob("ch*_*.py"):
+        (tmp_path / "exercises" / path.name).write_text(path.read_text())
+    (tmp_path / "exercises" / "ch11_end_to_end.py").write_text(exercise_text)
+    return tmp_path
+
+
+def _grade(root, task: str) -> str:
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    done = subprocess.run([sys.executable, "-m", "course.grade", task], cwd=root, env=env,
+                          capture_output=True, text=True, timeout=300)
+    return done.stdout + done.stderr
+
+
+@pytest.mark.parametrize("edit", ["commented out", "dead line after the return"])
+def test_a_wrong_answer_beside_a_leftover_stub_is_graded_fail(tmp_path, edit):
+    text = (ROOT / "exercises" / "ch11_end_to_end.py").read_text()
+    assert STUB in text, "the 11.3 stub changed: update STUB"
+    wrong = "    return max(buckets)  # a wrong answer\n"
+    if edit == "commented out":
+        text = text.replace(STUB, wrong + "    # " + STUB.lstrip())
+    else:
+        text = text.replace(STUB, wrong + STUB)
+    out = _grade(_course_copy(tmp_path, text), "ch11.3")
+    row = next(line for line in out.splitlines() if line.startswith("ch11    ch11_3"))
+    assert " FAIL " in row and "not done yet" not in row, out
+    assert "bucket" in row, row  # the failure itself (which input, what was expected), not the stub's spec
+
+
+def test_an_untouched_stub_is_graded_todo(tmp_path):
+    out = _grade(_course_copy(tmp_path, (ROOT / "exercises" / "ch11_end_to_end.py").read_text()), "ch11.3")
+    row = next(line for line in out.splitlines() if line.startswith("ch11    ch11_3"))
+    assert " TODO " in row and "Exercise 11.3 not done yet" in row, out

@@ -1,0 +1,3 @@
+"""Graph-level passes over prim graphs, each switched by a ``tininductor.config`` flag named like
+TorchInductor's: ``freezing`` (parameters as constants, folded; batch norm folded into the
+convolution before it), ``shape_padding`` (matmul operands padded to aligned sizes)."""
