@@ -14,10 +14,10 @@ PACKAGES = {"tinydynamo": tinydynamo.LAYERS, "tininductor": tininductor.LAYERS}
 #: when one of these changes (shrinks or goes away: then update this list).
 KNOWN_CYCLES = {
     # the variable trackers of one layer call each other both ways (a list's method makes a builtin
-    # call; a builtin call makes lists, tensors, constants; everything wraps results with the builder),
+    # call; a builtin call makes lists, tensors, constants; results are wrapped through VariableTracker.build),
     # and the polyfills / trace_rules that the builder consults make trackers in turn
     "tinydynamo": [["polyfills", "trace_rules", "variables.autocast", "variables.autograd_function",
-                    "variables.builder", "variables.builtin", "variables.constant", "variables.ctx_manager",
+                    "variables.builtin", "variables.constant", "variables.ctx_manager",
                     "variables.dicts", "variables.functions", "variables.iter", "variables.lists", "variables.misc",
                     "variables.misc_ctx", "variables.module_hooks", "variables.nn_module", "variables.objects",
                     "variables.polyfilled", "variables.sym_node", "variables.tensor", "variables.torch",

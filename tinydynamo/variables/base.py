@@ -7,7 +7,7 @@ call, iteration, truthiness, and how to rebuild it after the graph has run.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from tinydynamo.exc import unimplemented
 from tinydynamo.source import Source
@@ -16,11 +16,38 @@ if TYPE_CHECKING:
     from tinydynamo.symbolic_convert import InstructionTranslatorBase as Tx
 
 
+# How trackers are made from Python values. The builder makes every kind of tracker, so it sits above
+# them all; trackers call it through this registry, which tinydynamo.variables.builder fills in when it is
+# imported (tinydynamo.variables imports it, so it is always set while tracing).
+_construction: dict[str, Callable[..., Any]] = {}
+
+
+def register_construction(**functions: Callable[..., Any]) -> None:
+    """Called once by the builder module: ``build``, ``build_constant``, ``build_fx``."""
+    _construction.update(functions)
+
+
 class VariableTracker:
     """Base class. ``source`` says where the value came from (for guards and rebuilding), if known."""
 
     def __init__(self, source: Source | None = None):
         self.source = source
+
+    # ---- construction (implemented by the builder) -------------------------------------------
+    @staticmethod
+    def build(tx: "Tx", value: Any, source: Source | None = None) -> "VariableTracker":
+        """Wrap a Python value as a tracker, guarded on ``source`` if given (VariableBuilder.wrap)."""
+        return _construction["build"](tx, value, source)
+
+    @staticmethod
+    def build_constant(value: Any) -> "VariableTracker":
+        """Wrap the result of a trace-time (folded) computation: no source, no guards."""
+        return _construction["build_constant"](value)
+
+    @staticmethod
+    def build_fx(output: Any, node: Any, example: Any) -> "VariableTracker":
+        """Wrap what a graph node produced at trace time (its fake value)."""
+        return _construction["build_fx"](output, node, example)
 
     # ---- what is it? ------------------------------------------------------------------------
     def python_type(self) -> type:

@@ -23,8 +23,8 @@ from torch import nn
 
 from tinydynamo import trace_rules
 from tinydynamo.exc import unimplemented
-from tinydynamo.source import AttrSource, ClassSource, GetItemSource, Source
-from tinydynamo.variables.base import VariableTracker
+from tinydynamo.source import AttrSource, GetItemSource, Source
+from tinydynamo.variables.base import VariableTracker, register_construction
 from tinydynamo.variables.builtin import BuiltinVariable, is_foldable
 from tinydynamo.variables.constant import ConstantVariable
 from tinydynamo.variables.ctx_manager import (
@@ -260,25 +260,6 @@ class VariableBuilder:
         return PartialVariable(part("func", value.func), list(args), dict(keywords.items))
 
 
-def guard_class_lookup(tx, obj: Any, source: Source | None, name: str, cls_attr: Any) -> Source | None:
-    """``obj.<name>`` was found on ``type(obj)`` (a method, a property, a class's ``forward``):
-    guard that the class still holds that object (a method monkeypatched on the class is a
-    miss) and that the instance's ``__dict__`` does not shadow it (``obj.scale = lambda...``).
-    Returns the source of the class attribute (for the guards of what is read through it)."""
-    if source is None or tx is None:
-        return None
-
-    data_descriptor = hasattr(type(cls_attr), "__set__")  # a property wins over the instance dict
-    if not data_descriptor and isinstance(getattr(obj, "__dict__", None), dict):
-        tx.output.add_guard("DICT_CONTAINS", AttrSource(source, "__dict__"), (name, False))
-    # the instance's class is pinned by its TYPE_MATCH / NN_MODULE guard: guard the class's
-    # attribute once per class (the class is a constant of the check function)
-    cls = type(obj)
-    cls_source = AttrSource(ClassSource(cls, tx.output.scope.constant(cls, "cls")), name)
-    tx.output.add_guard("ID_MATCH", cls_source, cls_attr)
-    return cls_source
-
-
 def _is_builtin(value: Any) -> bool:
     if isinstance(value, (types.BuiltinFunctionType, types.BuiltinMethodType)) or any(value is t for t in (
             range, enumerate, zip, reversed, slice, int, float, bool, str, tuple, list, dict, type, set)):
@@ -354,3 +335,7 @@ def wrap_fx_result(output, node, example: Any) -> VariableTracker:
     if isinstance(example, CONSTANT_TYPES) or type(example) in (tuple, list, torch.Size):
         return wrap_constant_result(example)
     unimplemented(f"op {node.target} returned {type(example).__name__}, which the graph cannot hold")
+
+
+register_construction(build=lambda tx, value, source: VariableBuilder(tx, source).wrap(value),
+                      build_constant=wrap_constant_result, build_fx=wrap_fx_result)

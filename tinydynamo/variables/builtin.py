@@ -82,7 +82,6 @@ class BuiltinVariable(VariableTracker):
     @staticmethod
     def binop(tx, fn: Callable, a: VariableTracker, b: VariableTracker) -> VariableTracker:
         """``fn(a, b)`` for an operator function (BINARY_OP, COMPARE_OP, ``operator.*``)."""
-        from tinydynamo.variables.builder import wrap_constant_result
         from tinydynamo.variables.lists import BaseListVariable, ListVariable, TupleVariable
         from tinydynamo.variables.tensor import TensorVariable
 
@@ -112,7 +111,7 @@ class BuiltinVariable(VariableTracker):
             return a
         if a.is_python_constant() and b.is_python_constant():
             try:
-                return wrap_constant_result(fn(a.as_python_constant(), b.as_python_constant()))
+                return VariableTracker.build_constant(fn(a.as_python_constant(), b.as_python_constant()))
             except Exception as e:
                 unimplemented(f"{fn.__name__}({a.as_python_constant()!r}, {b.as_python_constant()!r}) raised {e!r}")
         if fn in (operator.add, operator.iadd) and (isinstance(a, BaseListVariable) or isinstance(b, BaseListVariable)):
@@ -212,8 +211,6 @@ class BuiltinVariable(VariableTracker):
 
     def _fold_constants(self, args, kwargs) -> VariableTracker | None:
         """Everything else on constants: run it at trace time."""
-        from tinydynamo.variables.builder import wrap_constant_result
-
         fn = self.fn
         if not (all(a.is_python_constant() for a in args) and all(v.is_python_constant() for v in kwargs.values())
                 and is_foldable(fn)):
@@ -223,7 +220,7 @@ class BuiltinVariable(VariableTracker):
         cargs = [a.as_python_constant() for a in args]
         ckw = {k: v.as_python_constant() for k, v in kwargs.items()}
         try:
-            return wrap_constant_result(fn(*cargs, **ckw))
+            return VariableTracker.build_constant(fn(*cargs, **ckw))
         except Exception as e:
             unimplemented(f"{getattr(fn, '__name__', fn)}(...) raised {e!r} at trace time")
 

@@ -46,8 +46,6 @@ class ConstantVariable(VariableTracker):
         tx.output.side_effects.store_attr(self, self.value, name, value)
 
     def var_getattr(self, tx, name: str):
-        from tinydynamo.variables.builder import wrap_constant_result
-
         if isinstance(self.value, type) and tx is not None:
             stored = tx.output.side_effects.load_attr(self, self.value, name)
             if stored is not None:  # ``Cls.count`` written earlier in this frame
@@ -65,18 +63,16 @@ class ConstantVariable(VariableTracker):
             from tinydynamo.variables.misc import GetAttrVariable
 
             return GetAttrVariable(self, name)
-        return wrap_constant_result(value)
+        return VariableTracker.build_constant(value)
 
     def call_method(self, tx, name, args, kwargs):
         from tinydynamo.polyfills import constant_object_types
-        from tinydynamo.variables.builder import wrap_constant_result
-
         if not isinstance(self.value, _PURE_TYPES + constant_object_types()) and not _is_torch_constant(self.value):
             unimplemented(f"method {name!r} of constant {type(self.value).__name__}")
         if all(a.is_python_constant() for a in args) and all(v.is_python_constant() for v in kwargs.values()):
             result = getattr(self.value, name)(*[a.as_python_constant() for a in args],
                                                **{k: v.as_python_constant() for k, v in kwargs.items()})
-            return wrap_constant_result(result)
+            return VariableTracker.build_constant(result)
         unimplemented(f"{type(self.value).__name__}.{name} with non-constant arguments")
 
     def call_function(self, tx, args, kwargs):
@@ -102,7 +98,6 @@ def _is_torch_constant(v: Any) -> bool:
 def _class_attribute(tx, cls_var: ConstantVariable, name: str, value: Any):
     """``Cls.name``: functions, classmethods and staticmethods are wrapped to be inlined (with a
     guarded source when the class has one); other attributes as values."""
-    from tinydynamo.variables.builder import VariableBuilder, wrap_constant_result
     from tinydynamo.variables.misc import GetAttrVariable
 
     cls = cls_var.value
@@ -117,7 +112,7 @@ def _class_attribute(tx, cls_var: ConstantVariable, name: str, value: Any):
         return AutogradFunctionApplyVariable(cls, source)
     if isinstance(value, (types.FunctionType, types.MethodType)) or (
             not callable(value) and source is not None):
-        return VariableBuilder(tx, source).wrap(value)
+        return VariableTracker.build(tx, value, source)
     if callable(value) and not isinstance(value, type):
         from tinydynamo import polyfills
 
@@ -125,7 +120,7 @@ def _class_attribute(tx, cls_var: ConstantVariable, name: str, value: Any):
         if replacement is not None:
             return replacement
         return GetAttrVariable(cls_var, name)
-    return wrap_constant_result(value)
+    return VariableTracker.build_constant(value)
 
 
 def _is_autograd_function(cls: type) -> bool:

@@ -152,9 +152,7 @@ class UserFunctionVariable(BaseUserFunctionVariable):
         return self.fn.__globals__
 
     def _wrap(self, tx, value: Any, source) -> VariableTracker:
-        from tinydynamo.variables.builder import VariableBuilder
-
-        return VariableBuilder(tx, source if self.source is not None else None).wrap(value)
+        return VariableTracker.build(tx, value, source if self.source is not None else None)
 
     def bind(self, tx, args, kwargs):
         defaults = tuple(
@@ -188,14 +186,12 @@ class UserFunctionVariable(BaseUserFunctionVariable):
             src = None
             if self.source is not None:
                 src = AttrSource(GetItemSource(AttrSource(self.source, "__closure__"), i), "cell_contents")
-            from tinydynamo.variables.builder import VariableBuilder
-
             real = self.fn.__closure__[i]
             known = shared_cell_tracker(tx, real)
             if known is not None:  # the same real cell met before (another closure, the frame's own): one tracker
                 cells[name] = known
                 continue
-            cells[name] = CellVariable(VariableBuilder(tx, src).wrap(value))
+            cells[name] = CellVariable(VariableTracker.build(tx, value, src))
             cells[name].external = True
             if self.source is not None:
                 cells[name].cell_source = GetItemSource(AttrSource(self.source, "__closure__"), i)

@@ -169,8 +169,6 @@ class PureFunctionVariable(VariableTracker):
         return self.fn
 
     def call_function(self, tx, args, kwargs):
-        from tinydynamo.variables.builder import wrap_constant_result
-
         def const(v):
             if v.is_python_constant():
                 return v.as_python_constant()
@@ -186,7 +184,7 @@ class PureFunctionVariable(VariableTracker):
             result = self.fn(*[const(a) for a in args], **{k: const(v) for k, v in kwargs.items()})
         except Exception as e:
             unimplemented(f"{self.fn.__qualname__}(...) raised {e!r} at trace time")
-        return wrap_constant_result(result)
+        return VariableTracker.build_constant(result)
 
     def __repr__(self) -> str:
         return f"PureFunctionVariable({self.fn.__qualname__})"
@@ -225,8 +223,6 @@ class SetVariable(VariableTracker):
         unimplemented(f"set attribute {name!r}")
 
     def call_method(self, tx, name, args, kwargs):
-        from tinydynamo.variables.builder import wrap_constant_result
-
         if name in ("add", "update", "discard", "remove", "clear", "pop", "difference_update",
                     "intersection_update", "symmetric_difference_update") and not self.frozen:
             if name == "remove" and _element(args[0]) not in self.items:
@@ -235,7 +231,7 @@ class SetVariable(VariableTracker):
             real = set(self.items)
             result = getattr(real, name)(*[_constants(tx, a) for a in args])
             self.items = {k: self.items.get(k, ConstantVariable(k)) for k in real}
-            return wrap_constant_result(result)
+            return VariableTracker.build_constant(result)
         if name == "__len__":
             return ConstantVariable(len(self.items))
         if name == "__contains__":
@@ -244,7 +240,7 @@ class SetVariable(VariableTracker):
             result = getattr(self.as_python_constant(), name)(*[_constants(tx, a) for a in args])
         except Exception as e:
             unimplemented(f"set.{name} raised {e!r} at trace time")
-        return wrap_constant_result(result)
+        return VariableTracker.build_constant(result)
 
     def reconstruct(self, codegen) -> str:
         return codegen.constant(self.as_python_constant()) if self.frozen else \

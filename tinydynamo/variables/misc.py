@@ -49,15 +49,13 @@ class PythonModuleVariable(VariableTracker):
         return self.module.__name__.split(".")[0] in TRUSTED_MODULE_PREFIXES
 
     def var_getattr(self, tx, name: str) -> VariableTracker:
-        from tinydynamo.variables.builder import VariableBuilder
-
         try:
             value = getattr(self.module, name)
         except AttributeError:
             raise_observed(AttributeError, f"module {self.module.__name__!r} has no attribute {name!r}")
         if self.trusted or self.source is None:
-            return VariableBuilder(tx, None).wrap(value)
-        return VariableBuilder(tx, AttrSource(self.source, name)).wrap(value)
+            return VariableTracker.build(tx, value)
+        return VariableTracker.build(tx, value, AttrSource(self.source, name))
 
     def __repr__(self) -> str:
         return f"PythonModuleVariable({self.module.__name__})"
@@ -76,14 +74,12 @@ class EnvironVariable(VariableTracker):
         unimplemented(f"os.environ.{name}")
 
     def call_method(self, tx, name, args, kwargs):
-        from tinydynamo.variables.builder import VariableBuilder
-
         if kwargs or not all(a.is_python_constant() for a in args) or name not in ("get", "__getitem__", "__contains__"):
             unimplemented(f"os.environ.{name} with non-constant arguments")
         key, *rest = [a.as_python_constant() for a in args]
         default = rest[0] if rest else None
         get = CallSource(tx.output.scope.constant(os.environ.get, "fn"), "os.environ.get", (key, default))
-        value = VariableBuilder(tx, get).wrap(os.environ.get(key, default))  # guarded: CONSTANT_MATCH
+        value = VariableTracker.build(tx, os.environ.get(key, default), get)  # guarded: CONSTANT_MATCH
         if name == "get":
             return value
         present = os.environ.get(key) is not None

@@ -17,12 +17,10 @@ from tinydynamo.variables.base import VariableTracker
 
 def _hooks(tx, module_var, name: str) -> list[tuple[object, VariableTracker]]:
     """(hook id, hook variable) for the module's ``name`` dict, guarded on its keys when it has a source."""
-    from tinydynamo.variables.builder import VariableBuilder
-
     real = getattr(module_var.module, name)
     if module_var.source is None:
-        return [(k, VariableBuilder(tx, None).wrap(v)) for k, v in real.items()]
-    wrapped = VariableBuilder(tx, AttrSource(module_var.source, name)).wrap(real)
+        return [(k, VariableTracker.build(tx, v)) for k, v in real.items()]
+    wrapped = VariableTracker.build(tx, real, AttrSource(module_var.source, name))
     return list(wrapped.items.items())
 
 

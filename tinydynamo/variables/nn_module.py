@@ -55,9 +55,7 @@ class NNModuleVariable(VariableTracker):
         return module_member_source(self.module, self.source, name)
 
     def _wrap_child(self, tx, name: str, value) -> VariableTracker:
-        from tinydynamo.variables.builder import VariableBuilder
-
-        return VariableBuilder(tx, self._child_source(name)).wrap(value)
+        return VariableTracker.build(tx, value, self._child_source(name))
 
     def var_getattr(self, tx, name: str) -> VariableTracker:
 
@@ -181,15 +179,13 @@ class NNModuleVariable(VariableTracker):
         return self.var_getattr(tx, name).call_function(tx, args, kwargs)
 
     def _wrap_dotted(self, tx, dotted: str, value) -> VariableTracker:
-        from tinydynamo.variables.builder import VariableBuilder
-
         source, owner = self.source, self.module
         if dotted == "":
             return self
         for part in dotted.split("."):
             source = module_member_source(owner, source, part) if source is not None else None
             owner = getattr(owner, part)
-        return VariableBuilder(tx, source).wrap(value)
+        return VariableTracker.build(tx, value, source)
 
     def reconstruct(self, codegen) -> str:
         if self.source is None:

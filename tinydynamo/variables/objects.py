@@ -64,11 +64,10 @@ def lookup_class_attr(cls: type, name: str) -> tuple[Any, type | None]:
 
 def wrap_class_attr(tx, obj: VariableTracker, cls: type, attr: Any, name: str, source=None) -> VariableTracker:
     """A class attribute reached through ``obj`` (an instance variable): bind it as Python would."""
-    from tinydynamo.variables.builder import VariableBuilder
     from tinydynamo.variables.functions import UserFunctionVariable, UserMethodVariable
 
     if isinstance(attr, staticmethod):
-        return VariableBuilder(tx, source).wrap(attr.__func__)
+        return VariableTracker.build(tx, attr.__func__, source)
     if isinstance(attr, classmethod):
         return UserMethodVariable(attr.__func__, ConstantVariable(cls))
     if isinstance(attr, property):
@@ -79,7 +78,7 @@ def wrap_class_attr(tx, obj: VariableTracker, cls: type, attr: Any, name: str, s
         return UserMethodVariable(attr, obj)
     if hasattr(type(attr), "__get__") and not isinstance(attr, (type, types.BuiltinFunctionType)):
         unimplemented(f"descriptor {type(attr).__name__} {cls.__name__}.{name}")
-    return VariableBuilder(tx, source).wrap(attr)
+    return VariableTracker.build(tx, attr, source)
 
 
 class NewObjectVariable(UserDefinedObjectVariable):
@@ -212,9 +211,7 @@ class SuperVariable(VariableTracker):
             if (base, name) in READ_ONLY_BASE_METHODS and isinstance(self.obj, UserDefinedObjectVariable):
                 return BaseMethodVariable(base, name, self.obj)  # super().get(key) in a dict subclass
             if not (callable(attr) or hasattr(attr, "__get__")):  # a plain class attribute
-                from tinydynamo.variables.builder import VariableBuilder
-
-                return VariableBuilder(tx, None).wrap(attr)
+                return VariableTracker.build(tx, attr)
             unimplemented(f"super().{name}: {type(attr).__name__} of {base.__name__}")
         unimplemented(f"super() has no attribute {name!r}")
 
@@ -256,7 +253,6 @@ def _is_namedtuple_class(cls) -> bool:
 def call_class(tx, cls_var: VariableTracker, args: list[VariableTracker], kwargs: dict) -> VariableTracker:
     """``cls(*args, **kwargs)`` in traced code (see the module docstring for the cases)."""
     from tinydynamo import polyfills
-    from tinydynamo.variables.builder import wrap_constant_result
     from tinydynamo.variables.functions import UserMethodVariable, bind_arguments
     from tinydynamo.variables.lists import TupleVariable
 
@@ -273,7 +269,7 @@ def call_class(tx, cls_var: VariableTracker, args: list[VariableTracker], kwargs
     constant_args = all(a.is_python_constant() for a in args) and all(v.is_python_constant() for v in kwargs.values())
     if (cls in PURE_CLASSES or isinstance(cls, enum.EnumMeta)) and constant_args:  # Color(1): a member lookup
         try:
-            return wrap_constant_result(cls(*[a.as_python_constant() for a in args],
+            return VariableTracker.build_constant(cls(*[a.as_python_constant() for a in args],
                                             **{k: v.as_python_constant() for k, v in kwargs.items()}))
         except Exception as e:
             unimplemented(f"{cls.__name__}(...) raised {e!r} at trace time")

@@ -146,13 +146,11 @@ def _grad_of(tx, var: "TensorVariable") -> VariableTracker:
     a tensor computed in the graph is not a leaf that backward() filled: None."""
     if var.source is None:
         return ConstantVariable(None)
-    from tinydynamo.variables.builder import VariableBuilder
-
     names = [s.name() for s in tx.output.input_sources]
     if var.source.name() not in names:
         unimplemented(f"Tensor.grad of {var.source.name()}, whose real tensor is not known")
     real = tx.output.example_inputs[names.index(var.source.name())]
-    return VariableBuilder(tx, AttrSource(var.source, "grad")).wrap(real.grad)
+    return VariableTracker.build(tx, real.grad, AttrSource(var.source, "grad"))
 
 
 def _capture_scalars() -> bool:
@@ -191,8 +189,6 @@ class ScalarNodeVariable(VariableTracker):
                       hint="set tinydynamo.config.capture_scalar_outputs = False to break the graph there instead")
 
     def binop_with_tensor(self, tx, fn, a: VariableTracker, b: VariableTracker) -> VariableTracker:
-        from tinydynamo.variables.builder import wrap_fx_result
-
         sample = self.py_type(1)  # stands for the run-time value: the result's metadata does not depend on it
         ex = [sample if v is self else v.example for v in (a, b)]
         versions = tensor_versions(ex)
@@ -204,7 +200,7 @@ class ScalarNodeVariable(VariableTracker):
         node = tx.output.graph.call_function(fn, (a.as_node_arg(), b.as_node_arg()))
         if mutated_any(versions):  # ``t += n``: kept even where only another name reads ``t``
             node.meta["mutates_args"] = True
-        return wrap_fx_result(tx.output, node, example)
+        return VariableTracker.build_fx(tx.output, node, example)
 
     def binop_with_scalar(self, tx, fn, a: VariableTracker, b: VariableTracker) -> "ScalarNodeVariable":
         """``n + 1``, ``n * m``, ``2 ** n``: arithmetic on captured numbers stays a number node (its Python

@@ -111,7 +111,6 @@ class TensorWithTFOverrideVariable(TensorVariable):
         return self.class_type
 
     def var_getattr(self, tx, name: str) -> VariableTracker:
-        from tinydynamo.variables.builder import VariableBuilder
         from tinydynamo.variables.misc import GetAttrVariable
         from tinydynamo.variables.user_defined import MISSING, class_attribute_variable
 
@@ -119,7 +118,7 @@ class TensorWithTFOverrideVariable(TensorVariable):
             return ConstantVariable(self.class_type)
         if name in self.instance_dict:  # ``x.scale = 2`` set on the input: a guarded constant
             src = AttrSource(self.base_source, name) if self.base_source is not None else None
-            return VariableBuilder(tx, src).wrap(self.instance_dict[name])
+            return VariableTracker.build(tx, self.instance_dict[name], src)
         own = MISSING
         for klass in self.class_type.__mro__:
             if klass is torch.Tensor:
@@ -194,7 +193,6 @@ def _to_probe(var, back: dict):
 
 
 def _from_probe(obj, back: dict):
-    from tinydynamo.variables.builder import wrap_constant_result
     from tinydynamo.variables.lists import ListVariable, TupleVariable
 
     if id(obj) in back and back[id(obj)][0] is obj:
@@ -204,7 +202,7 @@ def _from_probe(obj, back: dict):
         return TupleVariable(items) if type(obj) is tuple else ListVariable(items)
     if isinstance(obj, torch.Tensor):
         unimplemented("a __torch_function__ call received a tensor made by the call itself")
-    return wrap_constant_result(obj)
+    return VariableTracker.build_constant(obj)
 
 
 def _record(kind: str, target, args: list, kwargs: dict):

@@ -8,10 +8,30 @@ from __future__ import annotations
 import functools
 import inspect
 import types
+from typing import Any
 
 from tinydynamo.exc import raise_observed, unimplemented
-from tinydynamo.source import AttrSource, BaseMethodSource
+from tinydynamo.source import AttrSource, BaseMethodSource, ClassSource, Source
 from tinydynamo.variables.base import VariableTracker
+
+
+def guard_class_lookup(tx, obj: Any, source: Source | None, name: str, cls_attr: Any) -> Source | None:
+    """``obj.<name>`` was found on ``type(obj)`` (a method, a property, a class's ``forward``):
+    guard that the class still holds that object (a method monkeypatched on the class is a
+    miss) and that the instance's ``__dict__`` does not shadow it (``obj.scale = lambda...``).
+    Returns the source of the class attribute (for the guards of what is read through it)."""
+    if source is None or tx is None:
+        return None
+
+    data_descriptor = hasattr(type(cls_attr), "__set__")  # a property wins over the instance dict
+    if not data_descriptor and isinstance(getattr(obj, "__dict__", None), dict):
+        tx.output.add_guard("DICT_CONTAINS", AttrSource(source, "__dict__"), (name, False))
+    # the instance's class is pinned by its TYPE_MATCH / NN_MODULE guard: guard the class's
+    # attribute once per class (the class is a constant of the check function)
+    cls = type(obj)
+    cls_source = AttrSource(ClassSource(cls, tx.output.scope.constant(cls, "cls")), name)
+    tx.output.add_guard("ID_MATCH", cls_source, cls_attr)
+    return cls_source
 
 
 class UserDefinedObjectVariable(VariableTracker):
@@ -38,8 +58,6 @@ class UserDefinedObjectVariable(VariableTracker):
     def var_getattr(self, tx, name: str) -> VariableTracker:
         """``obj.name`` with Python's precedence: a data descriptor of the class (property), the instance
         ``__dict__``, other class attributes (methods, static/class methods, constants), then absent."""
-        from tinydynamo.variables.builder import VariableBuilder
-
         stored = tx.output.side_effects.load_attr(self, self.value, name)
         if stored is not None:  # written earlier in this frame
             return stored
@@ -53,15 +71,15 @@ class UserDefinedObjectVariable(VariableTracker):
                 value = getattr(self.value, name)
             except AttributeError:
                 raise_observed(AttributeError, f"{cls.__name__} has no attribute {name!r}")
-            return VariableBuilder(tx, source).wrap(value)
+            return VariableTracker.build(tx, value, source)
         cls_attr = inspect.getattr_static(cls, name, MISSING)
         instance_dict = getattr(self.value, "__dict__", {})
         if cls_attr is not MISSING and is_data_descriptor(cls_attr) and not isinstance(cls_attr, property):
-            return VariableBuilder(tx, source).wrap(getattr(self.value, name))  # __slots__ member, getset
+            return VariableTracker.build(tx, getattr(self.value, name), source)  # __slots__ member, getset
         if cls_attr is not MISSING and (isinstance(cls_attr, property) or name not in instance_dict):
             return class_attribute_variable(tx, self, cls, name, cls_attr, source)
         if name in instance_dict:
-            return VariableBuilder(tx, source).wrap(instance_dict[name])
+            return VariableTracker.build(tx, instance_dict[name], source)
         raise_observed(AttributeError, f"{cls.__name__} has no attribute {name!r}")
 
     def var_setattr(self, tx, name: str, value: VariableTracker) -> None:
@@ -103,8 +121,6 @@ class BaseMethodVariable(VariableTracker):
         self.klass, self.name, self.obj = klass, name, obj
 
     def call_function(self, tx, args, kwargs):
-        from tinydynamo.variables.builder import VariableBuilder
-
         if kwargs or not all(a.is_python_constant() for a in args):
             unimplemented(f"{self.klass.__name__}.{self.name} with non-constant arguments")
         consts = tuple(a.as_python_constant() for a in args)
@@ -115,7 +131,7 @@ class BaseMethodVariable(VariableTracker):
         source = None
         if self.obj.source is not None:
             source = BaseMethodSource(self.obj.source, f"{self.klass.__name__}.{self.name}", consts)
-        return VariableBuilder(tx, source).wrap(value)
+        return VariableTracker.build(tx, value, source)
 
 
 MISSING = object()
@@ -128,7 +144,6 @@ def is_data_descriptor(attr) -> bool:
 def class_attribute_variable(tx, obj: VariableTracker, cls: type, name: str, attr, source=None) -> VariableTracker:
     """``obj.name`` found on the class as ``attr`` (``inspect.getattr_static``): a method bound to ``obj``,
     a static or class method, a property's value, a decorated ``@torch.no_grad()`` method, or a plain value."""
-    from tinydynamo.variables.builder import VariableBuilder, guard_class_lookup
     from tinydynamo.variables.constant import ConstantVariable
     from tinydynamo.variables.ctx_manager import GradModeDecoratedFunctionVariable, unwrap_grad_mode_decorator
     from tinydynamo.variables.functions import UserFunctionVariable, UserMethodVariable
@@ -139,7 +154,7 @@ def class_attribute_variable(tx, obj: VariableTracker, cls: type, name: str, att
     if isinstance(attr, (property, types.FunctionType)) and real is not None:
         cls_source = guard_class_lookup(tx, real, obj.source, name, attr)
     if isinstance(attr, staticmethod):
-        return VariableBuilder(tx, None).wrap(attr.__func__)
+        return VariableTracker.build(tx, attr.__func__)
     if isinstance(attr, classmethod):
         return UserMethodVariable(attr.__func__, ConstantVariable(cls))
     if isinstance(attr, property):
@@ -159,7 +174,7 @@ def class_attribute_variable(tx, obj: VariableTracker, cls: type, name: str, att
         return LruCacheMethodVariable(attr, obj)
     if hasattr(type(attr), "__get__") and not isinstance(attr, type):
         unimplemented(f"{cls.__name__}.{name} is a {type(attr).__name__} descriptor")
-    return VariableBuilder(tx, source).wrap(attr)
+    return VariableTracker.build(tx, attr, source)
 
 
 class LruCacheMethodVariable(VariableTracker):
@@ -177,7 +192,6 @@ class LruCacheMethodVariable(VariableTracker):
         self.wrapper, self.obj = wrapper, obj
 
     def call_function(self, tx, args, kwargs):
-        from tinydynamo.variables.builder import wrap_constant_result
         from tinydynamo.variables.functions import UserMethodVariable
 
         real = getattr(self.obj, "value", None)
@@ -195,7 +209,7 @@ class LruCacheMethodVariable(VariableTracker):
                     result = self.wrapper(real, *consts, **kw)
                 except Exception as e:  # noqa: BLE001 - it runs natively instead, and raises there
                     unimplemented(f"{self.wrapper.__qualname__}(...) raised {e!r} at trace time")
-                return wrap_constant_result(result)
+                return VariableTracker.build_constant(result)
         return UserMethodVariable(self.wrapper.__wrapped__, self.obj).call_function(tx, args, kwargs)
 
     def __repr__(self) -> str:
