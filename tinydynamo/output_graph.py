@@ -30,7 +30,7 @@ from torch.amp.autocast_mode import _exit_autocast
 from tinydynamo import artifacts, distributed, logs, symbolic_shapes
 from tinydynamo.codegen import GraphBreakCodegen, PyCodegen
 from tinydynamo.decompile import DecompiledCode
-from tinydynamo.exc import Unsupported, unimplemented
+from tinydynamo.exc import BackendCompilerFailed, Unsupported, unimplemented
 from tinydynamo.guards import CheckFunction, GuardBuilder, TensorMeta, storage_groups
 from tinydynamo.side_effects import SideEffects
 from tinydynamo.source import ModuleMemberSource, Source, SourceScope
@@ -345,8 +345,6 @@ class OutputGraph:
         except Unsupported:
             raise
         except Exception as e:
-            from tinydynamo.exc import BackendCompilerFailed
-
             name = getattr(backend, "__name__", type(backend).__name__)
             raise BackendCompilerFailed(name, e) from e
         if not callable(compiled_fn):

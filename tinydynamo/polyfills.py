@@ -33,8 +33,18 @@ from typing import Any
 import torch
 import torch.utils.checkpoint
 
+from tinydynamo import trace_rules
 from tinydynamo.exc import unimplemented
 from tinydynamo.source import AttrSource
+from tinydynamo.variables import autocast, iter as iter_variables, misc_ctx
+from tinydynamo.variables.autocast import make_autocast
+from tinydynamo.variables.constant import ConstantVariable
+from tinydynamo.variables.functions import UserFunctionVariable
+from tinydynamo.variables.iter import PartialVariable, PureFunctionVariable
+from tinydynamo.variables.misc_ctx import ContextManagerFunctionVariable
+from tinydynamo.variables.objects import OpaqueCallVariable
+from tinydynamo.variables.polyfilled import PolyfilledFunctionVariable
+from tinydynamo.variables.torch_function import DisableTorchFunctionSubclassVariable, default_torch_function_variable
 
 
 # ---- 2. Python reimplementations, inlined --------------------------------------------------------------
@@ -214,39 +224,30 @@ PURE_FUNCTIONS = {
 
 
 def _partial_handler(tx, args, kwargs):
-    from tinydynamo.variables.iter import PartialVariable
-
     return PartialVariable(args[0], list(args[1:]), dict(kwargs))
 
 
 def _disable_torch_function_subclass(tx, args, kwargs):
-    from tinydynamo.variables.torch_function import DisableTorchFunctionSubclassVariable
-
     return DisableTorchFunctionSubclassVariable()
 
 
 def _autocast_handler(cls):
     def handler(tx, args, kwargs):
-        from tinydynamo.variables.autocast import make_autocast
-
         return make_autocast(tx, cls, list(args), dict(kwargs))
 
     return handler
 
 
 def _class_handlers() -> dict:
-
-    from tinydynamo.variables import autocast, iter as it, misc_ctx
-
     return {
         torch.autograd.profiler.record_function: misc_ctx.record_function,
         contextlib.nullcontext: misc_ctx.nullcontext,
         torch._C.DisableTorchFunctionSubclass: _disable_torch_function_subclass,
         **{cls: _autocast_handler(cls) for cls in autocast.AUTOCAST_CLASSES},
-        map: it.map_, filter: it.filter_, itertools.count: it.count, itertools.repeat: it.repeat,
-        itertools.islice: it.islice, itertools.cycle: it.cycle, functools.partial: _partial_handler,
-        collections.deque: it.deque, collections.OrderedDict: it.ordered_dict,
-        collections.defaultdict: it.defaultdict, set: it.set_, frozenset: it.frozenset_,
+        map: iter_variables.map_, filter: iter_variables.filter_, itertools.count: iter_variables.count, itertools.repeat: iter_variables.repeat,
+        itertools.islice: iter_variables.islice, itertools.cycle: iter_variables.cycle, functools.partial: _partial_handler,
+        collections.deque: iter_variables.deque, collections.OrderedDict: iter_variables.ordered_dict,
+        collections.defaultdict: iter_variables.defaultdict, set: iter_variables.set_, frozenset: iter_variables.frozenset_,
         itertools.chain: _inline(chain), itertools.product: _inline(product),
         itertools.accumulate: _inline(accumulate), itertools.starmap: _inline(starmap),
         itertools.pairwise: _inline(pairwise), itertools.zip_longest: _inline(zip_longest),
@@ -269,8 +270,6 @@ def _numpy_scalar(t):
     type), a constant of the trace that FX can print into the graph's code."""
 
     def handler(tx, args, kwargs):
-        from tinydynamo.variables.constant import ConstantVariable
-
         if not all(a.is_python_constant() for a in args) or kwargs:
             unimplemented(f"numpy.{t.__name__}() of a value not known at trace time")
         return ConstantVariable(t(*[a.as_python_constant() for a in args]).item())  # a Python number in the graph
@@ -301,8 +300,6 @@ def typing_types() -> tuple:
 
 def _inline(fn):
     def handler(tx, args, kwargs):
-        from tinydynamo.variables.functions import UserFunctionVariable
-
         return UserFunctionVariable(fn).call_function(tx, args, kwargs)
 
     return handler
@@ -329,24 +326,16 @@ def variable_for(value: Any, source) -> Any:
     """The VariableTracker to use for ``value`` instead of the usual wrapping, or None.
 
     Looked up by identity (``id``), never by ``==``: values such as numpy arrays compare elementwise."""
-    from tinydynamo import trace_rules
-
     special = trace_rules.special_variable(value, source)  # allow_in_graph, disallow_in_graph, graph_break...
     if special is not None:
         return special
-    from tinydynamo.variables.torch_function import default_torch_function_variable
 
     default_tf = default_torch_function_variable(value)  # torch.Tensor.__torch_function__, bound
     if default_tf is not None:
         return default_tf
     if value is _copy_other:
-        from tinydynamo.variables.objects import OpaqueCallVariable
-
         return OpaqueCallVariable(value, "copy.copy of an object other than a list, dict, set or tuple")
     if getattr(value, "__code__", None) is _CONTEXTMANAGER_CODE and hasattr(value, "__wrapped__"):
-        from tinydynamo.variables.functions import UserFunctionVariable
-        from tinydynamo.variables.misc_ctx import ContextManagerFunctionVariable
-
         inner = UserFunctionVariable(value.__wrapped__, AttrSource(source, "__wrapped__") if source else None)
         return ContextManagerFunctionVariable(inner)  # @contextlib.contextmanager: its generator is inlined
     if not _BY_ID:
@@ -356,10 +345,7 @@ def variable_for(value: Any, source) -> Any:
     if entry is None or (entry[0] is not value and _key(value) == id(value)):
         return None
     if entry[1] is None:
-        from tinydynamo.variables.iter import PureFunctionVariable
-
         return PureFunctionVariable(value, source)
-    from tinydynamo.variables.polyfilled import PolyfilledFunctionVariable
 
     return PolyfilledFunctionVariable(value, entry[1], source)
 

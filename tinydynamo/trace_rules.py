@@ -11,6 +11,9 @@ from typing import Any, Callable
 
 import torch
 
+from tinydynamo.variables.constant import ConstantVariable
+from tinydynamo.variables.objects import InGraphFunctionVariable, OpaqueCallVariable
+
 #: functions called as ONE node of the graph, their insides not traced (allow_in_graph)
 ALLOWED_IN_GRAPH: dict[int, Callable] = {}
 #: functions never put in the graph: calling one is a graph break (disallow_in_graph)
@@ -56,9 +59,6 @@ def is_compiling() -> bool:
 
 def special_variable(value: Any, source) -> Any:
     """The variable for a function marked by this module (or ``is_compiling``), else None."""
-    from tinydynamo.variables.constant import ConstantVariable
-    from tinydynamo.variables.objects import InGraphFunctionVariable, OpaqueCallVariable
-
     if value is graph_break or value is _TORCH_GRAPH_BREAK:  # ours, or torch._dynamo's in code written for it
         return OpaqueCallVariable(value, "graph_break() called")
     if any(value is f for f in _IS_COMPILING):

@@ -26,6 +26,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from tinydynamo.exc import unimplemented
 from tinydynamo.variables.base import VariableTracker
+from tinydynamo.variables.lists import TupleVariable
+from tinydynamo.variables.tensor import TensorVariable
 
 _TENSOR = object()  # a tensor slot in an argument template
 
@@ -148,8 +150,6 @@ class AutogradFunctionApplyVariable(VariableTracker):
         return self.fn_cls.apply
 
     def call_function(self, tx, args, kwargs):
-        from tinydynamo.variables.tensor import TensorVariable
-
         name = f"{self.fn_cls.__name__}.apply"
         if kwargs:
             unimplemented(f"{name} with keyword arguments")
@@ -184,7 +184,6 @@ class AutogradFunctionApplyVariable(VariableTracker):
         results = [result] if n_outputs is None else list(result.unpack_var_sequence(tx))
         results = [r.call_method(tx, "detach", [], {}) if any(o is nd for nd in ctx.non_differentiable) else r
                    for o, r in zip(outs, results)]
-        from tinydynamo.variables.lists import TupleVariable
 
         return results[0] if n_outputs is None else TupleVariable(results)
 

@@ -21,9 +21,12 @@ from typing import Any
 import torch
 from torch import nn
 
-from tinydynamo import trace_rules
+from tinydynamo import polyfills, trace_rules
 from tinydynamo.exc import unimplemented
+from tinydynamo.polyfills import constant_object_types, typing_types
 from tinydynamo.source import AttrSource, GetItemSource, Source
+from tinydynamo.variables import torch_function
+from tinydynamo.variables.autocast import AUTOCAST_CLASSES, AutocastModeVariable
 from tinydynamo.variables.base import VariableTracker, register_construction
 from tinydynamo.variables.builtin import BuiltinVariable, is_foldable
 from tinydynamo.variables.constant import ConstantVariable
@@ -42,9 +45,11 @@ from tinydynamo.variables.functions import (
     UserMethodVariable,
     is_library_function,
 )
-from tinydynamo.variables.lists import ListVariable, SizeVariable, TupleVariable
-from tinydynamo.variables.misc import PythonModuleVariable
+from tinydynamo.variables.iter import PartialVariable, PureFunctionVariable, SetVariable
+from tinydynamo.variables.lists import ListIteratorVariable, ListVariable, SizeVariable, TupleVariable
+from tinydynamo.variables.misc import EnvironVariable, PythonModuleVariable
 from tinydynamo.variables.nn_module import NNModuleVariable
+from tinydynamo.variables.sym_node import SYM_TYPES, SymNodeVariable
 from tinydynamo.variables.tensor import TensorVariable
 from tinydynamo.variables.torch import TorchVariable, is_torch_callable
 from tinydynamo.variables.user_defined import UserDefinedObjectVariable
@@ -66,8 +71,6 @@ class VariableBuilder:
 
         src = self.source
         if isinstance(value, torch.Tensor):
-            from tinydynamo.variables import torch_function
-
             if torch_function.has_torch_function_override(value):  # its ops go through __torch_function__
                 return torch_function.wrap_subclass_tensor(self.tx, value, src)
             return self.tx.output.lift_tensor(value, src)
@@ -152,7 +155,6 @@ class VariableBuilder:
 
             return VariableBuilder(self.tx, AttrSource(src, "_torchdynamo_inline") if src else None).wrap(
                 value._torchdynamo_inline)
-        from tinydynamo import polyfills
 
         replacement = polyfills.variable_for(value, src)  # a C/library function done another way
         if replacement is not None:
@@ -169,7 +171,6 @@ class VariableBuilder:
         if any(value is cls for cls in GRAD_MODE_CLASSES):  # torch.no_grad, ... (classes)
             self.guard("ID_MATCH", value)
             return GradModeClassVariable(value, src)
-        from tinydynamo.variables.autocast import AUTOCAST_CLASSES, AutocastModeVariable
 
         if type(value) in AUTOCAST_CLASSES and src is not None:  # a torch.autocast passed to a resume function
 
@@ -196,8 +197,6 @@ class VariableBuilder:
                 return UserFunctionVariable(value, src)
             self.guard("ID_MATCH", value)
             if getattr(value, "_dynamo_marked_constant", False):  # torch._dynamo.assume_constant_result:
-                from tinydynamo.variables.iter import PureFunctionVariable  # called at trace time, as torch
-
                 return PureFunctionVariable(value, src)
             decorated = unwrap_grad_mode_decorator(value)  # @torch.no_grad() def f(...)
             if decorated is not None:
@@ -227,10 +226,7 @@ class VariableBuilder:
             self.guard("CONSTANT_MATCH", value)
             return ConstantVariable(value, src)
         if value is os.environ:
-            from tinydynamo.variables.misc import EnvironVariable
-
             return EnvironVariable(src)
-        from tinydynamo.polyfills import typing_types
 
         if isinstance(value, typing_types()):  # Dict, Optional[int], list[int]: folded as constants
             self.guard("ID_MATCH", value)
@@ -247,8 +243,6 @@ class VariableBuilder:
         are wrapped (and guarded) through their own sources, as TorchDynamo's
         ``FunctoolsPartialVariable`` does, so calling it inlines ``func`` with the merged arguments
         and a partial rebuilt with other contents recompiles."""
-        from tinydynamo.variables.iter import PartialVariable
-
         src = self.source
         self.guard("TYPE_MATCH", type(value))
 
@@ -285,18 +279,13 @@ def wrap_constant_result(value: Any) -> VariableTracker:
         return DictVariable({k: wrap_constant_result(v) for k, v in value.items()})
     if isinstance(value, CONSTANT_TYPES) or isinstance(value, type):
         return ConstantVariable(value)
-    from tinydynamo.polyfills import constant_object_types
 
     if isinstance(value, constant_object_types()):  # inspect.Signature, dataclasses.Field, numpy scalars...
         return ConstantVariable(value)
     if type(value) in (set, frozenset):
-        from tinydynamo.variables.iter import SetVariable
-
         return SetVariable([wrap_constant_result(v) for v in value], frozen=type(value) is frozenset)
     if isinstance(value, (map, filter, zip, enumerate, reversed, type(iter([])), type(iter(range(0))),
                           type(reversed([])))):
-        from tinydynamo.variables.lists import ListIteratorVariable
-
         return ListIteratorVariable([wrap_constant_result(v) for v in value])
     if isinstance(value, torch.Tensor):
         unimplemented("a tensor produced outside the graph at trace time")
@@ -305,8 +294,6 @@ def wrap_constant_result(value: Any) -> VariableTracker:
 
 def wrap_fx_result(output, node, example: Any) -> VariableTracker:
     """Wrap what a graph node produced at trace time (its fake value) as a variable."""
-    from tinydynamo.variables.sym_node import SYM_TYPES, SymNodeVariable
-
     if isinstance(example, torch.Tensor):
         node.meta["example_value"] = example
         return TensorVariable(node, example)

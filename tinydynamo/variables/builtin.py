@@ -14,6 +14,16 @@ import torch
 from tinydynamo.exc import ObservedException, Unsupported, unimplemented
 from tinydynamo.variables.base import VariableTracker
 from tinydynamo.variables.constant import ConstantVariable
+from tinydynamo.variables.dicts import DictVariable
+from tinydynamo.variables.functions import BaseUserFunctionVariable, UserFunctionVariable
+from tinydynamo.variables.lists import BaseListVariable, ListIteratorVariable, ListVariable, SizeVariable, TupleVariable
+from tinydynamo.variables.misc import GetAttrVariable
+from tinydynamo.variables.nn_module import NNModuleVariable
+from tinydynamo.variables.objects import NewObjectVariable
+from tinydynamo.variables.sym_node import SymNodeVariable, wrap_size
+from tinydynamo.variables.tensor import ScalarNodeVariable, TensorVariable, TensorVariable as _T
+from tinydynamo.variables.torch import TorchVariable
+from tinydynamo.variables.user_defined import UserDefinedObjectVariable, _python_dunder
 
 #: pure builtins: on constant arguments, just run them
 FOLDABLE = {
@@ -82,13 +92,9 @@ class BuiltinVariable(VariableTracker):
     @staticmethod
     def binop(tx, fn: Callable, a: VariableTracker, b: VariableTracker) -> VariableTracker:
         """``fn(a, b)`` for an operator function (BINARY_OP, COMPARE_OP, ``operator.*``)."""
-        from tinydynamo.variables.lists import BaseListVariable, ListVariable, TupleVariable
-        from tinydynamo.variables.tensor import TensorVariable
-
         user = _user_binop(tx, fn, a, b)  # a user class's __add__ / __radd__ / __eq__ ...
         if user is not None:
             return user
-        from tinydynamo.variables.tensor import ScalarNodeVariable, TensorVariable as _T
 
         for s, other in ((a, b), (b, a)):  # a captured .item() value with a tensor (config.capture_scalar_outputs)
             if isinstance(s, ScalarNodeVariable) and isinstance(other, _T) and fn in TENSOR_OPERATORS:
@@ -120,7 +126,6 @@ class BuiltinVariable(VariableTracker):
             if fn is operator.iadd and isinstance(a, ListVariable):
                 a.call_method(tx, "extend", [b], {})
                 return a
-            from tinydynamo.variables.lists import SizeVariable
 
             if isinstance(a, SizeVariable):  # torch.Size + tuple is a torch.Size (tuple + Size a tuple)
                 return SizeVariable(a.items + b.items)
@@ -143,19 +148,15 @@ class BuiltinVariable(VariableTracker):
     @staticmethod
     def is_(tx, a: VariableTracker, b: VariableTracker) -> bool:
         """``a is b`` when it is known at trace time."""
-        from tinydynamo.variables.misc import GetAttrVariable
-
         a, b = (ConstantVariable(getattr(v.obj.value, v.name)) if isinstance(v, GetAttrVariable) and
                 isinstance(v.obj, ConstantVariable) and isinstance(v.obj.value, type) else v for v in (a, b))
         if a.is_python_constant() and b.is_python_constant():  # (``func is torch.Tensor.add``: a class's method)
             return a.as_python_constant() is b.as_python_constant()
         if a is b:
             return True
-        from tinydynamo.variables.objects import NewObjectVariable
 
         if isinstance(a, NewObjectVariable) or isinstance(b, NewObjectVariable):
             return False  # an object made in the frame has one tracker: another tracker is another object
-        from tinydynamo.variables.tensor import TensorVariable
 
         if isinstance(a, TensorVariable) and isinstance(b, TensorVariable):
             if a.node is b.node:
@@ -227,8 +228,6 @@ class BuiltinVariable(VariableTracker):
     # ---- handlers that read variables (before folding) -------------------------------------
     def call_operator(self, tx, args, kwargs):
         """``operator.add(a, b)``, ``operator.neg(t)``...: a graph node when a tensor is involved."""
-        from tinydynamo.variables.tensor import TensorVariable
-
         if len(args) == 2:
             return self.binop(tx, self.fn, *args)
         if len(args) == 1 and isinstance(args[0], TensorVariable):
@@ -248,15 +247,12 @@ class BuiltinVariable(VariableTracker):
         return ConstantVariable(issubclass(args[0].python_type(), cls))
 
     def call_len(self, tx, args, kwargs):
-        from tinydynamo.variables.tensor import TensorVariable
-
         if len(args) != 1:
             return None
         if not isinstance(args[0], TensorVariable):
             return args[0].call_method(tx, "__len__", [], {})
         if args[0].example.dim() == 0:
             unimplemented("len() of a 0-d tensor")
-        from tinydynamo.variables.sym_node import wrap_size
 
         return wrap_size(tx, args[0], args[0].example.shape[0], "size", 0)
 
@@ -287,8 +283,6 @@ class BuiltinVariable(VariableTracker):
 
     # ---- handlers for what folding could not do (after it) -----------------------------------
     def call_tuple_or_list(self, tx, args, kwargs):
-        from tinydynamo.variables.lists import ListVariable, TupleVariable
-
         make = TupleVariable if self.fn is tuple else ListVariable
         if len(args) == 1 and not kwargs:
             return make(args[0].unpack_var_sequence(tx))
@@ -297,8 +291,6 @@ class BuiltinVariable(VariableTracker):
         return None
 
     def call_enumerate(self, tx, args, kwargs):
-        from tinydynamo.variables.lists import ListIteratorVariable, TupleVariable
-
         start = args[1] if len(args) > 1 else kwargs.get("start", ConstantVariable(0))
         start = start.as_python_constant()
         return ListIteratorVariable([TupleVariable([ConstantVariable(i + start), v])
@@ -306,8 +298,6 @@ class BuiltinVariable(VariableTracker):
                                     enumerate_start=start)
 
     def call_zip(self, tx, args, kwargs):
-        from tinydynamo.variables.lists import ListIteratorVariable, TupleVariable
-
         if not set(kwargs) <= {"strict"}:
             return None
         seqs = [a.unpack_var_sequence(tx) for a in args]
@@ -316,22 +306,16 @@ class BuiltinVariable(VariableTracker):
         return ListIteratorVariable([TupleVariable(list(t)) for t in zip(*seqs)])
 
     def call_reversed(self, tx, args, kwargs):
-        from tinydynamo.variables.lists import ListIteratorVariable
-
         if len(args) != 1:
             return None
         return ListIteratorVariable(list(reversed(args[0].unpack_var_sequence(tx))), _origin(args[0]), reverse=True)
 
     def call_iter(self, tx, args, kwargs):
-        from tinydynamo.variables.lists import ListIteratorVariable
-
         if len(args) != 1:
             return None
         return ListIteratorVariable(args[0].unpack_var_sequence(tx), _origin(args[0]))
 
     def call_next(self, tx, args, kwargs):
-        from tinydynamo.variables.lists import ListIteratorVariable
-
         if len(args) != 1 or not isinstance(args[0], ListIteratorVariable):
             return None
         item = args[0].next_item()
@@ -340,9 +324,6 @@ class BuiltinVariable(VariableTracker):
         return item
 
     def call_dict(self, tx, args, kwargs):
-        from tinydynamo.variables.dicts import DictVariable
-        from tinydynamo.variables.lists import BaseListVariable
-
         items = dict(args[0].items) if args and isinstance(args[0], DictVariable) else {}
         if args and isinstance(args[0], BaseListVariable):
             for pair in args[0].items:
@@ -352,8 +333,6 @@ class BuiltinVariable(VariableTracker):
         return DictVariable(items)
 
     def call_sorted(self, tx, args, kwargs):
-        from tinydynamo.variables.lists import ListVariable, TupleVariable
-
         if len(args) != 1 or kwargs:
             return None
         items = args[0].unpack_var_sequence(tx)
@@ -391,8 +370,6 @@ class BuiltinVariable(VariableTracker):
         unimplemented(f"{fn.__name__}() of tensors compares values (use torch.maximum / torch.max)")
 
     def call_abs(self, tx, args, kwargs):
-        from tinydynamo.variables.tensor import TensorVariable
-
         scalar = self._scalar_unary(tx, args, kwargs)
         if scalar is not None:
             return scalar
@@ -419,15 +396,11 @@ class BuiltinVariable(VariableTracker):
 
     def _scalar_unary(self, tx, args, kwargs):
         """``abs(n)``, ``int(n)``, ``float(n)`` of a captured ``.item()`` number: stays a graph number."""
-        from tinydynamo.variables.tensor import ScalarNodeVariable
-
         if len(args) == 1 and not kwargs and isinstance(args[0], ScalarNodeVariable):
             return args[0].unary(tx, self.fn)
         return None
 
     def _reject_tensor_value(self, args) -> None:
-        from tinydynamo.variables.tensor import TensorVariable
-
         if len(args) == 1 and isinstance(args[0], TensorVariable):
             unimplemented(f"{self.fn.__name__}(tensor) reads the tensor's value",
                           hint="keep it a tensor, or accept a graph break here")
@@ -453,8 +426,6 @@ HANDLED_AFTER_FOLDING = set(BUILTIN_HANDLERS) - {setattr, isinstance, len, getat
 def _sym_binop(tx, fn, a: VariableTracker, b: VariableTracker) -> VariableTracker | None:
     """``n * 4``, ``n // m``, ``n > 4`` with a symbolic size: a graph node whose fake run gives the
     result's symbol. With anything but a number, the size is specialised (Python needs its value)."""
-    from tinydynamo.variables.sym_node import SymNodeVariable
-
     if not (isinstance(a, SymNodeVariable) or isinstance(b, SymNodeVariable)):
         return None
     if fn in INPLACE_TO_OUT_OF_PLACE:  # ``n += 1``: ints have no in-place add
@@ -473,8 +444,6 @@ def _sym_binop(tx, fn, a: VariableTracker, b: VariableTracker) -> VariableTracke
 def _sym_call(tx, fn, args, kwargs) -> VariableTracker | None:
     """Builtins of symbolic sizes: ``int``/``float`` and ``min``/``max`` stay symbolic (torch.sym_*);
     other foldable builtins (``range(n)``, ``math.sqrt(n)``) specialise them (guarded)."""
-    from tinydynamo.variables.sym_node import SymNodeVariable
-
     if not any(isinstance(a, SymNodeVariable) for a in [*args, *kwargs.values()]):
         return None
     if fn is int and len(args) == 1 and args[0].python_type() is int:
@@ -497,10 +466,6 @@ def _sym_call(tx, fn, args, kwargs) -> VariableTracker | None:
 
 
 def _callable_kinds():
-    from tinydynamo.variables.functions import BaseUserFunctionVariable, UserFunctionVariable
-    from tinydynamo.variables.nn_module import NNModuleVariable
-    from tinydynamo.variables.torch import TorchVariable
-
     return (BaseUserFunctionVariable, UserFunctionVariable, NNModuleVariable, TorchVariable, BuiltinVariable)
 
 
@@ -519,7 +484,6 @@ def _attribute_absent(tx, obj: VariableTracker, name: str, error: Exception) -> 
         cls = None
     if cls is not None and hasattr(cls, name):
         return False
-    from tinydynamo.variables.tensor import TensorVariable
 
     if isinstance(obj, TensorVariable) and not hasattr(torch.Tensor, name):
         # an attribute a user set on a tensor (``x.test = None``): an input is guarded to lack it,
@@ -555,8 +519,6 @@ def _guard_absent(tx, obj: VariableTracker, name: str) -> None:
 
 def _as_sequence(v: VariableTracker) -> VariableTracker:
     """A constant tuple or list as a sequence variable of its items (so it joins one with symbolic items)."""
-    from tinydynamo.variables.lists import BaseListVariable, ListVariable, TupleVariable
-
     if isinstance(v, BaseListVariable) or not v.is_python_constant():
         return v
     value = v.as_python_constant()
@@ -576,9 +538,6 @@ def _identity(v: VariableTracker) -> Any:
 
 def _origin(v):
     """The list/dict an iterator walks (changing it inside the unrolled loop is then Unsupported)."""
-    from tinydynamo.variables.dicts import DictVariable
-    from tinydynamo.variables.lists import ListVariable
-
     return v if isinstance(v, (ListVariable, DictVariable)) else None
 
 
@@ -603,8 +562,6 @@ _INPLACE = {operator.iadd: operator.add, operator.isub: operator.sub, operator.i
 def _user_binop(tx, fn, a, b):
     """``a + b`` where an operand is a user object whose class defines the operator in Python, as
     Python does it: ``__iadd__``, then ``a.__add__(b)``, then ``b.__radd__(a)`` (None: not applicable)."""
-    from tinydynamo.variables.user_defined import UserDefinedObjectVariable, _python_dunder
-
     if not (isinstance(a, UserDefinedObjectVariable) or isinstance(b, UserDefinedObjectVariable)):
         return None
     if fn in _INPLACE:
@@ -629,16 +586,12 @@ def _user_binop(tx, fn, a, b):
 
 def _call_extra(tx, fn, args, kwargs):
     """Builtins handled beyond folding (None: let BuiltinVariable.call_function go on)."""
-    from tinydynamo.variables.lists import ListIteratorVariable
-
     if fn in (set, frozenset) and len(args) <= 1 and not kwargs and not all(a.is_python_constant() for a in args):
         from tinydynamo.variables import iter as it
 
         return (it.set_ if fn is set else it.frozenset_)(tx, args, kwargs)
     if fn is sorted and len(args) == 1 and kwargs:
         from tinydynamo import polyfills
-        from tinydynamo.variables.functions import UserFunctionVariable
-
         return UserFunctionVariable(polyfills.sorted_).call_function(tx, args, kwargs)
     if fn is next and len(args) == 2 and isinstance(args[0], ListIteratorVariable):
         item = args[0].next_item()
@@ -647,8 +600,6 @@ def _call_extra(tx, fn, args, kwargs):
         return args[0]
     if fn in (zip, enumerate) and any(type(a).__name__ == "LazyIteratorVariable" for a in args):
         from tinydynamo.variables import iter as it
-        from tinydynamo.variables.lists import TupleVariable
-
         if fn is zip and not kwargs:
             return it.LazyIteratorVariable((TupleVariable(list(t)) for t in zip(*[it.iterate(tx, a) for a in args])), "zip")
         if fn is enumerate:

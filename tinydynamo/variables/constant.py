@@ -13,6 +13,7 @@ import torch
 from tinydynamo.exc import raise_observed, unimplemented
 from tinydynamo.source import AttrSource
 from tinydynamo.variables.base import VariableTracker
+from tinydynamo.variables.misc import GetAttrVariable
 
 #: methods of constants safe to run at trace time (no side effects on shared state)
 _PURE_TYPES = (int, float, bool, str, bytes, complex, type(None), range, slice, tuple, frozenset, type(Ellipsis),
@@ -60,8 +61,6 @@ class ConstantVariable(VariableTracker):
         if isinstance(self.value, type) and not _is_torch_constant(self.value):
             return _class_attribute(tx, self, name, value)
         if callable(value) and not isinstance(value, type):
-            from tinydynamo.variables.misc import GetAttrVariable
-
             return GetAttrVariable(self, name)
         return VariableTracker.build_constant(value)
 
@@ -98,8 +97,6 @@ def _is_torch_constant(v: Any) -> bool:
 def _class_attribute(tx, cls_var: ConstantVariable, name: str, value: Any):
     """``Cls.name``: functions, classmethods and staticmethods are wrapped to be inlined (with a
     guarded source when the class has one); other attributes as values."""
-    from tinydynamo.variables.misc import GetAttrVariable
-
     cls = cls_var.value
     source = AttrSource(cls_var.source, name) if cls_var.source is not None else None
     if cls is object and name == "__setattr__":

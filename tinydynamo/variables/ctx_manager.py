@@ -28,6 +28,7 @@ import torch
 from tinydynamo.exc import unimplemented
 from tinydynamo.variables.base import VariableTracker
 from tinydynamo.variables.constant import ConstantVariable
+from tinydynamo.variables.functions import UserFunctionVariable
 
 #: the grad-mode context manager classes; torch.inference_mode is recognised only to say that it
 #: is not captured (inference tensors behave differently from no_grad ones)
@@ -196,8 +197,6 @@ class GradModeDecoratedFunctionVariable(VariableTracker):
         return types.FunctionType
 
     def call_function(self, tx, args, kwargs):
-        from tinydynamo.variables.functions import UserFunctionVariable
-
         ctx = GradModeVariable(self.mode)
         ctx.enter(tx)
         if self.self_obj is not None:

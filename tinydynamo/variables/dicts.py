@@ -4,6 +4,8 @@ from __future__ import annotations
 from tinydynamo.exc import raise_observed, unimplemented
 from tinydynamo.variables.base import VariableTracker
 from tinydynamo.variables.constant import ConstantVariable
+from tinydynamo.variables.lists import ListVariable, TupleVariable
+from tinydynamo.variables.misc import GetAttrVariable
 
 
 class DictVariable(VariableTracker):
@@ -26,8 +28,6 @@ class DictVariable(VariableTracker):
         return {k: v.as_example() for k, v in self.items.items()}
 
     def var_getattr(self, tx, name: str):
-        from tinydynamo.variables.misc import GetAttrVariable
-
         if callable(getattr(self.python_type(), name, None)):
             return GetAttrVariable(self, name)  # a method: calling it goes to call_method
         return super().var_getattr(tx, name)
@@ -44,8 +44,6 @@ class DictVariable(VariableTracker):
         return v.as_python_constant()
 
     def call_method(self, tx, name, args, kwargs):
-        from tinydynamo.variables.lists import ListVariable, TupleVariable
-
         if name == "__getitem__":
             key = self._key(args[0])
             if key not in self.items:

@@ -22,9 +22,11 @@ from typing import Callable, Iterator
 from tinydynamo import config
 from tinydynamo.exc import unimplemented
 from tinydynamo.variables.base import VariableTracker
+from tinydynamo.variables.builtin import BuiltinVariable
 from tinydynamo.variables.constant import ConstantVariable
 from tinydynamo.variables.dicts import DictVariable
 from tinydynamo.variables.lists import ListIteratorVariable, ListVariable, TupleVariable
+from tinydynamo.variables.misc import GetAttrVariable
 
 
 class LazyIteratorVariable(ListIteratorVariable):
@@ -95,8 +97,6 @@ def filter_(tx, args, kwargs):
 
 
 def count(tx, args, kwargs):
-    from tinydynamo.variables.builtin import BuiltinVariable
-
     start = args[0] if args else kwargs.get("start", ConstantVariable(0))
     step = args[1] if len(args) > 1 else kwargs.get("step", ConstantVariable(1))
 
@@ -216,8 +216,6 @@ class SetVariable(VariableTracker):
         return [ConstantVariable(k) for k in self.as_python_constant()]  # in the real set's order
 
     def var_getattr(self, tx, name: str):
-        from tinydynamo.variables.misc import GetAttrVariable
-
         if callable(getattr(self.python_type(), name, None)):
             return GetAttrVariable(self, name)
         unimplemented(f"set attribute {name!r}")
@@ -337,8 +335,6 @@ class OrderedDictVariable(DictVariable):
 
 
 def ordered_dict(tx, args, kwargs):
-    from tinydynamo.variables.builtin import BuiltinVariable
-
     plain = BuiltinVariable(dict).call_function(tx, args, kwargs)
     return OrderedDictVariable(plain.items)
 
@@ -375,8 +371,6 @@ class DefaultDictVariable(DictVariable):
 
 
 def defaultdict(tx, args, kwargs):
-    from tinydynamo.variables.builtin import BuiltinVariable
-
     factory = args[0] if args else ConstantVariable(None)
     plain = BuiltinVariable(dict).call_function(tx, list(args[1:]), kwargs)
     return DefaultDictVariable(factory, plain.items)

@@ -9,6 +9,9 @@ import torch
 from tinydynamo.exc import unimplemented
 from tinydynamo.variables.base import VariableTracker
 from tinydynamo.variables.constant import ConstantVariable
+from tinydynamo.variables.functions import UserFunctionVariable, UserMethodVariable
+from tinydynamo.variables.misc import GetAttrVariable
+from tinydynamo.variables.sym_node import SliceVariable, SymNodeVariable
 
 
 class BaseListVariable(VariableTracker):
@@ -35,8 +38,6 @@ class BaseListVariable(VariableTracker):
         return self.container(v.as_example() for v in self.items)
 
     def var_getattr(self, tx, name: str):
-        from tinydynamo.variables.misc import GetAttrVariable
-
         if callable(getattr(self.python_type(), name, None)):
             return GetAttrVariable(self, name)  # a method: calling it goes to call_method
         return super().var_getattr(tx, name)
@@ -48,8 +49,6 @@ class BaseListVariable(VariableTracker):
         return list(self.items)
 
     def getitem(self, tx, index: VariableTracker) -> VariableTracker:
-        from tinydynamo.variables.sym_node import SliceVariable, SymNodeVariable
-
         if isinstance(index, (SymNodeVariable, SliceVariable)):  # shape[:n], items[n]: n is specialised
             index = ConstantVariable(index.as_python_constant())
         if not index.is_python_constant():
@@ -115,8 +114,6 @@ class TupleVariable(BaseListVariable):
     def var_getattr(self, tx, name: str):
         """Field access on a named tuple (``torch.max(x, 0).values``); its Python methods and properties."""
         if self.tuple_cls is not None:
-            from tinydynamo.variables.functions import UserFunctionVariable, UserMethodVariable
-
             attr = next((vars(b)[name] for b in self.tuple_cls.__mro__ if name in vars(b)), None)
             if isinstance(attr, _types.FunctionType) and not name.startswith("_"):
                 return UserMethodVariable(attr, self)
@@ -179,8 +176,6 @@ class ListVariable(BaseListVariable):
             return ConstantVariable(None)
         if name == "sort":  # sorted() (a polyfill, so key= may call traced functions), then in place
             from tinydynamo import polyfills
-            from tinydynamo.variables.functions import UserFunctionVariable
-
             result = UserFunctionVariable(polyfills.sorted_).call_function(tx, [ListVariable(list(self.items))], kwargs)
             tx.output.side_effects.mutation(self)
             self.items[:] = result.unpack_var_sequence(tx)

@@ -6,6 +6,7 @@ from __future__ import annotations
 from tinydynamo.exc import unimplemented
 from tinydynamo.variables.base import VariableTracker
 from tinydynamo.variables.constant import ConstantVariable
+from tinydynamo.variables.ctx_manager import GradModeVariable
 
 
 class NullContextVariable(VariableTracker):
@@ -49,8 +50,6 @@ class GradModeWrappedVariable(VariableTracker):
         self.fn = fn
 
     def call_function(self, tx, args, kwargs):
-        from tinydynamo.variables.ctx_manager import GradModeVariable
-
         ctx = GradModeVariable(self.mode)
         ctx.enter(tx)
         result = self.fn.call_function(tx, args, kwargs)

@@ -13,6 +13,9 @@ from torch.nn.modules import module as module_mod
 from tinydynamo.exc import unimplemented
 from tinydynamo.source import AttrSource
 from tinydynamo.variables.base import VariableTracker
+from tinydynamo.variables.dicts import DictVariable
+from tinydynamo.variables.functions import UserMethodVariable
+from tinydynamo.variables.lists import TupleVariable
 
 
 def _hooks(tx, module_var, name: str) -> list[tuple[object, VariableTracker]]:
@@ -25,9 +28,6 @@ def _hooks(tx, module_var, name: str) -> list[tuple[object, VariableTracker]]:
 
 
 def call_with_hooks(tx, module_var, args: list, kwargs: dict) -> VariableTracker:
-    from tinydynamo.variables.functions import UserMethodVariable
-    from tinydynamo.variables.lists import TupleVariable
-
     m = module_var.module
     if getattr(m, "_backward_hooks", None) or getattr(m, "_backward_pre_hooks", None) or \
             module_mod._global_forward_hooks or module_mod._global_forward_pre_hooks or \
@@ -56,6 +56,4 @@ def call_with_hooks(tx, module_var, args: list, kwargs: dict) -> VariableTracker
 
 
 def _dict(kwargs: dict) -> VariableTracker:
-    from tinydynamo.variables.dicts import DictVariable
-
     return DictVariable(dict(kwargs))

@@ -20,7 +20,11 @@ from tinydynamo.exc import raise_observed, unimplemented
 from tinydynamo.source import AttrSource, ContainerItemSource, module_member_source
 from tinydynamo.variables.base import VariableTracker
 from tinydynamo.variables.constant import ConstantVariable
-from tinydynamo.variables.user_defined import MISSING, class_attribute_variable, is_data_descriptor
+from tinydynamo.variables.lists import ListIteratorVariable, ListVariable, TupleVariable
+from tinydynamo.variables.misc import GetAttrVariable
+from tinydynamo.variables.module_hooks import call_with_hooks
+from tinydynamo.variables.tensor import TensorVariable
+from tinydynamo.variables.user_defined import MISSING, check_plain_setattr, class_attribute_variable, is_data_descriptor
 
 
 def _has_hooks(m: nn.Module) -> bool:
@@ -59,8 +63,6 @@ class NNModuleVariable(VariableTracker):
 
     def var_getattr(self, tx, name: str) -> VariableTracker:
 
-        from tinydynamo.variables.misc import GetAttrVariable
-
         m = self.module
         d = m.__dict__
         stored = tx.output.side_effects.load_attr(self, m, name)
@@ -92,9 +94,6 @@ class NNModuleVariable(VariableTracker):
     def var_setattr(self, tx, name: str, value: VariableTracker) -> None:
         """``self.count = ...`` / ``self.cache = t``: a plain attribute (or buffer), replayed after the
         graph with ``setattr``. Parameters and submodules change the module's structure: a graph break."""
-        from tinydynamo.variables.tensor import TensorVariable
-        from tinydynamo.variables.user_defined import check_plain_setattr
-
         m = self.module
         if name in m._parameters or name in m._modules or isinstance(value, NNModuleVariable):
             unimplemented(f"assigning parameter/submodule {name!r} of {type(m).__name__} (changes the module)")
@@ -111,8 +110,6 @@ class NNModuleVariable(VariableTracker):
         if native is not None:
             unimplemented(native)
         if _has_hooks(self.module):
-            from tinydynamo.variables.module_hooks import call_with_hooks
-
             return call_with_hooks(tx, self, args, kwargs)
         if self.source is not None:  # a hook registered later would run around forward: a miss
             tx.output.add_guard("NO_HOOKS", self.source)
@@ -139,8 +136,6 @@ class NNModuleVariable(VariableTracker):
         unimplemented(f"iterating over {type(m).__name__}")
 
     def call_method(self, tx, name, args, kwargs):
-        from tinydynamo.variables.lists import ListIteratorVariable, ListVariable, TupleVariable
-
         m = self.module
         if name == "__len__":
             return ConstantVariable(len(self._items(tx)))

@@ -27,7 +27,10 @@ from tinydynamo.exc import unimplemented
 from tinydynamo.source import AttrSource
 from tinydynamo.variables.base import VariableTracker
 from tinydynamo.variables.constant import ConstantVariable
-from tinydynamo.variables.user_defined import UserDefinedObjectVariable
+from tinydynamo.variables.functions import UserFunctionVariable, UserMethodVariable, bind_arguments
+from tinydynamo.variables.lists import TupleVariable
+from tinydynamo.variables.torch_function import default_torch_function_variable
+from tinydynamo.variables.user_defined import READ_ONLY_BASE_METHODS, BaseMethodVariable, UserDefinedObjectVariable
 
 _HEAPTYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: a class defined in Python (not a C type)
 
@@ -64,8 +67,6 @@ def lookup_class_attr(cls: type, name: str) -> tuple[Any, type | None]:
 
 def wrap_class_attr(tx, obj: VariableTracker, cls: type, attr: Any, name: str, source=None) -> VariableTracker:
     """A class attribute reached through ``obj`` (an instance variable): bind it as Python would."""
-    from tinydynamo.variables.functions import UserFunctionVariable, UserMethodVariable
-
     if isinstance(attr, staticmethod):
         return VariableTracker.build(tx, attr.__func__, source)
     if isinstance(attr, classmethod):
@@ -120,14 +121,11 @@ class NewObjectVariable(UserDefinedObjectVariable):
             return wrap_class_attr(tx, self, self.cls, attr, name, self._class_source(name))
         getattr_fn, _ = lookup_class_attr(self.cls, "__getattr__")
         if isinstance(getattr_fn, types.FunctionType):
-            from tinydynamo.variables.functions import UserMethodVariable
-
             return UserMethodVariable(getattr_fn, self).call_function(tx, [ConstantVariable(name)], {})
         unimplemented(f"{self.cls.__name__} object has no attribute {name!r} (AttributeError)")
 
     def var_setattr(self, tx, name: str, value: VariableTracker) -> None:
         if self.cls.__setattr__ is not object.__setattr__:  # a Python __setattr__ (a frozen dataclass raises)
-            from tinydynamo.variables.functions import UserMethodVariable
 
             UserMethodVariable(self.cls.__setattr__, self).call_function(tx, [ConstantVariable(name), value], {})
             return
@@ -138,8 +136,6 @@ class NewObjectVariable(UserDefinedObjectVariable):
         attr, _ = lookup_class_attr(self.cls, name)
         if hasattr(type(attr), "__set__") and not isinstance(attr, (types.FunctionType, type)):
             if isinstance(attr, property) and attr.fset is not None:
-                from tinydynamo.variables.functions import UserFunctionVariable
-
                 UserFunctionVariable(attr.fset).call_function(tx, [self, value], {})
                 return
             unimplemented(f"setting {name!r} on a {self.cls.__name__}: a descriptor of the class")
@@ -174,8 +170,6 @@ class SuperVariable(VariableTracker):
         self.obj = obj
 
     def var_getattr(self, tx, name: str) -> VariableTracker:
-        from tinydynamo.variables.functions import UserFunctionVariable, UserMethodVariable
-
         obj_is_class = isinstance(self.obj, ConstantVariable) and isinstance(self.obj.value, type)
         objtype = self.obj.value if obj_is_class else self.obj.python_type()
         mro = objtype.__mro__
@@ -188,8 +182,6 @@ class SuperVariable(VariableTracker):
             if isinstance(attr, staticmethod):
                 return UserFunctionVariable(attr.__func__)
             if isinstance(attr, classmethod):
-                from tinydynamo.variables.torch_function import default_torch_function_variable
-
                 default_tf = default_torch_function_variable(attr.__get__(None, objtype))
                 if default_tf is not None:  # super().__torch_function__ in a tensor subclass: modelled
                     return default_tf
@@ -202,11 +194,6 @@ class SuperVariable(VariableTracker):
                 return ObjectInitVariable()
             if base is object and name == "__setattr__" and not obj_is_class:
                 return ObjectSetattrVariable(self.obj)
-            from tinydynamo.variables.user_defined import (
-                READ_ONLY_BASE_METHODS,
-                BaseMethodVariable,
-                UserDefinedObjectVariable,
-            )
 
             if (base, name) in READ_ONLY_BASE_METHODS and isinstance(self.obj, UserDefinedObjectVariable):
                 return BaseMethodVariable(base, name, self.obj)  # super().get(key) in a dict subclass
@@ -253,9 +240,6 @@ def _is_namedtuple_class(cls) -> bool:
 def call_class(tx, cls_var: VariableTracker, args: list[VariableTracker], kwargs: dict) -> VariableTracker:
     """``cls(*args, **kwargs)`` in traced code (see the module docstring for the cases)."""
     from tinydynamo import polyfills
-    from tinydynamo.variables.functions import UserMethodVariable, bind_arguments
-    from tinydynamo.variables.lists import TupleVariable
-
     cls = cls_var.as_python_constant()
     if cls is super:
         if not args:

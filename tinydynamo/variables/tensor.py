@@ -18,6 +18,9 @@ from tinydynamo.source import AttrSource
 from tinydynamo.utils import mutated_any, tensor_versions
 from tinydynamo.variables.base import VariableTracker
 from tinydynamo.variables.constant import ConstantVariable
+from tinydynamo.variables.lists import SizeVariable, TupleVariable
+from tinydynamo.variables.misc import GetAttrVariable
+from tinydynamo.variables.sym_node import size_items, wrap_size
 
 #: methods that need the tensor's data; the graph must stop there (a graph break, later)
 DATA_DEPENDENT_METHODS = {
@@ -68,12 +71,7 @@ class TensorVariable(VariableTracker):
         )
 
     def var_getattr(self, tx, name: str) -> VariableTracker:
-        from tinydynamo.variables.lists import SizeVariable
-        from tinydynamo.variables.misc import GetAttrVariable
-
         if name == "shape":
-            from tinydynamo.variables.sym_node import size_items
-
             return SizeVariable(size_items(tx, self))
         if name in METADATA_ATTRS:
             value = getattr(self.example, name)
@@ -91,8 +89,6 @@ class TensorVariable(VariableTracker):
         unimplemented(f"Tensor attribute {name!r}")
 
     def call_method(self, tx, name: str, args, kwargs) -> VariableTracker:
-        from tinydynamo.variables.lists import SizeVariable
-
         if name == "item" and not args and not kwargs and _capture_scalars():
             return ScalarNodeVariable.item_of(tx, self)
         if name in DATA_DEPENDENT_METHODS:
@@ -105,9 +101,6 @@ class TensorVariable(VariableTracker):
                 unimplemented(f"Tensor.{name} with non-constant arguments")
             result = getattr(self.example, name)(*cargs, **ckw)
             if name in ("size", "stride", "numel", "nelement", "storage_offset"):  # symbolic with dynamic shapes
-                from tinydynamo.variables.lists import TupleVariable
-                from tinydynamo.variables.sym_node import wrap_size
-
                 if isinstance(result, tuple):  # x.size(), x.stride(): one item per dim
                     items = [wrap_size(tx, self, r, name, i) for i, r in enumerate(result)]
                     return SizeVariable(items) if name == "size" else TupleVariable(items)

@@ -14,6 +14,8 @@ import torch.compiler
 from tinydynamo.exc import unimplemented
 from tinydynamo.variables.base import VariableTracker
 from tinydynamo.variables.constant import ConstantVariable
+from tinydynamo.variables.functions import UserFunctionVariable
+from tinydynamo.variables.lists import SizeVariable
 
 #: torch functions that are about global state or leave the graph, with the reason
 UNSUPPORTED_TORCH = {
@@ -80,8 +82,6 @@ class TorchVariable(VariableTracker):
         return self.fn
 
     def call_function(self, tx, args, kwargs):
-        from tinydynamo.variables.lists import SizeVariable
-
         fn = self.fn
         if isinstance(fn, torch._library.custom_ops.CustomOpDef):  # @torch.library.custom_op: its op, as torch does
             fn = fn._opoverload
@@ -107,7 +107,6 @@ class TorchVariable(VariableTracker):
             # a torch helper written in Python that calls back into a function or module it is given
             # (torch.testing's wrapper_set_seed(op, ...)): a graph node cannot hold the callable, so trace
             # the helper's body, as TorchDynamo inlines torch's Python functions
-            from tinydynamo.variables.functions import UserFunctionVariable
 
             return UserFunctionVariable(fn, self.source).call_function(tx, args, kwargs)
         return tx.output.create_node("call_function", fn, list(args), kwargs)

@@ -32,8 +32,14 @@ from tinydynamo.exc import Unsupported, unimplemented
 from tinydynamo.source import AttrSource, PlainTensorSource
 from tinydynamo.variables.base import VariableTracker
 from tinydynamo.variables.constant import ConstantVariable
+from tinydynamo.variables.dicts import DictVariable
+from tinydynamo.variables.functions import UserFunctionVariable
+from tinydynamo.variables.lists import BaseListVariable, ListVariable, TupleVariable
+from tinydynamo.variables.misc import GetAttrVariable
 from tinydynamo.variables.misc_ctx import NullContextVariable
 from tinydynamo.variables.tensor import TensorVariable
+from tinydynamo.variables.torch import TorchVariable
+from tinydynamo.variables.user_defined import MISSING, class_attribute_variable
 
 _DEFAULT_TF = torch.Tensor.__dict__["__torch_function__"].__func__
 
@@ -111,9 +117,6 @@ class TensorWithTFOverrideVariable(TensorVariable):
         return self.class_type
 
     def var_getattr(self, tx, name: str) -> VariableTracker:
-        from tinydynamo.variables.misc import GetAttrVariable
-        from tinydynamo.variables.user_defined import MISSING, class_attribute_variable
-
         if name == "__class__":
             return ConstantVariable(self.class_type)
         if name in self.instance_dict:  # ``x.scale = 2`` set on the input: a guarded constant
@@ -175,8 +178,6 @@ class _Opaque:
 
 
 def _to_probe(var, back: dict):
-    from tinydynamo.variables.lists import BaseListVariable
-
     if isinstance(var, TensorVariable):
         ex = var.example
         obj = torch.empty(tuple(ex.shape), dtype=ex.dtype, device="meta")
@@ -193,8 +194,6 @@ def _to_probe(var, back: dict):
 
 
 def _from_probe(obj, back: dict):
-    from tinydynamo.variables.lists import ListVariable, TupleVariable
-
     if id(obj) in back and back[id(obj)][0] is obj:
         return back[id(obj)][1]
     if type(obj) in (tuple, list):
@@ -242,8 +241,6 @@ def _probe_call(kind: str, target, pargs: list, pkw: dict) -> None:
 
 
 def _overloaded(items, found: list) -> list:
-    from tinydynamo.variables.lists import BaseListVariable
-
     for v in items:
         if isinstance(v, TensorWithTFOverrideVariable) and v.class_type not in found:
             # torch's order: left to right, but a subclass before its base classes
@@ -255,8 +252,6 @@ def _overloaded(items, found: list) -> list:
 
 
 def has_overloaded_args(args, kwargs) -> bool:
-    from tinydynamo.variables.lists import BaseListVariable
-
     def any_tf(items):
         return any(isinstance(v, TensorWithTFOverrideVariable) or
                    (isinstance(v, BaseListVariable) and any_tf(v.items)) for v in items)
@@ -267,10 +262,6 @@ def has_overloaded_args(args, kwargs) -> bool:
 def dispatch(tx, kind: str, target, args: list, kwargs: dict) -> VariableTracker:
     """``target`` applied to ``args`` where some are subclass tensors: the subclasses' overrides decide,
     as ``torch.overrides.handle_torch_function`` does (first override not returning NotImplemented)."""
-    from tinydynamo.variables.dicts import DictVariable
-    from tinydynamo.variables.functions import UserFunctionVariable
-    from tinydynamo.variables.lists import TupleVariable
-
     if tx.output.torch_function_disabled:  # inside ``with torch._C.DisableTorchFunctionSubclass()``
         return _call_plain(tx, kind, target, [plain(a) for a in args], {k: plain(v) for k, v in kwargs.items()})
     func, fargs, fkwargs = _record(kind, target, args, kwargs)
@@ -293,8 +284,6 @@ def dispatch(tx, kind: str, target, args: list, kwargs: dict) -> VariableTracker
 
 def plain(var: VariableTracker) -> VariableTracker:
     """The same value seen without its subclass (the graph node stays the same)."""
-    from tinydynamo.variables.lists import BaseListVariable, ListVariable, TupleVariable
-
     if isinstance(var, TensorWithTFOverrideVariable):
         out = TensorVariable(var.node, var.example, var.source)
         return out
@@ -305,8 +294,6 @@ def plain(var: VariableTracker) -> VariableTracker:
 
 
 def _call_plain(tx, kind: str, target, args: list, kwargs: dict) -> VariableTracker:
-    from tinydynamo.variables.torch import TorchVariable
-
     if kind == "getattr":
         return args[0].var_getattr(tx, target)
     if kind == "call_method":
@@ -343,8 +330,6 @@ def as_subclass_variable(args: list, kwargs: dict) -> VariableTracker:
 
 def _convert(var: VariableTracker, cls: type) -> VariableTracker:
     """torch's ``torch._tensor._convert``: tensor results (also inside tuples/lists) become ``cls``."""
-    from tinydynamo.variables.lists import ListVariable, TupleVariable
-
     if cls is torch.Tensor:
         return var
     if isinstance(var, TensorVariable) and not issubclass(var.python_type(), cls):

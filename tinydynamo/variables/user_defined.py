@@ -13,6 +13,9 @@ from typing import Any
 from tinydynamo.exc import raise_observed, unimplemented
 from tinydynamo.source import AttrSource, BaseMethodSource, ClassSource, Source
 from tinydynamo.variables.base import VariableTracker
+from tinydynamo.variables.constant import ConstantVariable
+from tinydynamo.variables.ctx_manager import GradModeDecoratedFunctionVariable, unwrap_grad_mode_decorator
+from tinydynamo.variables.functions import UserFunctionVariable, UserMethodVariable
 
 
 def guard_class_lookup(tx, obj: Any, source: Source | None, name: str, cls_attr: Any) -> Source | None:
@@ -144,10 +147,6 @@ def is_data_descriptor(attr) -> bool:
 def class_attribute_variable(tx, obj: VariableTracker, cls: type, name: str, attr, source=None) -> VariableTracker:
     """``obj.name`` found on the class as ``attr`` (``inspect.getattr_static``): a method bound to ``obj``,
     a static or class method, a property's value, a decorated ``@torch.no_grad()`` method, or a plain value."""
-    from tinydynamo.variables.constant import ConstantVariable
-    from tinydynamo.variables.ctx_manager import GradModeDecoratedFunctionVariable, unwrap_grad_mode_decorator
-    from tinydynamo.variables.functions import UserFunctionVariable, UserMethodVariable
-
     # guard the lookup (a method monkeypatched on the class, or shadowed on the instance, is a miss)
     real = getattr(obj, "module", None) if hasattr(obj, "module") else getattr(obj, "value", None)
     cls_source = None
@@ -192,8 +191,6 @@ class LruCacheMethodVariable(VariableTracker):
         self.wrapper, self.obj = wrapper, obj
 
     def call_function(self, tx, args, kwargs):
-        from tinydynamo.variables.functions import UserMethodVariable
-
         real = getattr(self.obj, "value", None)
         if real is not None and all(a.is_python_constant() for a in [*args, *kwargs.values()]):
             consts = [a.as_python_constant() for a in args]
