@@ -14,14 +14,14 @@ PACKAGES = {"tinydynamo": tinydynamo.LAYERS, "tininductor": tininductor.LAYERS}
 #: when one of these changes (shrinks or goes away: then update this list).
 KNOWN_CYCLES = {
     # the variable trackers of one layer call each other both ways (a list's method makes a builtin
-    # call; a builtin call makes lists, tensors, constants; results are wrapped through VariableTracker.build),
-    # and the polyfills / trace_rules that the builder consults make trackers in turn
+    # call; a builtin call makes lists, tensors, constants; the builder, reached through VariableTracker.build,
+    # is outside it), and the polyfills / trace_rules that trackers consult make trackers in turn
     "tinydynamo": [["polyfills", "trace_rules", "variables.autocast", "variables.autograd_function",
-                    "variables.builtin", "variables.constant", "variables.ctx_manager",
-                    "variables.dicts", "variables.functions", "variables.iter", "variables.lists", "variables.misc",
-                    "variables.misc_ctx", "variables.module_hooks", "variables.nn_module", "variables.objects",
-                    "variables.polyfilled", "variables.sym_node", "variables.tensor", "variables.torch",
-                    "variables.torch_function", "variables.user_defined"]],
+                    "variables.builtin", "variables.constant", "variables.ctx_manager", "variables.dicts",
+                    "variables.functions", "variables.iter", "variables.lists", "variables.misc_ctx",
+                    "variables.module_hooks", "variables.nn_module", "variables.objects", "variables.polyfilled",
+                    "variables.sym_node", "variables.tensor", "variables.torch", "variables.torch_function",
+                    "variables.user_defined"]],
     "tininductor": [],
 }
 

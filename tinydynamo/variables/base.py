@@ -23,8 +23,15 @@ _construction: dict[str, Callable[..., Any]] = {}
 
 
 def register_construction(**functions: Callable[..., Any]) -> None:
-    """Called once by the builder module: ``build``, ``build_constant``, ``build_fx``."""
+    """Called once by the builder module (``build``, ``build_constant``, ``build_fx``) and by the
+    builtin module (``BuiltinVariable``)."""
     _construction.update(functions)
+
+
+def constructor(name: str) -> Any:
+    """A tracker class of a module above the caller, registered by that module when it is imported
+    (``BuiltinVariable``: a list's ``in`` and a symbolic size's arithmetic are builtin calls)."""
+    return _construction[name]
 
 
 class VariableTracker:

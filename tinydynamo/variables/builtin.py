@@ -12,7 +12,7 @@ from typing import Any, Callable
 import torch
 
 from tinydynamo.exc import ObservedException, Unsupported, unimplemented
-from tinydynamo.variables.base import VariableTracker
+from tinydynamo.variables.base import VariableTracker, register_construction
 from tinydynamo.variables.constant import ConstantVariable
 from tinydynamo.variables.dicts import DictVariable
 from tinydynamo.variables.functions import BaseUserFunctionVariable, UserFunctionVariable
@@ -616,3 +616,6 @@ def _call_extra(tx, fn, args, kwargs):
             return ConstantVariable(id(args[0].as_python_constant()))
         return None
     return None
+
+
+register_construction(BuiltinVariable=BuiltinVariable)

@@ -7,7 +7,7 @@ import types as _types
 import torch
 
 from tinydynamo.exc import unimplemented
-from tinydynamo.variables.base import VariableTracker
+from tinydynamo.variables.base import VariableTracker, constructor
 from tinydynamo.variables.constant import ConstantVariable
 from tinydynamo.variables.functions import UserFunctionVariable, UserMethodVariable
 from tinydynamo.variables.misc import GetAttrVariable
@@ -65,14 +65,12 @@ class BaseListVariable(VariableTracker):
         return type(self)(items)
 
     def call_method(self, tx, name, args, kwargs):
-        from tinydynamo.variables.builtin import BuiltinVariable
-
         if name == "__getitem__" and len(args) == 1:
             return self.getitem(tx, args[0])
         if name == "__len__":
             return ConstantVariable(len(self.items))
         if name == "__contains__" and len(args) == 1:
-            return BuiltinVariable.contains(tx, self.items, args[0])
+            return constructor("BuiltinVariable").contains(tx, self.items, args[0])
         if name in ("index", "count") and self.is_python_constant() and args[0].is_python_constant():
             return ConstantVariable(getattr(self.as_python_constant(), name)(*[a.as_python_constant() for a in args]))
         unimplemented(f"{self.container.__name__}.{name}")
@@ -215,11 +213,9 @@ class SizeVariable(TupleVariable):
         if name == "numel" and self.is_python_constant():
             return ConstantVariable(self.as_python_constant().numel())
         if name == "numel" and not args:  # symbolic sizes: their product
-            from tinydynamo.variables.builtin import BuiltinVariable
-
             total = ConstantVariable(1)
             for item in self.items:
-                total = BuiltinVariable.binop(tx, operator.mul, total, item)
+                total = constructor("BuiltinVariable").binop(tx, operator.mul, total, item)
             return total
         return super().call_method(tx, name, args, kwargs)
 

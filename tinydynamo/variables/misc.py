@@ -84,9 +84,7 @@ class EnvironVariable(VariableTracker):
             return value
         present = os.environ.get(key) is not None
         if name == "__contains__":
-            from tinydynamo.variables.constant import ConstantVariable
-
-            return ConstantVariable(present)
+            return VariableTracker.build_constant(present)
         if not present:
             raise_observed(KeyError, key)
         return value

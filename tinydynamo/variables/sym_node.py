@@ -18,7 +18,7 @@ from typing import Any
 import torch
 
 from tinydynamo import logs
-from tinydynamo.variables.base import VariableTracker
+from tinydynamo.variables.base import VariableTracker, constructor
 from tinydynamo.variables.constant import ConstantVariable
 
 SYM_TYPES = (torch.SymInt, torch.SymFloat, torch.SymBool)
@@ -74,11 +74,9 @@ class SymNodeVariable(VariableTracker):
         return bool(self.sym)
 
     def call_method(self, tx, name: str, args, kwargs):
-        from tinydynamo.variables.builtin import BuiltinVariable
-
         binary = getattr(operator, name.strip("_"), None) if name.startswith("__") else None
         if binary is not None and len(args) == 1 and not kwargs:
-            return BuiltinVariable.binop(tx, binary, self, args[0])
+            return constructor("BuiltinVariable").binop(tx, binary, self, args[0])
         return ConstantVariable(self.as_python_constant()).call_method(tx, name, args, kwargs)
 
     def reconstruct(self, codegen) -> str:
