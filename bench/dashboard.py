@@ -429,8 +429,12 @@ def main(argv=None) -> int:
         row["wall s"] = time.perf_counter() - start
         rows.append(row)
         detail = "; ".join(f"{k}: {v}" for k, v in row.get("statuses", {}).items() if v != "ok")
-        print(f"[{i + 1}/{len(jobs)}] {name} {suite} {dtype}: {row['status']} ({row['wall s']:.0f}s) {detail}",
+        speed = " ".join(f"{k} {v:.3g}" for k, v in row.items() if k.endswith(("speedup", "torch.compile"))
+                         and isinstance(v, float))
+        print(f"[{i + 1}/{len(jobs)}] {name} {suite} {dtype}: {row['status']} ({row['wall s']:.0f}s) {speed} {detail}",
               file=sys.stderr, flush=True)
+        if args.out is not None:  # after every model, so that a run stopped by its time limit keeps its rows
+            harness.save("dashboard", args.device, rows, meta={"partial": True}, path=args.out)
     columns = ["model", "suite", "dtype", "status", "eager ms"]
     for name in args.backends:
         if name != "eager":

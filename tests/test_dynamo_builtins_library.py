@@ -311,3 +311,20 @@ def test_torch_python_helper_taking_a_function_is_traced_into():
     torch.testing.assert_close(out, f(x))
     assert counter.frame_count == 1
 
+
+
+def test_annotations_are_folded_constants():
+    """``Dict[str, Tensor]``, ``Optional[...]``, ``list[int]`` and ``typing.get_origin`` in the frame
+    (annotated locals, type checks): immutable, folded at trace time, one graph."""
+    import typing
+
+    def f(x):
+        cache: typing.Dict[str, torch.Tensor] = {}
+        kinds = (typing.List[int], typing.Optional[torch.Tensor], list[int], dict[str, float])
+        if typing.get_origin(kinds[0]) is list and typing.get_args(kinds[3]) == (str, float):
+            cache["y"] = x + 1
+        return cache["y"] * 2
+
+    g = tinydynamo.optimize(CompileCounter(), nopython=True)(f)
+    x = torch.randn(3)
+    torch.testing.assert_close(g(x), f(x))

@@ -1,4 +1,6 @@
 """Graph breaks: split the frame, run the unsupported instruction natively, resume in a new code object."""
+import functools
+import logging
 import zlib
 
 import numpy as np
@@ -290,3 +292,98 @@ def test_resume_functions_get_only_live_locals():
     g(torch.ones(2), torch.ones(6))  # `unused` changed shape: only the first frame (which guards it) recompiles
     recompiles = dict(tinydynamo.counters["recompiles"])
     assert [n.rsplit(".", 1)[-1] for n in recompiles] == ["f"] and sum(recompiles.values()) == 1, recompiles
+
+
+# ---- a frame that runs eagerly still compiles what it calls ---------------------------------------
+class _Block(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(8, 8)
+
+    def forward(self, x):
+        return torch.relu(self.lin(x)) + x
+
+
+class _OpaqueDescriptor:  # a descriptor tinydynamo does not model: reading it is unsupported
+    def __get__(self, obj, cls):
+        return 2.0
+
+
+class _Config:
+    scale = _OpaqueDescriptor()
+
+
+_CONFIG = _Config()
+
+
+class _OuterBreaksLM(torch.nn.Module):
+    """A model whose outermost forward cannot be compiled (unsupported in the frame itself, or a
+    break inside ``try``): its blocks, a Sequential of blocks and its helpers still get graphs."""
+
+    def __init__(self, how: str):
+        super().__init__()
+        self.how = how
+        self.blocks = torch.nn.ModuleList([_Block() for _ in range(2)])
+        self.seq = torch.nn.Sequential(_Block(), _Block())
+        self.head = torch.nn.Linear(8, 4)
+
+    def forward(self, x):
+        try:
+            h = x * _CONFIG.scale if self.how == "unsupported" else x
+            if self.how == "try":
+                print("a break inside try")
+            for b in self.blocks:
+                h = b(h)
+            return self.head(self.seq(h))
+        finally:
+            pass
+
+
+@pytest.mark.parametrize("how", ["unsupported", "try"])
+def test_frame_that_runs_eagerly_compiles_its_callees(how, capsys):
+    torch.manual_seed(0)
+    m = _OuterBreaksLM(how)
+    cnt = CompileCounter()
+    g = tinydynamo.compile(m, backend=cnt)
+    x = torch.randn(2, 8)
+    for _ in range(2):
+        torch.testing.assert_close(g(x), m(x))
+    # each block of the ModuleList (its own guards: one entry each), and the Sequential's two blocks in one graph
+    assert cnt.frame_count == 3
+    assert cnt.op_count == 3 * 2 + 6
+
+
+@functools.lru_cache(None)
+def _warning_once(self, *args):
+    self.warning(*args)
+
+
+def test_lru_cache_method_on_a_library_object_does_not_break(caplog):
+    """transformers' ``logger.warning_once``: an ``lru_cache`` wrapper stored on ``logging.Logger``,
+    bound to the logger as a method. Called with constants it runs at trace time (the warning is
+    logged once, as in eager) and the forward compiles in one graph."""
+    logger = logging.getLogger("tinydynamo.test.warning_once")
+    logging.Logger.tiny_warning_once = _warning_once
+    try:
+        class LM(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.blocks = torch.nn.ModuleList([_Block() for _ in range(2)])
+
+            def forward(self, x):
+                logger.tiny_warning_once("%s is deprecated", "this")
+                for b in self.blocks:
+                    x = b(x)
+                return x
+
+        m = LM()
+        cnt = CompileCounter()
+        g = tinydynamo.compile(m, backend=cnt)
+        x = torch.randn(2, 8)
+        with caplog.at_level(logging.WARNING, logger="tinydynamo.test.warning_once"):
+            for _ in range(3):
+                torch.testing.assert_close(g(x), m(x))
+        assert cnt.frame_count == 1 and cnt.op_count == 6
+        assert [r.getMessage() for r in caplog.records if r.name == logger.name] == ["this is deprecated"]
+    finally:
+        del logging.Logger.tiny_warning_once

@@ -230,3 +230,44 @@ def test_contextmanager_generator_runs_its_halves_in_order():
     log = []
     torch.testing.assert_close(f(torch.ones(2), log), torch.full((2,), 5.0))
     assert log == ["enter", "body", "exit"] and cnt.frame_count == 1
+
+
+TAPE = []
+
+
+def test_loop_over_a_list_that_changes_reads_it_live():
+    """Python's list iterators read the list at each step: ``for x in lst`` sees an append made in
+    the loop, ``reversed(lst)`` walks down from where it began and stops once past the end (a
+    gradient tape iterated in reverse while the backward records more entries)."""
+    import tinydynamo
+    from tinydynamo.testing import CompileCounter
+
+    def f(x):
+        TAPE.clear()
+        TAPE.extend([1, 2, 3])
+        out = x
+        for t in reversed(TAPE):
+            if t > 1:
+                TAPE.append(t * 10)
+            out = out * t
+        lst = [1, 2]
+        for v in lst:
+            if v < 4:
+                lst.append(v + 2)
+            out = out + v
+        shrink = [1, 2, 3, 4]
+        for v in reversed(shrink):
+            shrink.pop()
+            if len(shrink) > 2:
+                shrink.pop()
+            out = out - v
+        return out, list(TAPE), lst
+
+    cnt = CompileCounter()
+    g = tinydynamo.optimize(cnt, nopython=True)(f)
+    x = torch.ones(2)
+    expected = f(x)
+    for _ in range(2):
+        out, tape, lst = g(x)
+        assert torch.equal(out, expected[0]) and (tape, lst) == expected[1:] == ([1, 2, 3, 30, 20], [1, 2, 3, 4, 5])
+    assert cnt.frame_count == 1

@@ -180,7 +180,22 @@ def test_real_model_matches_eager(name, backend):
             f"{name}: tinydynamo {result.graphs} graphs ({result.breaks} breaks), torch.compile {result.torch_graphs}"
 
 
+def library_versions() -> str:
+    """``torch 2.13.0, transformers 5.24.0, timm ..., torchvision ...``: the table depends on them
+    (library code changes between releases: a model that compiles with one may break with another)."""
+    import importlib.metadata
+
+    found = []
+    for lib in ("torch", "transformers", "timm", "torchvision"):
+        try:
+            found.append(f"{lib} {importlib.metadata.version(lib)}")
+        except importlib.metadata.PackageNotFoundError:
+            found.append(f"{lib} (not installed)")
+    return ", ".join(found)
+
+
 def print_table(names, backends) -> None:
+    print(library_versions())
     header = f"{'model':20} {'backend':12} {'graphs':>6} {'breaks':>6} {'eager':>5} {'torch g/b':>9}  status"
     print(header)
     print("-" * len(header))

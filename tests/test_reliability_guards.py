@@ -1,6 +1,7 @@
 """Reliability: guards that see every change made between two calls (compared with eager)."""
 from __future__ import annotations
 
+import functools
 import types
 
 import pytest
@@ -573,6 +574,27 @@ def case_class_attribute_changed(C, rec):
         rec(g(obj, X))
     finally:
         _WithClassScale.factor = 2.0
+
+
+@case("guards")
+def case_attribute_set_on_an_input_tensor(C, rec):
+    def f(x):
+        return x + 2 if hasattr(x, "tag") else x + 1
+    g = C(f)
+    rec(g(X))
+    t = X.clone()
+    t.tag = None  # the same metadata, one attribute more
+    rec(g(t))
+    rec(g(X))
+
+
+@case("guards")
+def case_hasattr_of_a_partial_made_in_the_frame(C, rec):
+    def f(x):
+        p = functools.partial(lambda a, b: a * b, b=3)
+        hits = [hasattr(p, name) for name in ("__call__", "func", "keywords", "missing")]
+        return p(x) if hits == [True, True, True, False] else x * 0
+    rec(C(f)(X))
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

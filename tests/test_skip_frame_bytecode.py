@@ -52,3 +52,36 @@ def test_compile_callee_at_wraps_that_call_only(monkeypatch, index, depth, calle
     fn = type(under_try)(code, under_try.__globals__)
     assert fn(1, Obj(), (3,), {"b": 4}) == under_try(1, Obj(), (3,), {"b": 4}) == 21
     assert recorder.seen == [callee]
+
+
+class Base:
+    def m(self, a):
+        return a + 100
+
+
+class Child(Base):
+    def m(self, a):
+        try:
+            return super().m(a) + sum([g(a), len("ab")]) + self.helper(a)(2)
+        finally:
+            pass
+
+    def helper(self, a):
+        return lambda b: a * b
+
+
+def test_compile_callees_wraps_every_call_and_keeps_results():
+    """Every call of the copy goes through ``compile_callee``: functions, bound methods (a method load
+    becomes an attribute load, so the callable is one object), builtins, ``super()`` and a call's result."""
+    recorder = Recorder()
+    code = skip_frame.compile_callees(under_try.__code__, recorder)
+    fn = type(under_try)(code, under_try.__globals__)
+    assert fn(1, Obj(), (3,), {"b": 4}) == under_try(1, Obj(), (3,), {"b": 4}) == 21
+    assert recorder.seen[0] is g and recorder.seen[1].__func__ is Obj.m and recorder.seen[2] is g
+    recorder.seen.clear()
+    c = Child()
+    code = skip_frame.compile_callees(Child.m.__code__, recorder)
+    m = type(Child.m)(code, Child.m.__globals__, "m", None, Child.m.__closure__)
+    assert m(c, 1) == Child.m(c, 1) == 101 + (2 + 2) + 2
+    names = [getattr(f, "__name__", type(f).__name__) for f in recorder.seen]
+    assert names == ["super", "m", "g", "len", "sum", "helper", "<lambda>"]

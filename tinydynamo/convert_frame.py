@@ -31,6 +31,7 @@ from tinydynamo.backends import compiling_frame
 from tinydynamo.decompile import DecompiledCode
 from tinydynamo.exc import Unsupported
 from tinydynamo.output_graph import CompiledFrame, OutputGraph
+from tinydynamo.skip_frame import CompileCallee, compile_callees
 from tinydynamo.symbolic_convert import InstructionTranslator
 from tinydynamo.utils import dynamo_timed
 from tinydynamo.variables.autocast import exit_all
@@ -84,7 +85,8 @@ def convert_frame(fn: types.FunctionType, cache, L: dict, G: dict, backend, *, n
         if nopython:
             raise
         cache.run_eagerly = e.reason
-        cache.eager_code = getattr(e, "eager_code", None)
+        # the frame runs natively, but what it calls gets frames of its own (tinydynamo.skip_frame)
+        cache.eager_code = getattr(e, "eager_code", None) or _eager_code_compiling_callees(fn.__code__, wrap_for_resume)
         breaks_log.info("running %s eagerly: %s", name, e)
         for listener in _listeners:
             listener("eager", (name, e.reason))
@@ -144,3 +146,14 @@ def compile_frame(fn: types.FunctionType, L: dict, G: dict, backend, name: str,
             listener("entry", entry)
     artifacts.dump_debug_dir(arts)
     return entry
+
+
+def _eager_code_compiling_callees(code: types.CodeType, wrap_for_resume) -> types.CodeType | None:
+    """``code`` with every call's callable compiled (None where that cannot be done): what a frame
+    that cannot be compiled at all runs, so that one unsupported line in a model's outermost
+    ``forward`` does not leave its blocks and layers eager."""
+    try:
+        return compile_callees(code, CompileCallee(wrap_for_resume)) if wrap_for_resume is not None else None
+    except Exception as e:  # noqa: BLE001 - the frame then runs its own code, callees eagerly
+        breaks_log.info("not compiling the callees of %s: %s", code.co_name, e)
+        return None

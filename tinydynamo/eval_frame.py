@@ -25,7 +25,7 @@ from typing import Any, Callable, Iterator
 from torch import nn
 from torch.nn.modules import module as module_mod
 
-from tinydynamo import config, distributed, symbolic_shapes
+from tinydynamo import config, distributed, symbolic_shapes, trace_rules
 from tinydynamo.backends import lookup_backend, lookup_backend_with_options
 from tinydynamo.convert_frame import convert_frame, counters
 from tinydynamo.output_graph import CompiledFrame
@@ -173,7 +173,7 @@ class OptimizedFunction:
     def _call(self, args: tuple, kwargs: dict, closure: tuple | None):
         eager = self._orig_fn if closure is None else \
             types.FunctionType(self._code, self._globals, self._code.co_name, None, closure)
-        if config.disable or getattr(self._orig_fn, "_tinydynamo_disabled", False):  # TINY_DISABLE=1 / disable(fn)
+        if config.disable or trace_rules.is_disabled(self._orig_fn):  # TINY_DISABLE=1 / disable(fn)
             return eager(*args, **kwargs)
         L = self._bind(args, kwargs, closure)
         G = self._globals
@@ -235,12 +235,14 @@ def wrap_for_resume(fn: Any, backend: Any) -> Any:
     """
     if backend is None:
         backend = config.default_backend if _current_backend[-1] is None else _current_backend[-1]
-    if isinstance(fn, (OptimizedFunction, OptimizedModule)) or getattr(fn, "_tinydynamo_disabled", False):
+    if isinstance(fn, (OptimizedFunction, OptimizedModule)) or trace_rules.is_disabled(fn):
         return fn
     if isinstance(fn, nn.Module):
         forward = getattr(type(fn), "forward", None)
+        # torch.nn's own leaf modules (Linear, ...) run as they are; its containers (Sequential, ...)
+        # are compiled, since the modules they call are the user's
         if type(fn).__call__ is not nn.Module.__call__ or not isinstance(forward, types.FunctionType) \
-                or is_torch_internal(forward) or is_library_function(forward) \
+                or (is_torch_internal(forward) and not fn._modules) or is_library_function(forward) \
                 or getattr(fn, "__dict__", {}).get("forward") is not None:
             return fn
         return functools.partial(_call_module, fn, _function_wrapper(forward, backend))

@@ -27,6 +27,7 @@ import itertools
 import math
 import operator
 import types
+import typing
 from typing import Any
 
 import torch
@@ -208,6 +209,7 @@ PURE_FUNCTIONS = {
     # which rebuild a bound method, so that ``inspect.signature(self.forward)`` leaves out ``self``)
     math.gcd, math.prod, math.isclose, math.comb, math.perm, operator.index,
     collections.namedtuple,
+    typing.get_origin, typing.get_args,  # annotations are constants (typing_types)
 }
 
 
@@ -280,7 +282,21 @@ def constant_object_types() -> tuple:
     """Immutable library objects kept as constants of the trace (attributes and methods run at trace time)."""
 
     return (inspect.Signature, inspect.Parameter, types.MappingProxyType, dataclasses.Field, torch.finfo,
-            torch.iinfo) + _numpy_scalar_types()
+            torch.iinfo) + typing_types() + _numpy_scalar_types()
+
+
+def typing_types() -> tuple:
+    """Annotations (``Dict[str, int]``, ``Optional``, ``list[int]``, a TypeVar): immutable, and what
+    they compute (subscripts, ``get_origin``) depends on nothing else, so they are folded."""
+    found = [types.GenericAlias, typing.TypeVar]
+    for name in ("_GenericAlias", "_SpecialGenericAlias", "_SpecialForm", "_UnionGenericAlias",
+                 "_CallableGenericAlias", "_LiteralGenericAlias", "_TupleType"):
+        cls = getattr(typing, name, None)
+        if isinstance(cls, type):
+            found.append(cls)
+    if hasattr(types, "UnionType"):
+        found.append(types.UnionType)
+    return tuple(found)
 
 
 def _inline(fn):

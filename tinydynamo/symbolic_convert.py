@@ -23,13 +23,13 @@ from typing import Any, Callable, Iterator
 
 import torch
 
-from tinydynamo import bytecode as bc, config
+from tinydynamo import bytecode as bc, config, logs
 from tinydynamo.bytecode import Instruction
 from tinydynamo.exc import ObservedException, Unsupported, unimplemented
 from tinydynamo.output_graph import OutputGraph
 from tinydynamo.registry import swap
 from tinydynamo.resume import enclosing_blocks
-from tinydynamo.skip_frame import CompileCallee, compile_callee_at
+from tinydynamo.skip_frame import CompileCallee, compile_callee_at, compile_callees
 from tinydynamo.source import GetItemSource, GlobalSource, LocalSource
 from tinydynamo.variables import (
     NULL,
@@ -45,7 +45,7 @@ from tinydynamo.variables import (
     VariableTracker,
 )
 from tinydynamo.variables.autocast import AutocastModeVariable
-from tinydynamo.variables.builder import VariableBuilder
+from tinydynamo.variables.builder import VariableBuilder, wrap_constant_result
 from tinydynamo.variables.ctx_manager import (
     GradModeVariable,
     WithExitFunctionVariable,
@@ -410,6 +410,10 @@ def BINARY_SUBSCR(tx: T, inst):
     key, obj = tx.pop(), tx.pop()
     if isinstance(obj, TensorVariable):
         tx.push(tx.output.create_node("call_function", operator.getitem, [obj, key], {}))
+    elif obj.is_python_constant() and isinstance(obj.as_python_constant(), type) and key.is_python_constant() \
+            and hasattr(obj.as_python_constant(), "__class_getitem__"):
+        # ``list[int]``, ``dict[str, Tensor]``: a class subscripted builds an annotation (folded)
+        tx.push(wrap_constant_result(obj.as_python_constant()[key.as_python_constant()]))
     else:
         tx.push(obj.call_method(tx, "__getitem__", [key], {}))
 
@@ -844,6 +848,7 @@ class InstructionTranslator(InstructionTranslatorBase):
         super().__init__(code, f_globals, {}, output, {}, depth=0)
         self.allow_graph_breaks = allow_graph_breaks
         self.graph_break: GraphBreak | None = None
+        output.frame_values = (f_locals, f_globals)  # L and G: a source's real value, where one is needed
         for name in code.co_varnames[:_n_args(code)]:
             if name in f_locals:
                 self.symbolic_locals[name] = VariableBuilder(self, LocalSource(name)).wrap(f_locals[name])
@@ -875,14 +880,20 @@ class InstructionTranslator(InstructionTranslatorBase):
         stack, local_vars = list(self.stack), dict(self.symbolic_locals)
         contexts, grad_mode = list(self.grad_contexts), torch.is_grad_enabled()
         last_node = next(iter(reversed(self.output.graph.nodes)), None)
+        # iterators the call may advance before it breaks (a list comprehension inlined halfway):
+        # the call runs natively from the start, so they must be where they were
+        iterators = [(v, v.index, v.items, v.origin) for v in (*stack, *local_vars.values())
+                     if isinstance(v, ListIteratorVariable)]
         try:
             super().dispatch(inst)
         except Unsupported as e:
+            for it, index, items, origin in iterators:
+                it.index, it.items, it.origin = index, items, origin
             blocks = enclosing_blocks(self.code, inst.offset)
             if blocks != ["with"] * len(contexts):
                 # inside try (or a `with` we did not trace): not resumable, the frame runs eagerly,
-                # but the function it calls there is compiled (tinydynamo.skip_frame)
-                e.eager_code = self._compile_callee_code(inst, stack)
+                # but the functions and modules it calls are compiled (tinydynamo.skip_frame)
+                e.eager_code = self._compile_callees_code(inst, stack)
                 raise
             self.stack, self.symbolic_locals = stack, local_vars
             self._undo_instruction(last_node, contexts, grad_mode)
@@ -895,17 +906,25 @@ class InstructionTranslator(InstructionTranslatorBase):
             self.graph_break = GraphBreak(inst, e, stack, local_vars)
             self.graph_break.cells = dict(self.cells)  # closures rebuilt at the break share these
 
-    def _compile_callee_code(self, inst: Instruction, stack: list) -> types.CodeType | None:
-        """The frame's code with the callable of the call ``inst`` compiled (None: not a call)."""
-        if inst.opname not in ("CALL", "CALL_FUNCTION_EX") or self.output.wrap_for_resume is None:
+    def _compile_callees_code(self, inst: Instruction, stack: list) -> types.CodeType | None:
+        """The frame's code with the callables of its calls compiled: every call where this Python's
+        call layout is known (:func:`~tinydynamo.skip_frame.compile_callees`), else the call ``inst``
+        (None: neither)."""
+        if self.output.wrap_for_resume is None:
+            return None
+        try:
+            code = compile_callees(self.code, CompileCallee(self.output.wrap_for_resume))
+            if code is not None:
+                return code
+        except Exception as e:  # noqa: BLE001 - then only the call that broke
+            logs.get_logger("graph_breaks").info("not compiling the callees of %s: %s", self.code.co_name, e)
+        if inst.opname not in ("CALL", "CALL_FUNCTION_EX"):
             return None
         call = bc.call_layout(inst, stack, lambda v: v is NULL)
         try:
             return compile_callee_at(self.code, inst.offset, len(stack) - 1 - call.fn_index,
                                      CompileCallee(self.output.wrap_for_resume))
         except Exception as e:  # the frame then runs its own code, callees eagerly, as before
-            from tinydynamo import logs
-
             logs.get_logger("graph_breaks").info("not compiling the callee at offset %d of %s: %s",
                                                  inst.offset, self.code.co_name, e)
             return None

@@ -40,6 +40,15 @@ def graph_break() -> None:
     """Force a graph break here (does nothing when run eagerly)."""
 
 
+def is_disabled(fn: Any) -> bool:
+    """Marked never to be traced: by ``tinydynamo.disable``, or by ``torch._dynamo.disable`` /
+    ``torch.compiler.disable`` in code written for torch.compile (libraries mark their helpers)."""
+    try:
+        return getattr(fn, "_tinydynamo_disabled", False) is True or getattr(fn, "_torchdynamo_disable", False) is True
+    except Exception:  # noqa: BLE001 - an object whose __getattr__ raises something else
+        return False
+
+
 def is_compiling() -> bool:
     """True while tinydynamo traces the calling code, False when it runs eagerly."""
     return False
@@ -50,7 +59,7 @@ def special_variable(value: Any, source) -> Any:
     from tinydynamo.variables.constant import ConstantVariable
     from tinydynamo.variables.objects import InGraphFunctionVariable, OpaqueCallVariable
 
-    if value is graph_break:
+    if value is graph_break or value is _TORCH_GRAPH_BREAK:  # ours, or torch._dynamo's in code written for it
         return OpaqueCallVariable(value, "graph_break() called")
     if any(value is f for f in _IS_COMPILING):
         return InGraphFunctionVariable(lambda *a, **k: True, constant=ConstantVariable(True))
@@ -68,3 +77,4 @@ def _is_compiling_functions() -> tuple:
 
 
 _IS_COMPILING = _is_compiling_functions()
+_TORCH_GRAPH_BREAK = torch._dynamo.graph_break

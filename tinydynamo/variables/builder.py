@@ -21,6 +21,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from tinydynamo import trace_rules
 from tinydynamo.exc import unimplemented
 from tinydynamo.source import AttrSource, ClassSource, GetItemSource, Source
 from tinydynamo.variables.base import VariableTracker
@@ -130,7 +131,7 @@ class VariableBuilder:
             self.guard("ID_MATCH", value)
 
             return VariableBuilder(self.tx, AttrSource(src, "_orig_fn") if src else None).wrap(value._orig_fn)
-        if getattr(value, "_tinydynamo_disabled", False):
+        if trace_rules.is_disabled(value):
             self.guard("ID_MATCH", value)
             return DisabledFunctionVariable(value, src)
         if type(value) is functools.partial:
@@ -229,6 +230,11 @@ class VariableBuilder:
             from tinydynamo.variables.misc import EnvironVariable
 
             return EnvironVariable(src)
+        from tinydynamo.polyfills import typing_types
+
+        if isinstance(value, typing_types()):  # Dict, Optional[int], list[int]: folded as constants
+            self.guard("ID_MATCH", value)
+            return ConstantVariable(value, src)
         if isinstance(value, (set, types.GeneratorType)):
             unimplemented(f"{type(value).__name__} values are not supported")
         self.guard("TYPE_MATCH", type(value))
@@ -306,7 +312,8 @@ def wrap_constant_result(value: Any) -> VariableTracker:
         from tinydynamo.variables.iter import SetVariable
 
         return SetVariable([wrap_constant_result(v) for v in value], frozen=type(value) is frozenset)
-    if isinstance(value, (map, filter, zip, enumerate, reversed, type(iter([])), type(iter(range(0))))):
+    if isinstance(value, (map, filter, zip, enumerate, reversed, type(iter([])), type(iter(range(0))),
+                          type(reversed([])))):
         from tinydynamo.variables.lists import ListIteratorVariable
 
         return ListIteratorVariable([wrap_constant_result(v) for v in value])

@@ -11,7 +11,7 @@ from typing import Any, Callable
 
 import torch
 
-from tinydynamo.exc import unimplemented
+from tinydynamo.exc import ObservedException, Unsupported, unimplemented
 from tinydynamo.variables.base import VariableTracker
 from tinydynamo.variables.constant import ConstantVariable
 
@@ -218,6 +218,8 @@ class BuiltinVariable(VariableTracker):
         if not (all(a.is_python_constant() for a in args) and all(v.is_python_constant() for v in kwargs.values())
                 and is_foldable(fn)):
             return None
+        if fn in (iter, reversed) and any(_origin(a) is not None for a in args):
+            return None  # an iterator over a list the frame may change under it: read live (its handler)
         cargs = [a.as_python_constant() for a in args]
         ckw = {k: v.as_python_constant() for k, v in kwargs.items()}
         try:
@@ -269,8 +271,9 @@ class BuiltinVariable(VariableTracker):
             return args[0].var_getattr(tx, name)
         try:
             return args[0].var_getattr(tx, name)
-        except Exception:
-            _guard_absent(tx, args[0], name)
+        except Exception as e:
+            if not _attribute_absent(tx, args[0], name, e):
+                unimplemented(f"getattr of {name!r} on {args[0]}: present, but not traceable ({e})")
             return args[2]
 
     def call_hasattr(self, tx, args, kwargs):
@@ -280,9 +283,10 @@ class BuiltinVariable(VariableTracker):
         try:
             args[0].var_getattr(tx, name)
             return ConstantVariable(True)
-        except Exception:
-            _guard_absent(tx, args[0], name)
-            return ConstantVariable(False)
+        except Exception as e:
+            if _attribute_absent(tx, args[0], name, e):
+                return ConstantVariable(False)
+            return ConstantVariable(True)
 
     # ---- handlers for what folding could not do (after it) -----------------------------------
     def call_tuple_or_list(self, tx, args, kwargs):
@@ -318,7 +322,7 @@ class BuiltinVariable(VariableTracker):
 
         if len(args) != 1:
             return None
-        return ListIteratorVariable(list(reversed(args[0].unpack_var_sequence(tx))), _origin(args[0]))
+        return ListIteratorVariable(list(reversed(args[0].unpack_var_sequence(tx))), _origin(args[0]), reverse=True)
 
     def call_iter(self, tx, args, kwargs):
         from tinydynamo.variables.lists import ListIteratorVariable
@@ -500,6 +504,41 @@ def _callable_kinds():
     from tinydynamo.variables.torch import TorchVariable
 
     return (BaseUserFunctionVariable, UserFunctionVariable, NNModuleVariable, TorchVariable, BuiltinVariable)
+
+
+def _attribute_absent(tx, obj: VariableTracker, name: str, error: Exception) -> bool:
+    """Reading ``obj.name`` failed with ``error``: is the attribute absent (True), or present but not
+    traceable (False, only for ``hasattr``: a class attribute every instance has, ``__call__`` of a
+    partial)? An AttributeError the traced code raised means absent. Any other failure says only
+    that tinydynamo could not read it: the class is asked, and where it cannot answer, Unsupported
+    (never a guessed False: ``hasattr(p, '__call__')`` would take the wrong branch)."""
+    if isinstance(error, ObservedException) and issubclass(error.exc_type, AttributeError):
+        _guard_absent(tx, obj, name)
+        return True
+    try:
+        cls = obj.python_type()
+    except Exception:  # noqa: BLE001 - no type known either
+        cls = None
+    if cls is not None and hasattr(cls, name):
+        return False
+    from tinydynamo.variables.tensor import TensorVariable
+
+    if isinstance(obj, TensorVariable) and not hasattr(torch.Tensor, name):
+        # an attribute a user set on a tensor (``x.test = None``): an input is guarded to lack it,
+        # a tensor the graph computes is new and has none
+        if obj.source is not None:
+            L, G = getattr(tx.output, "frame_values", (None, None))
+            try:
+                present = hasattr(tx.output.scope.evaluate(obj.source, L, G), name)
+            except Exception as e:  # noqa: BLE001 - the real tensor cannot be read back: do not guess
+                unimplemented(f"hasattr of {name!r} on {obj.source.name()}, which cannot be read back: {e}")
+            tx.output.add_guard("HASATTR", obj.source, (name, present))
+            return not present
+        return True
+    if _identity_known(obj) or not isinstance(error, Unsupported):
+        _guard_absent(tx, obj, name)
+        return True
+    unimplemented(f"getattr/hasattr of {name!r} on {obj}: tinydynamo cannot tell whether it exists ({error})")
 
 
 def _guard_absent(tx, obj: VariableTracker, name: str) -> None:

@@ -235,28 +235,47 @@ class SizeVariable(TupleVariable):
 class ListIteratorVariable(VariableTracker):
     """An iterator over already-unpacked items: FOR_ITER takes them one by one (loops unroll)."""
 
-    def __init__(self, items: list[VariableTracker], origin: VariableTracker | None = None):
+    def __init__(self, items: list[VariableTracker], origin: VariableTracker | None = None, reverse: bool = False):
         super().__init__(None)
         self.items = list(items)
         self.index = 0
-        self.origin = origin  # the list iterated over, to notice it changing under the loop
+        self.origin = origin  # the list/dict iterated over, to notice it changing under the loop
         self.origin_version = getattr(origin, "version", 0)
+        self.reverse = reverse  # reversed(list): walks down from the last index at creation
+
+    def _live_list(self) -> list | None:
+        """The items of the list iterated over, read live (None: not a list). Python's list iterators
+        read the list at each step: an append inside ``for x in lst`` is seen; ``reversed(lst)`` walks
+        down from the index it started at and stops once that is past the end."""
+        return self.origin.items if isinstance(self.origin, ListVariable) else None
+
+    def _remaining(self) -> list[VariableTracker]:
+        live = self._live_list()
+        if live is None:
+            return self.items[self.index:]
+        if self.reverse:
+            pos = len(self.items) - 1 - self.index  # len(self.items): the list's length when reversed() began
+            return [] if pos >= len(live) else [live[i] for i in range(pos, -1, -1)]
+        return live[self.index:]
 
     def next_item(self) -> VariableTracker | None:
-        if self.origin is not None and getattr(self.origin, "version", 0) != self.origin_version:
-            unimplemented("a list mutated while a loop iterates over it (the unrolled loop would miss the change)")
-        if self.index >= len(self.items):
+        if self.origin is not None and self._live_list() is None and \
+                getattr(self.origin, "version", 0) != self.origin_version:
+            unimplemented("a dict changed while a loop iterates over it (Python raises RuntimeError)")
+        rest = self._remaining()
+        if not rest:  # exhausted stays exhausted, whatever the list does later
+            self.items, self.index, self.origin = [], 0, None
             return None
         self.index += 1
-        return self.items[self.index - 1]
+        return rest[0]
 
     def unpack_var_sequence(self, tx):
-        rest = self.items[self.index:]
-        self.index = len(self.items)
+        rest = self._remaining()
+        self.items, self.index, self.origin = list(rest), len(rest), None
         return rest
 
     def reconstruct(self, codegen) -> str:
-        return f"iter([{', '.join(v.reconstruct(codegen) for v in self.items[self.index:])}])"
+        return f"iter([{', '.join(v.reconstruct(codegen) for v in self._remaining())}])"
 
     def __repr__(self) -> str:
         return f"ListIteratorVariable({self.index}/{len(self.items)})"

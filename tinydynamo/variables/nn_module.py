@@ -14,6 +14,7 @@ import types
 from torch import nn
 from torch.nn.modules import module as module_mod
 
+from tinydynamo import trace_rules
 from tinydynamo.distributed import native_call_reason
 from tinydynamo.exc import raise_observed, unimplemented
 from tinydynamo.source import AttrSource, ContainerItemSource, module_member_source
@@ -106,7 +107,7 @@ class NNModuleVariable(VariableTracker):
 
     def call_function(self, tx, args, kwargs):
 
-        if getattr(self.module.__dict__.get("forward"), "_tinydynamo_disabled", False):
+        if trace_rules.is_disabled(self.module.__dict__.get("forward")):
             unimplemented(f"{type(self.module).__name__}.forward is marked tinydynamo.disable")
         native = native_call_reason(self.module)  # FSDP's hooks, DDP's reducer: not traced
         if native is not None:

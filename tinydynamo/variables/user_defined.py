@@ -5,6 +5,7 @@ objects are side effects, recorded by the OutputGraph's SideEffects and replayed
 """
 from __future__ import annotations
 
+import functools
 import inspect
 import types
 
@@ -151,9 +152,54 @@ def class_attribute_variable(tx, obj: VariableTracker, cls: type, name: str, att
         if decorated is not None:
             return GradModeDecoratedFunctionVariable(*decorated, self_obj=obj)
         return UserMethodVariable(attr, obj, cls_source)
+    if isinstance(attr, functools._lru_cache_wrapper) and isinstance(getattr(attr, "__wrapped__", None),
+                                                                       types.FunctionType):
+        if real is not None and obj.source is not None:
+            guard_class_lookup(tx, real, obj.source, name, attr)
+        return LruCacheMethodVariable(attr, obj)
     if hasattr(type(attr), "__get__") and not isinstance(attr, type):
         unimplemented(f"{cls.__name__}.{name} is a {type(attr).__name__} descriptor")
     return VariableBuilder(tx, source).wrap(attr)
+
+
+class LruCacheMethodVariable(VariableTracker):
+    """``obj.method`` where the class holds a ``functools.lru_cache`` wrapper (transformers'
+    ``logger.warning_once``): a descriptor binding ``obj`` as the cache's first argument.
+
+    Called with constant arguments, it is called for real at trace time, as the cache would be:
+    the first call runs the function (the warning is printed once, as in eager), every later
+    one is a cache hit with no effect, so the compiled code need not call it again. The object
+    is guarded by identity (the cache is keyed by it). Called with other arguments (tensors), the
+    function under the cache is traced."""
+
+    def __init__(self, wrapper, obj: VariableTracker):
+        super().__init__(None)
+        self.wrapper, self.obj = wrapper, obj
+
+    def call_function(self, tx, args, kwargs):
+        from tinydynamo.variables.builder import wrap_constant_result
+        from tinydynamo.variables.functions import UserMethodVariable
+
+        real = getattr(self.obj, "value", None)
+        if real is not None and all(a.is_python_constant() for a in [*args, *kwargs.values()]):
+            consts = [a.as_python_constant() for a in args]
+            kw = {k: v.as_python_constant() for k, v in kwargs.items()}
+            try:
+                hash((real, *consts, *kw.items()))
+            except TypeError:
+                pass  # unhashable: the cache would raise; trace the function instead
+            else:
+                if self.obj.source is not None:
+                    tx.output.add_guard("ID_MATCH", self.obj.source, real)
+                try:
+                    result = self.wrapper(real, *consts, **kw)
+                except Exception as e:  # noqa: BLE001 - it runs natively instead, and raises there
+                    unimplemented(f"{self.wrapper.__qualname__}(...) raised {e!r} at trace time")
+                return wrap_constant_result(result)
+        return UserMethodVariable(self.wrapper.__wrapped__, self.obj).call_function(tx, args, kwargs)
+
+    def __repr__(self) -> str:
+        return f"LruCacheMethodVariable({self.wrapper.__qualname__})"
 
 
 def check_plain_setattr(obj, name: str, expected_setattr) -> None:
