@@ -175,7 +175,7 @@ print("joint graph gradients match autograd; grad_mask:", joint.grad_mask)
 # the graphs to print.
 
 # %%
-from functorch.compile import aot_function, default_partition, make_boxed_func
+from functorch import compile as functorch_compile
 
 torch_graphs = {}
 
@@ -183,16 +183,16 @@ torch_graphs = {}
 def keep(name):
     def compiler(gm, example_inputs):
         torch_graphs[name] = gm
-        return make_boxed_func(gm.forward)  # run the graph as it is
+        return functorch_compile.make_boxed_func(gm.forward)  # run the graph as it is
     return compiler
 
 
 def keep_joint(joint_module, joint_inputs, **kwargs):
     torch_graphs["joint"] = joint_module
-    return default_partition(joint_module, joint_inputs, **kwargs)
+    return functorch_compile.default_partition(joint_module, joint_inputs, **kwargs)
 
 
-torch_small = aot_function(small, fw_compiler=keep("forward"), bw_compiler=keep("backward"), partition_fn=keep_joint)
+torch_small = functorch_compile.aot_function(small, fw_compiler=keep("forward"), bw_compiler=keep("backward"), partition_fn=keep_joint)
 torch_out = torch_small(x, w, b)
 torch_grads = torch.autograd.grad(torch_out, [x, w, b], g_y)
 torch.testing.assert_close(list(torch_grads), list(auto))
