@@ -9,6 +9,8 @@ from __future__ import annotations
 import os
 import re
 
+import pytest
+
 _TASK_EXPRESSION = re.compile(r"^\s*ch\d\d_\d+(\s+or\s+ch\d\d_\d+)*\s*$")
 
 
@@ -118,3 +120,25 @@ try:
         _wrap_report(item, call, outcome.get_result())
 except ImportError:  # pragma: no cover - pytest is always there when conftest runs
     pass
+
+
+@pytest.fixture(autouse=True)
+def _triton_backend_on_cuda(request):
+    """A test parametrized with ``backend="triton"`` makes its tensors on the GPU where there is one:
+    Triton's interpreter (CPU tensors) cannot share a process with real CUDA kernels, so on a GPU
+    machine the same test runs the real Triton path instead, with TF32 off."""
+    callspec = getattr(request.node, "callspec", None)
+    if callspec is None or callspec.params.get("backend") != "triton" or not _cuda_available():
+        yield
+        return
+    import torch  # only here: this file stays torch-free for the bytecode tests
+
+    tf32 = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
+    torch.set_default_device("cuda")
+    # fp32 means fp32, as on the CPU: TF32 convolutions round differently in another layout
+    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
+    try:
+        yield
+    finally:
+        torch.set_default_device(None)
+        torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = tf32

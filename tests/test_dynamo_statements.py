@@ -271,3 +271,29 @@ def test_loop_over_a_list_that_changes_reads_it_live():
         out, tape, lst = g(x)
         assert torch.equal(out, expected[0]) and (tape, lst) == expected[1:] == ([1, 2, 3, 30, 20], [1, 2, 3, 4, 5])
     assert cnt.frame_count == 1
+
+
+def test_enumerate_over_a_list_yields_index_pairs_and_reads_it_live():
+    """``enumerate(lst)`` yields ``(i, lst[i])`` pairs read at each step: its elements unpack as pairs
+    (tuples inside included), and an append made in the loop is seen, as in Python."""
+    import tinydynamo
+    from tinydynamo.testing import CompileCounter
+
+    def f(x, y):
+        d = {"b": y, "a": x}
+        out = x
+        for i, (k, v) in enumerate(sorted(d.items())):
+            out = out + v * (i + 1)
+        grow = [1, 2]
+        for i, v in enumerate(grow, start=10):
+            if len(grow) < 4:
+                grow.append(v + i)
+            out = out * v
+        return out, grow
+
+    cnt = CompileCounter()
+    g = tinydynamo.optimize(cnt, nopython=True)(f)
+    x, y = torch.randn(3), torch.randn(3)
+    want, got = f(x, y), g(x, y)
+    assert torch.allclose(got[0], want[0]) and got[1] == want[1] == [1, 2, 11, 13]
+    assert cnt.frame_count == 1

@@ -34,15 +34,18 @@ from tinydynamo.exc import Unsupported, unimplemented
 from tinydynamo.guards import CheckFunction, GuardBuilder, TensorMeta, storage_groups
 from tinydynamo.side_effects import SideEffects
 from tinydynamo.source import ModuleMemberSource, Source, SourceScope
-from tinydynamo.utils import dynamo_timed
+from tinydynamo.utils import dynamo_timed, mutated_any, tensor_versions
 from tinydynamo.variables import torch_function
 from tinydynamo.variables.base import VariableTracker
 from tinydynamo.variables.builder import wrap_fx_result
+from tinydynamo.variables.builtin import INPLACE_TO_OUT_OF_PLACE
 from tinydynamo.variables.ctx_manager import is_grad_mode_node
 from tinydynamo.variables.sym_node import SymNodeVariable, specialized
 from tinydynamo.variables.tensor import TensorVariable
 
 CALL_OPS = ("call_function", "call_method", "call_module")
+#: operator functions that change their first argument (``z += y`` on a tensor, ``z[i] = v``)
+INPLACE_OPERATORS = frozenset({operator.setitem, *INPLACE_TO_OUT_OF_PLACE})
 
 
 @dataclasses.dataclass
@@ -116,6 +119,7 @@ class OutputGraph:
         self.side_effects = SideEffects(self)
         self.current_tx = None  # the translator running an instruction (a __torch_function__ override is inlined there)
         self.autocast_modes: list = []  # real torch.autocast modes entered while tracing (left when it ends)
+        self.last_op_mutated = False  # whether the op last run on fake values changed an argument
         self.torch_function_disabled = 0  # depth of `with torch._C.DisableTorchFunctionSubclass()` blocks
         self.add_guard("GRAD_MODE", None, torch.is_grad_enabled())
         self.add_guard("DEFAULT_DTYPE", None, torch.get_default_dtype())  # torch.ones(3) bakes it in
@@ -252,6 +256,8 @@ class OutputGraph:
         node_args = tuple(a.as_node_arg() for a in args)
         node_kwargs = {k: v.as_node_arg() for k, v in kwargs.items()}
         node = self.graph.create_node(op, target, node_args, node_kwargs)
+        if self.last_op_mutated:  # an in-place op, whatever its name: it stays, even with its result unused
+            node.meta["mutates_args"] = True
         if keep:
             node.meta["example_value"] = example
             return None
@@ -263,26 +269,32 @@ class OutputGraph:
         handle SymInts (as TorchDynamo runs them)."""
         ex_args = [a.as_example() for a in args]
         ex_kwargs = {k: v.as_example() for k, v in kwargs.items()}
+        versions = tensor_versions((ex_args, ex_kwargs))
         symbolic = self.tracked_fakes and contextlib.ExitStack() or contextlib.nullcontext()
         with self.fake_mode, symbolic as stack:
             if stack is not None:
                 stack.enter_context(enable_python_dispatcher())
             if op == "call_method":
-                return getattr(ex_args[0], target)(*ex_args[1:], **ex_kwargs)
-            return target(*ex_args, **ex_kwargs)
+                example = getattr(ex_args[0], target)(*ex_args[1:], **ex_kwargs)
+            else:
+                example = target(*ex_args, **ex_kwargs)
+        self.last_op_mutated = mutated_any(versions)
+        return example
 
     def op_count(self) -> int:
         return sum(1 for n in self.graph.nodes if n.op in CALL_OPS and not is_grad_mode_node(n))
 
     def _dead_code_elimination(self) -> None:
-        """Drop ops whose results are unused, except in-place ops and setitem (they have effects)."""
+        """Drop ops whose results are unused, except those with effects: in-place ops (their result
+        is often unused: ``alias = z; z += y`` reads the mutation through another name), setitem,
+        grad mode and autocast switches."""
         for node in reversed(list(self.graph.nodes)):
             if node.op not in CALL_OPS or node.users:
                 continue
             name = node.target if isinstance(node.target, str) else getattr(node.target, "__name__", "")
-            if name.endswith("_") and not name.endswith("__") or node.target in (operator.setitem,) \
-                    or is_grad_mode_node(node) or node.target is _exit_autocast \
-                    or "out" in node.kwargs or name.startswith("__i"):
+            if node.meta.get("mutates_args") or name.endswith("_") and not name.endswith("__") \
+                    or node.target in INPLACE_OPERATORS or is_grad_mode_node(node) \
+                    or node.target is _exit_autocast or "out" in node.kwargs or name.startswith("__i"):
                 continue
             self.graph.erase_node(node)
 

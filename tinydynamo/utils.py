@@ -15,6 +15,10 @@ import collections
 import contextlib
 import functools
 import time
+from typing import Any
+
+import torch
+import torch.utils._pytree as pytree
 
 #: phase -> wall seconds of each call, in order
 _times: dict[str, list[float]] = collections.defaultdict(list)
@@ -64,3 +68,18 @@ def compile_times(repr: str = "str") -> str | dict[str, tuple[int, float]]:
 
 def reset_compile_times() -> None:
     _times.clear()
+
+
+def tensor_versions(values: Any) -> list[tuple[torch.Tensor, int]]:
+    """Each tensor among ``values`` (nested lists, tuples, dicts) with its version counter now.
+
+    A version counter is bumped by every in-place op (``add_``, ``+=``, ``out=``, ``x[i] = v``,
+    ``inplace=True``), fake tensors included: comparing before and after running an op on the
+    example values says whether the op mutated one of its arguments, whatever it is called.
+    """
+    return [(t, t._version) for t in pytree.tree_leaves(values) if isinstance(t, torch.Tensor)]
+
+
+def mutated_any(versions: list[tuple[torch.Tensor, int]]) -> bool:
+    """Whether a tensor recorded by :func:`tensor_versions` was mutated since."""
+    return any(t._version != v for t, v in versions)

@@ -218,7 +218,7 @@ class BuiltinVariable(VariableTracker):
         if not (all(a.is_python_constant() for a in args) and all(v.is_python_constant() for v in kwargs.values())
                 and is_foldable(fn)):
             return None
-        if fn in (iter, reversed) and any(_origin(a) is not None for a in args):
+        if fn in (iter, reversed, enumerate) and any(_origin(a) is not None for a in args):
             return None  # an iterator over a list the frame may change under it: read live (its handler)
         cargs = [a.as_python_constant() for a in args]
         ckw = {k: v.as_python_constant() for k, v in kwargs.items()}
@@ -305,7 +305,8 @@ class BuiltinVariable(VariableTracker):
         start = args[1] if len(args) > 1 else kwargs.get("start", ConstantVariable(0))
         start = start.as_python_constant()
         return ListIteratorVariable([TupleVariable([ConstantVariable(i + start), v])
-                                     for i, v in enumerate(args[0].unpack_var_sequence(tx))], _origin(args[0]))
+                                     for i, v in enumerate(args[0].unpack_var_sequence(tx))], _origin(args[0]),
+                                    enumerate_start=start)
 
     def call_zip(self, tx, args, kwargs):
         from tinydynamo.variables.lists import ListIteratorVariable, TupleVariable

@@ -235,13 +235,15 @@ class SizeVariable(TupleVariable):
 class ListIteratorVariable(VariableTracker):
     """An iterator over already-unpacked items: FOR_ITER takes them one by one (loops unroll)."""
 
-    def __init__(self, items: list[VariableTracker], origin: VariableTracker | None = None, reverse: bool = False):
+    def __init__(self, items: list[VariableTracker], origin: VariableTracker | None = None, reverse: bool = False,
+                 enumerate_start: int | None = None):
         super().__init__(None)
         self.items = list(items)
         self.index = 0
         self.origin = origin  # the list/dict iterated over, to notice it changing under the loop
         self.origin_version = getattr(origin, "version", 0)
         self.reverse = reverse  # reversed(list): walks down from the last index at creation
+        self.enumerate_start = enumerate_start  # enumerate(list, start): items are (start + i, list[i])
 
     def _live_list(self) -> list | None:
         """The items of the list iterated over, read live (None: not a list). Python's list iterators
@@ -256,6 +258,9 @@ class ListIteratorVariable(VariableTracker):
         if self.reverse:
             pos = len(self.items) - 1 - self.index  # len(self.items): the list's length when reversed() began
             return [] if pos >= len(live) else [live[i] for i in range(pos, -1, -1)]
+        if self.enumerate_start is not None:
+            return [TupleVariable([ConstantVariable(self.enumerate_start + i), live[i]])
+                    for i in range(self.index, len(live))]
         return live[self.index:]
 
     def next_item(self) -> VariableTracker | None:

@@ -15,6 +15,7 @@ import torch.fx
 from tinydynamo import config
 from tinydynamo.exc import unimplemented
 from tinydynamo.source import AttrSource
+from tinydynamo.utils import mutated_any, tensor_versions
 from tinydynamo.variables.base import VariableTracker
 from tinydynamo.variables.constant import ConstantVariable
 
@@ -194,12 +195,15 @@ class ScalarNodeVariable(VariableTracker):
 
         sample = self.py_type(1)  # stands for the run-time value: the result's metadata does not depend on it
         ex = [sample if v is self else v.example for v in (a, b)]
+        versions = tensor_versions(ex)
         try:
             with tx.output.fake_mode:
                 example = fn(*ex)
         except Exception as e:
             unimplemented(f"{fn.__name__} of a tensor and a captured .item() value: {type(e).__name__}: {e}")
         node = tx.output.graph.call_function(fn, (a.as_node_arg(), b.as_node_arg()))
+        if mutated_any(versions):  # ``t += n``: kept even where only another name reads ``t``
+            node.meta["mutates_args"] = True
         return wrap_fx_result(tx.output, node, example)
 
     def binop_with_scalar(self, tx, fn, a: VariableTracker, b: VariableTracker) -> "ScalarNodeVariable":
