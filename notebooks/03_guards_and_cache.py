@@ -77,6 +77,39 @@ print(entry.check_fn.code)
 print(entry.code)
 
 # %% [markdown]
+# ### How PyTorch really does it
+#
+# TorchDynamo (`torch/_dynamo/guards.py`) records the same kinds of guards for the same function:
+# `torch._dynamo.explain` compiles `f` once and returns them. Each has a source (`L['n']`,
+# `G['SCALE']`), a kind (the function that created it) and, for the readable ones, Python code:
+
+# %%
+import re
+
+import torch._dynamo
+
+torch._dynamo.reset()
+report = torch._dynamo.explain(f)(x, 1)
+for guard in sorted(report.out_guards, key=lambda g: (g.name, g.create_fn_name())):
+    code = re.sub(r"\d{8,}", "<id>", "; ".join(guard.code_list or []))  # object ids differ per run
+    print(f"{guard.create_fn_name():28} {guard.name or '(global)':16} {code[:80]}")
+
+# %% [markdown]
+# Ours has `CONSTANT_MATCH` on `L['n']` and `G['SCALE']` and `TENSOR_MATCH` on `L['x']` too.
+# What the real one adds:
+#
+# - **A C++ guard tree.** The guards are not one generated Python function but a tree of
+#   `GuardManager`s (`torch._C._dynamo.guards`), one node per source, run in C++; TENSOR_MATCH
+#   (dispatch keys, dtype, device, sizes, strides, requires_grad) has no Python code at all,
+#   which is why its code list above only checks that no `mark_dynamic` attribute appeared.
+# - **Global state**: grad mode, deterministic algorithms, the default device, torch-function
+#   modes, saved-tensor hooks: each a guard with no source, like our GRAD_MODE.
+# - **Identity guards** (`MODULE_MATCH`, `BUILTIN_MATCH`, `ID_MATCH`) on every global the code
+#   touched, here `torch` and `torch.sin`: rebinding `torch.sin` must recompile.
+# - **SHAPE_ENV**: the relations between symbolic sizes (chapter 10), empty here since all sizes
+#   are static.
+
+# %% [markdown]
 # ## 2. Watch a recompile happen
 #
 # `TINY_LOGS=recompiles` (or `tinydynamo.set_logs(recompiles=True)` in a notebook) logs every

@@ -160,6 +160,74 @@ torch.testing.assert_close(grads, list(auto))
 print("joint graph gradients match autograd; grad_mask:", joint.grad_mask)
 
 # %% [markdown]
+# ### How PyTorch really does it
+#
+# PyTorch's AOTAutograd (`torch._functorch.aot_autograd`) builds the same kind of joint graph,
+# but it has no table of hand-written VJP rules for the compiler. It traces *autograd itself*:
+# `create_joint` runs the forward under `make_fx` and then calls `torch.autograd.grad`, so the
+# autograd engine runs each op's derivative formula, the ones generated from
+# `tools/autograd/derivatives.yaml` (`tanh: tanh_backward(grad, result)`, `mul: grad * other`,
+# ...), and every aten op those formulas call is recorded. Whatever eager autograd can
+# differentiate, the compiler can, with the very same formulas.
+#
+# Here is torch's version for the same `small(x, w, b)`: `aot_function` hands the joint graph to
+# a partition function and the two halves to the forward and backward compilers; ours just keep
+# the graphs to print.
+
+# %%
+from functorch import compile as functorch_compile
+
+torch_graphs = {}
+
+
+def keep(name):
+    def compiler(gm, example_inputs):
+        torch_graphs[name] = gm
+        return functorch_compile.make_boxed_func(gm.forward)  # run the graph as it is
+    return compiler
+
+
+def keep_joint(joint_module, joint_inputs, **kwargs):
+    torch_graphs["joint"] = joint_module
+    return functorch_compile.default_partition(joint_module, joint_inputs, **kwargs)
+
+
+torch_small = functorch_compile.aot_function(small, fw_compiler=keep("forward"), bw_compiler=keep("backward"), partition_fn=keep_joint)
+torch_out = torch_small(x, w, b)
+torch_grads = torch.autograd.grad(torch_out, [x, w, b], g_y)
+torch.testing.assert_close(list(torch_grads), list(auto))
+print("torch's joint graph (the tangent is tangents_1):")
+print(torch_graphs["joint"].code.strip())
+
+# %% [markdown]
+# The same shape as ours: forward ops, then the backward from `tangents_1`, with the `sum` +
+# `view` that undo the broadcasts of `w` and `b`. One difference is visible: `tanh`'s backward
+# is a single aten op, `tanh_backward(grad, y)`, where our rule spelled out `grad * (1 - y*y)`
+# in prims (TorchInductor decomposes `tanh_backward` later, in its own lowering). `detach` marks
+# the saved output. The partitioner then cuts it into the two graphs autograd runs:
+
+# %%
+for name in ("forward", "backward"):
+    print(f"torch's {name} graph:")
+    print(torch_graphs[name].code.strip(), end="\n\n")
+
+# %% [markdown]
+# What the real one handles that ours does not:
+#
+# - **Mutation and aliasing.** Before tracing the joint, AOTAutograd *functionalizes* the
+#   program (`torch._subclasses.functional_tensor`): `x.add_(1)` becomes `add = x + 1` plus a
+#   copy back into the input at the end, and outputs that alias inputs or each other are
+#   regenerated from their base with `as_strided`/views. Our pass assumes a pure graph.
+# - **The partitioner.** `min_cut_rematerialization_partition` (section 6 has our min-cut) also
+#   weighs which ops are cheap to recompute (pointwise) against which must be saved
+#   (matmuls, random ops with their seeds), and bounds the saved memory.
+# - **Symbolic shapes** (chapter 10): the joint graph is traced with `SymInt` sizes, so one
+#   compile serves many batch sizes.
+# - **Everything else autograd knows**: tensor subclasses (DTensor, chapter 12), users'
+#   `torch.autograd.Function`s, higher-order ops, and an inference-only graph (no joint at all)
+#   when no input needs a gradient.
+
+# %% [markdown]
 # ## 5. Drawing the graphs
 #
 # A small helper draws a graph left to right (inputs first). Colours: blue forward, orange

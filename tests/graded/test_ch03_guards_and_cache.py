@@ -163,7 +163,14 @@ def _look_alikes(value):
 
 
 def copy_of(value):
-    return type(value)(value) if isinstance(value, (tuple, frozenset, str, bytes)) else value
+    """An equal value of the same type that is another object where Python allows (``tuple(t) is t``)."""
+    if isinstance(value, (tuple, frozenset)):
+        return type(value)(list(value))
+    if isinstance(value, str):
+        return "".join(list(value))
+    if isinstance(value, bytes):
+        return bytes(bytearray(value))
+    return value
 
 
 @pytest.mark.ch03_1
@@ -279,3 +286,33 @@ def test_cache_lookup_skips_other_backends_without_running_their_guards():
     expect_equal(getattr(found, "name", found), "hit", "entry found")
     expect_equal(ran, ["fails", "hit"], "guards evaluated (in order; none of another backend's, none after the hit)")
     expect_equal(ch.lookup_entry([], {}, {}, b1), None, "lookup in an empty cache")
+
+
+@pytest.mark.ch03_1
+def test_constant_match_on_zeros_equal_copies_and_sequences():
+    """Falsy numbers, empty strings, and a tuple equal to the expected one but another object."""
+    expected_tuple = (1, (2, 3))
+    fresh_copy = tuple([1, tuple([2, 3])])
+    with use_guard_kind("CONSTANT_MATCH", code=ch.constant_match_code):
+        scope = SourceScope({})
+        for expected, same, different in [(0, [0], [1, False, 0.0]), (0.0, [0.0], [1.0, 0]), ("", [""], ["a"]),
+                                          (expected_tuple, [fresh_copy], [(1, (2, 4)), [1, (2, 3)], (1, 2)]),
+                                          (b"ab", [bytes(bytearray(b"ab"))], [b"ac", "ab"])]:
+            check = CheckFunction([Guard("CONSTANT_MATCH", LocalSource("n"), expected)], scope)
+            for v in same:
+                expect_equal(check({"n": v}, {}), True, f"CONSTANT_MATCH {expected!r} on an equal copy {v!r}", check.code)
+            for v in different:
+                expect_equal(check({"n": v}, {}), False, f"CONSTANT_MATCH {expected!r} on {v!r}", check.code)
+
+
+@pytest.mark.ch03_2
+def test_tensor_match_failure_leaves_dynamic_strides_to_the_shape_guards():
+    """A (4, n) tensor with n dynamic has stride (n, 1): the ``None`` stride passes for any n."""
+    meta = TensorMeta(torch.Tensor, torch.float32, torch.device("cpu"), (4, None), (None, 1), False)
+    guard = Guard("TENSOR_MATCH", LocalSource("x"), meta)
+    for n in (2, 5, 9):
+        expect_equal(ch.tensor_match_failure(guard, torch.randn(4, n)), None,
+                     f"reason for a (4, {n}) tensor against sizes (4, None), strides (None, 1)")
+    expect_equal(ch.tensor_match_failure(guard, torch.randn(5, 4).t()),
+                 "tensor L['x'] stride mismatch at index 1: expected 1, actual 4",
+                 "reason for a (4, 5) transposed view against strides (None, 1)")

@@ -212,6 +212,15 @@ def test_softmax_and_layernorm_fused(shape, others):
     expect_equal((len(c1.kernels), len(c2.kernels)), (1, 1), "kernels for (softmax, layer_norm)")
 
 
+@pytest.mark.ch08_3
+def test_persistent_row_reductions_of_large_integers(others):
+    """int64 rows near 2**58: a float identity would turn the row into floats, which cannot hold these values."""
+    others("ops", "memory", "launch")
+    torch.manual_seed(5)
+    x = 2**58 + torch.randint(0, 1000, (3, 7), device=DEVICE)
+    run(lambda x: (x.sum(-1), x.amax(-1), x.amin(-1)), [x])
+
+
 # --------------------------------------------------------------------------- 8.4
 
 

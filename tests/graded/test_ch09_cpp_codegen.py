@@ -57,6 +57,24 @@ def test_op_strings_in_the_cpp_backend(ch, monkeypatch):
         expect_close(yours, expected, f"{name}(x) from your C++ string", context=getattr(compiled, "source", ""), equal_nan=True)
 
 
+@pytest.mark.ch09_1
+def test_op_strings_at_signed_zeros_and_large_values(ch, monkeypatch):
+    """rsqrt(-0.0) is -inf and rsqrt(0.0) inf; sigmoid(+-100) is 1 and 0, where exp overflows in float."""
+    from tininductor.codegen import cpp
+
+    for op, template in ch.cpp_op_strings().items():
+        monkeypatch.setitem(cpp.CPP_OPS, op, template)
+
+    def f(x):
+        return torch.rsqrt(x), torch.sigmoid(x)
+
+    x = torch.tensor([-0.0, 0.0, 0.25, 4.0, 100.0, -100.0, 1e-3])
+    compiled = _compile(f, x)
+    for name, yours, expected in zip(["rsqrt", "sigmoid"], compiled(x), f(x)):
+        expect_close(yours, expected, f"{name}(x) from your C++ string for x = [-0.0, 0.0, 0.25, 4.0, 100.0, -100.0, 1e-3]",
+                     context=getattr(compiled, "source", ""), equal_nan=True)
+
+
 @pytest.mark.ch09_2
 def test_reduction_code_in_the_cpp_backend(ch, monkeypatch):
     from tininductor.codegen import cpp
@@ -82,6 +100,11 @@ def test_reduction_code_in_the_cpp_backend(ch, monkeypatch):
     neg, pos = -torch.rand(5, 9) - 1, torch.rand(5, 9) + 1
     compiled = _compile(lambda a, b: (a.amax(-1), b.amin(-1), a.prod(-1)), neg, pos)
     expect_close(compiled(neg, pos), (neg.amax(-1), pos.amin(-1), neg.prod(-1)), "max of negatives, min of positives")
+    ninf = torch.full((3, 5), float("-inf"))
+    ninf[1, 2] = 0.5  # one row with a finite value, the others all -inf
+    compiled = _compile(lambda t: (t.amax(-1), (-t).amin(-1)), ninf)
+    expect_close(compiled(ninf), (ninf.amax(-1), (-ninf).amin(-1)),
+                 "max of rows that are all -inf (and min of rows all +inf): expected -inf / inf, not the lowest float")
     ineg = torch.randint(-50, -1, (3, 7))
     compiled = _compile(lambda t: (t.amax(-1), (-t).amin(-1)), ineg)
     expect_close(compiled(ineg), (ineg.amax(-1), (-ineg).amin(-1)), "int64 max of negatives, min of positives")
@@ -98,11 +121,19 @@ def test_row_sum_kernel(ch):
                 "the inner loop is `#pragma omp simd reduction(+:acc)`", source)
     fn = getattr(CppCodeCache.load(source), name)
     fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64]
-    for rows, cols in [(1, 1), (7, 33), (64, 1000), (3, 0), (1, 100003)]:
+    # a tall input first: a kernel that mixes up rows and cols still reads and writes inside the buffers there
+    for rows, cols in [(1, 1), (8, 3), (7, 33), (64, 1000), (3, 0), (1, 100003)]:
         x = torch.randn(rows, cols)
         out = torch.full((rows,), float("nan"))
         fn(x.data_ptr(), out.data_ptr(), rows, cols)
         expect_close(out, x.sum(-1), f"row sums of a {rows}x{cols} input", atol=1e-4, rtol=1e-5)
+    # 2**24 + 1 is 2**24 in float: a float accumulator loses every 1 added after the big values
+    big = 2.0**24
+    x = torch.tensor([[big] * 16 + [1.0] * 1000 + [-big] * 16])
+    out = torch.full((1,), float("nan"))
+    fn(x.data_ptr(), out.data_ptr(), 1, x.shape[1])
+    expect_close(out, torch.tensor([1000.0]), "row sum of [2**24 (16 times), 1.0 (1000 times), -2**24 (16 times)]"
+                 " (accumulate in double)", atol=1e-4, rtol=1e-5)
 
 
 @pytest.mark.ch09_4

@@ -10,7 +10,7 @@ import torch
 
 from course import load
 from course.chapters.ch10_dynamic_shapes import SymInt, check_fn, pointwise_kernel, run_pointwise, simulate_cache
-from course.testing import expect_equal, expect_true
+from course.testing import expect_equal, expect_raises, expect_true
 
 ch = load("ch10")
 S0, S1, S2 = sympy.symbols("s0 s1 s2", integer=True, positive=True)
@@ -116,8 +116,8 @@ def test_broadcast_of_unequal_sizes_guards_their_equality():
 
 @pytest.mark.ch10_2
 def test_broadcast_of_two_different_constants_raises():
-    with pytest.raises(ValueError):
-        ch.broadcast_shapes((S0, 3), (4,), [])
+    expect_raises(ValueError, lambda: ch.broadcast_shapes((S0, 3), (4,), []),
+                  "broadcast_shapes((s0, 3), (4,)) (3 against 4 cannot broadcast)")
 
 
 @pytest.mark.ch10_2
@@ -137,8 +137,7 @@ def test_view_shape(numel, shape, expected):
 @pytest.mark.ch10_2
 @pytest.mark.parametrize("numel, shape", [(12, (5, -1)), (12, (-1, -1)), (S0 * 6, (4, -1)), (S0, (S1,)), (12, (3, 5))])
 def test_view_shape_refuses(numel, shape):
-    with pytest.raises(ValueError):
-        ch.view_shape(numel, shape)
+    expect_raises(ValueError, lambda: ch.view_shape(numel, shape), f"view_shape({numel}, {shape})")
 
 
 # ---- 10.3: the recompile policy -------------------------------------------------------------------
@@ -280,8 +279,8 @@ def test_broadcast_and_view_edge_cases():
     guards = []
     expect_equal(ch.broadcast_shapes((3,), (S1,), guards), (3,), "broadcast_shapes((3,), (s1,)) (the constant wins)")
     expect_equal(guards, [sympy.Eq(3, S1)], "guards of broadcast_shapes((3,), (s1,))")
-    with pytest.raises(ValueError):  # 0 is a size like any other: only 1 broadcasts
-        ch.broadcast_shapes((0, 3), (5, 3), [])
+    expect_raises(ValueError, lambda: ch.broadcast_shapes((0, 3), (5, 3), []),
+                  "broadcast_shapes((0, 3), (5, 3)) (0 is a size like any other: only 1 broadcasts)")
     got = ch.view_shape(S0 * S1 + S0, (S0, S1 + 1))
     expect_true(all(sympy.simplify(g - e) == 0 for g, e in zip(got, (S0, S1 + 1))),
                 f"view_shape(s0*s1 + s0, (s0, s1 + 1)) (the same size written differently): yours {got}")
@@ -298,3 +297,12 @@ def test_sizes_zero_and_one_stay_static_even_when_dynamic():
 @pytest.mark.ch10_4
 def test_contiguous_strides_is_a_tuple():
     expect_equal(ch.contiguous_strides((S0, 3)), (3, 1), "contiguous_strides((s0, 3))")
+
+
+@pytest.mark.ch10_2
+def test_view_shape_infers_a_simplified_size():
+    """The inferred size is simplified: later sizes and guards compare expressions as written (``==``)."""
+    got = ch.view_shape(S0**2 + 2 * S0, (S0 + 2, -1))
+    expect_equal(tuple(got), (S0 + 2, S0), "view_shape(s0**2 + 2*s0, (s0 + 2, -1)) (the -1 is s0, written as s0)")
+    got = ch.view_shape(S0 * S1 + S0, (-1, S1 + 1))
+    expect_equal(tuple(got), (S0, S1 + 1), "view_shape(s0*s1 + s0, (-1, s1 + 1)) (the -1 is s0, written as s0)")

@@ -138,3 +138,46 @@ def test_ideal_bytes_of_lists_views_and_slices():
                  "ideal_bytes of lambda x: x * 2 on a (4, 2) slice of a (4, 8) float32 (an input counts its own elements)")
     gm = torch.fx.symbolic_trace(lambda x: (x * 2).sum())  # a 0-d output (a loss) is written too
     expect_equal(ch.ideal_bytes(gm, [x]), (10 + 1) * 4, "ideal_bytes of lambda x: (x * 2).sum() on a (10,) float32")
+
+
+@pytest.mark.ch11_2
+def test_rewrite_decides_on_the_whole_sum_of_a_matrix_and_keeps_the_dtype():
+    """A 2-D input whose rows' sums have both signs, and a float64 input: one decision, in the input's dtype."""
+    def bad_fn(x):
+        y = x.sin() + x.cos()
+        return y * 2 if y.sum().item() > 0 else y - 2
+
+    rows = torch.tensor([[0.5, 0.5, 0.5], [3.0, 3.5, 3.0]])  # row sums of y: positive, negative; total positive
+    expect_close(ch.positive_branch(rows), bad_fn(rows),
+                 "positive_branch([[0.5, 0.5, 0.5], [3.0, 3.5, 3.0]]) (rows of both signs, total > 0: y * 2 everywhere)")
+    x64 = torch.tensor([0.1, 0.2, 0.3], dtype=torch.float64)
+    yours = ch.positive_branch(x64)
+    expect_equal(yours.dtype, torch.float64, "dtype of positive_branch(float64 [0.1, 0.2, 0.3])")
+    expect_close(yours, bad_fn(x64), "positive_branch(float64 [0.1, 0.2, 0.3])", rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.ch11_3
+def test_bucket_length_of_exact_multiples_leaves_the_list_alone():
+    for n, expected in [(128, 128), (192, 192), (129, 192)]:
+        expect_equal(ch.bucket_length(n, [16, 32, 64]), expected, f"bucket_length({n}, [16, 32, 64])")
+    buckets = [64, 16, 32]
+    ch.bucket_length(20, buckets)
+    expect_equal(buckets, [64, 16, 32], "the caller's buckets after bucket_length(20, [64, 16, 32]) (not reordered)")
+
+
+@pytest.mark.ch11_3
+@pytest.mark.parametrize("dtype", [torch.float16, torch.int64])
+def test_bucketed_along_dim_0_keeps_the_dtype(dtype):
+    seen = []
+
+    def double(x):
+        seen.append((tuple(x.shape), x.dtype))
+        return x * 2
+
+    wrapped = ch.bucketed(double, [4, 8], dim=0)
+    x = torch.arange(15, dtype=dtype).reshape(5, 3)
+    yours = wrapped(x)
+    what = f"bucketed(x * 2, [4, 8], dim=0) on a (5, 3) {dtype}"
+    expect_equal(seen, [((8, 3), dtype)], f"{what}: (shape, dtype) fn was called with")
+    expect_equal(yours.dtype, dtype, f"{what}: dtype of the result")
+    expect_equal(yours.tolist(), (x * 2).tolist(), f"{what}: the result")
