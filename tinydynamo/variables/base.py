@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 
 # How trackers are made from Python values. The builder makes every kind of tracker, so it sits above
 # them all; trackers call it through this registry, which tinydynamo.variables.builder fills in when it is
-# imported (tinydynamo.variables imports it, so it is always set while tracing).
+# imported (the interpreter, symbolic_convert, imports the builder, so it is set whenever a frame is traced).
 _construction: dict[str, Callable[..., Any]] = {}
 
 
