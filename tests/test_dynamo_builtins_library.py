@@ -328,3 +328,35 @@ def test_annotations_are_folded_constants():
     g = tinydynamo.optimize(CompileCounter(), nopython=True)(f)
     x = torch.randn(3)
     torch.testing.assert_close(g(x), f(x))
+
+
+def test_callable_and_hasattr_ask_the_class_as_python_does():
+    """``callable(x)`` is true when ``type(x)`` defines ``__call__`` (an instance of a class with one,
+    the class itself); ``hasattr`` of a partial made in the frame finds ``func`` but not ``__name__``
+    (the *type* ``functools.partial`` has a ``__name__``, its instances do not)."""
+    import functools
+
+    import tinydynamo
+
+    class WithCall:
+        def __call__(self):
+            return 1
+
+    class Plain:
+        pass
+
+    def f(x, arg):
+        return x if callable(arg) else x + 1
+
+    g = tinydynamo.optimize("eager", nopython=True)(f)
+    x = torch.zeros(2)
+    for arg in (WithCall(), Plain(), WithCall, Plain, 1, 1.5, x):
+        assert torch.equal(g(x, arg), f(x, arg)), arg
+
+    for attr in ("__name__", "__qualname__", "func", "keywords"):
+        def h(t, attr=attr):
+            p = functools.partial(lambda a, b: a + b, b=t)
+            return p(t) if hasattr(p, attr) else t * 0
+
+        out = tinydynamo.optimize("eager")(h)(x + 1)
+        assert torch.equal(out, h(x + 1)), attr

@@ -392,7 +392,17 @@ class BuiltinVariable(VariableTracker):
         return ConstantVariable(args[0].python_type()) if len(args) == 1 else None
 
     def call_callable(self, tx, args, kwargs):
-        return ConstantVariable(isinstance(args[0], _callable_kinds())) if len(args) == 1 else None
+        """``callable(x)``: whether ``type(x)`` defines ``__call__`` (what CPython checks), so an instance
+        of a user class with ``__call__`` is callable and the class itself (a ``type``) is too."""
+        if len(args) != 1:
+            return None
+        if isinstance(args[0], _callable_kinds()):
+            return ConstantVariable(True)
+        try:
+            cls = args[0].python_type()
+        except Exception:  # noqa: BLE001 - no type known: not folded
+            return None
+        return ConstantVariable(_on_class(cls, "__call__"))
 
     def _scalar_unary(self, tx, args, kwargs):
         """``abs(n)``, ``int(n)``, ``float(n)`` of a captured ``.item()`` number: stays a graph number."""
@@ -469,6 +479,13 @@ def _callable_kinds():
     return (BaseUserFunctionVariable, UserFunctionVariable, NNModuleVariable, TorchVariable, BuiltinVariable)
 
 
+def _on_class(cls: type, name: str) -> bool:
+    """Whether an instance of ``cls`` finds ``name`` on its class, as attribute lookup does: in the
+    dicts of the MRO. ``hasattr(cls, name)`` is not that: it also sees the type's own attributes
+    (``functools.partial.__name__`` exists, a partial object's ``__name__`` does not)."""
+    return any(name in vars(k) for k in getattr(cls, "__mro__", (cls,)))
+
+
 def _attribute_absent(tx, obj: VariableTracker, name: str, error: Exception) -> bool:
     """Reading ``obj.name`` failed with ``error``: is the attribute absent (True), or present but not
     traceable (False, only for ``hasattr``: a class attribute every instance has, ``__call__`` of a
@@ -482,7 +499,7 @@ def _attribute_absent(tx, obj: VariableTracker, name: str, error: Exception) -> 
         cls = obj.python_type()
     except Exception:  # noqa: BLE001 - no type known either
         cls = None
-    if cls is not None and hasattr(cls, name):
+    if cls is not None and _on_class(cls, name):
         return False
 
     if isinstance(obj, TensorVariable) and not hasattr(torch.Tensor, name):
