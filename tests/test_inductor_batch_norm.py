@@ -7,9 +7,7 @@ import pytest
 import torch
 from torch import nn
 
-from tininductor import config
-from tininductor.compile_fx import compile_fx
-from tininductor.testing import patch_config
+from tininductor.testing import compile_graph
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 BACKENDS = ["cpp", "triton"]
@@ -19,11 +17,6 @@ BACKENDS = ["cpp", "triton"]
 def seed():
     torch.manual_seed(0)
 
-
-def compile_with(module, args, backend, **options):
-    gm = torch.fx.symbolic_trace(module)
-    with patch_config(config, fallback_to_eager=False, cpu_backend=backend, **options):
-        return compile_fx(gm, list(args))
 
 
 class ConvBnBlock(nn.Module):
@@ -57,7 +50,7 @@ def test_eval_batch_norm_fuses_with_relu_and_add(backend):
     m = _randomize_stats(ConvBnBlock()).eval()
     x = torch.randn(2, 4, 6, 6)
     with torch.no_grad():
-        c = compile_with(m, [x], backend)
+        c = compile_graph(m, [x], backend)
         torch.testing.assert_close(c(x), m(x), rtol=1e-4, atol=1e-5)
     assert c.fallback_reasons == [], c.fallback_reasons
     assert "batch_norm" not in c.source
@@ -68,7 +61,7 @@ def test_eval_batch_norm_is_a_fallback_with_the_pass_off():
     m = _randomize_stats(ConvBnBlock()).eval()
     x = torch.randn(2, 4, 6, 6)
     with torch.no_grad():
-        c = compile_with(m, [x], "cpp", decompose_batch_norm=False)
+        c = compile_graph(m, [x], "cpp", decompose_batch_norm=False)
         torch.testing.assert_close(c(x), m(x), rtol=1e-4, atol=1e-5)
     assert any("batch_norm" in r for r in c.fallback_reasons), c.fallback_reasons
 
@@ -78,7 +71,7 @@ def test_eval_batch_norm_half_precision(dtype):
     m = _randomize_stats(ConvBnBlock()).eval().to(dtype)
     x = torch.randn(2, 4, 6, 6, dtype=dtype)
     with torch.no_grad():
-        c = compile_with(m, [x], "cpp")
+        c = compile_graph(m, [x], "cpp")
         ref = copy.deepcopy(m).float()(x.float()).to(dtype)  # eager in float32, rounded once
         torch.testing.assert_close(c(x), ref, rtol=2e-2, atol=2e-2)
     assert c.fallback_reasons == []
@@ -98,7 +91,7 @@ def test_training_batch_norm_values_gradients_running_stats(backend, bn, shape):
     ref = copy.deepcopy(m)
     x = torch.randn(shape, requires_grad=True)
     x_ref = x.detach().clone().requires_grad_()
-    c = compile_with(m, [x], backend)
+    c = compile_graph(m, [x], backend)
     for _ in range(2):
         out, want = c(x), ref(x_ref)
         torch.testing.assert_close(out, want, rtol=1e-4, atol=1e-5)
@@ -118,7 +111,7 @@ def test_training_batch_norm_without_running_stats():
 
     x = torch.randn(3, 4, 2, 2, requires_grad=True)
     x_ref = x.detach().clone().requires_grad_()
-    c = compile_with(m, [x], "cpp")
+    c = compile_graph(m, [x], "cpp")
     out, want = c(x), m(x_ref)
     torch.testing.assert_close(out, want, rtol=1e-4, atol=1e-5)
     out.pow(2).sum().backward()
@@ -145,8 +138,8 @@ def test_freezing_folds_batch_norm_into_the_convolution(backend):
     m = _randomize_stats(ConvBnStack()).eval()
     x = torch.randn(2, 3, 6, 6)
     with torch.no_grad():
-        frozen = compile_with(m, [x], backend, freezing=True)
-        plain = compile_with(m, [x], backend)
+        frozen = compile_graph(m, [x], backend, freezing=True)
+        plain = compile_graph(m, [x], backend)
         torch.testing.assert_close(frozen(x), m(x), rtol=1e-4, atol=1e-5)
     prim = frozen.aot.prim_gm
     assert not any(n.target is torch.ops.aten.rsqrt.default for n in prim.graph.nodes), prim.code
@@ -160,7 +153,7 @@ def test_freezing_bfloat16_matches_eager():
     m = _randomize_stats(ConvBnStack()).eval().to(torch.bfloat16)
     x = torch.randn(2, 3, 6, 6, dtype=torch.bfloat16)
     with torch.no_grad():
-        frozen = compile_with(m, [x], "cpp", freezing=True)
+        frozen = compile_graph(m, [x], "cpp", freezing=True)
         ref = copy.deepcopy(m).float()(x.float())
         torch.testing.assert_close(frozen(x).float(), ref, rtol=5e-2, atol=5e-2)
 
@@ -169,5 +162,5 @@ def test_freezing_leaves_training_graphs_alone():
     m = _randomize_stats(ConvBnStack()).train()
     ref = copy.deepcopy(m)
     x = torch.randn(2, 3, 6, 6, requires_grad=True)
-    c = compile_with(m, [x], "cpp", freezing=True)
+    c = compile_graph(m, [x], "cpp", freezing=True)
     torch.testing.assert_close(c(x), ref(x), rtol=1e-4, atol=1e-5)

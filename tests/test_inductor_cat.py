@@ -4,9 +4,7 @@ on the C++ backend and the Triton interpreter; no ATen ``cat`` call left in the 
 import pytest
 import torch
 
-from tininductor import config
-from tininductor.compile_fx import compile_fx
-from tininductor.testing import patch_config
+from tininductor.testing import compile_graph
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 BACKENDS = ["cpp", "triton"]
@@ -17,14 +15,9 @@ def seed():
     torch.manual_seed(0)
 
 
-def compile_with(fn, args, backend, **options):
-    gm = torch.fx.symbolic_trace(fn)
-    with patch_config(config, fallback_to_eager=False, cpu_backend=backend, **options):
-        return compile_fx(gm, list(args))
-
 
 def check(fn, args, backend, **options):
-    c = compile_with(fn, args, backend, **options)
+    c = compile_graph(fn, args, backend, **options)
     torch.testing.assert_close(c(*args), fn(*args))
     source = "\n".join(g.source for g in c.compiled_graphs)
     assert "aten.cat" not in source, source
@@ -92,7 +85,7 @@ def test_cat_of_an_extern_result_and_gradients(backend):
     def f(a, b, x):
         return torch.cat([a @ b, x.tanh()], 1).pow(2)
 
-    c = compile_with(f, [a, b, x], backend)
+    c = compile_graph(f, [a, b, x], backend)
     out = c(a, b, x)
     want = f(*[t.detach().clone().requires_grad_() for t in (a, b, x)])
     torch.testing.assert_close(out, want)

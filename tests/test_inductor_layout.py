@@ -7,9 +7,7 @@ import pytest
 import torch
 from torch import nn
 
-from tininductor import config
-from tininductor.compile_fx import compile_fx
-from tininductor.testing import patch_config
+from tininductor.testing import compile_graph
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 BACKENDS = ["cpp", "triton"]
@@ -35,20 +33,15 @@ class Bottleneck(nn.Module):
         return y, self.fc(y.mean([2, 3]))
 
 
-def compile_with(module, args, backend, **options):
-    gm = torch.fx.symbolic_trace(module)
-    with patch_config(config, fallback_to_eager=False, cpu_backend=backend, **options):
-        return compile_fx(gm, list(args))
-
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_channels_last_intermediates_inference(backend):
     m = Bottleneck().eval()
     x = torch.randn(2, 8, 5, 6)
     with torch.no_grad():
-        c = compile_with(m, [x], backend, force_layout_optimization=True)
+        c = compile_graph(m, [x], backend, force_layout_optimization=True)
         out, want = c(x), m(x)
-        plain = compile_with(m, [x], backend, layout_optimization=False)  # on by default on CUDA
+        plain = compile_graph(m, [x], backend, layout_optimization=False)  # on by default on CUDA
     torch.testing.assert_close(out, want, rtol=1e-4, atol=1e-5)
     assert out[0].stride() == want[0].stride()  # outputs keep eager's layout
     channels_last = "(240, 1, 48, 8)"  # (N, C, H, W) = (2, 8, 5, 6) laid out as (N, H, W, C)
@@ -62,7 +55,7 @@ def test_channels_last_training_gradients(backend):
     ref = copy.deepcopy(m)
     x = torch.randn(2, 8, 5, 6, requires_grad=True)
     x_ref = x.detach().clone().requires_grad_()
-    c = compile_with(m, [x], backend, force_layout_optimization=True)
+    c = compile_graph(m, [x], backend, force_layout_optimization=True)
     out, want = c(x), ref(x_ref)
     for o, w in zip(out, want):
         torch.testing.assert_close(o, w, rtol=1e-4, atol=1e-5)
@@ -92,5 +85,5 @@ def test_channels_last_buffer_flattened_and_pooled(backend):
     m = Net().eval()
     x = torch.randn(2, 3, 4, 6)
     with torch.no_grad():
-        c = compile_with(m, [x], backend, force_layout_optimization=True)
+        c = compile_graph(m, [x], backend, force_layout_optimization=True)
         torch.testing.assert_close(c(x), m(x), rtol=1e-4, atol=1e-5)

@@ -3,9 +3,7 @@ CPU by default, forced here; values (and gradients) against eager, on C++ and th
 import pytest
 import torch
 
-from tininductor import config
-from tininductor.compile_fx import compile_fx
-from tininductor.testing import patch_config
+from tininductor.testing import compile_graph
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 BACKENDS = ["cpp", "triton"]
@@ -16,11 +14,6 @@ def seed():
     torch.manual_seed(0)
 
 
-def compile_with(fn, args, backend, **options):
-    gm = torch.fx.symbolic_trace(fn)
-    with patch_config(config, fallback_to_eager=False, cpu_backend=backend, **options):
-        return compile_fx(gm, list(args))
-
 
 def padded(c) -> bool:
     return "(8, 12)" in c.source and "(12, 16)" in c.source
@@ -30,10 +23,10 @@ def padded(c) -> bool:
 def test_mm_addmm_padded_when_forced(backend):
     a, b, bias = torch.randn(6, 10), torch.randn(10, 13), torch.randn(13)
     for fn in (lambda a, b, bias: a @ b, lambda a, b, bias: torch.addmm(bias, a, b).relu()):
-        c = compile_with(fn, [a, b, bias], backend, force_shape_padding=True)
+        c = compile_graph(fn, [a, b, bias], backend, force_shape_padding=True)
         torch.testing.assert_close(c(a, b, bias), fn(a, b, bias), rtol=1e-5, atol=1e-5)
         assert padded(c), c.source
-        off = compile_with(fn, [a, b, bias], backend)  # CPU, float32: not worth it by default
+        off = compile_graph(fn, [a, b, bias], backend)  # CPU, float32: not worth it by default
         assert not padded(off), off.source
 
 
@@ -42,25 +35,25 @@ def test_bmm_and_linear_padded(backend):
     x, w, bias = torch.randn(3, 6, 10), torch.randn(13, 10), torch.randn(13)
     for fn in (lambda x, w, bias: torch.bmm(x, w.t().expand(3, 10, 13)),
                lambda x, w, bias: torch.nn.functional.linear(x, w, bias)):
-        c = compile_with(fn, [x, w, bias], backend, force_shape_padding=True)
+        c = compile_graph(fn, [x, w, bias], backend, force_shape_padding=True)
         torch.testing.assert_close(c(x, w, bias), fn(x, w, bias), rtol=1e-5, atol=1e-5)
         assert "constant_pad" in "".join(k for k in c.kernels) or "(12, 16)" in c.source, c.source
 
 
 def test_half_precision_padded_and_aligned_left_alone():
     a, b = torch.randn(6, 10, dtype=torch.bfloat16), torch.randn(10, 13, dtype=torch.bfloat16)
-    c = compile_with(lambda a, b: a @ b, [a, b], "cpp", force_shape_padding=True)
+    c = compile_graph(lambda a, b: a @ b, [a, b], "cpp", force_shape_padding=True)
     torch.testing.assert_close(c(a, b), a @ b)
     assert "(8, 16)" in c.source and "(16, 16)" in c.source, c.source  # 8 bf16 elements = 16 bytes
     a, b = torch.randn(8, 16), torch.randn(16, 4)
-    c = compile_with(lambda a, b: a @ b, [a, b], "cpp", force_shape_padding=True)
+    c = compile_graph(lambda a, b: a @ b, [a, b], "cpp", force_shape_padding=True)
     assert "constant_pad" not in "".join(c.kernels)
 
 
 def test_padded_mm_gradients():
     a = torch.randn(6, 10, requires_grad=True)
     b = torch.randn(10, 13, requires_grad=True)
-    c = compile_with(lambda a, b: (a @ b).tanh(), [a, b], "cpp", force_shape_padding=True)
+    c = compile_graph(lambda a, b: (a @ b).tanh(), [a, b], "cpp", force_shape_padding=True)
     out = c(a, b)
     ga, gb = torch.autograd.grad(out.pow(2).sum(), [a, b])
     a2, b2 = a.detach().clone().requires_grad_(), b.detach().clone().requires_grad_()
@@ -74,6 +67,6 @@ def test_padded_mm_gradients():
 def test_transposed_operand_padded_in_its_own_order():
     """``x @ w.t()`` (a linear layer): the weight is padded along its rows, then transposed back."""
     x, w = torch.randn(6, 10), torch.randn(13, 10)
-    c = compile_with(lambda x, w: x @ w.t(), [x, w], "cpp", force_shape_padding=True)
+    c = compile_graph(lambda x, w: x @ w.t(), [x, w], "cpp", force_shape_padding=True)
     torch.testing.assert_close(c(x, w), x @ w.t())
     assert "(16, 12)" in c.source, c.source  # the padded weight, rows first

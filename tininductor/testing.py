@@ -32,10 +32,13 @@ def patch_config(obj, **values):
             setattr(obj, k, v)
 
 
-def compile_graph(fn, args):
-    """symbolic_trace ``fn`` and compile it with ``compile_fx`` (no Dynamo: fast), raising on errors."""
+def compile_graph(fn, args, backend: str | None = None, **options):
+    """symbolic_trace ``fn`` and compile it with ``compile_fx`` (no Dynamo: fast), raising on errors.
+    ``backend``: the CPU backend ("cpp" / "triton"; default ``$TINY_CPU_BACKEND``, else triton);
+    ``options``: ``tininductor.config`` settings for this compile (``force_shape_padding=True``...)."""
     gm = torch.fx.symbolic_trace(fn) if not isinstance(fn, torch.fx.GraphModule) else fn
-    with patch_config(config, fallback_to_eager=False, cpu_backend=os.environ.get("TINY_CPU_BACKEND", "triton")):
+    backend = backend or os.environ.get("TINY_CPU_BACKEND", "triton")
+    with patch_config(config, fallback_to_eager=False, cpu_backend=backend, **options):
         return compile_fx(gm, list(args))
 
 
