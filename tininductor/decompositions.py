@@ -398,8 +398,8 @@ def _empty_stats(x):
     return aten.full.default([0], 0, dtype=_upcast(x).dtype, device=x.device)
 
 
-def _bn_enabled() -> bool:
-    return config.decompose_batch_norm
+def _bn_enabled(training: bool = False) -> bool:
+    return config.decompose_batch_norm and (config.decompose_batch_norm_training or not training)
 
 
 @register_decomposition(aten._native_batch_norm_legit_no_training)
@@ -411,7 +411,7 @@ def _native_batch_norm_legit_no_training(x, weight, bias, running_mean, running_
 
 @register_decomposition(aten._native_batch_norm_legit_functional)
 def _native_batch_norm_legit_functional(x, weight, bias, running_mean, running_var, training, momentum, eps):
-    if not _bn_enabled() or not training:
+    if not _bn_enabled(training=True) or not training:
         return NotImplemented
     return _batch_norm_training(x, weight, bias, running_mean, running_var, momentum, eps)
 
@@ -425,7 +425,7 @@ def _write_running_stats(running_mean, running_var, new_mean, new_var) -> None:
 
 @register_decomposition(aten._native_batch_norm_legit.default)
 def _native_batch_norm_legit(x, weight, bias, running_mean, running_var, training, momentum, eps):
-    if not _bn_enabled():
+    if not _bn_enabled(training):
         return NotImplemented
     if not training:
         out, *_ = _native_batch_norm_legit_no_training(x, weight, bias, running_mean, running_var, momentum, eps)
@@ -438,14 +438,14 @@ def _native_batch_norm_legit(x, weight, bias, running_mean, running_var, trainin
 
 @register_decomposition(aten._native_batch_norm_legit.no_stats)
 def _native_batch_norm_legit_no_stats(x, weight, bias, training, momentum, eps):
-    if not _bn_enabled() or not training:
+    if not _bn_enabled(training=True) or not training:
         return NotImplemented
     return _batch_norm_training(x, weight, bias, None, None, momentum, eps)[:3]
 
 
 @register_decomposition(aten.native_batch_norm)
 def native_batch_norm(x, weight, bias, running_mean, running_var, training, momentum, eps):
-    if not _bn_enabled():
+    if not _bn_enabled(training):
         return NotImplemented
     if not training or running_mean is None:
         if not training and running_mean is not None:
