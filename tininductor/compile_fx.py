@@ -30,7 +30,7 @@ from tinydynamo import artifacts
 from tinydynamo.backends import errors_must_raise
 from tinydynamo.utils import dynamo_timed
 
-from . import config
+from . import config, partitioners
 from .aot_autograd import is_flat_sequence
 from .codecache import PyCodeCache
 from .codegen.common import get_scheduling
@@ -38,7 +38,6 @@ from .codegen.wrapper import WrapperCodeGen
 from .fx_passes.pad_mm import pad_mm
 from .graph import GraphLowering
 from .lowering import LoweringDeclined
-from .partitioners import default_partition, min_cut_partition
 from .runtime.compile_worker import start_workers
 from .runtime.cudagraphs import cudagraphify
 from .runtime.triton_launcher import TritonLauncher, warm_up_driver
@@ -123,7 +122,9 @@ def _wait_for_kernels(graphs) -> None:
 
 
 def _partitioner():
-    choices = {"min_cut": min_cut_partition, "default": default_partition}
+    # read from the module at each compile, so that a swapped partitioner (a course exercise, a test's
+    # injected fault) is the one used
+    choices = {"min_cut": partitioners.min_cut_partition, "default": partitioners.default_partition}
     if config.partitioner not in choices:
         raise ValueError(f"unknown tininductor partitioner {config.partitioner!r}: use one of {sorted(choices)}")
     return choices[config.partitioner]
