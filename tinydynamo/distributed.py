@@ -38,6 +38,7 @@ import torch
 import torch.fx
 from torch import nn
 from torch.fx.passes.split_module import split_module
+from torch.nn.parallel import DistributedDataParallel
 
 from tinydynamo import artifacts, config, logs
 
@@ -45,28 +46,16 @@ log = logs.get_logger("ddp_graphs")
 
 
 # ---- what runs natively ----------------------------------------------------------------------------
-def _ddp_class():
-    """``DistributedDataParallel`` where torch.distributed is built, else None."""
-    if not torch.distributed.is_available():
-        return None
-    from torch.nn.parallel import DistributedDataParallel
-
-    return DistributedDataParallel
-
-
 def wrapped_module(module: nn.Module) -> nn.Module | None:
     """The module a DDP wrapper runs (``ddp.module``), else None: the wrapper itself runs natively."""
-    ddp = _ddp_class()
-    if ddp is not None and isinstance(module, ddp):
-        return module.module
-    return None
+    return module.module if isinstance(module, DistributedDataParallel) else None
 
 
 def is_fsdp_managed(module: nn.Module) -> bool:
     """A module under FSDP2's ``fully_shard``: its hooks all-gather and free its parameters."""
     if not torch.distributed.is_available():
         return False
-    from torch.distributed.fsdp import FSDPModule
+    from torch.distributed.fsdp import FSDPModule  # lazy: importable only where torch.distributed is built
 
     return isinstance(module, FSDPModule)
 
@@ -101,8 +90,9 @@ def compiled_forward(module: nn.Module, forward: Callable) -> Iterator[None]:
 # ---- the DDP optimizer: graph pieces at bucket boundaries ---------------------------------------
 def active_ddp_module() -> nn.Module | None:
     """The DDP module whose forward is running (DDP sets it around the wrapped module's call)."""
-    ddp = _ddp_class()
-    return ddp._get_active_ddp_module() if ddp is not None else None
+    if not torch.distributed.is_available():
+        return None
+    return DistributedDataParallel._get_active_ddp_module()
 
 
 def default_first_bucket_cap(bucket_bytes_cap: int) -> int:
