@@ -11,7 +11,7 @@ from typing import Any, Callable
 
 import torch
 
-from tinydynamo.exc import ObservedException, Unsupported, unimplemented
+from tinydynamo.exc import ObservedException, Unsupported, raise_observed, unimplemented
 from tinydynamo.variables.base import VariableTracker, register_construction
 from tinydynamo.variables.constant import ConstantVariable
 from tinydynamo.variables.dicts import DictVariable
@@ -319,14 +319,16 @@ class BuiltinVariable(VariableTracker):
         if len(args) != 1 or not isinstance(args[0], ListIteratorVariable):
             return None
         item = args[0].next_item()
-        if item is None:
-            unimplemented("next() on an exhausted iterator (StopIteration)")
+        if item is None:  # an observed StopIteration: an enclosing `except StopIteration` in the frame sees it
+            raise_observed(StopIteration)
         return item
 
     def call_dict(self, tx, args, kwargs):
         items = dict(args[0].items) if args and isinstance(args[0], DictVariable) else {}
-        if args and isinstance(args[0], BaseListVariable):
-            for pair in args[0].items:
+        if args and not isinstance(args[0], (DictVariable, BaseListVariable, ListIteratorVariable)):
+            unimplemented(f"dict() of {args[0]}")  # a mapping (keys() + []) or an iterable of pairs not modelled
+        if args and isinstance(args[0], (BaseListVariable, ListIteratorVariable)):
+            for pair in args[0].unpack_var_sequence(tx):
                 k, v = pair.unpack_var_sequence(tx)
                 items[k.as_python_constant()] = v
         items.update(kwargs)
@@ -615,7 +617,7 @@ def _call_extra(tx, fn, args, kwargs):
         return args[1] if item is None else item
     if fn is iter and len(args) == 1 and isinstance(args[0], ListIteratorVariable):
         return args[0]
-    if fn in (zip, enumerate) and any(type(a).__name__ == "LazyIteratorVariable" for a in args):
+    if fn in (zip, enumerate) and any(getattr(a, "gen", None) is not None for a in args):
         from tinydynamo.variables import iter as it
         if fn is zip and not kwargs:
             return it.LazyIteratorVariable((TupleVariable(list(t)) for t in zip(*[it.iterate(tx, a) for a in args])), "zip")

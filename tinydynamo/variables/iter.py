@@ -288,7 +288,7 @@ class DequeVariable(ListVariable):
                     unimplemented("popleft from an empty deque (an IndexError)")
                 return self.items.pop(0)
             elif name == "extendleft":
-                for v in list(iterate(tx, args[0])):
+                for v in iterate(tx, args[0]):  # a generator's items are made one by one (they may read the deque)
                     self.items.insert(0, v)
             else:
                 k = args[0].as_python_constant() if args else 1
