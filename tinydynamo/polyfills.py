@@ -32,6 +32,11 @@ import typing
 import torch
 import torch.utils.checkpoint
 
+try:
+    import numpy as np
+except ImportError:  # numpy is optional (torch imports it when it is installed)
+    np = None
+
 
 # ---- 2. Python reimplementations, inlined --------------------------------------------------------------
 def reduce(function, iterable, *initial):
@@ -210,9 +215,7 @@ PURE_FUNCTIONS = {
 
 
 def numpy_scalar_types() -> tuple:
-    try:
-        import numpy as np
-    except ImportError:
+    if np is None:
         return ()
     return (np.float16, np.float32, np.float64, np.int8, np.int16, np.int32, np.int64, np.uint8, np.bool_)
 
