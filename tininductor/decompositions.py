@@ -28,6 +28,7 @@ import torch
 from torch._dispatch.python import enable_python_dispatcher
 from torch._guards import detect_fake_mode
 from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.fx import traceback as fx_traceback
 from torch.fx.experimental.proxy_tensor import make_fx
 from torch.fx.passes.fake_tensor_prop import FakeTensorProp
 
@@ -630,7 +631,11 @@ def decompose(gm: torch.fx.GraphModule, example_inputs, table: dict | None = Non
     functional = torch.func.functionalize(gm, remove="mutations")
     # the Python dispatcher makes torch's composite kernels emit functional ops (squeeze, not squeeze_)
     composites = SymbolicComposites() if _has_symbolic_sizes(fakes) else contextlib.nullcontext()
-    with torch.no_grad(), mode, enable_python_dispatcher(), composites, allow_real_constants(mode):
+    # preserve_node_meta: make_fx records in each node's ``meta["original_aten"]`` the op it was
+    # decomposed from (``aten._softmax`` for the ``amax``, ``sub``, ``exp`` ... it became), which
+    # kernel names can follow (``config.descriptive_names``)
+    with torch.no_grad(), mode, enable_python_dispatcher(), composites, allow_real_constants(mode), \
+            fx_traceback.preserve_node_meta():
         out = make_fx(functional, decomposition_table=table)(*fakes)
     if functionalize_inplace_views(out):
         # the in-place op restrided its base's example value too: recompute every node's ``val``

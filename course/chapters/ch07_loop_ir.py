@@ -15,12 +15,20 @@ loaded (``ch``):
 from __future__ import annotations
 
 import contextlib
+import operator
 import os
 from typing import Callable
 
 import torch
+from torch.fx.experimental.proxy_tensor import make_fx
+from torch.utils._pytree import tree_flatten, tree_unflatten
 
-from tininductor import ir, lowering, scheduler
+from tininductor import config, ir, lowering, scheduler
+from tininductor.compile_fx import compile_fx_inner
+from tininductor.decompositions import DECOMPOSITIONS, decompose
+from tininductor.graph import GraphLowering
+from tininductor.registry import overload_table
+from tininductor.testing import patch_config
 from tininductor.virtualized import V
 from tinydynamo.registry import swap
 
@@ -37,6 +45,42 @@ def use_lowering(target, fn):
     """Register ``fn`` as the lowering of ``target`` (an OpOverload) for the duration (a swap of the registry)."""
     with lowering.lowerings.swap({target: fn}):
         yield
+
+
+class _LowerEach(torch.fx.Interpreter):
+    """Run a small ATen graph on IR values: each op through the package's lowering."""
+
+    def call_function(self, target, args, kwargs):
+        if target is operator.getitem:
+            return args[0][args[1]]
+        fn = lowering.lookup(target)
+        if fn is None:
+            raise lowering.LoweringDeclined(f"{target} has no lowering")
+        return fn(*args, **kwargs)
+
+
+def decomposition_lowering(op) -> Callable:
+    """A lowering of ``op`` derived from its decomposition (``decompositions.py``, the op's one
+    definition): trace the decomposition on meta tensors shaped like the IR arguments, then lower
+    each op of that small graph with the package's lowering. ``decomposition_lowering(aten.silu.default)``
+    builds what Exercise 7.1 writes by hand."""
+    def lower(*args, **kwargs):
+        flat, spec = tree_flatten((args, kwargs))
+        where = [i for i, a in enumerate(flat) if isinstance(a, ir.IRNode)]
+
+        def call(*tensors):
+            values = list(flat)
+            for i, t in zip(where, tensors):
+                values[i] = t
+            args_, kwargs_ = tree_unflatten(values, spec)
+            return op(*args_, **kwargs_)
+
+        metas = [torch.empty([int(n) for n in flat[i].get_size()], dtype=flat[i].get_dtype(), device="meta")
+                 for i in where]
+        gm = make_fx(call, decomposition_table=overload_table(DECOMPOSITIONS))(*metas)
+        return _LowerEach(gm).run(*[flat[i] for i in where])
+
+    return lower
 
 
 def permute_lowering(permute_reindex: Callable[..., Reindex]):
@@ -82,32 +126,39 @@ def use_read_writes(handler_class: type):
 # --------------------------------------------------------------------------- running the pipeline
 
 
-def aten_graph(fn, args) -> torch.fx.GraphModule:
-    """Trace ``fn`` to ATen ops *without* decomposing (so ``aten.silu`` stays ``aten.silu``)."""
-    from torch.fx.experimental.proxy_tensor import make_fx
+def composite_decompositions() -> dict:
+    """The decompositions of the ops that have no lowering now (softmax, layer_norm, gelu, silu
+    ...), keyed by overload: an op with a lowering (the package's, or one a ``use_lowering`` put
+    in) stays in the graph and is lowered as it is."""
+    return {op: fn for op, fn in overload_table(DECOMPOSITIONS).items() if op not in lowering.lowerings}
 
+
+def aten_graph(fn, args) -> torch.fx.GraphModule:
+    """Trace ``fn`` to ATen ops, decomposing only the ops that have no lowering: ``aten.silu``
+    stays ``aten.silu`` while a lowering is registered for it (Exercise 7.1), and becomes
+    ``mul(x, sigmoid(x))``, its decomposition, otherwise. Each node records the op it came from
+    (``meta["original_aten"]``), so a kernel can be named after the op the function called."""
+    return traced_graph(fn, args, decompose_all=False)
+
+
+def traced_graph(fn, args, decompose_all: bool) -> torch.fx.GraphModule:
+    """``fn`` traced on ``args`` (its Python control flow taken as they take it) and decomposed
+    to prims as the backend does (``decompose_all``), or as :func:`aten_graph` says."""
     with torch.no_grad():
-        return make_fx(fn)(*args)
+        gm = make_fx(fn)(*args)
+        return decompose(gm, list(args), table=None if decompose_all else composite_decompositions())
 
 
 def compile_aten(fn, args, decompose=False):
     """Compile ``fn`` with tininductor's Triton path (the interpreter on CPU), raising on errors.
+    Kernels are named after the ops ``fn`` calls (``triton_per_fused_softmax_0``).
 
     Returns the compiled callable (``.kernels``, ``.source``, ``.fallback_reasons``).
     """
-    from tininductor import config
-    from tininductor.compile_fx import compile_fx_inner
-    from tininductor.testing import patch_config
-
-    if decompose:
-        from tininductor.decompositions import decompose as decompose_fn
-
-        gm = decompose_fn(torch.fx.symbolic_trace(fn), list(args))
-    else:
-        gm = aten_graph(fn, args)
+    gm = traced_graph(fn, args, decompose)
     if not torch.cuda.is_available():
         os.environ.setdefault("TRITON_INTERPRET", "1")
-    with patch_config(config, fallback_to_eager=False, cpu_backend="triton"):
+    with patch_config(config, fallback_to_eager=False, cpu_backend="triton", descriptive_names="original_aten"):
         return compile_fx_inner(gm, list(args))
 
 
@@ -117,17 +168,7 @@ def lower_and_schedule(fn, args, decompose=True):
     Returns ``(graph, sched)``: ``graph.buffers`` are the realized IR buffers,
     ``sched.nodes`` the kernels (``FusedGroup``) and extern calls in order.
     """
-    from tininductor.compile_fx import _ensure_example_values
-    from tininductor.graph import GraphLowering
-
-    if decompose:
-        from tininductor.decompositions import decompose as decompose_fn
-
-        with torch.no_grad():
-            gm = decompose_fn(torch.fx.symbolic_trace(fn), list(args))
-    else:
-        gm = aten_graph(fn, args)
-    _ensure_example_values(gm, list(args))
+    gm = traced_graph(fn, args, decompose)
     graph = GraphLowering(gm, list(args))
     with V.set_graph_handler(graph):
         graph.run(*args)

@@ -11,6 +11,8 @@ import os
 
 import torch
 
+from course.chapters.ch07_loop_ir import compile_aten
+
 if not torch.cuda.is_available():  # read by @triton.jit when it decorates: set it before any kernel exists
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
@@ -34,23 +36,9 @@ def use_mini_backend(scheduling: type):
             common.backends[k] = v if v is not None else package_triton.TritonScheduling
 
 
-def compile_triton(fn, args, decompose=False):
-    """Compile ``fn`` with tininductor on the Triton path (interpreter on CPU), raising on errors."""
-    from torch.fx.experimental.proxy_tensor import make_fx
-
-    from tininductor import config
-    from tininductor.compile_fx import compile_fx_inner
-    from tininductor.testing import patch_config
-
-    with torch.no_grad():
-        if decompose:
-            from tininductor.decompositions import decompose as decompose_fn
-
-            gm = decompose_fn(torch.fx.symbolic_trace(fn), list(args))
-        else:
-            gm = make_fx(fn)(*args)
-    with patch_config(config, fallback_to_eager=False, cpu_backend="triton"):
-        return compile_fx_inner(gm, list(args))
+#: compile ``fn`` on the Triton path (interpreter on CPU), raising on errors: chapter 7's
+#: ``compile_aten`` (composite ops lowered through their decompositions, kernels named after them)
+compile_triton = compile_aten
 
 
 def kernel_source(compiled, index: int = 0) -> str:
