@@ -105,6 +105,31 @@ def test_composite_ops_are_decompositions_and_kernels_keep_their_name(name, back
     assert len(compiled.kernels) == 1 and f"_fused_{op_name(target)}_0" in compiled.kernels[0], compiled.kernels
 
 
+@pytest.mark.parametrize("name", ["gelu_tanh", "layer_norm", "softmax"])
+def test_decomposition_lowering_lowers_an_op_through_its_decomposition(name):
+    """``decomposition_lowering(op)`` is a lowering built from the op's decomposition: registered
+    for the op, a graph that keeps the op (traced without decomposing) lowers it, with no fallback."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from tininductor import config
+    from tininductor.compile_fx import compile_fx_inner
+    from tininductor.decompositions import decomposition_lowering
+    from tininductor.testing import patch_config
+
+    target, fn = COMPOSITES[name]
+    overload = target.default
+    args = [torch.randn(4, 8), torch.randn(8), torch.randn(8)]
+    with torch.no_grad():
+        gm = make_fx(fn)(*args)
+    assert overload in [n.target for n in gm.graph.nodes]
+    with torch.no_grad(), patch_config(config, fallback_to_eager=False, cpu_backend="cpp"), \
+            lowering.lowerings.swap({overload: decomposition_lowering(overload)}):
+        compiled = compile_fx_inner(gm, args)
+    assert compiled.fallback_reasons == [] and len(compiled.kernels) == 1
+    out = compiled(*args)
+    torch.testing.assert_close(out[0] if isinstance(out, (list, tuple)) else out, fn(*args))
+
+
 # ------------------------------------------------------------------ ops added by one table row
 @pytest.mark.parametrize("backend", ["cpp", "triton"])
 @pytest.mark.parametrize("fn", [torch.exp2, torch.log2], ids=lambda f: f.__name__)

@@ -401,11 +401,17 @@ def _restride(layout: ir.Layout, size, stride, offset) -> ir.Layout:
 def permute(x, dims):
     dims = [d % max(len(x.get_size()), 1) for d in dims]
     size = [x.get_size()[d] for d in dims]
-    inverse = [dims.index(i) for i in range(len(dims))]
     return _view_of(
-        x, size, lambda index: [index[inverse[i]] for i in range(len(dims))],
+        x, size, permute_reindex(dims),
         lambda lay: _restride(lay, size, [lay.stride[d] for d in dims], lay.offset),
     )
+
+
+def permute_reindex(dims: Sequence[int]) -> Callable[[list], list]:
+    """Index arithmetic of ``permute(dims)``: output index -> input index (output dim ``i`` is
+    input dim ``dims[i]``, so input dim ``d`` reads output dim ``dims.index(d)``)."""
+    inverse = [list(dims).index(i) for i in range(len(dims))]
+    return lambda index: [index[inverse[i]] for i in range(len(dims))]
 
 
 @register_lowering(aten.expand)
@@ -414,14 +420,19 @@ def expand(x, size, implicit=False):
     size = [o if s == -1 else s for s, o in zip(size, [None] * (len(size) - len(old)) + old)]
     skip = len(size) - len(old)
 
-    def reindex(index):
-        return [sympy.Integer(0) if old[i] == 1 and size[skip + i] != 1 else index[skip + i] for i in range(len(old))]
-
     def layout(lay):
         stride = [0] * skip + [0 if old[i] == 1 and size[skip + i] != 1 else lay.stride[i] for i in range(len(old))]
         return _restride(lay, size, stride, lay.offset)
 
-    return _view_of(x, size, reindex, layout)
+    return _view_of(x, size, expand_reindex(old, size), layout)
+
+
+def expand_reindex(old: Sequence, size: Sequence) -> Callable[[list], list]:
+    """Index arithmetic of expanding ``old`` to ``size`` (no ``-1`` left): output index -> input
+    index. New leading dims are dropped; a size-1 dim broadcast to more reads index 0."""
+    skip = len(size) - len(old)
+    return lambda index: [sympy.Integer(0) if old[i] == 1 and size[skip + i] != 1 else index[skip + i]
+                          for i in range(len(old))]
 
 
 @register_lowering(aten.unsqueeze)

@@ -15,16 +15,15 @@ loaded (``ch``):
 from __future__ import annotations
 
 import contextlib
-import operator
 import os
 from typing import Callable
 
 import torch
+from torch.fx import traceback as fx_traceback
 from torch.fx.experimental.proxy_tensor import make_fx
-from torch.utils._pytree import tree_flatten, tree_unflatten
 
 from tininductor import config, ir, lowering, scheduler
-from tininductor.compile_fx import compile_fx_inner
+from tininductor.compile_fx import _ensure_example_values, compile_fx_inner
 from tininductor.decompositions import DECOMPOSITIONS, decompose
 from tininductor.graph import GraphLowering
 from tininductor.registry import overload_table
@@ -45,42 +44,6 @@ def use_lowering(target, fn):
     """Register ``fn`` as the lowering of ``target`` (an OpOverload) for the duration (a swap of the registry)."""
     with lowering.lowerings.swap({target: fn}):
         yield
-
-
-class _LowerEach(torch.fx.Interpreter):
-    """Run a small ATen graph on IR values: each op through the package's lowering."""
-
-    def call_function(self, target, args, kwargs):
-        if target is operator.getitem:
-            return args[0][args[1]]
-        fn = lowering.lookup(target)
-        if fn is None:
-            raise lowering.LoweringDeclined(f"{target} has no lowering")
-        return fn(*args, **kwargs)
-
-
-def decomposition_lowering(op) -> Callable:
-    """A lowering of ``op`` derived from its decomposition (``decompositions.py``, the op's one
-    definition): trace the decomposition on meta tensors shaped like the IR arguments, then lower
-    each op of that small graph with the package's lowering. ``decomposition_lowering(aten.silu.default)``
-    builds what Exercise 7.1 writes by hand."""
-    def lower(*args, **kwargs):
-        flat, spec = tree_flatten((args, kwargs))
-        where = [i for i, a in enumerate(flat) if isinstance(a, ir.IRNode)]
-
-        def call(*tensors):
-            values = list(flat)
-            for i, t in zip(where, tensors):
-                values[i] = t
-            args_, kwargs_ = tree_unflatten(values, spec)
-            return op(*args_, **kwargs_)
-
-        metas = [torch.empty([int(n) for n in flat[i].get_size()], dtype=flat[i].get_dtype(), device="meta")
-                 for i in where]
-        gm = make_fx(call, decomposition_table=overload_table(DECOMPOSITIONS))(*metas)
-        return _LowerEach(gm).run(*[flat[i] for i in where])
-
-    return lower
 
 
 def permute_lowering(permute_reindex: Callable[..., Reindex]):
@@ -142,11 +105,12 @@ def aten_graph(fn, args) -> torch.fx.GraphModule:
 
 
 def traced_graph(fn, args, decompose_all: bool) -> torch.fx.GraphModule:
-    """``fn`` traced on ``args`` (its Python control flow taken as they take it) and decomposed
-    to prims as the backend does (``decompose_all``), or as :func:`aten_graph` says."""
+    """``fn`` decomposed to prims as the backend does (``decompose_all``), or as :func:`aten_graph` says."""
     with torch.no_grad():
-        gm = make_fx(fn)(*args)
-        return decompose(gm, list(args), table=None if decompose_all else composite_decompositions())
+        if decompose_all:
+            return decompose(torch.fx.symbolic_trace(fn), list(args))
+        with fx_traceback.preserve_node_meta():  # each node records the op it came from
+            return make_fx(fn, decomposition_table=composite_decompositions())(*args)
 
 
 def compile_aten(fn, args, decompose=False):
@@ -169,6 +133,7 @@ def lower_and_schedule(fn, args, decompose=True):
     ``sched.nodes`` the kernels (``FusedGroup``) and extern calls in order.
     """
     gm = traced_graph(fn, args, decompose)
+    _ensure_example_values(gm, list(args))
     graph = GraphLowering(gm, list(args))
     with V.set_graph_handler(graph):
         graph.run(*args)
