@@ -6,7 +6,8 @@ the losses must equal eager's (per wrapper) within the dtype's tolerance. Step t
 the steps after ``--warmup`` (the first step compiles). Modes:
 
     ddp_eager, ddp_compile (torch.compile), ddp_tiny (tinydynamo + tininductor, DDP optimizer on),
-    ddp_tiny_nosplit (the DDP optimizer off), fsdp_eager, fsdp_compile, fsdp_tiny
+    ddp_tiny_nosplit (the DDP optimizer off), fsdp_eager, fsdp_compile, fsdp_tiny,
+    local_eager, local_compile, local_tiny (no wrapper, no communication: not run by default)
 
 ``--profile`` records a torch.profiler trace of a few steps of ``ddp_eager``, ``ddp_compile``,
 ``ddp_tiny`` and ``ddp_tiny_nosplit`` and reports the share of all-reduce time that runs while
@@ -50,6 +51,9 @@ DDP_MODES = ("ddp_eager", "ddp_compile", "ddp_tiny", "ddp_tiny_nosplit")
 PROFILED = DDP_MODES  # --profile: the DDP modes, whose all-reduces should overlap the backward
 PROFILE_STEPS = 2
 FSDP_MODES = ("fsdp_eager", "fsdp_compile", "fsdp_tiny")
+#: the model unwrapped, no communication (each rank trains alone): what the compilers do with the model
+#: itself, so that a gap under DDP can be told apart from a gap in the model's own graphs
+LOCAL_MODES = ("local_eager", "local_compile", "local_tiny")
 COMM = ("nccl", "allreduce", "all_reduce", "reducescatter", "reduce_scatter", "allgather", "all_gather")
 
 
@@ -81,7 +85,9 @@ def build_model(args, device: str, dtype: torch.dtype):
 
 def wrap(mode: str, model, blocks, device: str, args):
     """The wrapped model and the callable a step runs."""
-    if mode.startswith("ddp"):
+    if mode.startswith("local"):
+        wrapped = model
+    elif mode.startswith("ddp"):
         from torch.nn.parallel import DistributedDataParallel as DDP
 
         ids = [torch.device(device).index] if device.startswith("cuda") else None
@@ -314,12 +320,13 @@ def overlap_report(rows: list[dict], args) -> str:
 
 def report(rows: list[dict], args) -> None:
     tol = 5e-2 if args.dtype in ("bfloat16", "float16") else 1e-4
-    base = {}
+    base, compiled = {}, {}
     for r in rows:
         if "error" in r:
             continue
         family = r["mode"].split("_")[0]
         base.setdefault(family, r) if r["mode"].endswith("_eager") else None
+        compiled.setdefault(family, r) if r["mode"].endswith("_compile") else None
     for r in rows:
         ref = base.get(r["mode"].split("_")[0])
         if "error" in r or ref is None:
@@ -327,9 +334,11 @@ def report(rows: list[dict], args) -> None:
         r["max_loss_diff"] = max(abs(a - b) for a, b in zip(r["losses"], ref["losses"]))
         r["losses_match"] = r["max_loss_diff"] <= tol * max(1.0, abs(ref["losses"][0]))
         r["speedup_vs_eager"] = ref["step_ms"] / r["step_ms"]
+        if r["mode"].split("_")[0] in compiled:  # > 1: faster than torch.compile's step
+            r["speedup_vs_compile"] = compiled[r["mode"].split("_")[0]]["step_ms"] / r["step_ms"]
         if r["overlap"]:
             r["overlap_share"] = r["overlap"]["overlap_share"]
-    harness.print_table(rows, ["mode", "step_ms", "speedup_vs_eager", "first_step_s", "max_loss_diff",
+    harness.print_table(rows, ["mode", "step_ms", "speedup_vs_eager", "speedup_vs_compile", "first_step_s", "max_loss_diff",
                                "losses_match", "overlap_share", "pieces", "error"],
                         f"{args.world} x {harness.describe_device(args.device)}: {rows[0].get('model', '')}, "
                         f"{args.dtype}, {args.batch} x {args.seq} tokens per rank, {args.steps} steps")
