@@ -20,7 +20,7 @@ import operator
 from typing import Callable, Iterator
 
 from tinydynamo import config
-from tinydynamo.exc import unimplemented
+from tinydynamo.exc import raise_observed, unimplemented
 from tinydynamo.variables.base import VariableTracker
 from tinydynamo.variables.builtin import BuiltinVariable, register_handlers_from_above
 from tinydynamo.variables.constant import ConstantVariable
@@ -147,6 +147,10 @@ class PartialVariable(VariableTracker):
             return TupleVariable(list(self.args))
         if name == "keywords":
             return DictVariable(dict(self.keywords))
+        if not any(name in vars(k) for k in functools.partial.__mro__):
+            # a partial made in the frame has no attributes of its own beyond these (none can be set on
+            # it here): ``hasattr(p, '__name__')`` is False, as in Python (a function's attributes are not a partial's)
+            raise_observed(AttributeError, f"'functools.partial' object has no attribute {name!r}")
         unimplemented(f"functools.partial attribute {name!r}")
 
     def reconstruct(self, codegen) -> str:
