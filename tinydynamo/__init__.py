@@ -26,7 +26,8 @@ LAYERS = (
     ("variables.builtin",),      # builtins, operator and math functions over every kind below
     ("variables.nn_module", "variables.module_hooks"),  # nn.Modules, their forward inlined between hooks
     ("variables.autograd_function", "variables.torch_function"),  # autograd.Function, __torch_function__
-    ("variables.tensor", "variables.torch", "variables.user_defined", "variables.dicts", "trace_rules"),
+    ("variables.tensor", "variables.torch", "variables.user_defined", "variables.dicts", "variables.exceptions",
+     "trace_rules"),
     ("variables.lists", "variables.ctx_manager"),  # sequences and iterators; grad-mode context managers
     ("variables.functions", "variables.sym_node", "variables.autocast", "variables.misc_ctx"),
     ("variables.constant",),     # a Python value known at trace time

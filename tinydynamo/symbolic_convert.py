@@ -53,6 +53,7 @@ from tinydynamo.variables.ctx_manager import (
     set_grad_enabled,
 )
 from tinydynamo.variables.dataclasses import DataclassVariable, can_model
+from tinydynamo.variables.exceptions import ExceptionVariable
 from tinydynamo.variables.functions import shared_cell_tracker
 from tinydynamo.variables.generator import LocalGeneratorObjectVariable, close_dead_generators
 from tinydynamo.variables.iter import SetVariable
@@ -696,26 +697,13 @@ def BEFORE_WITH(tx: T, inst):
     tx.push(ctx.enter(tx))
 
 
-class ExceptionVariable(VariableTracker):
-    """An exception raised (and maybe caught) inside traced code: its type and message."""
-
-    def __init__(self, exc: ObservedException):
-        super().__init__(None)
-        self.exc = exc
-
-    def python_type(self):
-        return self.exc.exc_type
-
-    def __repr__(self) -> str:
-        return f"ExceptionVariable({self.exc.exc_type.__name__})"
-
-
 # ---- exceptions raised and caught inside traced code (the handler path of try/except) --------------------
 @_handler
 def PUSH_EXC_INFO(tx: T, inst):
     exc = tx.pop()
     tx.push(ConstantVariable(None))  # the previous "current exception" (sys.exc_info()), restored by POP_EXCEPT
     tx.push(exc)
+    tx.output.exc_stack.append(exc)  # the exception being handled (what a bare `raise` re-raises)
 
 
 @_handler
@@ -728,7 +716,10 @@ def CHECK_EXC_MATCH(tx: T, inst):
 
 
 @_handler
-def POP_EXCEPT(tx: T, inst): tx.pop()
+def POP_EXCEPT(tx: T, inst):
+    tx.pop()
+    if tx.output.exc_stack:
+        tx.output.exc_stack.pop()
 
 
 @_handler
@@ -741,10 +732,15 @@ def RERAISE(tx: T, inst):
 
 @_handler
 def RAISE_VARARGS(tx: T, inst):
-    """``raise E`` / ``raise E("msg")`` with a constant exception class or message: observed, so an enclosing
-    ``try`` in traced code can catch it; anything else (and an uncaught raise) is Unsupported."""
-    if inst.argval != 1:
-        unimplemented("raise statement (bare re-raise or raise ... from ...)")
+    """``raise E`` / ``raise E("msg")`` / ``raise E(...) from c`` / a bare ``raise`` in an ``except`` block:
+    observed, so an enclosing ``try`` in traced code can catch it; anything else (and an uncaught raise)
+    is Unsupported."""
+    if inst.argval == 0:  # a bare `raise`: the exception being handled
+        if not tx.output.exc_stack or not isinstance(tx.output.exc_stack[-1], ExceptionVariable):
+            unimplemented("bare `raise` outside a traced except block")
+        raise tx.output.exc_stack[-1].exc
+    if inst.argval == 2:  # `raise exc from cause`: the cause only sets __cause__ (not modelled; unread here)
+        tx.pop()
     exc = tx.pop()
     if isinstance(exc, ExceptionVariable):
         raise exc.exc

@@ -318,6 +318,8 @@ class BuiltinVariable(VariableTracker):
     def call_next(self, tx, args, kwargs):
         if len(args) != 1 or not isinstance(args[0], ListIteratorVariable):
             return None
+        if hasattr(args[0], "resume"):  # a generator: its StopIteration carries the return value
+            return args[0].call_method(tx, "__next__", [], {})
         item = args[0].next_item()
         if item is None:  # an observed StopIteration: an enclosing `except StopIteration` in the frame sees it
             raise_observed(StopIteration)

@@ -23,6 +23,7 @@ import types
 from tinydynamo import config
 from tinydynamo.exc import ObservedException, Unsupported, raise_observed, unimplemented
 from tinydynamo.variables.constant import ConstantVariable
+from tinydynamo.variables.exceptions import ExceptionVariable
 from tinydynamo.variables.iter import LazyIteratorVariable
 from tinydynamo.variables.lists import ListIteratorVariable
 from tinydynamo.variables.misc import GetAttrVariable
@@ -196,10 +197,7 @@ class LocalGeneratorObjectVariable(LazyIteratorVariable):
         if name == "__iter__" and not args:
             return self
         if name == "__next__" and not args:
-            item = self.next_item()
-            if item is None:
-                raise_observed(StopIteration)
-            return item
+            return self._value_or_stop(self.next_item())
         if name == "send" and len(args) == 1:
             return self._value_or_stop(self.resume(sent=args[0]))
         if name == "throw" and len(args) == 1:
@@ -209,8 +207,10 @@ class LocalGeneratorObjectVariable(LazyIteratorVariable):
         return super().call_method(tx, name, args, kwargs)
 
     def _value_or_stop(self, value):
-        if value is None:
-            raise_observed(StopIteration)
+        if value is None:  # StopIteration(return value): ``e.value`` is what the body returned
+            ret = self.return_value
+            raise ExceptionVariable.create(StopIteration, [] if ret is None or ret.is_python_constant()
+                                           and ret.as_python_constant() is None else [ret]).exc
         self.items.append(value)
         self.index = len(self.items)
         return value
