@@ -466,6 +466,21 @@ def _softmax(x, dim, half_to_float=False):
     return aten.div(e, aten.sum(e, [dim], True))
 
 
+@register_decomposition(aten._safe_softmax)
+def _safe_softmax(x, dim, dtype=None):
+    """Softmax whose fully masked rows (every entry ``-inf``) are 0 instead of NaN: what the math
+    attention path (``scaled_dot_product_attention`` with a boolean mask) calls. Such a row's max
+    is ``-inf``: it is shifted by 0 instead, so its exps are 0, and divided by 1 instead of its sum
+    of 0. Nothing in it is NaN, so its gradient is 0 as in eager, and the whole op is one
+    reduction kernel with the masking and the scores' producer fused in."""
+    xf = prims.convert_element_type(x, dtype) if dtype is not None and dtype != x.dtype else x
+    row_max = aten.amax(xf, [dim], True)
+    shift = aten.where(aten.eq(row_max, -math.inf), _scalar(0, row_max), row_max)
+    e = aten.exp(aten.sub(xf, shift))
+    total = aten.sum(e, [dim], True)
+    return aten.div(e, aten.where(aten.eq(total, 0), _scalar(1, total), total))
+
+
 @register_decomposition(aten._log_softmax)
 def _log_softmax(x, dim, half_to_float=False):
     """x - max - log(sum(exp(x - max)))."""
