@@ -57,6 +57,12 @@ pad_mm_max_growth: float = 0.1
 layout_optimization: bool = os.environ.get("TINY_LAYOUT_OPT", "1") != "0"
 force_layout_optimization: bool = False
 
+#: On GPUs a convolution's bias is added by the kernel that reads the convolution's output (a pointwise
+#: add fused into it) instead of by cuDNN in a kernel of its own (graph.py's ``convolution``;
+#: TorchInductor does the same). ``force_split_conv_bias``: on any device (tests).
+split_conv_bias: bool = os.environ.get("TINY_SPLIT_CONV_BIAS", "1") != "0"
+force_split_conv_bias: bool = False
+
 #: Directory the debug dump writes wrapper modules to (TINY_LOGS=output_code also prints them).
 debug_dir: str = os.environ.get("TINY_DEBUG_DIR", "tiny_debug")
 
