@@ -50,6 +50,10 @@ force_shape_padding: bool = False
 #: the most a padded dim may grow (0.1: 10%) for the padding to be taken without ``force_shape_padding``
 pad_mm_max_growth: float = 0.1
 
+#: ``mm`` + ``add`` of a bias that only library kernels and graph outputs read (through views) runs as
+#: ``addmm``, the bias added in the matmul's epilogue, instead of a kernel of its own (fx_passes/mm_bias.py).
+mm_bias_epilogue: bool = os.environ.get("TINY_MM_BIAS_EPILOGUE", "1") != "0"
+
 #: Inference graphs with convolutions on CUDA give their convolutions channels-last inputs, and each
 #: 4-D pointwise buffer the memory order of what it reads (graph.py's ``preferred_order``;
 #: TorchInductor's options of the same names). ``force_layout_optimization``:
