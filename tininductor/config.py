@@ -67,6 +67,12 @@ force_layout_optimization: bool = False
 split_conv_bias: bool = os.environ.get("TINY_SPLIT_CONV_BIAS", "1") != "0"
 force_split_conv_bias: bool = False
 
+#: What a generated kernel is named after (``triton_per_fused_<names>_0``; TorchInductor's
+#: ``triton.descriptive_names``): "inductor_node", the ops of the FX nodes it fuses (``amax_sub_exp``),
+#: or "original_aten", the op each node was decomposed from (``softmax``), which ``decompose``
+#: records in ``node.meta["original_aten"]``; a node with none is named after its own op.
+descriptive_names: str = "inductor_node"
+
 #: Directory the debug dump writes wrapper modules to (TINY_LOGS=output_code also prints them).
 debug_dir: str = os.environ.get("TINY_DEBUG_DIR", "tiny_debug")
 

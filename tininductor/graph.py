@@ -105,9 +105,12 @@ class GraphLowering(torch.fx.Interpreter):
         return self.graph_inputs[name]
 
     def origin_ops(self, origins) -> list[str]:
-        """Op names (``add``, ``sin``) of FX nodes, for kernel names."""
+        """Op names (``add``, ``sin``) of FX nodes, for kernel names: each node's own op, or with
+        ``config.descriptive_names == "original_aten"`` the op it was decomposed from."""
         nodes = {n.name: n for n in self.module.graph.nodes}
-        return [op_name(nodes[o].target) for o in origins if o in nodes and nodes[o].op == "call_function"]
+        original = config.descriptive_names == "original_aten"
+        return [op_name(original and nodes[o].meta.get("original_aten") or nodes[o].target)
+                for o in origins if o in nodes and nodes[o].op == "call_function"]
 
     # ---------------------------------------------------------------- fx.Interpreter hooks
 
