@@ -50,12 +50,22 @@ force_shape_padding: bool = False
 #: the most a padded dim may grow (0.1: 10%) for the padding to be taken without ``force_shape_padding``
 pad_mm_max_growth: float = 0.1
 
+#: ``mm`` + ``add`` of a bias that only library kernels and graph outputs read (through views) runs as
+#: ``addmm``, the bias added in the matmul's epilogue, instead of a kernel of its own (fx_passes/mm_bias.py).
+mm_bias_epilogue: bool = os.environ.get("TINY_MM_BIAS_EPILOGUE", "1") != "0"
+
 #: Inference graphs with convolutions on CUDA give their convolutions channels-last inputs, and each
 #: 4-D pointwise buffer the memory order of what it reads (graph.py's ``preferred_order``;
 #: TorchInductor's options of the same names). ``force_layout_optimization``:
 #: every convolution graph, on any device (tests).
 layout_optimization: bool = os.environ.get("TINY_LAYOUT_OPT", "1") != "0"
 force_layout_optimization: bool = False
+
+#: On GPUs a convolution's bias is added by the kernel that reads the convolution's output (a pointwise
+#: add fused into it) instead of by cuDNN in a kernel of its own (graph.py's ``convolution``;
+#: TorchInductor does the same). ``force_split_conv_bias``: on any device (tests).
+split_conv_bias: bool = os.environ.get("TINY_SPLIT_CONV_BIAS", "1") != "0"
+force_split_conv_bias: bool = False
 
 #: What a generated kernel is named after (``triton_per_fused_<names>_0``; TorchInductor's
 #: ``triton.descriptive_names``): "inductor_node", the ops of the FX nodes it fuses (``amax_sub_exp``),
