@@ -35,6 +35,7 @@ from .aot_autograd import is_flat_sequence
 from .codecache import PyCodeCache
 from .codegen.common import get_scheduling
 from .codegen.wrapper import WrapperCodeGen
+from .fx_passes.constant_folding import fold_input_independent
 from .fx_passes.pad_mm import pad_mm
 from .graph import GraphLowering
 from .lowering import LoweringDeclined
@@ -232,6 +233,8 @@ def _compile_fx_inner(gm: torch.fx.GraphModule, example_inputs, cudagraphs: str 
     """``cudagraphs``: False, or the graph's kind for the CUDA graph runner ("inference", ...)."""
     example_inputs = list(example_inputs)
     _ensure_example_values(gm, example_inputs)
+    if config.constant_folding:
+        fold_input_independent(gm)  # what reads no input: computed once, here (fx_passes/constant_folding.py)
     if config.shape_padding or config.force_shape_padding:
         pad_mm(gm)  # matmul operands to aligned sizes (fx_passes/pad_mm.py)
     graph = GraphLowering(gm, example_inputs, is_inference=is_inference)
