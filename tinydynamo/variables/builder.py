@@ -21,11 +21,11 @@ from typing import Any
 import torch
 from torch import nn
 
-from tinydynamo import polyfills, trace_rules
+from tinydynamo import trace_rules
 from tinydynamo.exc import unimplemented
 from tinydynamo.polyfills import constant_object_types, typing_types
 from tinydynamo.source import AttrSource, GetItemSource, Source
-from tinydynamo.variables import torch_function
+from tinydynamo.variables import polyfilled, torch_function
 from tinydynamo.variables.autocast import AUTOCAST_CLASSES, AutocastModeVariable
 from tinydynamo.variables.base import VariableTracker, register_construction
 from tinydynamo.variables.builtin import BuiltinVariable, is_foldable
@@ -156,7 +156,7 @@ class VariableBuilder:
             return VariableBuilder(self.tx, AttrSource(src, "_torchdynamo_inline") if src else None).wrap(
                 value._torchdynamo_inline)
 
-        replacement = polyfills.variable_for(value, src)  # a C/library function done another way
+        replacement = polyfilled.variable_for(value, src)  # a C/library function done another way
         if replacement is not None:
             self.guard("ID_MATCH", value)
             return replacement

@@ -11,6 +11,7 @@ from typing import Any, Callable
 
 import torch
 
+from tinydynamo import polyfills
 from tinydynamo.exc import ObservedException, Unsupported, unimplemented
 from tinydynamo.variables.base import VariableTracker, register_construction
 from tinydynamo.variables.constant import ConstantVariable
@@ -19,7 +20,6 @@ from tinydynamo.variables.functions import BaseUserFunctionVariable, UserFunctio
 from tinydynamo.variables.lists import BaseListVariable, ListIteratorVariable, ListVariable, SizeVariable, TupleVariable
 from tinydynamo.variables.misc import GetAttrVariable
 from tinydynamo.variables.nn_module import NNModuleVariable
-from tinydynamo.variables.objects import NewObjectVariable
 from tinydynamo.variables.sym_node import SymNodeVariable, wrap_size
 from tinydynamo.variables.tensor import ScalarNodeVariable, TensorVariable, TensorVariable as _T
 from tinydynamo.variables.torch import TorchVariable
@@ -155,7 +155,7 @@ class BuiltinVariable(VariableTracker):
         if a is b:
             return True
 
-        if isinstance(a, NewObjectVariable) or isinstance(b, NewObjectVariable):
+        if any(isinstance(v, UserDefinedObjectVariable) and v.made_in_frame for v in (a, b)):
             return False  # an object made in the frame has one tracker: another tracker is another object
 
         if isinstance(a, TensorVariable) and isinstance(b, TensorVariable):
@@ -601,28 +601,28 @@ def _user_binop(tx, fn, a, b):
     return None
 
 
+#: builtins whose result is a tracker of a module above this one, fn -> handler(tx, args, kwargs) (None: not
+#: applicable), tried first; that module registers them when it is imported (variables/iter.py: a set of
+#: items not known at trace time, ``zip`` and ``enumerate`` over a lazy iterator)
+HANDLERS_FROM_ABOVE: dict[Any, Callable] = {}
+
+
+def register_handlers_from_above(handlers: dict[Any, Callable]) -> None:
+    HANDLERS_FROM_ABOVE.update(handlers)
+
+
 def _call_extra(tx, fn, args, kwargs):
     """Builtins handled beyond folding (None: let BuiltinVariable.call_function go on)."""
-    if fn in (set, frozenset) and len(args) <= 1 and not kwargs and not all(a.is_python_constant() for a in args):
-        from tinydynamo.variables import iter as it
-
-        return (it.set_ if fn is set else it.frozenset_)(tx, args, kwargs)
+    registered = HANDLERS_FROM_ABOVE.get(fn)
+    if registered is not None:
+        return registered(tx, args, kwargs)
     if fn is sorted and len(args) == 1 and kwargs:
-        from tinydynamo import polyfills
         return UserFunctionVariable(polyfills.sorted_).call_function(tx, args, kwargs)
     if fn is next and len(args) == 2 and isinstance(args[0], ListIteratorVariable):
         item = args[0].next_item()
         return args[1] if item is None else item
     if fn is iter and len(args) == 1 and isinstance(args[0], ListIteratorVariable):
         return args[0]
-    if fn in (zip, enumerate) and any(type(a).__name__ == "LazyIteratorVariable" for a in args):
-        from tinydynamo.variables import iter as it
-        if fn is zip and not kwargs:
-            return it.LazyIteratorVariable((TupleVariable(list(t)) for t in zip(*[it.iterate(tx, a) for a in args])), "zip")
-        if fn is enumerate:
-            start = (args[1] if len(args) > 1 else kwargs.get("start", ConstantVariable(0))).as_python_constant()
-            return it.LazyIteratorVariable((TupleVariable([ConstantVariable(i), v]) for i, v in
-                                            enumerate(it.iterate(tx, args[0]), start)), "enumerate")
     if fn is id and len(args) == 1:
         value = getattr(args[0], "module", None) or getattr(args[0], "value", None) or getattr(args[0], "fn", None)
         if value is not None and not isinstance(args[0], ConstantVariable):
