@@ -66,7 +66,8 @@ def build_model(args, device: str, dtype: torch.dtype):
         from transformers import GPT2Config, GPT2LMHeadModel
 
         cfg = GPT2Config(n_layer=args.layers, n_embd=args.embd, n_head=args.heads, vocab_size=args.vocab,
-                         n_positions=max(args.seq, 64), resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
+                         n_positions=max(args.seq, 64), resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
+                         use_cache=False)  # training: no key-value cache to build
         model = GPT2LMHeadModel(cfg)
         blocks, name = list(model.transformer.h), f"transformers GPT2LMHeadModel {args.layers}x{args.embd}"
 

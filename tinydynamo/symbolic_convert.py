@@ -928,8 +928,9 @@ class InstructionTranslator(InstructionTranslatorBase):
             advanced = any(g.steps != steps for g, steps in generators)
             # one whose clean-up (a `finally` around its suspended yield) would run later: not modelled
             advanced = advanced or any(g.cleanup_pending() for g in self.output.generators)
-            if blocks != ["with"] * len(contexts) or advanced:
-                # inside try (or a `with` we did not trace): not resumable, the frame runs eagerly,
+            if blocks != ["with"] * len(contexts) or e.skip_frame or advanced:
+                # inside try (or a `with` we did not trace), or an instruction that reads the frame
+                # itself (eval()), or a generator as above: not resumable, the frame runs eagerly,
                 # but the functions and modules it calls are compiled (tinydynamo.skip_frame)
                 e.eager_code = self._compile_callees_code(inst, stack)
                 raise
