@@ -536,7 +536,7 @@ def GET_ITER(tx: T, inst):
     if isinstance(v, ListIteratorVariable):
         tx.push(v)
     else:  # remember a list/dict iterated over: changing it inside the loop is not unrolled
-        origin = v if isinstance(v, (ListVariable, DictVariable)) else None
+        origin = v if isinstance(v, (ListVariable, DictVariable)) else getattr(v, "dict_var", None)
         tx.push(ListIteratorVariable(v.unpack_var_sequence(tx), origin))
 
 

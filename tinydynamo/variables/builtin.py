@@ -356,9 +356,9 @@ class BuiltinVariable(VariableTracker):
         unimplemented("sorted() of values that are not constants")
 
     def call_sum(self, tx, args, kwargs):
-        if not 1 <= len(args) <= 2:
+        if not 1 <= len(args) <= 2 or set(kwargs) - {"start"} or len(args) == 2 and kwargs:
             return None
-        total = args[1] if len(args) == 2 else ConstantVariable(0)
+        total = args[1] if len(args) == 2 else kwargs.get("start", ConstantVariable(0))
         for item in args[0].unpack_var_sequence(tx):
             total = self.binop(tx, operator.add, total, item)
         return total
@@ -568,6 +568,8 @@ def _identity(v: VariableTracker) -> Any:
 
 def _origin(v):
     """The list/dict an iterator walks (changing it inside the unrolled loop is then Unsupported)."""
+    if getattr(v, "dict_var", None) is not None:  # a dict's keys()/values()/items() view: the dict
+        return v.dict_var
     return v if isinstance(v, (ListVariable, DictVariable)) else None
 
 

@@ -1,10 +1,12 @@
 """DictVariable: a dict with constant keys whose values are variables."""
 from __future__ import annotations
 
+import copy
+
 from tinydynamo.exc import raise_observed, unimplemented
-from tinydynamo.variables.base import VariableTracker, register_construction
+from tinydynamo.variables.base import VariableTracker, constructor, register_construction
 from tinydynamo.variables.constant import ConstantVariable
-from tinydynamo.variables.lists import ListVariable, TupleVariable
+from tinydynamo.variables.lists import TupleVariable
 from tinydynamo.variables.misc import GetAttrVariable
 
 
@@ -55,12 +57,12 @@ class DictVariable(VariableTracker):
             return ConstantVariable(self._key(args[0]) in self.items)
         if name == "__len__":
             return ConstantVariable(len(self.items))
-        if name == "keys":
-            return ListVariable([ConstantVariable(k) for k in self.items])
-        if name == "values":
-            return ListVariable(list(self.items.values()))
-        if name == "items":
-            return ListVariable([TupleVariable([ConstantVariable(k), v]) for k, v in self.items.items()])
+        if name == "copy" and not args and not kwargs:  # a new dict of the same kind (a defaultdict keeps its factory)
+            new = copy.copy(self)
+            new.items, new.source, new.version = dict(self.items), None, 0
+            return new
+        if name in ("keys", "values", "items") and not args and not kwargs:
+            return DictViewVariable(self, name)
         if name in ("__setitem__", "update", "pop", "setdefault", "clear", "__delitem__"):
             if name in ("pop", "__delitem__") and self._key(args[0]) not in self.items and len(args) < 2:
                 unimplemented(f"dict.{name} of a missing key {self._key(args[0])!r} (a KeyError)")
@@ -98,6 +100,56 @@ class DictVariable(VariableTracker):
 
     def __repr__(self) -> str:
         return f"DictVariable({list(self.items)})"
+
+
+class DictViewVariable(VariableTracker):
+    """``d.keys()`` / ``d.values()`` / ``d.items()``: a live view of the dict, as in Python (a key added
+    after the view was taken is in it), not a copy; its type is the view type, not ``list``."""
+
+    def __init__(self, dict_var: DictVariable, kind: str):
+        super().__init__(None)
+        self.dict_var, self.kind = dict_var, kind
+
+    def python_type(self):
+        return type(getattr({}, self.kind)())
+
+    def as_python_constant(self):
+        if self.kind != "keys":  # values/items views compare by identity: not foldable as a copy
+            return super().as_python_constant()
+        return dict.fromkeys(self.dict_var.items).keys()  # the keys are constants
+
+    def unpack_var_sequence(self, tx):
+        items = self.dict_var.items
+        if self.kind == "keys":
+            return [ConstantVariable(k) for k in items]
+        if self.kind == "values":
+            return list(items.values())
+        return [TupleVariable([ConstantVariable(k), v]) for k, v in items.items()]
+
+    def truth(self, tx) -> bool:
+        return bool(self.dict_var.items)
+
+    def var_getattr(self, tx, name: str):
+        if name == "mapping":
+            unimplemented("dict view .mapping (a read-only proxy)")
+        if callable(getattr(self.python_type(), name, None)):
+            return GetAttrVariable(self, name)
+        return super().var_getattr(tx, name)
+
+    def call_method(self, tx, name, args, kwargs):
+        if name == "__len__" and not args:
+            return ConstantVariable(len(self.dict_var.items))
+        if name == "__contains__" and self.kind == "keys":
+            return self.dict_var.call_method(tx, "__contains__", args, kwargs)
+        if name == "__iter__" and not args:
+            return constructor("BuiltinVariable")(iter).call_function(tx, [self], {})
+        unimplemented(f"dict_{self.kind}.{name}")
+
+    def reconstruct(self, codegen) -> str:
+        return f"{self.dict_var.reconstruct(codegen)}.{self.kind}()"
+
+    def __repr__(self) -> str:
+        return f"DictViewVariable({self.kind}, {self.dict_var})"
 
 
 register_construction(DictVariable=DictVariable)
