@@ -50,11 +50,18 @@ force_shape_padding: bool = False
 #: the most a padded dim may grow (0.1: 10%) for the padding to be taken without ``force_shape_padding``
 pad_mm_max_growth: float = 0.1
 
-#: Inference graphs with convolutions on CUDA keep their 4-D intermediates channels-last (graph.py's
-#: ``_wants_channels_last``; TorchInductor's options of the same names). ``force_layout_optimization``:
+#: Inference graphs with convolutions on CUDA give their convolutions channels-last inputs, and each
+#: 4-D pointwise buffer the memory order of what it reads (graph.py's ``preferred_order``;
+#: TorchInductor's options of the same names). ``force_layout_optimization``:
 #: every convolution graph, on any device (tests).
 layout_optimization: bool = os.environ.get("TINY_LAYOUT_OPT", "1") != "0"
 force_layout_optimization: bool = False
+
+#: What a generated kernel is named after (``triton_per_fused_<names>_0``; TorchInductor's
+#: ``triton.descriptive_names``): "inductor_node", the ops of the FX nodes it fuses (``amax_sub_exp``),
+#: or "original_aten", the op each node was decomposed from (``softmax``), which ``decompose``
+#: records in ``node.meta["original_aten"]``; a node with none is named after its own op.
+descriptive_names: str = "inductor_node"
 
 #: Directory the debug dump writes wrapper modules to (TINY_LOGS=output_code also prints them).
 debug_dir: str = os.environ.get("TINY_DEBUG_DIR", "tiny_debug")
