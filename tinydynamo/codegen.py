@@ -129,6 +129,8 @@ class GraphBreakCodegen:
     # ---- the rest of the frame ------------------------------------------------------------------
     def _rebuild(self, v) -> str:
         """A stack value's expression; an iterator travels as the list of its remaining items."""
+        if hasattr(v, "materialize"):  # a generator made in the frame: its remaining values, computed now
+            v.materialize()
         if getattr(v, "gen", None) is not None:  # a lazy one (map, filter, count...) has no list of them
             unimplemented("a graph break inside a loop over a lazy iterator (map/filter/itertools): "
                           "its remaining items are not known")
