@@ -11,6 +11,7 @@ import torch
 
 from course import load
 from course.testing import expect_close, expect_equal, expect_true
+from tininductor.codecache import cache_dir
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 
@@ -21,10 +22,12 @@ def ch():
 
 
 @pytest.fixture(autouse=True)
-def _cpp_backend(tmp_path_factory, monkeypatch):
+def _cpp_backend(monkeypatch):
     monkeypatch.setenv("TINY_CPU_BACKEND", "cpp")
-    # one cache per session: the precompiled prelude is built once; sources differ per test
-    monkeypatch.setenv("TINY_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "ch09_cache"))
+    # a code cache of its own, kept between gradings: the precompiled prelude and every kernel are
+    # built once (entries are keyed by their source, so your changed op strings build new ones), and
+    # apart from the compiler's own cache, which your write_atomic and entry_is_intact never touch
+    monkeypatch.setenv("TINY_CACHE_DIR", str(cache_dir().with_name(f"{cache_dir().name}-graded")))
     from tininductor.codecache import CppCodeCache, PyCodeCache
 
     CppCodeCache.clear()
@@ -153,6 +156,13 @@ def test_write_atomic_in_the_code_cache(ch, tmp_path, monkeypatch):
     compiled = _compile(lambda a: (a * 3).cos(), torch.randn(9))
     x = torch.randn(9)
     expect_close(compiled(x), (x * 3).cos(), "a kernel built through your write_atomic")
+    # the cache outlives a grading run, so the kernel above may be a disk hit: build a new entry too
+    src = f'// {uuid.uuid4()}\nextern "C" int answer() {{ return 42; }}\n'
+    expect_equal(codecache.CppCodeCache.load(src).answer(), 42,
+                 "answer() of a new cache entry whose .cpp and .sha256 your write_atomic wrote")
+    paths = codecache.CppCodeCache.paths(src)
+    expect_true(codecache.entry_is_intact(paths["so"], paths["sha256"]),
+                f"the new entry {paths['so'].name} matches the checksum your write_atomic wrote")
 
 
 @pytest.mark.ch09_4
