@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from course import load
-from course.testing import expect_close, expect_equal, expect_true
+from course.testing import expect_close, expect_equal, expect_raises, expect_true
 from tininductor.codecache import cache_dir
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
@@ -145,8 +145,8 @@ def test_write_atomic_in_the_code_cache(ch, tmp_path, monkeypatch):
     ch.write_atomic(target, b"first")
     ch.write_atomic(target, b"second version")
     expect_equal(target.read_bytes(), b"second version", "file content after two writes")
-    with pytest.raises(Exception):
-        ch.write_atomic(target, "not bytes")  # a failing write...
+    expect_raises(Exception, lambda: ch.write_atomic(target, "not bytes"),  # a failing write...
+                  "write_atomic(entry.bin, 'not bytes') (a str, not bytes: the write fails)")
     expect_equal(target.read_bytes(), b"second version", "content after a failed write (old file kept)")
     expect_equal(sorted(p.name for p in tmp_path.iterdir()), ["entry.bin"], "files left in the directory (no temporaries)")
 
@@ -187,8 +187,8 @@ def test_write_atomic_survives_a_crash_between_write_and_rename(ch, tmp_path, mo
 
     monkeypatch.setattr(os, "replace", crash)
     monkeypatch.setattr(os, "fsync", fsync)
-    with pytest.raises(OSError):
-        ch.write_atomic(target, b"new version")
+    expect_raises(OSError, lambda: ch.write_atomic(target, b"new version"),
+                  "write_atomic(entry.bin, b'new version') when os.replace raises OSError (pass it on)")
     monkeypatch.setattr(os, "replace", real_replace)
     expect_equal(target.read_bytes(), b"old version",
                  "entry.bin after a crash just before the rename of write_atomic(entry.bin, b'new version') (old file kept)")
