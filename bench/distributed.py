@@ -6,17 +6,21 @@ the losses must equal eager's (per wrapper) within the dtype's tolerance. Step t
 the steps after ``--warmup`` (the first step compiles). Modes:
 
     ddp_eager, ddp_compile (torch.compile), ddp_tiny (tinydynamo + tininductor, DDP optimizer on),
-    ddp_tiny_nosplit (the DDP optimizer off), fsdp_eager, fsdp_compile, fsdp_tiny
+    ddp_tiny_nosplit (the DDP optimizer off), fsdp_eager, fsdp_compile, fsdp_tiny,
+    local_eager, local_compile, local_tiny (no wrapper, no communication: not run by default)
 
-``--profile`` records a torch.profiler trace of a few steps of ``ddp_eager``, ``ddp_tiny`` and
-``ddp_tiny_nosplit`` and reports the share of all-reduce time that runs while backward compute runs
-(GPU: NCCL kernels against the other kernels; CPU: gloo's all-reduce against autograd's backward
-functions).
+``--profile`` records a torch.profiler trace of a few steps of ``ddp_eager``, ``ddp_compile``,
+``ddp_tiny`` and ``ddp_tiny_nosplit`` and reports the share of all-reduce time that runs while
+backward compute runs (GPU: NCCL kernels against the other kernels; CPU: gloo's all-reduce against
+autograd's backward functions). ``--out DIR`` (implies ``--profile``) writes everything there: the
+JSON, rank 0's chrome traces (``traces/<mode>.json.gz``, open in ui.perfetto.dev) and
+``overlap.txt``, a table of every all-reduce kernel of one profiled step with the compute time it
+overlaps, split on and off.
 
 GPUs (NCCL; one process per GPU): GPT-2 6 x 768 from transformers (else the course's GPT), bf16,
 8 x 512 tokens per GPU, 20 steps::
 
-    python bench/distributed.py --profile
+    python bench/distributed.py --out $OUT/distributed
 CPU smoke test (gloo, 2 processes, a tiny model)::
 
     python bench/distributed.py --device cpu --world 2
@@ -44,7 +48,12 @@ import torch.nn.functional as F
 from course import benchmark as harness
 
 DDP_MODES = ("ddp_eager", "ddp_compile", "ddp_tiny", "ddp_tiny_nosplit")
+PROFILED = DDP_MODES  # --profile: the DDP modes, whose all-reduces should overlap the backward
+PROFILE_STEPS = 2
 FSDP_MODES = ("fsdp_eager", "fsdp_compile", "fsdp_tiny")
+#: the model unwrapped, no communication (each rank trains alone): what the compilers do with the model
+#: itself, so that a gap under DDP can be told apart from a gap in the model's own graphs
+LOCAL_MODES = ("local_eager", "local_compile", "local_tiny")
 COMM = ("nccl", "allreduce", "all_reduce", "reducescatter", "reduce_scatter", "allgather", "all_gather")
 
 
@@ -57,7 +66,8 @@ def build_model(args, device: str, dtype: torch.dtype):
         from transformers import GPT2Config, GPT2LMHeadModel
 
         cfg = GPT2Config(n_layer=args.layers, n_embd=args.embd, n_head=args.heads, vocab_size=args.vocab,
-                         n_positions=max(args.seq, 64), resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
+                         n_positions=max(args.seq, 64), resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
+                         use_cache=False)  # training: no key-value cache to build
         model = GPT2LMHeadModel(cfg)
         blocks, name = list(model.transformer.h), f"transformers GPT2LMHeadModel {args.layers}x{args.embd}"
 
@@ -76,7 +86,9 @@ def build_model(args, device: str, dtype: torch.dtype):
 
 def wrap(mode: str, model, blocks, device: str, args):
     """The wrapped model and the callable a step runs."""
-    if mode.startswith("ddp"):
+    if mode.startswith("local"):
+        wrapped = model
+    elif mode.startswith("ddp"):
         from torch.nn.parallel import DistributedDataParallel as DDP
 
         ids = [torch.device(device).index] if device.startswith("cuda") else None
@@ -130,7 +142,7 @@ def run_mode(mode: str, args, rank: int, device: str, dtype) -> dict:
             times.append(time.perf_counter() - t0)
             losses.append(loss.item())
         profile = measure_overlap(args, mode, step_fn, logits_of, opt, data, device, rank) \
-            if args.profile and mode in ("ddp_eager", "ddp_tiny", "ddp_tiny_nosplit") else None
+            if args.profile and mode in PROFILED else None
     steady = times[args.warmup:] or times[-1:]
     splits = [str(v) for a in artifacts.history if id(a) not in before for _, v in a.get("ddp_split")]
     pieces = [int(re.search(r"(\d+) piece", text).group(1)) for text in splits] if "_tiny" in mode else None
@@ -165,15 +177,30 @@ def _union(intervals):
     return merged
 
 
+def _overlapped(start, end, busy) -> float:
+    """How long ``[start, end]`` overlaps the merged intervals ``busy``."""
+    return sum(max(0, min(end, be) - max(start, bs)) for bs, be in busy)
+
+
 def overlap_share(comm, compute) -> float:
     """The share of communication time during which compute runs too."""
     busy = _union(compute)
     total = sum(e - s for s, e in _union(comm))
-    inter = 0
-    for s, e in _union(comm):
-        for bs, be in busy:
-            inter += max(0, min(e, be) - max(s, bs))
+    inter = sum(_overlapped(s, e, busy) for s, e in _union(comm))
     return inter / total if total else 0.0
+
+
+def comm_table(comm, compute, steps: int) -> list[dict]:
+    """Each communication kernel of the last profiled step: start (ms after that step's first
+    communication), duration and the part of it overlapped by compute. The step boundary: the
+    profiled communication kernels split into ``steps`` equal runs (each step launches the same ones)."""
+    busy = _union(compute)
+    kernels = sorted(comm)
+    per_step = len(kernels) // max(steps, 1)
+    last = kernels[-per_step:] if per_step else []
+    t0 = last[0][0] if last else 0
+    return [{"start_ms": (s - t0) / 1e3, "ms": (e - s) / 1e3, "overlapped_ms": _overlapped(s, e, busy) / 1e3}
+            for s, e in last]
 
 
 def measure_overlap(args, mode, step_fn, logits_of, opt, data, device, rank) -> dict:
@@ -181,7 +208,7 @@ def measure_overlap(args, mode, step_fn, logits_of, opt, data, device, rank) -> 
 
     acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.startswith("cuda") else [])
     with profile(activities=acts) as prof:
-        for idx, tgt in data[args.steps:args.steps + 3]:
+        for idx, tgt in data[args.steps:args.steps + PROFILE_STEPS]:
             logits = logits_of(step_fn, idx)
             F.cross_entropy(logits.reshape(-1, logits.size(-1)).float(), tgt.reshape(-1)).backward()
             opt.step()
@@ -192,10 +219,11 @@ def measure_overlap(args, mode, step_fn, logits_of, opt, data, device, rank) -> 
     trace = None
     if rank == 0 and args.trace_dir:
         os.makedirs(args.trace_dir, exist_ok=True)
-        trace = os.path.join(args.trace_dir, f"{mode}.json")
+        trace = os.path.join(args.trace_dir, f"{mode}.json.gz")  # gzipped by the profiler (.gz)
         prof.export_chrome_trace(trace)
-    return {"comm_events": len(comm), "comm_ms": sum(e - s for s, e in _union(comm)) / 1e3 / 3,
-            "overlap_share": overlap_share(comm, compute), "trace": trace}
+    return {"comm_events": len(comm), "comm_ms": sum(e - s for s, e in _union(comm)) / 1e3 / PROFILE_STEPS,
+            "overlap_share": overlap_share(comm, compute), "trace": trace,
+            "kernels": comm_table(comm, compute, PROFILE_STEPS)}
 
 
 def worker(rank: int, world: int, port: int, args, out: str) -> None:
@@ -249,7 +277,13 @@ def main(argv=None) -> None:
     parser.add_argument("--profile", action="store_true", help="measure all-reduce / backward overlap")
     parser.add_argument("--trace-dir", default=None, help="--profile: write rank 0's chrome traces here")
     parser.add_argument("--json", default=None)
+    parser.add_argument("--out", default=None, help="a folder for the JSON, the traces and overlap.txt (implies --profile)")
     args = parser.parse_args(argv)
+    if args.out:
+        os.makedirs(args.out, exist_ok=True)
+        args.profile = True
+        args.json = args.json or os.path.join(args.out, "distributed.json")
+        args.trace_dir = args.trace_dir or os.path.join(args.out, "traces")
     if args.bucket_cap_mb is None and not gpu:
         args.bucket_cap_mb = 0.05  # a few buckets for the tiny CPU model
     with socket.socket() as s:
@@ -260,16 +294,40 @@ def main(argv=None) -> None:
         mp.spawn(worker, args=(args.world, port, args, out), nprocs=args.world)
         rows = json.load(open(out))
     report(rows, args)
+    if args.json:
+        os.remove(out)  # the partial rows are in the saved JSON now
+    if args.out:
+        text = overlap_report(rows, args)
+        print(text)
+        with open(os.path.join(args.out, "overlap.txt"), "w") as f:
+            f.write(text)
+
+
+def overlap_report(rows: list[dict], args) -> str:
+    """The profiled modes' all-reduce kernels (rank 0, one step) and the compute each overlaps."""
+    kind = "NCCL kernels vs other CUDA kernels" if args.device.startswith("cuda") else "gloo all-reduce vs backward functions"
+    lines = [f"All-reduce / backward overlap ({kind}), rank 0, {PROFILE_STEPS} profiled steps"]
+    for r in rows:
+        ov = r.get("overlap")
+        if not ov:
+            continue
+        lines.append(f"\n{r['mode']}: {r.get('step_ms', 0):.2f} ms/step, pieces {r.get('pieces')}, "
+                     f"{ov['comm_ms']:.2f} ms of communication per step, {ov['overlap_share']:.0%} of it overlapped")
+        lines.append(f"  {'#':>3} {'start ms':>9} {'ms':>8} {'overlapped ms':>14}")
+        for i, k in enumerate(ov.get("kernels", [])):
+            lines.append(f"  {i:>3} {k['start_ms']:>9.3f} {k['ms']:>8.3f} {k['overlapped_ms']:>14.3f}")
+    return "\n".join(lines) + "\n"
 
 
 def report(rows: list[dict], args) -> None:
     tol = 5e-2 if args.dtype in ("bfloat16", "float16") else 1e-4
-    base = {}
+    base, compiled = {}, {}
     for r in rows:
         if "error" in r:
             continue
         family = r["mode"].split("_")[0]
         base.setdefault(family, r) if r["mode"].endswith("_eager") else None
+        compiled.setdefault(family, r) if r["mode"].endswith("_compile") else None
     for r in rows:
         ref = base.get(r["mode"].split("_")[0])
         if "error" in r or ref is None:
@@ -277,9 +335,11 @@ def report(rows: list[dict], args) -> None:
         r["max_loss_diff"] = max(abs(a - b) for a, b in zip(r["losses"], ref["losses"]))
         r["losses_match"] = r["max_loss_diff"] <= tol * max(1.0, abs(ref["losses"][0]))
         r["speedup_vs_eager"] = ref["step_ms"] / r["step_ms"]
+        if r["mode"].split("_")[0] in compiled:  # > 1: faster than torch.compile's step
+            r["speedup_vs_compile"] = compiled[r["mode"].split("_")[0]]["step_ms"] / r["step_ms"]
         if r["overlap"]:
             r["overlap_share"] = r["overlap"]["overlap_share"]
-    harness.print_table(rows, ["mode", "step_ms", "speedup_vs_eager", "first_step_s", "max_loss_diff",
+    harness.print_table(rows, ["mode", "step_ms", "speedup_vs_eager", "speedup_vs_compile", "first_step_s", "max_loss_diff",
                                "losses_match", "overlap_share", "pieces", "error"],
                         f"{args.world} x {harness.describe_device(args.device)}: {rows[0].get('model', '')}, "
                         f"{args.dtype}, {args.batch} x {args.seq} tokens per rank, {args.steps} steps")

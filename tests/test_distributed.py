@@ -1,10 +1,14 @@
-"""DDP and FSDP2 through tinydynamo, on two CPU processes with gloo, compared with eager step by step.
+"""DDP and FSDP2 through tinydynamo, on two processes, compared with eager step by step.
 
 One spawn of two processes runs every case (starting torch twice is most of the time); each rank
 sees different data, so parameters equal to eager DDP's on both ranks prove that the gradients were
 all-reduced. Cases: a small transformer (DDP with the DDP optimizer's split on and off, FSDP2 with
-``fully_shard`` per block) and a small convnet (DDP, split on). The backend counts the graphs it
-compiles, so a silently eager run fails.
+``fully_shard`` on each of 12 blocks of one class: more blocks than ``config.recompile_limit``) and
+a small convnet (DDP, split on). The backend counts the graphs it compiles, so a silently eager run
+fails.
+
+Every test runs twice: on the CPU with gloo (in CI), and with NCCL on two GPUs, one process per
+GPU (skipped unless two CUDA devices are present): ``pytest -x -q tests/test_distributed.py -k nccl``.
 """
 from __future__ import annotations
 
@@ -28,10 +32,21 @@ from tinydynamo.distributed import DDPOptimizer
 
 WORLD = 2
 STEPS = 3
-TIMEOUT_S = 240
+TIMEOUT_S = 300
+FSDP_BLOCKS = 12  # more blocks of one class than config.recompile_limit (8)
 
 pytestmark = pytest.mark.skipif(not (dist.is_available() and dist.is_gloo_available()),
                                 reason="torch.distributed with gloo is not available")
+
+
+def _skip_reason(backend: str) -> str | None:
+    """Why the run on ``backend`` cannot happen here, else None."""
+    if backend == "nccl":
+        if not dist.is_nccl_available():
+            return "torch.distributed has no NCCL in this build"
+        if torch.cuda.device_count() < WORLD:
+            return f"NCCL needs {WORLD} CUDA devices, found {torch.cuda.device_count()}"
+    return None
 
 
 class Block(nn.Module):
@@ -78,29 +93,30 @@ class ConvNet(nn.Module):
         return self.fc(self.features(x))
 
 
-def _batches(kind: str, rank: int):
+def _batches(kind: str, rank: int, device: str):
     g = torch.Generator().manual_seed(100 + rank)  # each rank its own data
     for _ in range(STEPS):
         if kind == "transformer":
             idx = torch.randint(0, 64, (2, 8), generator=g)
-            yield idx, torch.randint(0, 64, (2, 8), generator=g)
+            yield idx.to(device), torch.randint(0, 64, (2, 8), generator=g).to(device)
         else:
-            yield torch.randn(2, 3, 8, 8, generator=g), torch.randint(0, 10, (2,), generator=g)
+            yield torch.randn(2, 3, 8, 8, generator=g).to(device), torch.randint(0, 10, (2,), generator=g).to(device)
 
 
 def _loss(out, target):
     return nn.functional.cross_entropy(out.reshape(-1, out.shape[-1]), target.reshape(-1))
 
 
-def _run_case(case: str, rank: int) -> dict:
+def _run_case(case: str, rank: int, device: str) -> dict:
     from torch.distributed.fsdp import fully_shard  # only where torch.distributed is built (skipped otherwise)
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     tinydynamo.reset()
     kind = "convnet" if case.startswith("convnet") else "transformer"
     torch.manual_seed(0)
-    # FSDP2: two blocks (each compiled on its own); DDP: one block is enough for several buckets
-    model = ConvNet() if kind == "convnet" else Transformer(layers=2 if case.endswith("fsdp2") else 1)
+    # FSDP2: many blocks (each compiled on its own); DDP: one block is enough for several buckets
+    model = ConvNet() if kind == "convnet" else Transformer(layers=FSDP_BLOCKS if case.endswith("fsdp2") else 1)
+    model = model.to(device)
     graphs: list = []
     splits: list = []
     def backend(gm, example_inputs):  # counts what is compiled: a silently eager run has no graphs
@@ -115,7 +131,8 @@ def _run_case(case: str, rank: int) -> dict:
             fully_shard(m)
     else:
         cap_mb = 0.002 if kind == "convnet" else 0.02  # a few buckets for these small models
-        ref, tiny = DDP(model, bucket_cap_mb=cap_mb), DDP(copy.deepcopy(model), bucket_cap_mb=cap_mb)
+        ids = [torch.device(device).index] if device.startswith("cuda") else None
+        ref, tiny = (DDP(m, bucket_cap_mb=cap_mb, device_ids=ids) for m in (model, copy.deepcopy(model)))
     compiled = tinydynamo.compile(tiny, backend=backend)
     opt_ref = torch.optim.SGD(ref.parameters(), lr=0.05)
     opt_tiny = torch.optim.SGD(tiny.parameters(), lr=0.05)
@@ -133,7 +150,7 @@ def _run_case(case: str, rank: int) -> dict:
         with tinydynamo.config.patch(optimize_ddp=not case.endswith("nosplit")), \
                 warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            for x, y in _batches(kind, rank):
+            for x, y in _batches(kind, rank, device):
                 loss_ref = _loss(ref(x), y)
                 loss_ref.backward()
                 opt_ref.step()
@@ -152,19 +169,27 @@ def _run_case(case: str, rank: int) -> dict:
     seconds = time.perf_counter() - start
     diff = max((full(a) - full(b)).abs().max().item() for a, b in zip(ref.parameters(), tiny.parameters()))
     return {"losses": losses, "param_diff": diff, "graphs": len(graphs), "splits": splits, "seconds": seconds,
-            "unsupported": dict(convert_frame.counters["unsupported"]),
+            "unsupported": dict(convert_frame.counters["unsupported"]), "device": device,
+            "frames": dict(convert_frame.counters["frames"]), "recompiles": dict(convert_frame.counters["recompiles"]),
             "warnings": [str(w.message) for w in caught if "tinydynamo" in str(w.message)]}
 
 
 CASES = ("transformer_ddp", "transformer_ddp_nosplit", "convnet_ddp", "transformer_fsdp2")
 
 
-def _worker(rank: int, port: int, out_dir: str) -> None:
+def _worker(rank: int, port: int, out_dir: str, backend: str) -> None:
     os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", str(port)
+    os.environ.setdefault("NCCL_NVLS_ENABLE", "0")  # no NVLink multicast (not available on every host)
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", rank=rank, world_size=WORLD)
+    device = "cpu"
+    if backend == "nccl":
+        device = f"cuda:{rank}"
+        torch.cuda.set_device(rank)
+        # float32 convolutions and matmuls in full precision: eager and compiled agree to float32 rounding
+        torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
+    dist.init_process_group(backend, rank=rank, world_size=WORLD)
     try:
-        results = {case: _run_case(case, rank) for case in CASES}
+        results = {case: _run_case(case, rank, device) for case in CASES}
     finally:
         dist.destroy_process_group()
     with open(os.path.join(out_dir, f"rank{rank}.json"), "w") as f:
@@ -177,11 +202,11 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _spawn(out) -> list:
+def _spawn(out, backend: str) -> list:
     """Run the workers once; their exit codes (None: still running after TIMEOUT_S, killed)."""
     ctx = multiprocessing.get_context("spawn")
     port = _free_port()
-    procs = [ctx.Process(target=_worker, args=(rank, port, str(out))) for rank in range(WORLD)]
+    procs = [ctx.Process(target=_worker, args=(rank, port, str(out), backend)) for rank in range(WORLD)]
     for p in procs:
         p.start()
     for p in procs:
@@ -193,15 +218,19 @@ def _spawn(out) -> list:
     return codes
 
 
-@pytest.fixture(scope="module")
-def results(tmp_path_factory):
-    out = tmp_path_factory.mktemp("ddp")
+@pytest.fixture(scope="module", params=["gloo", "nccl"])
+def results(request, tmp_path_factory):
+    backend = request.param
+    reason = _skip_reason(backend)
+    if reason is not None:
+        pytest.skip(reason)
+    out = tmp_path_factory.mktemp(backend)
     env_path = os.environ.get("PYTHONPATH", "")
     os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (os.getcwd(), env_path) if p)
-    codes = _spawn(out)
-    if codes != [0] * WORLD:  # once more: the free port may have been taken before gloo bound it
-        codes = _spawn(out)
-    assert codes == [0] * WORLD, f"the {WORLD}-process gloo run failed: exit codes {codes} (None: timed out)"
+    codes = _spawn(out, backend)
+    if codes != [0] * WORLD:  # once more: the free port may have been taken before the group bound it
+        codes = _spawn(out, backend)
+    assert codes == [0] * WORLD, f"the {WORLD}-process {backend} run failed: exit codes {codes} (None: timed out)"
     return [json.loads((out / f"rank{r}.json").read_text()) for r in range(WORLD)]
 
 
@@ -209,9 +238,10 @@ def results(tmp_path_factory):
 def test_matches_eager_every_step(results, case):
     for rank, res in enumerate(results):
         r = res[case]
+        tol = 1e-5 if r["device"] == "cpu" else 1e-4  # GPU kernels may order reductions differently
         for step, (ref, tiny) in enumerate(r["losses"]):
-            assert tiny == pytest.approx(ref, rel=1e-5, abs=1e-6), f"rank {rank} step {step}: {tiny} vs eager {ref}"
-        assert r["param_diff"] < 1e-5, f"rank {rank}: parameters differ from eager's by {r['param_diff']}"
+            assert tiny == pytest.approx(ref, rel=tol, abs=1e-6), f"rank {rank} step {step}: {tiny} vs eager {ref}"
+        assert r["param_diff"] < tol, f"rank {rank}: parameters differ from eager's by {r['param_diff']}"
         assert r["graphs"] > 0 and not r["warnings"], f"rank {rank}: nothing compiled / warned: {r}"
 
 
@@ -232,8 +262,10 @@ def test_ddp_split_off_compiles_one_graph(results):
 def test_fsdp2_compiles_each_block(results):
     r = results[0]["transformer_fsdp2"]
     # the blocks' forward (one entry per block: they are different modules), the code around them
-    assert r["graphs"] >= 3, r
+    assert r["graphs"] > FSDP_BLOCKS, r
     assert all("FSDP" in k for k in r["unsupported"]) or not r["unsupported"], r
+    # one entry per block, none of them a recompile: no block runs eagerly at the recompile limit
+    assert not r["recompiles"] and not any("limit" in k for k in r["frames"]), r
 
 
 # ---- in this process (a process group of one): what explain() and the warnings say ----------------

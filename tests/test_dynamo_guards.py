@@ -1,5 +1,6 @@
 """Guards and the cache: recompile exactly when an assumption changes, never otherwise; readable reasons."""
 import logging
+import warnings
 
 import pytest
 import torch
@@ -153,6 +154,40 @@ def test_recompile_limit_falls_back_with_one_warning():
     assert cnt.frame_count == 3
     assert sum("recompile_limit" in str(w.message) for w in record) == 1
     assert tinydynamo.config.recompile_limit == 8  # patch restored it
+
+
+def test_recompile_limit_counts_entries_per_module_instance():
+    """Twelve blocks of one class each pin the frame's ``self`` to themselves: twelve first entries,
+    not eleven recompiles (TorchDynamo counts the limit per id-matched frame argument); one block
+    recompiling past the limit still falls back, and the accumulated limit caps the total."""
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(4, 4)
+
+        def forward(self, x, n):
+            return self.fc(x) * n
+
+    blocks = [Block() for _ in range(12)]
+    g, cnt = compiled(Block.forward)
+    x = torch.randn(2, 4)
+    with tinydynamo.config.patch(recompile_limit=3), warnings.catch_warnings():
+        warnings.simplefilter("error")  # no recompile-limit warning for twelve instances
+        for b in blocks:
+            torch.testing.assert_close(g(b, x, 1.0), b(x, 1.0))
+    assert cnt.frame_count == 12 and not tinydynamo.convert_frame.counters["recompiles"]
+    with tinydynamo.config.patch(recompile_limit=3), pytest.warns(UserWarning, match="config.recompile_limit"):
+        for n in (2.0, 3.0, 4.0, 5.0):  # a constant per call: one block recompiles until the limit
+            g(blocks[0], x, n)
+    assert cnt.frame_count == 14
+    tinydynamo.reset()
+    g, cnt = compiled(Block.forward)
+    with tinydynamo.config.patch(accumulated_recompile_limit=5), \
+            pytest.warns(UserWarning, match="config.accumulated_recompile_limit"):
+        for b in blocks[:6]:
+            g(b, x, 1.0)
+    assert cnt.frame_count == 5
 
 
 def test_recompiles_are_logged(caplog):

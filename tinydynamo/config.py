@@ -10,8 +10,12 @@ import os
 import sys
 from typing import Any, Iterator
 
-#: misses per code object before tinydynamo gives up and runs it eagerly (torch: recompile_limit)
+#: misses per code object before tinydynamo gives up and runs it eagerly (torch: recompile_limit). Entries
+#: compiled for other objects a frame argument is pinned to (``L['self']``: twelve blocks of one class,
+#: each its own module) do not count: the limit is per module instance, as TorchDynamo counts it
 recompile_limit: int = 8
+#: entries per code object whatever objects they are pinned to (torch: accumulated_recompile_limit)
+accumulated_recompile_limit: int = 256
 #: internal compiler errors fall back to eager with a warning (False: raise them)
 suppress_errors: bool = True
 #: deepest chain of inlined user functions
@@ -53,7 +57,7 @@ optimize_ddp: bool = True
 cpp_tensor_guards_min: int | None = 4
 
 _SETTINGS = ("optimize_ddp", "cpp_tensor_guards_min", "automatic_dynamic_shapes", "assume_static_by_default", "force_parameter_static_shapes", "disable",
-             "capture_scalar_outputs", "traceable_tensor_subclasses", "recompile_limit", "suppress_errors",
+             "capture_scalar_outputs", "traceable_tensor_subclasses", "recompile_limit", "accumulated_recompile_limit", "suppress_errors",
              "max_inline_depth", "max_instructions", "default_backend")
 _this = sys.modules[__name__]
 

@@ -21,7 +21,8 @@ import collections
 import inspect
 import types
 import warnings
-from typing import Callable
+import weakref
+from typing import Any, Callable
 
 import torch
 from torch.fx.experimental.symbolic_shapes import ConstraintViolationError
@@ -32,6 +33,7 @@ from tinydynamo.decompile import DecompiledCode
 from tinydynamo.exc import Unsupported
 from tinydynamo.output_graph import CompiledFrame, OutputGraph
 from tinydynamo.skip_frame import CompileCallee, compile_callees
+from tinydynamo.source import LocalSource
 from tinydynamo.symbolic_convert import InstructionTranslator
 from tinydynamo.utils import dynamo_timed
 from tinydynamo.variables.autocast import exit_all
@@ -56,21 +58,28 @@ def convert_frame(fn: types.FunctionType, cache, L: dict, G: dict, backend, *, n
     name = code.co_qualname if hasattr(code, "co_qualname") else code.co_name
     if cache.entries:
         # every entry failed: say why, newest first (the first failing guard of each)
-        reasons = [e.check_fn.failure_reason(L, G) or "compiled for another backend" for e in cache.entries]
+        same = [e for e in cache.entries if same_id_matched_objects(e, L)]
+        reasons = [e.check_fn.failure_reason(L, G) or "compiled for another backend" for e in same]
         reason = "; ".join(reasons)
-        cache.last_reason = reason
-        if len(cache.entries) >= config.recompile_limit:
-            cache.run_eagerly = f"hit config.recompile_limit ({config.recompile_limit})"
+        limit = _exceeded_limit(len(same), len(cache.entries))
+        if limit is not None:
+            cache.last_reason = reason or "compiled for other objects"
+            cache.run_eagerly = f"hit config.{limit} ({getattr(config, limit)})"
             warnings.warn(
                 f"tinydynamo: {name} ({code.co_filename}:{code.co_firstlineno}) hit "
-                f"config.recompile_limit ({config.recompile_limit}); running it eagerly from now on. "
-                f"Last recompile reason: {reason}", stacklevel=4)
-            counters["frames"]["recompile_limit"] += 1
+                f"config.{limit} ({getattr(config, limit)}); running it eagerly from now on. "
+                f"Last recompile reason: {cache.last_reason}", stacklevel=4)
+            counters["frames"][limit] += 1
             return None
-        counters["recompiles"][name] += 1
-        recompiles_log.info("Recompiling function %s in %s:%d\n    triggered by the following guard failure(s):\n%s",
-                            name, code.co_filename, code.co_firstlineno,
-                            "\n".join(f"    - entry {len(reasons) - 1 - i}: {r}" for i, r in enumerate(reasons)))
+        if same:  # a new entry for an object already compiled for: a recompile
+            cache.last_reason = reason
+            counters["recompiles"][name] += 1
+            recompiles_log.info("Recompiling function %s in %s:%d\n    triggered by the following guard failure(s):\n%s",
+                                name, code.co_filename, code.co_firstlineno,
+                                "\n".join(f"    - entry {len(reasons) - 1 - i}: {r}" for i, r in enumerate(reasons)))
+        else:  # another instance (another block of the same class): its first entry, not a recompile
+            recompiles_log.debug("Compiling function %s for other objects (%d entries for others)",
+                                 name, len(cache.entries))
     try:
         with compiling_frame(strict=nopython or not config.suppress_errors), \
                 config.patch(symbolic_shapes.policy_patch(dynamic)):
@@ -102,6 +111,36 @@ def convert_frame(fn: types.FunctionType, cache, L: dict, G: dict, backend, *, n
     counters["frames"]["ok"] += 1
     cache.entries.insert(0, entry)
     return entry
+
+
+def id_matched_objects(entry: CompiledFrame) -> dict[str, Any]:
+    """The objects an entry is pinned to by identity *as frame arguments* (``L['self']`` is this module):
+    local name -> weak reference or object (PyTorch: the guard manager's ``id_matched_objs``)."""
+    return {g.source.local: g.expected for g in entry.check_fn.guards
+            if g.kind in ("NN_MODULE", "ID_MATCH") and isinstance(g.source, LocalSource)}
+
+
+def same_id_matched_objects(entry: CompiledFrame, L: dict) -> bool:
+    """Whether ``L`` passes the objects ``entry`` is pinned to: only such entries count against
+    ``config.recompile_limit`` (a block class with more instances than the limit compiles each once;
+    a dead object's guard cannot pass again and does not count)."""
+    for local, expected in id_matched_objects(entry).items():
+        obj = expected() if isinstance(expected, weakref.ref) else expected
+        if obj is not None and L.get(local, _MISSING) is not obj:
+            return False
+    return True
+
+
+_MISSING = object()
+
+
+def _exceeded_limit(same: int, total: int) -> str | None:
+    """The limit a new entry would exceed: ``same`` entries pinned to this call's objects, ``total`` in all."""
+    if total >= config.accumulated_recompile_limit:
+        return "accumulated_recompile_limit"
+    if same >= config.recompile_limit:
+        return "recompile_limit"
+    return None
 
 
 def compile_frame(fn: types.FunctionType, L: dict, G: dict, backend, name: str,
