@@ -17,12 +17,13 @@ from __future__ import annotations
 
 import collections
 import dis
+import importlib
 import math
 import statistics
 import sys
 import time
 import types
-from typing import Any, Callable
+from typing import Callable
 
 import torch
 
@@ -41,6 +42,20 @@ def register(key: str, where: str):
 def simple(key: str, where: str, fn: Callable) -> None:
     """Register ``fn`` itself (it needs nothing from the learner's module)."""
     REGISTRY[key] = (lambda module: fn, where)
+
+
+def own(key: str, target: str, what: str = "own") -> None:
+    """Register the package's own ``target`` ("package.module:attribute", dots for nested
+    attributes) as the counterpart of ``key``: imported when first needed (Triton is heavy)."""
+    module_name, _, path = target.partition(":")
+
+    def factory(module):
+        value = importlib.import_module(module_name)
+        for name in path.split("."):
+            value = getattr(value, name)
+        return value
+
+    REGISTRY[key] = (factory, f"{module_name.split('.')[0]}'s {what} ({module_name}.{path})")
 
 
 def resolve(chapter: str, qualname: str, error: BaseException | None = None, module=None):
@@ -73,18 +88,6 @@ def _snapshot_handlers() -> None:
 
 
 _snapshot_handlers()
-
-
-def _snapshot_scheduler() -> dict[str, Any]:
-    """The scheduler pieces chapter 7 patches (``use_fusion_check``, ``use_read_writes`` in
-    ``course/chapters/ch07_loop_ir.py``), kept as the package defines them, so a stand-in never
-    calls the learner's patched-in version."""
-    from tininductor import scheduler
-
-    return {"try_fuse": scheduler.try_fuse, "ReadWrites": scheduler.ReadWrites}
-
-
-_SCHEDULER = _snapshot_scheduler()
 
 
 # ---- chapter 0: course tools (PyTorch stand-ins) ------------------------------------------------
@@ -244,24 +247,10 @@ simple("ch02.pop_jump_if", "tinydynamo's own handler (tinydynamo.symbolic_conver
 # ---- chapter 3: guards ----------------------------------------------------------------------------
 
 
-def _guards_attr(name: str):
-    def factory(module):
-        from tinydynamo import guards
-
-        return getattr(guards, name)
-    return factory
-
-
-REGISTRY["ch03.constant_match_code"] = (_guards_attr("_const_code"), "tinydynamo's own guard (tinydynamo.guards._const_code)")
-REGISTRY["ch03.tensor_match_failure"] = (_guards_attr("_tensor_failure"), "tinydynamo's own guard (tinydynamo.guards._tensor_failure)")
-REGISTRY["ch03.generate_check_code"] = (_guards_attr("generate_check_code"), "tinydynamo's own (tinydynamo.guards.generate_check_code)")
-
-
-@register("ch03.lookup_entry", "tinydynamo's own (tinydynamo.eval_frame.lookup_entry)")
-def _lookup(module):
-    from tinydynamo import eval_frame
-
-    return eval_frame.lookup_entry
+own("ch03.constant_match_code", "tinydynamo.guards:_const_code", "own guard")
+own("ch03.tensor_match_failure", "tinydynamo.guards:_tensor_failure", "own guard")
+own("ch03.generate_check_code", "tinydynamo.guards:generate_check_code")
+own("ch03.lookup_entry", "tinydynamo.eval_frame:lookup_entry")
 
 # ---- chapter 4: graph breaks -----------------------------------------------------------------------
 
@@ -324,18 +313,9 @@ simple("ch05.count_ops", "a stand-in from course/fallbacks.py", _count_ops)
 simple("ch05.interpret", "PyTorch's own torch.fx.Interpreter", _interpret)
 
 
-def _decomp(name: str):
-    def factory(module):
-        from tininductor import decompositions
-
-        return getattr(decompositions, name)
-    return factory
-
-
-REGISTRY["ch05.gelu"] = (_decomp("gelu"), "tininductor's own decomposition (tininductor.decompositions.gelu)")
-REGISTRY["ch05.native_layer_norm"] = (_decomp("native_layer_norm"),
-                                      "tininductor's own decomposition (tininductor.decompositions.native_layer_norm)")
-REGISTRY["ch05.softmax"] = (_decomp("_softmax"), "tininductor's own decomposition (tininductor.decompositions._softmax)")
+own("ch05.gelu", "tininductor.decompositions:gelu", "own decomposition")
+own("ch05.native_layer_norm", "tininductor.decompositions:native_layer_norm", "own decomposition")
+own("ch05.softmax", "tininductor.decompositions:_softmax", "own decomposition")
 
 # ---- chapter 6: AOT autograd ----------------------------------------------------------------------
 
@@ -346,80 +326,33 @@ def _sum_to_size(grad, shape):
     return vjp_rules.sum_to_size(grad, torch.empty(list(shape), device="meta"))
 
 
-def _mul_vjp(grad, out, a, b):
-    from tininductor import vjp_rules
-
-    return vjp_rules.mul_vjp(grad, out, a, b)
-
-
-def _backward_pass(graph, env, needs_grad, output_grads, rules=None):
-    from tininductor import joint_graph
-
-    return joint_graph.backward_pass(graph, env, needs_grad, output_grads, rules)
-
-
 def _default_saved(joint_gm, num_primals: int, num_outputs: int):
-    from tininductor import partitioners as p
+    from tininductor import partitioners
 
-    roles = p._roles(types.SimpleNamespace(gm=joint_gm, num_primals=num_primals, num_outputs=num_outputs))
-    forward = p._ancestors(roles.fw_outputs, set()) | set(roles.primals)
-    backward = p._ancestors(roles.grad_outputs, forward | set(roles.tangents))
-    return [n for n in joint_gm.graph.nodes if n in backward and n in forward]
+    return partitioners.default_saved(types.SimpleNamespace(gm=joint_gm, num_primals=num_primals,
+                                                            num_outputs=num_outputs))
 
 
 simple("ch06.sum_to_size", "tininductor's own (tininductor.vjp_rules.sum_to_size)", _sum_to_size)
-simple("ch06.mul_vjp", "tininductor's own rule (tininductor.vjp_rules.mul_vjp)", _mul_vjp)
-simple("ch06.backward_pass", "tininductor's own (tininductor.joint_graph.backward_pass)", _backward_pass)
-simple("ch06.default_saved", "tininductor's default partitioner's rule (tininductor.partitioners)", _default_saved)
+own("ch06.mul_vjp", "tininductor.vjp_rules:mul_vjp", "own rule")
+own("ch06.backward_pass", "tininductor.joint_graph:backward_pass")
+simple("ch06.default_saved", "tininductor's own (tininductor.partitioners.default_saved)", _default_saved)
 
 # ---- chapter 7: loop IR and fusion --------------------------------------------------------------
 
 
 def _lower_silu(x):
-    from tininductor import lowering
-    from tininductor.virtualized import ops
+    from tininductor.decompositions import decomposition_lowering
 
-    return lowering.pointwise(lambda v: ops.mul(v, ops.sigmoid(v)), x)
-
-
-def _permute_reindex(dims):
-    dims = list(dims)
-
-    def reindex(index):
-        out = [None] * len(dims)
-        for i, d in enumerate(dims):
-            out[d] = index[i]
-        return out
-    return reindex
+    return decomposition_lowering(torch.ops.aten.silu.default)(x)
 
 
-def _expand_reindex(old_size, new_size):
-    import sympy
-
-    old, new = list(old_size), list(new_size)
-    lead = len(new) - len(old)
-    return lambda index: [sympy.Integer(0) if old[i] == 1 and new[lead + i] != 1 else index[lead + i]
-                          for i in range(len(old))]
-
-
-def _fusion_is_legal(candidate) -> bool:
-    from tininductor import scheduler
-
-    return scheduler.fusion_is_legal(candidate)  # the package's rule itself, never the swapped-in one
-
-
-def _rw(method: str):
-    def factory(module):
-        return getattr(_SCHEDULER["ReadWrites"], method)
-    return factory
-
-
-simple("ch07.lower_silu", "tininductor's own pointwise lowering (tininductor.lowering.pointwise)", _lower_silu)
-simple("ch07.permute_reindex", "a stand-in from course/fallbacks.py", _permute_reindex)
-simple("ch07.expand_reindex", "a stand-in from course/fallbacks.py", _expand_reindex)
-simple("ch07.fusion_is_legal", "tininductor's own rule (tininductor.scheduler.fusion_is_legal)", _fusion_is_legal)
-REGISTRY["ch07.ReadWritesHandler.load"] = (_rw("load"), "tininductor's own (tininductor.scheduler.ReadWrites.load)")
-REGISTRY["ch07.ReadWritesHandler.store"] = (_rw("store"), "tininductor's own (tininductor.scheduler.ReadWrites.store)")
+simple("ch07.lower_silu", "tininductor's decomposition of silu, lowered op by op (tininductor.decompositions.decomposition_lowering)", _lower_silu)
+own("ch07.permute_reindex", "tininductor.lowering:permute_reindex")
+own("ch07.expand_reindex", "tininductor.lowering:expand_reindex")
+own("ch07.fusion_is_legal", "tininductor.scheduler:fusion_is_legal", "own rule")  # the package's, never a swapped-in one
+own("ch07.ReadWritesHandler.load", "tininductor.scheduler:ReadWrites.load")
+own("ch07.ReadWritesHandler.store", "tininductor.scheduler:ReadWrites.store")
 
 # ---- chapter 8: Triton codegen --------------------------------------------------------------------
 
@@ -436,14 +369,6 @@ def _mask_for(index):
     from tininductor.codegen.triton import TritonKernel
 
     return TritonKernel._mask(None, sympy.sympify(index))
-
-
-def _masked_load(ptr, index, mask):
-    return f"tl.load({ptr} + ({index}){f', {mask}, other=0' if mask else ''})"
-
-
-def _masked_store(ptr, index, value, mask):
-    return f"tl.store({ptr} + ({index}), {value}{f', {mask}' if mask else ''})"
 
 
 def _launch_config(numel: int, rnumel: int, is_reduction: bool):
@@ -465,8 +390,8 @@ def _reduction(self, dtype, src_dtype, reduction_type, value):
 
 simple("ch08.triton_op_strings", "tininductor's own table (tininductor.codegen.triton.TritonOverrides.ops)", _triton_op_strings)
 simple("ch08.mask_for", "tininductor's own (tininductor.codegen.triton.TritonKernel._mask)", _mask_for)
-simple("ch08.masked_load", "tininductor's load format (tininductor.codegen.triton.TritonKernel.load)", _masked_load)
-simple("ch08.masked_store", "tininductor's store format (tininductor.codegen.triton.TritonKernel.store)", _masked_store)
+own("ch08.masked_load", "tininductor.codegen.triton:masked_load")
+own("ch08.masked_store", "tininductor.codegen.triton:masked_store")
 simple("ch08.launch_config", "tininductor's own (tininductor.codegen.triton.TritonKernel.block_sizes)", _launch_config)
 simple("ch08.MiniTritonKernel.reduction", "tininductor's persistent reduction (tininductor.codegen.triton)", _reduction)
 
@@ -477,12 +402,6 @@ def _cpp_op_strings() -> dict[str, str]:
     from tininductor.codegen.cpp import CPP_OPS
 
     return {op: CPP_OPS[op] for op in ("sigmoid", "relu", "maximum", "where", "rsqrt")}
-
-
-def _reduction_code(reduction_type, acc_type):
-    from tininductor.codegen import cpp
-
-    return cpp.reduction_code(reduction_type, acc_type)
 
 
 def _row_sum_source(name: str) -> str:
@@ -499,19 +418,11 @@ def _row_sum_source(name: str) -> str:
         "}\n")
 
 
-def _codecache(name: str):
-    def factory(module):
-        from tininductor import codecache
-
-        return getattr(codecache, name)
-    return factory
-
-
 simple("ch09.cpp_op_strings", "tininductor's own table (tininductor.codegen.cpp.CPP_OPS)", _cpp_op_strings)
-simple("ch09.reduction_code", "tininductor's own (tininductor.codegen.cpp.reduction_code)", _reduction_code)
+own("ch09.reduction_code", "tininductor.codegen.cpp:reduction_code")
 simple("ch09.row_sum_source", "a stand-in from course/fallbacks.py", _row_sum_source)
-REGISTRY["ch09.write_atomic"] = (_codecache("write_atomic"), "tininductor's own (tininductor.codecache.write_atomic)")
-REGISTRY["ch09.entry_is_intact"] = (_codecache("entry_is_intact"), "tininductor's own (tininductor.codecache.entry_is_intact)")
+own("ch09.write_atomic", "tininductor.codecache:write_atomic")
+own("ch09.entry_is_intact", "tininductor.codecache:entry_is_intact")
 
 # ---- chapter 10: dynamic shapes --------------------------------------------------------------------
 # Stand-ins for now; once tinydynamo has its own ShapeEnv and symbolic indexing, these can point there.
@@ -591,9 +502,9 @@ def _symbolic_dims(state, sizes, dynamic, marked=()) -> list[int]:
 
 
 def _contiguous_strides(sizes) -> tuple:
-    import sympy
+    from tininductor.indexing import contiguous_strides
 
-    return tuple(math.prod(sizes[i + 1:], start=sympy.Integer(1)) for i in range(len(sizes)))
+    return tuple(contiguous_strides(sizes))
 
 
 def _broadcast_index(out_sizes, in_sizes, xindex=None):
@@ -618,7 +529,7 @@ simple("ch10.broadcast_shapes", "a stand-in from course/fallbacks.py", _broadcas
 simple("ch10.view_shape", "a stand-in from course/fallbacks.py", _view_shape)
 simple("ch10.update_frame_state", "a stand-in from course/fallbacks.py", _update_frame_state)
 simple("ch10.symbolic_dims", "a stand-in from course/fallbacks.py", _symbolic_dims)
-simple("ch10.contiguous_strides", "a stand-in from course/fallbacks.py", _contiguous_strides)
+simple("ch10.contiguous_strides", "tininductor's own (tininductor.indexing.contiguous_strides)", _contiguous_strides)
 simple("ch10.broadcast_index", "a stand-in from course/fallbacks.py", _broadcast_index)
 
 # ---- chapter 11: end to end -----------------------------------------------------------------------

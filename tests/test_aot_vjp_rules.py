@@ -375,8 +375,6 @@ CASES = {
     "fmod": (lambda a, b: torch.fmod(a, b), [R(3, 4), P(3, 1)], aten.fmod),
     "nan_to_num": (lambda x: torch.nan_to_num(torch.log(x - 1), posinf=2.0), [P(3, 4)], aten.nan_to_num),
     "prelu": (lambda x, w: torch.nn.functional.prelu(x, w), [R(2, 3, 4), R(3)], aten._prelu_kernel),
-    "safe_softmax": (lambda x, m: aten._safe_softmax(x.masked_fill(m, float("-inf")), 1), [R(3, 4), M(3, 4)],
-                     aten._safe_softmax),
 }
 
 #: rules for CUDA-only kernels (the fused attention forms): checked on the GPU machine by

@@ -8,8 +8,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from tininductor.aot_autograd import aot_eager
 from tininductor.decompositions import DECOMPOSITIONS, decompose
 from tininductor.prims import PRIM_SET, is_prim
+from tininductor.testing import compile_graph
 
 
 def _randn(*shape):
@@ -22,6 +24,13 @@ def _randint(high, *shape):
 
 def _mask(*shape):
     return lambda dtype: torch.rand(*shape) > 0.5
+
+
+def _mask_with_full_row(dtype):
+    """A mask whose first row masks everything, second nothing, the rest at random."""
+    m = torch.rand(4, 5) > 0.5
+    m[0], m[1] = True, False
+    return m
 
 
 CASES = {
@@ -57,6 +66,10 @@ CASES = {
     "split_chunk": (lambda x: [a * 2 for a in x.split(2, dim=1)] + list(x.chunk(2, dim=0)), [_randn(4, 5)]),
     "unbind": (lambda x: [a + 1 for a in x.unbind(1)], [_randn(2, 3)]),
     "tril_triu": (lambda x: torch.tril(x) + torch.triu(x, 1) * 3 + torch.tril(x, -1), [_randn(2, 4, 5)]),
+    "safe_softmax": (lambda x, m: torch.ops.aten._safe_softmax(x.masked_fill(m, float("-inf")), -1),
+                     [_randn(4, 5), _mask_with_full_row]),
+    "safe_softmax_upcast": (lambda x, m: torch.ops.aten._safe_softmax(x.masked_fill(m, float("-inf")), 0,
+                                                                      torch.float64), [_randn(4, 5), _mask_with_full_row]),
     "causal_mask": (lambda x: x.masked_fill(torch.tril(torch.ones(4, 4)) == 0, float("-inf")).softmax(-1),
                     [_randn(2, 4, 4)]),
     "alpha_rsub": (lambda x, y: torch.add(x, y, alpha=2) - torch.sub(x, y, alpha=3) + (1 - x),
@@ -155,3 +168,28 @@ def test_table_is_ours_and_outputs_prims():
         assert DECOMPOSITIONS[op].__module__ == "tininductor.decompositions"
         # a CompositeImplicitAutograd op never reaches the table: an entry for one is dead code
         assert not torch._C._dispatch_has_kernel_for_dispatch_key(op.name(), "CompositeImplicitAutograd"), op
+
+
+def test_safe_softmax_fully_masked_row_has_zero_gradient():
+    """A row masked by adding ``-inf`` (the math attention path) is 0 and passes back 0, not NaN."""
+    fn = lambda x, m: torch.ops.aten._safe_softmax(x + torch.where(m, float("-inf"), 0.0), -1)  # noqa: E731
+    x, m = torch.randn(4, 5, requires_grad=True), _mask_with_full_row(torch.float32)
+    compiled = aot_eager(fn, [x, m])
+    assert torch.ops.aten._safe_softmax.default not in [n.target for n in compiled.aot.prim_gm.graph.nodes]
+    weights = torch.randn(4, 5)
+    expected, actual = fn(x, m), compiled(x, m)
+    torch.testing.assert_close(actual, expected)
+    want, = torch.autograd.grad((expected * weights).sum(), x)
+    got, = torch.autograd.grad((actual * weights).sum(), x)
+    assert not got.isnan().any()
+    torch.testing.assert_close(got, want)
+
+
+@pytest.mark.parametrize("backend", ["cpp", "triton"])
+def test_safe_softmax_is_one_kernel_with_its_mask(backend):
+    """The mask, the masked rows' test and softmax's two reductions share one kernel."""
+    fn = lambda x, m: torch.ops.aten._safe_softmax(x.masked_fill(m, float("-inf")) * 2, -1)  # noqa: E731
+    x, m = torch.randn(4, 5), _mask_with_full_row(torch.float32)
+    compiled = compile_graph(fn, [x, m], backend=backend)
+    torch.testing.assert_close(compiled(x, m), fn(x, m))
+    assert len(compiled.kernels) == 1, compiled.source

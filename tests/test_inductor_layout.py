@@ -87,3 +87,53 @@ def test_channels_last_buffer_flattened_and_pooled(backend):
     with torch.no_grad():
         c = compile_graph(m, [x], backend, force_layout_optimization=True)
         torch.testing.assert_close(c(x), m(x), rtol=1e-4, atol=1e-5)
+
+
+class ConvNeXtBlock(nn.Module):
+    """ConvNeXt's block: a depthwise convolution, then LayerNorm and an MLP over channels-last
+    ``(N, H, W, C)`` views (permutes), a layer scale and a residual."""
+
+    def __init__(self, c=8):
+        super().__init__()
+        self.dw = nn.Conv2d(c, c, 7, padding=3, groups=c)
+        self.norm = nn.LayerNorm(c)
+        self.fc1, self.fc2 = nn.Linear(c, 4 * c), nn.Linear(4 * c, c)
+        self.scale = nn.Parameter(torch.rand(c, 1, 1))
+        self.out = nn.Conv2d(c, c, 1)
+
+    def forward(self, x):
+        y = self.norm(self.dw(x).permute(0, 2, 3, 1))
+        y = self.fc2(nn.functional.gelu(self.fc1(y))).permute(0, 3, 1, 2)
+        return self.out(self.scale * y + x)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_permuted_views_of_channels_last_tensors_stay_contiguous(backend):
+    """A pointwise kernel lays its output out in the memory order of what it reads: the LayerNorm of
+    a channels-last tensor permuted to ``(N, H, W, C)`` is contiguous, so the Linear layers read it
+    without a copy and the normalisation shares a kernel with its statistics; the residual is
+    channels-last for the next convolution."""
+    m = ConvNeXtBlock().eval()
+    x = torch.randn(2, 8, 5, 6)
+    with torch.no_grad():
+        c = compile_graph(m, [x], backend, force_layout_optimization=True)
+        torch.testing.assert_close(c(x), m(x), rtol=1e-4, atol=1e-5)
+    nhwc_transposed = "(240, 1, 40, 5)"  # (N, H, W, C) = (2, 5, 6, 8) laid out as if H were the channels
+    assert nhwc_transposed not in c.source, c.source
+    assert "(240, 1, 48, 8)" in c.source  # the residual sum, channels-last for the 1x1 convolution
+    assert len(c.kernels) == 4, c.kernels  # input to channels-last, LayerNorm, bias + gelu, scale + residual
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_convolution_bias_added_by_the_consumer(backend):
+    """``split_conv_bias`` (on for GPUs, forced here): the convolutions run without their bias and
+    each bias is added inside the kernel that reads the output, values as eager's."""
+    m = ConvNeXtBlock().eval()
+    x = torch.randn(2, 8, 5, 6)
+    with torch.no_grad():
+        c = compile_graph(m, [x], backend, force_layout_optimization=True, force_split_conv_bias=True)
+        torch.testing.assert_close(c(x), m(x), rtol=1e-4, atol=1e-5)
+    calls = [line for line in c.source.splitlines() if "torch.convolution(" in line]
+    assert len(calls) == 2 and all(", None, [1, 1]" in line for line in calls), calls
+    # the depthwise bias joins the LayerNorm's kernel; the last one, a graph output, is a kernel of its own
+    assert len(c.kernels) == 5, c.kernels

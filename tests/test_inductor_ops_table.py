@@ -82,31 +82,52 @@ COMPOSITES = {
 }
 
 
+@pytest.mark.parametrize("backend", ["cpp", "triton"])
 @pytest.mark.parametrize("name", sorted(COMPOSITES))
-def test_composite_lowerings_agree_with_decompositions_and_eager(name):
-    """The composite lowerings (lowering.py) serve graphs lowered without decomposing; the
-    tininductor backend decomposes first and never calls them."""
+def test_composite_ops_are_decompositions_and_kernels_keep_their_name(name, backend):
+    """softmax, layer_norm, gelu ... are defined once, as decompositions, and have no lowering; the
+    decomposed graph records the op each node came from, so with ``descriptive_names="original_aten"``
+    the one fused kernel is still named after the op written (what chapters 7 and 8 print)."""
+    from tininductor import config
+    from tininductor.compile_fx import compile_fx_inner
+    from tininductor.decompositions import DECOMPOSITIONS, decompose
+    from tininductor.graph import op_name
+    from tininductor.testing import patch_config
+
+    target, fn = COMPOSITES[name]
+    assert target in DECOMPOSITIONS and target not in lowering.lowerings
+    args = [torch.randn(4, 8), torch.randn(8), torch.randn(8)]
+    with torch.no_grad(), patch_config(config, fallback_to_eager=False, cpu_backend=backend,
+                                       descriptive_names="original_aten"):
+        compiled = compile_fx_inner(decompose(torch.fx.symbolic_trace(fn), args), args)
+    out = compiled(*args)
+    torch.testing.assert_close(out[0] if isinstance(out, (list, tuple)) else out, fn(*args))
+    assert len(compiled.kernels) == 1 and f"_fused_{op_name(target)}_0" in compiled.kernels[0], compiled.kernels
+
+
+@pytest.mark.parametrize("name", ["gelu_tanh", "layer_norm", "softmax"])
+def test_decomposition_lowering_lowers_an_op_through_its_decomposition(name):
+    """``decomposition_lowering(op)`` is a lowering built from the op's decomposition: registered
+    for the op, a graph that keeps the op (traced without decomposing) lowers it, with no fallback."""
     from torch.fx.experimental.proxy_tensor import make_fx
 
     from tininductor import config
     from tininductor.compile_fx import compile_fx_inner
-    from tininductor.decompositions import decompose
+    from tininductor.decompositions import decomposition_lowering
     from tininductor.testing import patch_config
 
     target, fn = COMPOSITES[name]
-    calls = []
-    real = lowering.lowerings[target]
-    counting = lowering.lowerings.swap({target: lambda *a, **k: calls.append(1) or real(*a, **k)})
+    overload = target.default
     args = [torch.randn(4, 8), torch.randn(8), torch.randn(8)]
-    expected = fn(*args)
-    with torch.no_grad(), patch_config(config, fallback_to_eager=False, cpu_backend="cpp"), counting:
-        decomposed = compile_fx_inner(decompose(torch.fx.symbolic_trace(fn), args), args)(*args)
-        assert calls == [], "a decomposed graph reached the composite lowering"
-        direct = compile_fx_inner(make_fx(fn)(*args), args)(*args)
-        assert calls, "the aten graph did not reach the composite lowering"
-    for out in (decomposed, direct):
-        out = out[0] if isinstance(out, (list, tuple)) else out
-        torch.testing.assert_close(out, expected)
+    with torch.no_grad():
+        gm = make_fx(fn)(*args)
+    assert overload in [n.target for n in gm.graph.nodes]
+    with torch.no_grad(), patch_config(config, fallback_to_eager=False, cpu_backend="cpp"), \
+            lowering.lowerings.swap({overload: decomposition_lowering(overload)}):
+        compiled = compile_fx_inner(gm, args)
+    assert compiled.fallback_reasons == [] and len(compiled.kernels) == 1
+    out = compiled(*args)
+    torch.testing.assert_close(out[0] if isinstance(out, (list, tuple)) else out, fn(*args))
 
 
 # ------------------------------------------------------------------ ops added by one table row

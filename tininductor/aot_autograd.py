@@ -550,8 +550,6 @@ def _specialize_per_shape(gm, example_inputs, fw_compiler, bw_compiler, partitio
             except Exception as e:
                 # this compile runs inside the call, where TorchDynamo can no longer fall back for
                 # the frame: run this shape's graph eagerly (with the warning a frame would give)
-                from tininductor import config
-
                 if not config.fallback_to_eager:
                     raise
                 warnings.warn(f"tininductor failed to compile the graph for these shapes ({type(e).__name__}: {e}); "

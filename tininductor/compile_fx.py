@@ -28,15 +28,19 @@ from torch.utils._pytree import tree_unflatten
 
 from tinydynamo import artifacts
 from tinydynamo.backends import errors_must_raise
+from tinydynamo.logs import get_logger
 from tinydynamo.utils import dynamo_timed
 
 from . import config, partitioners
-from .aot_autograd import is_flat_sequence
+from .aot_autograd import aot_autograd, is_flat_sequence
 from .codecache import PyCodeCache
 from .codegen.common import get_scheduling
 from .codegen.wrapper import WrapperCodeGen
+from .fx_passes.constant_folding import fold_input_independent
+from .fx_passes.mm_bias import mm_bias_epilogue
 from .fx_passes.pad_mm import pad_mm
 from .graph import GraphLowering
+from .joint_graph import AutogradCompileError
 from .lowering import LoweringDeclined
 from .runtime.compile_worker import start_workers
 from .runtime.cudagraphs import cudagraphify
@@ -58,17 +62,8 @@ def warm_up() -> None:
         start_workers()
 
 
-output_code_log = logging.getLogger("tininductor.output_code")  # used when tinydynamo.logs is absent
-
-
 def _artifacts():
     return artifacts
-
-
-def _is_training(example_inputs) -> bool:
-    return torch.is_grad_enabled() and any(
-        isinstance(t, torch.Tensor) and t.requires_grad for t in example_inputs
-    )
 
 
 def compile_fx(gm: torch.fx.GraphModule, example_inputs):
@@ -79,16 +74,6 @@ def compile_fx(gm: torch.fx.GraphModule, example_inputs):
     :func:`compile_fx_inner`.
     """
     warm_up()
-    try:
-        from .aot_autograd import aot_autograd
-    except ImportError:  # no AOT layer: inference graphs only
-        if _is_training(example_inputs):
-            warnings.warn("tininductor: training graphs need tininductor.aot_autograd (not available); running eagerly")
-            return gm
-        from .decompositions import decompose
-
-        with torch.no_grad():
-            return compile_fx_inner(decompose(gm, example_inputs), example_inputs)
     try:
         start = _compile_count[0]
         cudagraphs = config.triton.cudagraphs
@@ -104,8 +89,6 @@ def compile_fx(gm: torch.fx.GraphModule, example_inputs):
         _expose_compiled(fn, graphs)
         return fn
     except Exception as e:
-        from .joint_graph import AutogradCompileError
-
         if isinstance(e, AutogradCompileError):  # the frame's caller decides: warn + eager, or raise
             raise                            # (tinydynamo: fullgraph=True / suppress_errors=False)
         return _eager_fallback(gm, e)
@@ -232,8 +215,12 @@ def _compile_fx_inner(gm: torch.fx.GraphModule, example_inputs, cudagraphs: str 
     """``cudagraphs``: False, or the graph's kind for the CUDA graph runner ("inference", ...)."""
     example_inputs = list(example_inputs)
     _ensure_example_values(gm, example_inputs)
+    if config.constant_folding:
+        fold_input_independent(gm)  # what reads no input: computed once, here (fx_passes/constant_folding.py)
     if config.shape_padding or config.force_shape_padding:
         pad_mm(gm)  # matmul operands to aligned sizes (fx_passes/pad_mm.py)
+    if config.mm_bias_epilogue:
+        mm_bias_epilogue(gm)  # a bias no generated kernel would read goes back into addmm (fx_passes/mm_bias.py)
     graph = GraphLowering(gm, example_inputs, is_inference=is_inference)
     with V.set_graph_handler(graph):
         with dynamo_timed("lowering"):
@@ -326,13 +313,7 @@ def _use_interpreter_if_needed(graph) -> None:
 
 def _log_output_code(source: str) -> None:
     """``TINY_LOGS=output_code`` (or ``tinydynamo.logs.set_logs(output_code=True)``) prints the wrapper."""
-    try:
-        from tinydynamo.logs import get_logger
-    except ImportError:  # tinydynamo without its log module: a plain logger
-        logger = output_code_log
-    else:
-        logger = get_logger("output_code")
-    logger.info("Output code (tininductor wrapper module):\n%s", source)
+    get_logger("output_code").info("Output code (tininductor wrapper module):\n%s", source)
 
 
 class _CallableModule(types.ModuleType):

@@ -28,10 +28,12 @@ import torch
 from torch._dispatch.python import enable_python_dispatcher
 from torch._guards import detect_fake_mode
 from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.fx import traceback as fx_traceback
 from torch.fx.experimental.proxy_tensor import make_fx
 from torch.fx.passes.fake_tensor_prop import FakeTensorProp
+from torch.utils._pytree import tree_flatten, tree_unflatten
 
-from tininductor import config
+from tininductor import config, ir, lowering
 from tininductor.prims import is_prim
 from tininductor.registry import OpRegistry, lookup, overload_table
 
@@ -464,6 +466,21 @@ def _softmax(x, dim, half_to_float=False):
     return aten.div(e, aten.sum(e, [dim], True))
 
 
+@register_decomposition(aten._safe_softmax)
+def _safe_softmax(x, dim, dtype=None):
+    """Softmax whose fully masked rows (every entry ``-inf``) are 0 instead of NaN: what the math
+    attention path (``scaled_dot_product_attention`` with a boolean mask) calls. Such a row's max
+    is ``-inf``: it is shifted by 0 instead, so its exps are 0, and divided by 1 instead of its sum
+    of 0. Nothing in it is NaN, so its gradient is 0 as in eager, and the whole op is one
+    reduction kernel with the masking and the scores' producer fused in."""
+    xf = prims.convert_element_type(x, dtype) if dtype is not None and dtype != x.dtype else x
+    row_max = aten.amax(xf, [dim], True)
+    shift = aten.where(aten.eq(row_max, -math.inf), _scalar(0, row_max), row_max)
+    e = aten.exp(aten.sub(xf, shift))
+    total = aten.sum(e, [dim], True)
+    return aten.div(e, aten.where(aten.eq(total, 0), _scalar(1, total), total))
+
+
 @register_decomposition(aten._log_softmax)
 def _log_softmax(x, dim, half_to_float=False):
     """x - max - log(sum(exp(x - max)))."""
@@ -630,7 +647,11 @@ def decompose(gm: torch.fx.GraphModule, example_inputs, table: dict | None = Non
     functional = torch.func.functionalize(gm, remove="mutations")
     # the Python dispatcher makes torch's composite kernels emit functional ops (squeeze, not squeeze_)
     composites = SymbolicComposites() if _has_symbolic_sizes(fakes) else contextlib.nullcontext()
-    with torch.no_grad(), mode, enable_python_dispatcher(), composites, allow_real_constants(mode):
+    # preserve_node_meta: make_fx records in each node's ``meta["original_aten"]`` the op it was
+    # decomposed from (``aten._softmax`` for the ``amax``, ``sub``, ``exp`` ... it became), which
+    # kernel names can follow (``config.descriptive_names``)
+    with torch.no_grad(), mode, enable_python_dispatcher(), composites, allow_real_constants(mode), \
+            fx_traceback.preserve_node_meta():
         out = make_fx(functional, decomposition_table=table)(*fakes)
     if functionalize_inplace_views(out):
         # the in-place op restrided its base's example value too: recompute every node's ``val``
@@ -640,6 +661,43 @@ def decompose(gm: torch.fx.GraphModule, example_inputs, table: dict | None = Non
     for name, reason in out.meta["fallbacks"]:
         log.info("fallback to torch for %s: %s", name, reason)
     return out
+
+
+# ----------------------------------------------------------------------------- as a lowering
+class _LowerEach(torch.fx.Interpreter):
+    """Run a small ATen graph on IR values: each op through the package's lowering."""
+
+    def call_function(self, target, args, kwargs):
+        if target is operator.getitem:
+            return args[0][args[1]]
+        fn = lowering.lookup(target)
+        if fn is None:
+            raise lowering.LoweringDeclined(f"{target} has no lowering")
+        return fn(*args, **kwargs)
+
+
+def decomposition_lowering(op) -> Callable:
+    """A lowering of ``op`` derived from its decomposition (the op's one definition): trace the
+    decomposition on meta tensors shaped like the IR arguments, then lower each op of that small
+    graph with its lowering. ``decomposition_lowering(aten.silu.default)`` builds the lowering of
+    silu that chapter 7's Exercise 7.1 writes by hand, from ``silu``'s decomposition above."""
+    def lower(*args, **kwargs):
+        flat, spec = tree_flatten((args, kwargs))
+        where = [i for i, a in enumerate(flat) if isinstance(a, ir.IRNode)]
+
+        def call(*tensors):
+            values = list(flat)
+            for i, t in zip(where, tensors):
+                values[i] = t
+            args_, kwargs_ = tree_unflatten(values, spec)
+            return op(*args_, **kwargs_)
+
+        metas = [torch.empty([int(n) for n in flat[i].get_size()], dtype=flat[i].get_dtype(), device="meta")
+                 for i in where]
+        gm = make_fx(call, decomposition_table=DECOMPOSITIONS.overload_table())(*metas)
+        return _LowerEach(gm).run(*[flat[i] for i in where])
+
+    return lower
 
 
 def _view_of(op: torch._ops.OpOverload) -> torch._ops.OpOverload | None:

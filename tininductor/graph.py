@@ -26,8 +26,9 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.utils._pytree import tree_flatten, tree_map
 
 from . import config, ir
-from .indexing import size_expr
+from .indexing import size_expr, sym
 from .lowering import EXTERN_OPS, KERNEL_DTYPES, LoweringDeclined, lookup
+from .scheduler import ReadWrites
 from .virtualized import V
 
 log = logging.getLogger("tininductor.lowering")
@@ -60,11 +61,31 @@ class GraphLowering(torch.fx.Interpreter):
         self.layout_optimization = _wants_channels_last(gm, is_inference)
 
     def preferred_order(self, data: ir.Loops) -> list[int] | None:
-        """The order a realized Pointwise is laid out in: channels-last ``(N, H, W, C)`` for the
-        4-D ones of a convolution graph (layout optimization), else None (contiguous)."""
-        if self.layout_optimization and isinstance(data, ir.Pointwise) and len(data.ranges) == 4:
-            return [0, 2, 3, 1]
-        return None
+        """The order a realized 4-D Pointwise of a convolution graph is laid out in (layout
+        optimization), None for contiguous: the memory order of the tensor it reads, so that the
+        kernel walks memory in order on both sides. A channels-last convolution output stays
+        channels-last through the pointwise ops after it, and a view of it permuted to
+        ``(N, H, W, C)`` (as ConvNeXt's LayerNorm and Linear layers read it) is contiguous.
+        Convolution inputs are made channels-last (:meth:`channels_last_input`), which starts it."""
+        if not (self.layout_optimization and isinstance(data, ir.Pointwise) and len(data.ranges) == 4):
+            return None
+        order = _read_order(data)
+        return None if order is None or order == [0, 1, 2, 3] else order
+
+    def channels_last_input(self, x):
+        """A convolution's 4-D input in channels-last memory order, the layout cuDNN's convolutions
+        run in (their output then is channels-last too): a pointwise producer is laid out so, any
+        other tensor copied (once, where cuDNN would convert it inside the call)."""
+        if not isinstance(x, ir.IRNode) or len(x.get_size()) != 4:
+            return x
+        if isinstance(x, ir.StorageBox) and not x.is_realized() and isinstance(x.data, ir.Pointwise):
+            return x.realize(order=CHANNELS_LAST)
+        stored = ir.realize_input(x)
+        if _is_channels_last(stored.layout):
+            return stored
+        copy = ir.StorageBox(ir.Pointwise(stored.get_device(), stored.get_dtype(), stored.make_loader(),
+                                          list(stored.get_size())), self.current_origins)
+        return copy.realize(order=CHANNELS_LAST)
 
     # ---------------------------------------------------------------- buffers
 
@@ -84,9 +105,12 @@ class GraphLowering(torch.fx.Interpreter):
         return self.graph_inputs[name]
 
     def origin_ops(self, origins) -> list[str]:
-        """Op names (``add``, ``sin``) of FX nodes, for kernel names."""
+        """Op names (``add``, ``sin``) of FX nodes, for kernel names: each node's own op, or with
+        ``config.descriptive_names == "original_aten"`` the op it was decomposed from."""
         nodes = {n.name: n for n in self.module.graph.nodes}
-        return [op_name(nodes[o].target) for o in origins if o in nodes and nodes[o].op == "call_function"]
+        original = config.descriptive_names == "original_aten"
+        return [op_name(original and nodes[o].meta.get("original_aten") or nodes[o].target)
+                for o in origins if o in nodes and nodes[o].op == "call_function"]
 
     # ---------------------------------------------------------------- fx.Interpreter hooks
 
@@ -168,6 +192,8 @@ class GraphLowering(torch.fx.Interpreter):
     def call_function(self, target, args, kwargs):
         if target is operator.getitem:
             return args[0][args[1]]
+        if target is torch.ops.aten.convolution.default:
+            return self.convolution(*args, **kwargs)
         if getattr(target, "overloadpacket", None) in EXTERN_OPS:
             return self.extern_kernel(target, args, kwargs, "extern by design: library kernel")
         bad = self._dtype_without_kernels(args, kwargs)
@@ -180,6 +206,22 @@ class GraphLowering(torch.fx.Interpreter):
             return lowering(*args, **kwargs)
         except LoweringDeclined as e:
             return self.extern_kernel(target, args, kwargs, f"fallback: {target}: {e}")
+
+    def convolution(self, x, weight, bias, *args, **kwargs):
+        """A convolution is a library kernel. Its input is channels-last under layout optimization.
+        On a GPU its bias is added by the kernel that reads its output (``config.split_conv_bias``,
+        as TorchInductor does): cuDNN would add it in a kernel of its own, another pass over the
+        output, while a pointwise add fuses into the consumer (the normalisation, the activation)."""
+        conv = torch.ops.aten.convolution.default
+        if self.layout_optimization:
+            x = self.channels_last_input(x)
+        on_gpu = isinstance(x, ir.IRNode) and x.get_device().type != "cpu"
+        if bias is None or not (config.force_split_conv_bias or (config.split_conv_bias and on_gpu)):
+            return self.extern_kernel(conv, (x, weight, bias, *args), kwargs, "extern by design: library kernel")
+        out = self.extern_kernel(conv, (x, weight, None, *args), kwargs,
+                                 "extern by design: library kernel (its bias is added by the consumer's kernel)")
+        channel = lookup(torch.ops.aten.view.default)(bias, [-1] + [1] * (len(out.get_size()) - 2))
+        return lookup(torch.ops.aten.add.Tensor)(out, channel)
 
     def _dtype_without_kernels(self, args, kwargs) -> torch.dtype | None:
         """A dtype of this op's tensors that Triton/C++ kernels cannot hold (complex), if any:
@@ -331,9 +373,9 @@ class GraphLowering(torch.fx.Interpreter):
 
 def _wants_channels_last(gm: torch.fx.GraphModule, is_inference: bool) -> bool:
     """Layout optimization (``config.layout_optimization``, TorchInductor's), decided once per graph:
-    an inference graph with 2-D convolutions on CUDA keeps its 4-D intermediates channels-last, the
-    layout cuDNN's convolutions run in, so that no convolution converts NCHW to NHWC and back; the
-    pointwise kernels around them walk the same order. Training graphs keep NCHW for now (the
+    an inference graph with 2-D convolutions on CUDA feeds them channels-last inputs, the layout
+    cuDNN's convolutions run in, so that no convolution converts NCHW to NHWC and back; the
+    pointwise kernels after them keep and walk that order (``preferred_order``). Training graphs keep NCHW for now (the
     activations they save would be copied back to the traced layout).
     ``config.force_layout_optimization``: every convolution graph, on any device (tests)."""
     if not (config.layout_optimization or config.force_layout_optimization):
@@ -343,6 +385,40 @@ def _wants_channels_last(gm: torch.fx.GraphModule, is_inference: bool) -> bool:
     if not convs:
         return False
     return config.force_layout_optimization or (is_inference and convs[0].meta["val"].device.type == "cuda")
+
+
+#: (N, C, H, W) stored in (N, H, W, C) order
+CHANNELS_LAST = [0, 2, 3, 1]
+
+
+def _read_order(data: ir.Pointwise) -> list[int] | None:
+    """The memory order of what ``data``'s body reads: of the loads that walk a whole tensor of its
+    size (an affine index with a nonzero step along every dim longer than 1), the first one not in
+    the logical order, else the first; its dims from the largest step to the smallest (dims of
+    size 1 keep their place). None when no load qualifies (an index computed through a reshape's
+    divisions, a broadcast, an indirect index)."""
+    handler = ReadWrites()
+    ranges = data.get_size()
+    loop_vars = [sym(f"i{d}") for d in range(len(ranges))]
+    with V.set_ops_handler(handler):
+        data.inner_fn(loop_vars)
+    long_dims = [d for d, n in enumerate(ranges) if n != 1]
+    orders = []
+    for _, index in handler.reads:
+        steps = [index.coeff(v) for v in loop_vars]
+        if not all(isinstance(c, sympy.Integer) for c in steps) or any(steps[d] == 0 for d in long_dims):
+            continue
+        if sympy.expand(index - sum(c * v for c, v in zip(steps, loop_vars))).free_symbols:
+            continue  # not affine in the loop variables
+        ordered = iter(sorted(long_dims, key=lambda d: -steps[d]))
+        orders.append([d if ranges[d] == 1 else next(ordered) for d in range(len(ranges))])
+    return next((o for o in orders if o != sorted(o)), orders[0] if orders else None)
+
+
+def _is_channels_last(layout: ir.Layout) -> bool:
+    """A 4-D layout whose memory order is (N, H, W, C) (dims of size 1 in any place)."""
+    n, c, h, w = layout.size
+    return _same_strides(layout, [h * w * c, 1, w * c, c])
 
 
 def _same_strides(layout: ir.Layout, stride) -> bool:

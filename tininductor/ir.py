@@ -401,10 +401,13 @@ class StorageBox(IRNode):
     def is_realized(self) -> bool:
         return isinstance(self.data, Buffer)
 
-    def realize(self) -> Buffer:
+    def realize(self, order: list[int] | None = None) -> Buffer:
+        """Store the value in a buffer (once), laid out in ``order`` (dims from outermost to
+        innermost in memory) if given, else in the graph's preferred order (contiguous by default)."""
         if not isinstance(self.data, Buffer):
             assert isinstance(self.data, Loops), self.data
-            order = V.graph.preferred_order(self.data) if hasattr(V.graph, "preferred_order") else None
+            if order is None and hasattr(V.graph, "preferred_order"):
+                order = V.graph.preferred_order(self.data)
             layout = Layout.contiguous(self.data.get_device(), self.data.get_dtype(),
                                        [self.data.get_size()[d] for d in order or range(len(self.data.get_size()))])
             if order is not None:  # laid out in ``order`` (channels-last), read in the logical order

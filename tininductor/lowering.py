@@ -401,11 +401,17 @@ def _restride(layout: ir.Layout, size, stride, offset) -> ir.Layout:
 def permute(x, dims):
     dims = [d % max(len(x.get_size()), 1) for d in dims]
     size = [x.get_size()[d] for d in dims]
-    inverse = [dims.index(i) for i in range(len(dims))]
     return _view_of(
-        x, size, lambda index: [index[inverse[i]] for i in range(len(dims))],
+        x, size, permute_reindex(dims),
         lambda lay: _restride(lay, size, [lay.stride[d] for d in dims], lay.offset),
     )
+
+
+def permute_reindex(dims: Sequence[int]) -> Callable[[list], list]:
+    """Index arithmetic of ``permute(dims)``: output index -> input index (output dim ``i`` is
+    input dim ``dims[i]``, so input dim ``d`` reads output dim ``dims.index(d)``)."""
+    inverse = [list(dims).index(i) for i in range(len(dims))]
+    return lambda index: [index[inverse[i]] for i in range(len(dims))]
 
 
 @register_lowering(aten.expand)
@@ -414,14 +420,19 @@ def expand(x, size, implicit=False):
     size = [o if s == -1 else s for s, o in zip(size, [None] * (len(size) - len(old)) + old)]
     skip = len(size) - len(old)
 
-    def reindex(index):
-        return [sympy.Integer(0) if old[i] == 1 and size[skip + i] != 1 else index[skip + i] for i in range(len(old))]
-
     def layout(lay):
         stride = [0] * skip + [0 if old[i] == 1 and size[skip + i] != 1 else lay.stride[i] for i in range(len(old))]
         return _restride(lay, size, stride, lay.offset)
 
-    return _view_of(x, size, reindex, layout)
+    return _view_of(x, size, expand_reindex(old, size), layout)
+
+
+def expand_reindex(old: Sequence, size: Sequence) -> Callable[[list], list]:
+    """Index arithmetic of expanding ``old`` to ``size`` (no ``-1`` left): output index -> input
+    index. New leading dims are dropped; a size-1 dim broadcast to more reads index 0."""
+    skip = len(size) - len(old)
+    return lambda index: [sympy.Integer(0) if old[i] == 1 and size[skip + i] != 1 else index[skip + i]
+                          for i in range(len(old))]
 
 
 @register_lowering(aten.unsqueeze)
@@ -840,71 +851,6 @@ def var(x, dim=None, *, correction=None, keepdim=False):
     sq = reduction(pointwise(lambda v: ops.mul(v, v), centered), dim, keepdim, "sum")
     dof = float(max(n - correction, 0)) if is_static(n) else size_expr(n - correction)
     return to_dtype(pointwise(ops.truediv, sq, dof), x.get_dtype())
-
-
-# --------------------------------------------------------------------------- composite ops
-# softmax, log_softmax, layer_norm, gelu and silu are decompositions (decompositions.py), and
-# compile_fx decomposes every graph before lowering it, so the tininductor backend never reaches
-# the five lowerings below (tests/test_inductor_ops_table.py checks that). They stay for graphs
-# lowered straight from ``make_fx`` without decomposing: chapters 7 and 8 compile such aten graphs
-# (``compile_aten`` / ``compile_triton``, course/chapters/) so that a kernel is named after the op
-# the learner wrote (``triton_per_fused__softmax_0``) and its body reads as one formula. Each must compute
-# what its decomposition computes (the same test compares both against eager).
-
-
-@register_lowering(aten._softmax)
-def softmax(x, dim, half_to_float=False):
-    out = torch.float32 if half_to_float else x.get_dtype()
-    xf = to_dtype(x, _acc_dtype(x.get_dtype()))
-    e = pointwise(ops.exp, pointwise(ops.sub, xf, reduction(xf, [dim], True, "max")))
-    return to_dtype(pointwise(ops.truediv, e, reduction(e, [dim], True, "sum")), out)
-
-
-@register_lowering(aten._log_softmax)
-def log_softmax(x, dim, half_to_float=False):
-    out = torch.float32 if half_to_float else x.get_dtype()
-    xf = to_dtype(x, _acc_dtype(x.get_dtype()))
-    shifted = pointwise(ops.sub, xf, reduction(xf, [dim], True, "max"))
-    lse = pointwise(ops.log, reduction(pointwise(ops.exp, shifted), [dim], True, "sum"))
-    return to_dtype(pointwise(ops.sub, shifted, lse), out)
-
-
-@register_lowering(aten.native_layer_norm)
-def native_layer_norm(x, normalized_shape, weight, bias, eps):
-    nd = len(x.get_size())
-    dims = list(range(nd - len(normalized_shape), nd))
-    n = prod(normalized_shape)
-    acc = _acc_dtype(x.get_dtype())
-    xf = to_dtype(x, acc)
-    mu = pointwise(ops.truediv, reduction(xf, dims, True, "sum"), _count(n))
-    centered = pointwise(ops.sub, xf, mu)
-    var_ = pointwise(ops.truediv, reduction(pointwise(lambda v: ops.mul(v, v), centered), dims, True, "sum"), _count(n))
-    rstd = pointwise(ops.rsqrt, pointwise(ops.add, var_, eps))
-    out = pointwise(ops.mul, centered, rstd)
-    if weight is not None:
-        out = pointwise(ops.mul, out, weight)
-    if bias is not None:
-        out = pointwise(ops.add, out, bias)
-    return to_dtype(out, x.get_dtype()), mu, rstd
-
-
-@register_lowering(aten.gelu)
-def gelu(x, approximate="none"):
-    if approximate == "tanh":
-        def fn(v):
-            inner = ops.mul(ops.constant(math.sqrt(2 / math.pi), torch.float32),
-                            ops.add(v, ops.mul(ops.constant(0.044715, torch.float32), ops.mul(v, ops.mul(v, v)))))
-            return ops.mul(ops.mul(ops.constant(0.5, torch.float32), v), ops.add(ops.constant(1.0, torch.float32), ops.tanh(inner)))
-    else:
-        def fn(v):
-            cdf = ops.add(ops.constant(1.0, torch.float32), ops.erf(ops.mul(v, ops.constant(1 / math.sqrt(2), torch.float32))))
-            return ops.mul(ops.mul(ops.constant(0.5, torch.float32), v), cdf)
-    return pointwise(fn, x, promote=Promote.INT_TO_FLOAT)
-
-
-@register_lowering(aten.silu)
-def silu(x):
-    return pointwise(lambda v: ops.mul(v, ops.sigmoid(v)), x, promote=Promote.INT_TO_FLOAT)
 
 
 # --------------------------------------------------------------------------- indirect indexing

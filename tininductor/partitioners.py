@@ -125,6 +125,12 @@ def partition_with_saved(joint: JointGraph, saved: list[fx.Node]) -> Partition:
 
 def default_partition(joint: JointGraph) -> Partition:
     """Run every forward op in the forward; save each forward value the backward reads."""
+    return partition_with_saved(joint, default_saved(joint))
+
+
+def default_saved(joint: JointGraph) -> list[fx.Node]:
+    """The values the default partitioner saves: each forward value the backward reads (reads
+    only ``joint.gm``, ``num_primals`` and ``num_outputs``)."""
     roles = _roles(joint)
     forward = _ancestors(roles.fw_outputs, set()) | set(roles.primals)
     # a multi-output op's other outputs (flash attention's logsumexp) are forward values too:
@@ -133,7 +139,7 @@ def default_partition(joint: JointGraph) -> Partition:
                 if u.target is operator.getitem and u not in roles.tangent_dependent}
     # walk back from the gradients; the forward values where the walk stops are the saved ones
     backward = _ancestors(roles.grad_outputs, forward | set(roles.tangents))
-    return partition_with_saved(joint, [n for n in backward if n in forward])
+    return [n for n in backward if n in forward]
 
 
 def _residual_reachable(net: nx.DiGraph, flow: dict, source) -> set:

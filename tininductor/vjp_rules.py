@@ -1441,10 +1441,3 @@ def nan_to_num_vjp(grad, out, x, nan=None, posinf=None, neginf=None):
 def prelu_vjp(grad, out, x, weight):
     gx, gw = aten._prelu_kernel_backward(grad, x, weight)
     return gx, sum_to_size(gw, weight)  # the kernel's weight gradient is per element
-
-
-@register_vjp(aten._safe_softmax)
-def safe_softmax_vjp(grad, out, x, dim, dtype=None):
-    """Softmax's VJP ``out * (grad - sum(grad * out))``; fully masked rows (out = 0) get 0."""
-    g = aten.mul(out, aten.sub(grad, aten.sum(aten.mul(grad, out), [dim], True)))
-    return (prims.convert_element_type(g, x.dtype) if g.dtype != x.dtype else g), None, None

@@ -2,8 +2,9 @@
 ``run``, ``export``, ``is_compiling`` (``torch.compiler``-style names live in :mod:`tinydynamo.compiler`).
 
 Functions marked here (the marks are kept in :mod:`tinydynamo.trace_rules`) are found by
-:func:`tinydynamo.polyfills.variable_for` (VariableBuilder asks it about every value it wraps), so marking takes effect at the next trace (``tinydynamo.reset()`` to
-forget graphs already compiled, as with torch).
+:func:`tinydynamo.variables.polyfilled.variable_for` (VariableBuilder asks it about every value it
+wraps), so marking takes effect at the next trace (``tinydynamo.reset()`` to forget graphs already
+compiled, as with torch).
 """
 from __future__ import annotations
 

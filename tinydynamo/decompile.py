@@ -46,7 +46,7 @@ def _run_with_time_limit(fn, seconds: float):
 def decompile(code: types.CodeType) -> str:
     """Python source for ``code`` (via depyf), else its commented ``dis`` listing with the reason."""
     try:
-        import depyf
+        import depyf  # optional, and slow to import: only asked for when a listing is shown
 
         source = _run_with_time_limit(lambda: depyf.decompile(code), TIME_LIMIT)
         compile(source, f"<decompiled {code.co_name}>", "exec")  # never hand out text that does not parse

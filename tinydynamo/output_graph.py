@@ -40,7 +40,8 @@ from tinydynamo.variables.base import VariableTracker
 from tinydynamo.variables.builder import wrap_fx_result
 from tinydynamo.variables.builtin import INPLACE_TO_OUT_OF_PLACE
 from tinydynamo.variables.ctx_manager import is_grad_mode_node
-from tinydynamo.variables.sym_node import SymNodeVariable, specialized
+from tinydynamo.variables.lists import specialized
+from tinydynamo.variables.sym_node import SymNodeVariable
 from tinydynamo.variables.tensor import TensorVariable
 
 CALL_OPS = ("call_function", "call_method", "call_module")

@@ -1,9 +1,8 @@
-"""Polyfills: what the interpreter does instead of calling a C function or a library it does not trace.
+"""Polyfills: plain-Python stand-ins for C functions and library code the interpreter does not trace.
 
 TorchDynamo cannot look inside C functions (``functools.reduce``, ``itertools.chain``, ``copy.copy``
 of a list) and does not trace most of the standard library, yet user code calls them all the
-time. Three mechanisms, tried in this order by :func:`variable_for` (VariableBuilder asks it about
-every value it wraps) and by ``call_class`` (for classes):
+time. This module holds what replaces them, as plain Python with no trackers (a leaf of the package):
 
 1. **Pure functions over constants** (``PURE_FUNCTIONS``): a vetted table of functions with no
    side effects; called with constant arguments they simply run at trace time (the result is a
@@ -11,14 +10,15 @@ every value it wraps) and by ``call_class`` (for classes):
 2. **Python reimplementations** (``FUNCTION_POLYFILLS``): plain Python functions with the same
    behaviour (``reduce``, ``accumulate``, ``sorted(key=...)``, ``copy.copy``...) that the translator
    *inlines* like user code, so tensors flowing through them become graph nodes.
-3. **Lazy iterators** (``CLASS_HANDLERS``): ``map``, ``filter``, ``itertools.count`` / ``islice`` /
-   ``repeat``... are :class:`~tinydynamo.variables.iter.LazyIteratorVariable`s that produce their
-   items when the loop asks (``count()`` is infinite, so it cannot be unrolled up front).
+3. **Constant library objects** (``constant_object_types``): immutable objects (a signature, a
+   ``torch.finfo``, an annotation) whose attributes and methods run at trace time.
+
+How the interpreter uses them (which tracker a polyfilled function or class becomes) is
+:mod:`tinydynamo.variables.polyfilled`, in the layer of the trackers.
 """
 from __future__ import annotations
 
 import collections
-import contextlib
 import copy
 import dataclasses
 import functools
@@ -28,23 +28,14 @@ import math
 import operator
 import types
 import typing
-from typing import Any
 
 import torch
 import torch.utils.checkpoint
 
-from tinydynamo import trace_rules
-from tinydynamo.exc import unimplemented
-from tinydynamo.source import AttrSource
-from tinydynamo.variables import autocast, iter as iter_variables, misc_ctx
-from tinydynamo.variables.autocast import make_autocast
-from tinydynamo.variables.constant import ConstantVariable
-from tinydynamo.variables.functions import UserFunctionVariable
-from tinydynamo.variables.iter import PartialVariable, PureFunctionVariable
-from tinydynamo.variables.misc_ctx import ContextManagerFunctionVariable
-from tinydynamo.variables.objects import OpaqueCallVariable
-from tinydynamo.variables.polyfilled import PolyfilledFunctionVariable
-from tinydynamo.variables.torch_function import DisableTorchFunctionSubclassVariable, default_torch_function_variable
+try:
+    import numpy as np
+except ImportError:  # numpy is optional (torch imports it when it is installed)
+    np = None
 
 
 # ---- 2. Python reimplementations, inlined --------------------------------------------------------------
@@ -134,11 +125,11 @@ def copy_copy(x):
         return x
     if isinstance(x, set):
         return set(x)
-    return _copy_other(x)
+    return copy_other(x)
 
 
-def _copy_other(x):
-    """Copying any other object (its __copy__, __reduce_ex__...) is not traced: a graph break (variable_for)."""
+def copy_other(x):
+    """Copying any other object (its __copy__, __reduce_ex__...) is not traced: a graph break (variables/polyfilled.py)."""
     return copy.copy(x)
 
 
@@ -223,65 +214,17 @@ PURE_FUNCTIONS = {
 }
 
 
-def _partial_handler(tx, args, kwargs):
-    return PartialVariable(args[0], list(args[1:]), dict(kwargs))
-
-
-def _disable_torch_function_subclass(tx, args, kwargs):
-    return DisableTorchFunctionSubclassVariable()
-
-
-def _autocast_handler(cls):
-    def handler(tx, args, kwargs):
-        return make_autocast(tx, cls, list(args), dict(kwargs))
-
-    return handler
-
-
-def _class_handlers() -> dict:
-    return {
-        torch.autograd.profiler.record_function: misc_ctx.record_function,
-        contextlib.nullcontext: misc_ctx.nullcontext,
-        torch._C.DisableTorchFunctionSubclass: _disable_torch_function_subclass,
-        **{cls: _autocast_handler(cls) for cls in autocast.AUTOCAST_CLASSES},
-        map: iter_variables.map_, filter: iter_variables.filter_, itertools.count: iter_variables.count, itertools.repeat: iter_variables.repeat,
-        itertools.islice: iter_variables.islice, itertools.cycle: iter_variables.cycle, functools.partial: _partial_handler,
-        collections.deque: iter_variables.deque, collections.OrderedDict: iter_variables.ordered_dict,
-        collections.defaultdict: iter_variables.defaultdict, set: iter_variables.set_, frozenset: iter_variables.frozenset_,
-        itertools.chain: _inline(chain), itertools.product: _inline(product),
-        itertools.accumulate: _inline(accumulate), itertools.starmap: _inline(starmap),
-        itertools.pairwise: _inline(pairwise), itertools.zip_longest: _inline(zip_longest),
-        operator.itemgetter: _inline(itemgetter), operator.attrgetter: _inline(attrgetter),
-        operator.methodcaller: _inline(methodcaller),
-        **{t: _numpy_scalar(t) for t in _numpy_scalar_types()},
-    }
-
-
-def _numpy_scalar_types() -> tuple:
-    try:
-        import numpy as np
-    except ImportError:
+def numpy_scalar_types() -> tuple:
+    if np is None:
         return ()
     return (np.float16, np.float32, np.float64, np.int8, np.int16, np.int32, np.int64, np.uint8, np.bool_)
-
-
-def _numpy_scalar(t):
-    """``np.float32(2.0)`` over a constant: folded to the Python number it holds (rounded to the numpy
-    type), a constant of the trace that FX can print into the graph's code."""
-
-    def handler(tx, args, kwargs):
-        if not all(a.is_python_constant() for a in args) or kwargs:
-            unimplemented(f"numpy.{t.__name__}() of a value not known at trace time")
-        return ConstantVariable(t(*[a.as_python_constant() for a in args]).item())  # a Python number in the graph
-
-    return handler
 
 
 def constant_object_types() -> tuple:
     """Immutable library objects kept as constants of the trace (attributes and methods run at trace time)."""
 
     return (inspect.Signature, inspect.Parameter, types.MappingProxyType, dataclasses.Field, torch.finfo,
-            torch.iinfo) + typing_types() + _numpy_scalar_types()
+            torch.iinfo) + typing_types() + numpy_scalar_types()
 
 
 def typing_types() -> tuple:
@@ -296,64 +239,3 @@ def typing_types() -> tuple:
     if hasattr(types, "UnionType"):
         found.append(types.UnionType)
     return tuple(found)
-
-
-def _inline(fn):
-    def handler(tx, args, kwargs):
-        return UserFunctionVariable(fn).call_function(tx, args, kwargs)
-
-    return handler
-
-
-_CLASS_HANDLERS: dict = {}
-
-
-def class_handler(cls):
-    """handler(tx, args, kwargs) -> VariableTracker for calling ``cls`` (``call_class`` asks), or None."""
-    if not _CLASS_HANDLERS:
-        _CLASS_HANDLERS.update(_class_handlers())
-    try:
-        return _CLASS_HANDLERS.get(cls)
-    except TypeError:
-        return None
-
-
-_CONTEXTMANAGER_CODE = contextlib.contextmanager(lambda: iter(())).__code__  # the helper every decorated function shares
-_BY_ID: dict[int, tuple[Any, Any]] = {}  # id(function) -> (function, its polyfill or None for a pure one)
-
-
-def variable_for(value: Any, source) -> Any:
-    """The VariableTracker to use for ``value`` instead of the usual wrapping, or None.
-
-    Looked up by identity (``id``), never by ``==``: values such as numpy arrays compare elementwise."""
-    special = trace_rules.special_variable(value, source)  # allow_in_graph, disallow_in_graph, graph_break...
-    if special is not None:
-        return special
-
-    default_tf = default_torch_function_variable(value)  # torch.Tensor.__torch_function__, bound
-    if default_tf is not None:
-        return default_tf
-    if value is _copy_other:
-        return OpaqueCallVariable(value, "copy.copy of an object other than a list, dict, set or tuple")
-    if getattr(value, "__code__", None) is _CONTEXTMANAGER_CODE and hasattr(value, "__wrapped__"):
-        inner = UserFunctionVariable(value.__wrapped__, AttrSource(source, "__wrapped__") if source else None)
-        return ContextManagerFunctionVariable(inner)  # @contextlib.contextmanager: its generator is inlined
-    if not _BY_ID:
-        _BY_ID.update({_key(f): (f, None) for f in PURE_FUNCTIONS})
-        _BY_ID.update({_key(f): (f, poly) for f, poly in FUNCTION_POLYFILLS.items()})
-    entry = _BY_ID.get(_key(value))
-    if entry is None or (entry[0] is not value and _key(value) == id(value)):
-        return None
-    if entry[1] is None:
-        return PureFunctionVariable(value, source)
-
-    return PolyfilledFunctionVariable(value, entry[1], source)
-
-
-def _key(value: Any):
-    """Identity of a function; a classmethod of a C class (``itertools.chain.from_iterable``) is a new
-    bound object at each attribute read, so it is known by (its class, its name)."""
-    owner = getattr(value, "__self__", None)
-    if isinstance(owner, type) and type(value).__name__ == "builtin_function_or_method":
-        return (id(owner), value.__name__)
-    return id(value)

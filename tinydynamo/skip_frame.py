@@ -76,13 +76,7 @@ def compile_callee_at(code: types.CodeType, offset: int, depth_from_top: int, co
     wrap = swap + [Instr("LOAD_CONST", compile_callee, lineno=line), Instr("SWAP", 2, lineno=line),
                    Instr("BINARY_SUBSCR", lineno=line)] + swap
     body[at:at] = wrap
-    new = Bytecode(body)
-    for attr in ("argcount", "posonlyargcount", "kwonlyargcount", "flags", "name", "filename",
-                 "first_lineno", "argnames", "cellvars", "freevars", "docstring"):
-        setattr(new, attr, getattr(bc, attr))
-    if hasattr(bc, "qualname"):
-        new.qualname = bc.qualname
-    return new.to_code()
+    return _with_body(bc, body)
 
 
 def compile_callees(code: types.CodeType, compile_callee) -> types.CodeType | None:
@@ -124,6 +118,11 @@ def compile_callees(code: types.CodeType, compile_callee) -> types.CodeType | No
             body[at:at] = swap + [Instr("LOAD_CONST", compile_callee, location=loc), Instr("SWAP", 2, location=loc),
                                   Instr("BINARY_SUBSCR", location=loc)] + swap
         body.append(item)
+    return _with_body(bc, body)
+
+
+def _with_body(bc: Bytecode, body: list) -> types.CodeType:
+    """A code object with ``bc``'s signature, names and flags and the instructions ``body``."""
     new = Bytecode(body)
     for attr in ("argcount", "posonlyargcount", "kwonlyargcount", "flags", "name", "filename",
                  "first_lineno", "argnames", "cellvars", "freevars", "docstring"):

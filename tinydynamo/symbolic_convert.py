@@ -890,8 +890,9 @@ class InstructionTranslator(InstructionTranslatorBase):
             for it, index, items, origin in iterators:
                 it.index, it.items, it.origin = index, items, origin
             blocks = enclosing_blocks(self.code, inst.offset)
-            if blocks != ["with"] * len(contexts):
-                # inside try (or a `with` we did not trace): not resumable, the frame runs eagerly,
+            if blocks != ["with"] * len(contexts) or e.skip_frame:
+                # inside try (or a `with` we did not trace), or an instruction that reads the frame
+                # itself (eval()): not resumable, the frame runs eagerly,
                 # but the functions and modules it calls are compiled (tinydynamo.skip_frame)
                 e.eager_code = self._compile_callees_code(inst, stack)
                 raise

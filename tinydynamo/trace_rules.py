@@ -2,8 +2,8 @@
 ``graph_break()`` and ``is_compiling()`` (PyTorch keeps such rules in torch/_dynamo/trace_rules.py; the
 decorators themselves are re-exported by :mod:`tinydynamo.api`, the user-facing module).
 
-:func:`tinydynamo.polyfills.variable_for` asks :func:`special_variable` about every value it wraps, so
-the tracer needs only this module, never the API layer above it.
+:func:`tinydynamo.variables.polyfilled.variable_for` asks :func:`special_variable` about every value
+it wraps, so the tracer needs only this module, never the API layer above it.
 """
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from typing import Any, Callable
 import torch
 
 from tinydynamo.variables.constant import ConstantVariable
-from tinydynamo.variables.objects import InGraphFunctionVariable, OpaqueCallVariable
+from tinydynamo.variables.functions import InGraphFunctionVariable, OpaqueCallVariable
 
 #: functions called as ONE node of the graph, their insides not traced (allow_in_graph)
 ALLOWED_IN_GRAPH: dict[int, Callable] = {}

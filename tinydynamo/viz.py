@@ -46,6 +46,6 @@ def can_render() -> bool:
 
 def draw(gm: torch.fx.GraphModule | torch.fx.Graph, name: str = "graph"):
     """A ``graphviz.Source`` of the graph (renders as SVG in Jupyter when ``dot`` is installed)."""
-    import graphviz
+    import graphviz  # optional: only drawing needs it
 
     return graphviz.Source(to_dot(gm, name))

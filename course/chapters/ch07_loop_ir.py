@@ -19,8 +19,15 @@ import os
 from typing import Callable
 
 import torch
+from torch.fx import traceback as fx_traceback
+from torch.fx.experimental.proxy_tensor import make_fx
 
-from tininductor import ir, lowering, scheduler
+from tininductor import config, ir, lowering, scheduler
+from tininductor.compile_fx import _ensure_example_values, compile_fx_inner
+from tininductor.decompositions import DECOMPOSITIONS, decompose
+from tininductor.graph import GraphLowering
+from tininductor.registry import overload_table
+from tininductor.testing import patch_config
 from tininductor.virtualized import V
 from tinydynamo.registry import swap
 
@@ -82,32 +89,40 @@ def use_read_writes(handler_class: type):
 # --------------------------------------------------------------------------- running the pipeline
 
 
-def aten_graph(fn, args) -> torch.fx.GraphModule:
-    """Trace ``fn`` to ATen ops *without* decomposing (so ``aten.silu`` stays ``aten.silu``)."""
-    from torch.fx.experimental.proxy_tensor import make_fx
+def composite_decompositions() -> dict:
+    """The decompositions of the ops that have no lowering now (softmax, layer_norm, gelu, silu
+    ...), keyed by overload: an op with a lowering (the package's, or one a ``use_lowering`` put
+    in) stays in the graph and is lowered as it is."""
+    return {op: fn for op, fn in overload_table(DECOMPOSITIONS).items() if op not in lowering.lowerings}
 
+
+def aten_graph(fn, args) -> torch.fx.GraphModule:
+    """Trace ``fn`` to ATen ops, decomposing only the ops that have no lowering: ``aten.silu``
+    stays ``aten.silu`` while a lowering is registered for it (Exercise 7.1), and becomes
+    ``mul(x, sigmoid(x))``, its decomposition, otherwise. Each node records the op it came from
+    (``meta["original_aten"]``), so a kernel can be named after the op the function called."""
+    return traced_graph(fn, args, decompose_all=False)
+
+
+def traced_graph(fn, args, decompose_all: bool) -> torch.fx.GraphModule:
+    """``fn`` decomposed to prims as the backend does (``decompose_all``), or as :func:`aten_graph` says."""
     with torch.no_grad():
-        return make_fx(fn)(*args)
+        if decompose_all:
+            return decompose(torch.fx.symbolic_trace(fn), list(args))
+        with fx_traceback.preserve_node_meta():  # each node records the op it came from
+            return make_fx(fn, decomposition_table=composite_decompositions())(*args)
 
 
 def compile_aten(fn, args, decompose=False):
     """Compile ``fn`` with tininductor's Triton path (the interpreter on CPU), raising on errors.
+    Kernels are named after the ops ``fn`` calls (``triton_per_fused_softmax_0``).
 
     Returns the compiled callable (``.kernels``, ``.source``, ``.fallback_reasons``).
     """
-    from tininductor import config
-    from tininductor.compile_fx import compile_fx_inner
-    from tininductor.testing import patch_config
-
-    if decompose:
-        from tininductor.decompositions import decompose as decompose_fn
-
-        gm = decompose_fn(torch.fx.symbolic_trace(fn), list(args))
-    else:
-        gm = aten_graph(fn, args)
+    gm = traced_graph(fn, args, decompose)
     if not torch.cuda.is_available():
         os.environ.setdefault("TRITON_INTERPRET", "1")
-    with patch_config(config, fallback_to_eager=False, cpu_backend="triton"):
+    with patch_config(config, fallback_to_eager=False, cpu_backend="triton", descriptive_names="original_aten"):
         return compile_fx_inner(gm, list(args))
 
 
@@ -117,16 +132,7 @@ def lower_and_schedule(fn, args, decompose=True):
     Returns ``(graph, sched)``: ``graph.buffers`` are the realized IR buffers,
     ``sched.nodes`` the kernels (``FusedGroup``) and extern calls in order.
     """
-    from tininductor.compile_fx import _ensure_example_values
-    from tininductor.graph import GraphLowering
-
-    if decompose:
-        from tininductor.decompositions import decompose as decompose_fn
-
-        with torch.no_grad():
-            gm = decompose_fn(torch.fx.symbolic_trace(fn), list(args))
-    else:
-        gm = aten_graph(fn, args)
+    gm = traced_graph(fn, args, decompose)
     _ensure_example_values(gm, list(args))
     graph = GraphLowering(gm, list(args))
     with V.set_graph_handler(graph):

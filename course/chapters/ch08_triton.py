@@ -6,51 +6,34 @@ loaded (the learner's file or the reference answers), so nothing here imports ei
 """
 from __future__ import annotations
 
-import contextlib
 import os
 
 import torch
+
+from course.chapters.ch07_loop_ir import compile_aten
+from tininductor.codegen import common
+from tinydynamo.registry import swap
 
 if not torch.cuda.is_available():  # read by @triton.jit when it decorates: set it before any kernel exists
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 
-@contextlib.contextmanager
 def use_mini_backend(scheduling: type):
     """Generate every Triton kernel with ``scheduling`` (the chapter's ``MiniTritonScheduling``)
-    while inside the ``with``; the package's Triton backend is registered again afterwards."""
-    from tininductor.codegen import (
-        common,
-        triton as package_triton,  # registers the package's backends first
-    )
+    while inside the ``with`` (a swap of the backend registry, checked as ``register_backend``
+    checks a backend); the package's Triton backend stands again afterwards."""
+    # imported here, not at the top: Triton is heavy. Importing it registers the package's Triton
+    # backends, which the swap saves and puts back.
+    import tininductor.codegen.triton  # noqa: F401
 
-    old = {k: common.backends.get(k) for k in ("cuda", "cpu_triton")}
-    common.register_backend("cuda", scheduling)
-    common.register_backend("cpu_triton", scheduling)
-    try:
-        yield
-    finally:
-        for k, v in old.items():
-            common.backends[k] = v if v is not None else package_triton.TritonScheduling
+    for device_type in ("cuda", "cpu_triton"):
+        common.check_backend(device_type, scheduling)
+    return swap(common.backends, {"cuda": scheduling, "cpu_triton": scheduling})
 
 
-def compile_triton(fn, args, decompose=False):
-    """Compile ``fn`` with tininductor on the Triton path (interpreter on CPU), raising on errors."""
-    from torch.fx.experimental.proxy_tensor import make_fx
-
-    from tininductor import config
-    from tininductor.compile_fx import compile_fx_inner
-    from tininductor.testing import patch_config
-
-    with torch.no_grad():
-        if decompose:
-            from tininductor.decompositions import decompose as decompose_fn
-
-            gm = decompose_fn(torch.fx.symbolic_trace(fn), list(args))
-        else:
-            gm = make_fx(fn)(*args)
-    with patch_config(config, fallback_to_eager=False, cpu_backend="triton"):
-        return compile_fx_inner(gm, list(args))
+#: compile ``fn`` on the Triton path (interpreter on CPU), raising on errors: chapter 7's
+#: ``compile_aten`` (composite ops lowered through their decompositions, kernels named after them)
+compile_triton = compile_aten
 
 
 def kernel_source(compiled, index: int = 0) -> str:

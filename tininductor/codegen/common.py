@@ -142,6 +142,13 @@ backends: dict[str, type] = {}
 
 def register_backend(device_type: str, scheduling: type) -> None:
     """Make ``scheduling`` the kernel backend for ``device_type``, once it covers the op table."""
+    check_backend(device_type, scheduling)
+    backends[device_type] = scheduling
+
+
+def check_backend(device_type: str, scheduling: type) -> None:
+    """Raise a TypeError naming what is missing unless ``scheduling`` covers the op table (what
+    :func:`register_backend` checks; a backend swapped in for a while is checked the same way)."""
     name = getattr(scheduling, "__name__", repr(scheduling))
     formats = getattr(scheduling, "op_formats", None)
     if formats is None:
@@ -151,7 +158,6 @@ def register_backend(device_type: str, scheduling: type) -> None:
     if missing:
         raise TypeError(f"kernel backend {name} for {device_type!r} cannot print the ops {missing}; "
                         "add their format strings to its op_formats (the op table is tininductor/ops_table.py)")
-    backends[device_type] = scheduling
 
 
 def get_scheduling(device: torch.device):

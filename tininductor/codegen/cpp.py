@@ -378,7 +378,6 @@ class CppKernel:
             if name in table:
                 return table[name]
         try:
-            from tininductor.virtualized import V
             return V.graph.get_buffer(name).get_dtype()
         except Exception:
             raise KeyError(f"dtype of buffer {name!r} unknown: pass dtype= or set kernel.buffer_dtypes") from None
@@ -558,8 +557,6 @@ class CppKernel:
     @property
     def size_symbols(self) -> set:
         try:
-            from tininductor.virtualized import V
-
             return set(getattr(V.graph, "size_sources", ()))
         except Exception:  # used on its own, outside a graph: static sizes
             return set()

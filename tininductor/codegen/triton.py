@@ -109,6 +109,16 @@ def _used(defs: list[str], body: str) -> list[str]:
     return [line for line in defs if re.search(rf"\b{line.split(' = ', 1)[0]}\b", body)]
 
 
+def masked_load(ptr: str, index: str, mask: str | None) -> str:
+    """``tl.load`` of ``ptr`` at ``index`` (printed); masked-off lanes touch no memory and read 0."""
+    return f"tl.load({ptr} + ({index}){f', {mask}, other=0' if mask else ''})"
+
+
+def masked_store(ptr: str, index: str, value: str, mask: str | None) -> str:
+    """``tl.store`` of ``value`` to ``ptr`` at ``index`` (printed), only in the lanes ``mask`` keeps."""
+    return f"tl.store({ptr} + ({index}), {value}{f', {mask}' if mask else ''})"
+
+
 class TritonKernel:
     """Generates one kernel; installed as the ``ops`` handler while node bodies run."""
 
@@ -258,9 +268,7 @@ class TritonKernel:
         self._note_sizes(index)
         ptr = self._arg(name, output=False)
         mask = self._mask(index)
-        mask_args = f", {mask}, other=0" if mask else ""
-        var = self.cse.generate(self.body, f"tl.load({ptr} + ({pexpr(index)}){mask_args})", key=key)
-        return var
+        return self.cse.generate(self.body, masked_load(ptr, pexpr(index), mask), key=key)
 
     def store(self, name: str, index, value, mode=None):
         """Write ``value`` at ``index``; ``mode="atomic_add"`` adds it there atomically (a scatter-add:
@@ -284,7 +292,7 @@ class TritonKernel:
         if mode == "atomic_add":
             target.writeline(f"tl.atomic_add({ptr} + ({offset}), {value}, {mask}, sem='relaxed')")
         else:
-            target.writeline(f"tl.store({ptr} + ({offset}), {value}, {mask})")
+            target.writeline(masked_store(ptr, offset, value, mask))
         return None
 
     def reduction(self, dtype, src_dtype, reduction_type, value):

@@ -99,7 +99,7 @@ def _round_to_bfloat16_like_a_gpu() -> None:
     (``cvt.rn.bf16.f32``) and torch do; the interpreter (triton 3.x) truncates, so every bf16 value
     a kernel rounded (a store, an explicit ``.to``) was up to an ulp off eager's on the CPU.
     float64 -> bfloat16 goes through float32, as torch's conversion does."""
-    import numpy as np
+    import numpy as np  # with triton's interpreter (CPU runs only), loaded when the patch is applied
     from triton.runtime import interpreter
 
     builder = getattr(interpreter, "InterpreterBuilder", None)

@@ -33,7 +33,7 @@ stats: collections.Counter = collections.Counter()
 
 
 def _key(launcher, device: str) -> str:
-    import triton
+    import triton  # triton: a second to import, loaded at the first kernel
 
     try:
         source = inspect.getsource(launcher.fn.fn)
@@ -44,7 +44,7 @@ def _key(launcher, device: str) -> str:
 
 def _time_with_do_bench(launch: Callable[[], None]) -> float:
     """Milliseconds per launch, measured on the GPU with CUDA events (Triton's do_bench)."""
-    from triton.testing import do_bench
+    from triton.testing import do_bench  # triton: a second to import, loaded at the first kernel
 
     return do_bench(launch, warmup=5, rep=25)
 

@@ -150,7 +150,7 @@ def _compile(path: str, name: str, example_args: tuple, grid, constants: dict, o
 def main() -> None:
     out, inp = sys.stdout.buffer, sys.stdin.buffer
     sys.stdout = sys.stderr  # a stray print must not corrupt the pipe
-    import triton  # noqa: F401
+    import triton  # noqa: F401  (the worker pays triton's second of import before its first job)
 
     # the launcher module every job's kernel module loads, by name: this module sits below it (its pool
     # serves the launcher), the worker process's entry point is the one place that loads it ahead

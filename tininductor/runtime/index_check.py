@@ -28,7 +28,7 @@ def interpreter_asserts():
     """Turn ``tl.device_assert`` on in Triton's interpreter (its builder ignores asserts unless its
     options say debug) for one launch, and raise IndexOutOfBounds for a failed bounds check."""
     try:
-        from triton.runtime import interpreter
+        from triton.runtime import interpreter  # optional, and slow to import: CPU runs only
     except ImportError:
         yield
         return

@@ -38,14 +38,14 @@ from .index_check import interpreter_asserts
 
 
 def _triton_version() -> tuple[int, int]:
-    import triton
+    import triton  # triton: a second to import, loaded at the first kernel
 
     major, minor = (int(p) for p in triton.__version__.split(".")[:2])
     return major, minor
 
 
 def _runtime_knobs():
-    from triton import knobs
+    from triton import knobs  # triton: a second to import, loaded at the first kernel
 
     return knobs.runtime
 
@@ -56,7 +56,7 @@ def _stream_getters():
     Triton asks ``torch.cuda.current_device()`` (Python: a lazy-init check, then C); the C
     function under it answers the same in a tenth of the time.
     """
-    from triton.runtime import driver
+    from triton.runtime import driver  # triton: a second to import, loaded at the first kernel
 
     get_device, get_stream = driver.active.get_current_device, driver.active.get_current_stream
     if get_device is torch.cuda.current_device and hasattr(torch._C, "_cuda_getDevice"):
@@ -381,7 +381,7 @@ def warm_up_driver() -> None:
         return
 
     def job():
-        from triton.runtime import driver
+        from triton.runtime import driver  # (on the warm-up thread: triton is slow to import)
 
         driver.active.get_current_target()
 

@@ -16,22 +16,35 @@ if TYPE_CHECKING:
     from tinydynamo.symbolic_convert import InstructionTranslatorBase as Tx
 
 
-# How trackers are made from Python values. The builder makes every kind of tracker, so it sits above
-# them all; trackers call it through this registry, which tinydynamo.variables.builder fills in when it is
-# imported (the interpreter, symbolic_convert, imports the builder, so it is set whenever a frame is traced).
+# ---- trackers made by a higher layer ------------------------------------------------------------
+# The trackers are layered (tinydynamo.LAYERS): each module imports only the ones below it. Yet a tracker
+# sometimes has to make one of a higher layer: folding a value met at trace time wraps it (the builder
+# makes every kind of tracker), a list's ``in`` is a builtin call, ``*args`` of an inlined function is a
+# tuple, calling a class makes a new object. The module that makes it registers it here by name when it
+# is imported, and the lower module asks for it by that name. The interpreter imports the builder, which
+# imports every tracker module, so all of them are registered whenever a frame is traced.
+#: name -> the module that registers it
+REGISTERED_BY = {
+    "build": "builder", "build_constant": "builder", "build_fx": "builder",
+    "call_class": "objects", "class_attribute": "objects",
+    "BuiltinVariable": "builtin", "DictVariable": "dicts", "TupleVariable": "lists",
+}
 _construction: dict[str, Callable[..., Any]] = {}
 
 
 def register_construction(**functions: Callable[..., Any]) -> None:
-    """Called once by the builder module (``build``, ``build_constant``, ``build_fx``) and by the
-    builtin module (``BuiltinVariable``)."""
+    """Called by the modules of :data:`REGISTERED_BY` when they are imported."""
     _construction.update(functions)
 
 
 def constructor(name: str) -> Any:
-    """A tracker class of a module above the caller, registered by that module when it is imported
-    (``BuiltinVariable``: a list's ``in`` and a symbolic size's arithmetic are builtin calls)."""
-    return _construction[name]
+    """The tracker class or function ``name`` of a module above the caller (see :data:`REGISTERED_BY`)."""
+    try:
+        return _construction[name]
+    except KeyError:
+        module = REGISTERED_BY.get(name, "?")
+        raise LookupError(f"{name} is registered by tinydynamo.variables.{module} when it is imported: "
+                          f"import tinydynamo.variables.builder (which imports every tracker) before tracing") from None
 
 
 class VariableTracker:
@@ -44,17 +57,17 @@ class VariableTracker:
     @staticmethod
     def build(tx: "Tx", value: Any, source: Source | None = None) -> "VariableTracker":
         """Wrap a Python value as a tracker, guarded on ``source`` if given (VariableBuilder.wrap)."""
-        return _construction["build"](tx, value, source)
+        return constructor("build")(tx, value, source)
 
     @staticmethod
     def build_constant(value: Any) -> "VariableTracker":
         """Wrap the result of a trace-time (folded) computation: no source, no guards."""
-        return _construction["build_constant"](value)
+        return constructor("build_constant")(value)
 
     @staticmethod
     def build_fx(output: Any, node: Any, example: Any) -> "VariableTracker":
         """Wrap what a graph node produced at trace time (its fake value)."""
-        return _construction["build_fx"](output, node, example)
+        return constructor("build_fx")(output, node, example)
 
     # ---- what is it? ------------------------------------------------------------------------
     def python_type(self) -> type:
@@ -112,6 +125,18 @@ class VariableTracker:
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}()"
+
+
+def check_plain_setattr(obj, name: str, expected_setattr) -> None:
+    """Only a plain ``__dict__`` store can be replayed faithfully: no custom ``__setattr__``, no
+    property/descriptor for ``name``, an object with a ``__dict__`` (not an unknown C type)."""
+    cls = type(obj)
+    if getattr(cls, "__setattr__", None) is not expected_setattr:
+        unimplemented(f"setting {name!r} on a {cls.__name__}, which defines its own __setattr__")
+    if not hasattr(obj, "__dict__"):
+        unimplemented(f"setting {name!r} on a {cls.__name__} (no __dict__: a C type or __slots__)")
+    if hasattr(getattr(cls, name, None), "__set__"):
+        unimplemented(f"setting {name!r} on a {cls.__name__}: it is a property/descriptor of the class")
 
 
 class NullVariable(VariableTracker):

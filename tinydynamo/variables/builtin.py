@@ -5,12 +5,14 @@ become graph nodes (``operator.add`` etc.); everything else is Unsupported with 
 """
 from __future__ import annotations
 
+import inspect
 import math
 import operator
 from typing import Any, Callable
 
 import torch
 
+from tinydynamo import polyfills
 from tinydynamo.exc import ObservedException, Unsupported, unimplemented
 from tinydynamo.variables.base import VariableTracker, register_construction
 from tinydynamo.variables.constant import ConstantVariable
@@ -19,7 +21,6 @@ from tinydynamo.variables.functions import BaseUserFunctionVariable, UserFunctio
 from tinydynamo.variables.lists import BaseListVariable, ListIteratorVariable, ListVariable, SizeVariable, TupleVariable
 from tinydynamo.variables.misc import GetAttrVariable
 from tinydynamo.variables.nn_module import NNModuleVariable
-from tinydynamo.variables.objects import NewObjectVariable
 from tinydynamo.variables.sym_node import SymNodeVariable, wrap_size
 from tinydynamo.variables.tensor import ScalarNodeVariable, TensorVariable, TensorVariable as _T
 from tinydynamo.variables.torch import TorchVariable
@@ -55,8 +56,11 @@ UNSUPPORTED_BUILTINS = {
     open: "open() touches the file system",
     id: "id() of a traced value is not known at trace time",
     delattr: "delattr() on an object outside the graph",
-    vars: "vars()", locals: "locals()", globals: "globals()", exec: "exec()", eval: "eval()",
+    globals: "globals()",
 }
+#: builtins that read the calling frame's locals when called without a namespace: run at a graph
+#: break in a resumed frame they would see the generated code's locals, so the frame runs natively
+FRAME_READING_BUILTINS = {exec: 1, eval: 1, dir: 0, vars: 0}  # fn -> arguments before the namespace
 
 
 def is_foldable(fn: Any) -> bool:
@@ -155,7 +159,7 @@ class BuiltinVariable(VariableTracker):
         if a is b:
             return True
 
-        if isinstance(a, NewObjectVariable) or isinstance(b, NewObjectVariable):
+        if any(isinstance(v, UserDefinedObjectVariable) and v.made_in_frame for v in (a, b)):
             return False  # an object made in the frame has one tracker: another tracker is another object
 
         if isinstance(a, TensorVariable) and isinstance(b, TensorVariable):
@@ -188,8 +192,13 @@ class BuiltinVariable(VariableTracker):
         extra = _call_extra(tx, fn, args, kwargs)  # sets, sorted(key=), next(it, default), id()...
         if extra is not None:
             return extra
+        if fn in (locals, vars) and not args and not kwargs:
+            return _frame_locals(tx)
+        if fn in FRAME_READING_BUILTINS and len(args) <= FRAME_READING_BUILTINS[fn] and not kwargs:
+            unimplemented(f"{fn.__name__}() reads the frame's own locals", skip_frame=True)
         if fn in UNSUPPORTED_BUILTINS:
             unimplemented(UNSUPPORTED_BUILTINS[fn])
+        _check_arguments(fn, args, kwargs)
         handler = BUILTIN_HANDLERS.get(fn)
         if fn in TENSOR_OPERATORS and not kwargs:
             handler = BuiltinVariable.call_operator
@@ -601,28 +610,65 @@ def _user_binop(tx, fn, a, b):
     return None
 
 
+def _frame_locals(tx) -> VariableTracker:
+    """``locals()`` / ``vars()``: a dict of the traced frame's bound locals and cells, in
+    ``co_varnames`` then ``co_cellvars`` / ``co_freevars`` order as CPython builds it (names
+    of a resume function's own stack and context slots, ``___*``, are left out)."""
+    items = {}
+    code = tx.code
+    for name in code.co_varnames + code.co_cellvars + code.co_freevars:
+        if name.startswith("___") or name in items:
+            continue
+        if name in tx.symbolic_locals:
+            items[name] = tx.symbolic_locals[name]
+        elif name in tx.cells and tx.cells[name].value is not None:
+            items[name] = tx.cells[name].value
+    return DictVariable(items)
+
+
+_SIGNATURES: dict = {}
+
+
+def _check_arguments(fn, args, kwargs) -> None:
+    """A builtin called with arguments its signature rejects (``isinstance(x, T, invalid=True)``)
+    breaks the graph: run natively, the call raises the TypeError eager raises. Handlers then
+    see only well-formed calls."""
+    if fn not in _SIGNATURES:
+        try:
+            _SIGNATURES[fn] = inspect.signature(fn)
+        except (TypeError, ValueError):  # no signature for this builtin (max, getattr...)
+            _SIGNATURES[fn] = None
+    sig = _SIGNATURES[fn]
+    if sig is None:
+        return
+    try:
+        sig.bind(*args, **kwargs)
+    except TypeError as e:
+        unimplemented(f"{getattr(fn, '__qualname__', fn)}() called with invalid arguments: {e}")
+
+
+#: builtins whose result is a tracker of a module above this one, fn -> handler(tx, args, kwargs) (None: not
+#: applicable), tried first; that module registers them when it is imported (variables/iter.py: a set of
+#: items not known at trace time, ``zip`` and ``enumerate`` over a lazy iterator)
+HANDLERS_FROM_ABOVE: dict[Any, Callable] = {}
+
+
+def register_handlers_from_above(handlers: dict[Any, Callable]) -> None:
+    HANDLERS_FROM_ABOVE.update(handlers)
+
+
 def _call_extra(tx, fn, args, kwargs):
     """Builtins handled beyond folding (None: let BuiltinVariable.call_function go on)."""
-    if fn in (set, frozenset) and len(args) <= 1 and not kwargs and not all(a.is_python_constant() for a in args):
-        from tinydynamo.variables import iter as it
-
-        return (it.set_ if fn is set else it.frozenset_)(tx, args, kwargs)
+    registered = HANDLERS_FROM_ABOVE.get(fn)
+    if registered is not None:
+        return registered(tx, args, kwargs)
     if fn is sorted and len(args) == 1 and kwargs:
-        from tinydynamo import polyfills
         return UserFunctionVariable(polyfills.sorted_).call_function(tx, args, kwargs)
     if fn is next and len(args) == 2 and isinstance(args[0], ListIteratorVariable):
         item = args[0].next_item()
         return args[1] if item is None else item
     if fn is iter and len(args) == 1 and isinstance(args[0], ListIteratorVariable):
         return args[0]
-    if fn in (zip, enumerate) and any(type(a).__name__ == "LazyIteratorVariable" for a in args):
-        from tinydynamo.variables import iter as it
-        if fn is zip and not kwargs:
-            return it.LazyIteratorVariable((TupleVariable(list(t)) for t in zip(*[it.iterate(tx, a) for a in args])), "zip")
-        if fn is enumerate:
-            start = (args[1] if len(args) > 1 else kwargs.get("start", ConstantVariable(0))).as_python_constant()
-            return it.LazyIteratorVariable((TupleVariable([ConstantVariable(i), v]) for i, v in
-                                            enumerate(it.iterate(tx, args[0]), start)), "enumerate")
     if fn is id and len(args) == 1:
         value = getattr(args[0], "module", None) or getattr(args[0], "value", None) or getattr(args[0], "fn", None)
         if value is not None and not isinstance(args[0], ConstantVariable):

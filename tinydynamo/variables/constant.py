@@ -11,8 +11,8 @@ from typing import Any
 import torch
 
 from tinydynamo.exc import raise_observed, unimplemented
-from tinydynamo.source import AttrSource
-from tinydynamo.variables.base import VariableTracker
+from tinydynamo.polyfills import constant_object_types
+from tinydynamo.variables.base import VariableTracker, check_plain_setattr, constructor
 from tinydynamo.variables.misc import GetAttrVariable
 
 #: methods of constants safe to run at trace time (no side effects on shared state)
@@ -41,8 +41,6 @@ class ConstantVariable(VariableTracker):
         """``Cls.count += 1``: a store on a class from outside the frame, replayed after the graph."""
         if not isinstance(self.value, type) or self.source is None:
             return super().var_setattr(tx, name, value)
-        from tinydynamo.variables.user_defined import check_plain_setattr
-
         check_plain_setattr(self.value, name, type.__setattr__)
         tx.output.side_effects.store_attr(self, self.value, name, value)
 
@@ -59,13 +57,12 @@ class ConstantVariable(VariableTracker):
         if isinstance(value, (types.MappingProxyType, inspect.Signature, inspect.Parameter)):
             return ConstantVariable(value)  # read-only views of a signature: constants like their owner
         if isinstance(self.value, type) and not _is_torch_constant(self.value):
-            return _class_attribute(tx, self, name, value)
+            return constructor("class_attribute")(tx, self, name, value)
         if callable(value) and not isinstance(value, type):
             return GetAttrVariable(self, name)
         return VariableTracker.build_constant(value)
 
     def call_method(self, tx, name, args, kwargs):
-        from tinydynamo.polyfills import constant_object_types
         if not isinstance(self.value, _PURE_TYPES + constant_object_types()) and not _is_torch_constant(self.value):
             unimplemented(f"method {name!r} of constant {type(self.value).__name__}")
         if all(a.is_python_constant() for a in args) and all(v.is_python_constant() for v in kwargs.values()):
@@ -76,9 +73,7 @@ class ConstantVariable(VariableTracker):
 
     def call_function(self, tx, args, kwargs):
         if isinstance(self.value, type):  # calling a class: a new object, a folded constant... (see objects.py)
-            from tinydynamo.variables.objects import call_class
-
-            return call_class(tx, self, args, kwargs)
+            return constructor("call_class")(tx, self, args, kwargs)
         return super().call_function(tx, args, kwargs)
 
     def unpack_var_sequence(self, tx):
@@ -92,33 +87,3 @@ class ConstantVariable(VariableTracker):
 
 def _is_torch_constant(v: Any) -> bool:
     return isinstance(v, (torch.dtype, torch.device, torch.layout, torch.memory_format))
-
-
-def _class_attribute(tx, cls_var: ConstantVariable, name: str, value: Any):
-    """``Cls.name``: functions, classmethods and staticmethods are wrapped to be inlined (with a
-    guarded source when the class has one); other attributes as values."""
-    cls = cls_var.value
-    source = AttrSource(cls_var.source, name) if cls_var.source is not None else None
-    if cls is object and name == "__setattr__":
-        from tinydynamo.variables.objects import ObjectSetattrVariable
-
-        return ObjectSetattrVariable()
-    if name == "apply" and _is_autograd_function(cls):
-        from tinydynamo.variables.autograd_function import AutogradFunctionApplyVariable
-
-        return AutogradFunctionApplyVariable(cls, source)
-    if isinstance(value, (types.FunctionType, types.MethodType)) or (
-            not callable(value) and source is not None):
-        return VariableTracker.build(tx, value, source)
-    if callable(value) and not isinstance(value, type):
-        from tinydynamo import polyfills
-
-        replacement = polyfills.variable_for(value, source)
-        if replacement is not None:
-            return replacement
-        return GetAttrVariable(cls_var, name)
-    return VariableTracker.build_constant(value)
-
-
-def _is_autograd_function(cls: type) -> bool:
-    return issubclass(cls, torch.autograd.Function)

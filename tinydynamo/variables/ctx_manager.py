@@ -127,8 +127,6 @@ class GradModeVariable(VariableTracker):
     def call_function(self, tx, args, kwargs):
         """``torch.no_grad()(fn)``: a decorator applied in the frame (``@torch.no_grad()`` on a local def)."""
         if len(args) == 1 and not kwargs and not self.entered:
-            from tinydynamo.variables.misc_ctx import GradModeWrappedVariable
-
             return GradModeWrappedVariable(self.target_mode, args[0])
         return super().call_function(tx, args, kwargs)
 
@@ -148,6 +146,23 @@ class GradModeVariable(VariableTracker):
 
     def __repr__(self) -> str:
         return f"GradModeVariable({'enable_grad' if self.target_mode else 'no_grad'})"
+
+
+class GradModeWrappedVariable(VariableTracker):
+    """A function decorated in the frame with ``torch.no_grad()`` / ``enable_grad()``: calling it
+    enters the mode, inlines the function, and leaves the mode."""
+
+    def __init__(self, mode: bool, fn: VariableTracker):
+        super().__init__(None)
+        self.mode = mode
+        self.fn = fn
+
+    def call_function(self, tx, args, kwargs):
+        ctx = GradModeVariable(self.mode)
+        ctx.enter(tx)
+        result = self.fn.call_function(tx, args, kwargs)
+        ctx.exit(tx)
+        return result
 
 
 class WithExitFunctionVariable(VariableTracker):

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from tinydynamo.exc import raise_observed, unimplemented
-from tinydynamo.variables.base import VariableTracker
+from tinydynamo.variables.base import VariableTracker, register_construction
 from tinydynamo.variables.constant import ConstantVariable
 from tinydynamo.variables.lists import ListVariable, TupleVariable
 from tinydynamo.variables.misc import GetAttrVariable
@@ -98,3 +98,6 @@ class DictVariable(VariableTracker):
 
     def __repr__(self) -> str:
         return f"DictVariable({list(self.items)})"
+
+
+register_construction(DictVariable=DictVariable)

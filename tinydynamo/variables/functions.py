@@ -12,13 +12,13 @@ import site
 import sysconfig
 import types
 import types as _types
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
 from tinydynamo.exc import raise_observed, unimplemented
 from tinydynamo.source import AttrSource, GetItemSource
-from tinydynamo.variables.base import VariableTracker
+from tinydynamo.variables.base import VariableTracker, constructor
 from tinydynamo.variables.constant import ConstantVariable
 
 
@@ -62,10 +62,8 @@ def bind_arguments(
     kwdefaults: dict[str, VariableTracker] | None = None,
     fn_name: str = "",
 ) -> dict[str, VariableTracker]:
-    """Match arguments to the parameters of ``code``, as a Python call would (error -> Unsupported)."""
-    from tinydynamo.variables.dicts import DictVariable
-    from tinydynamo.variables.lists import TupleVariable
-
+    """Match arguments to the parameters of ``code``, as a Python call would (error -> Unsupported).
+    ``*args`` is bound to a tuple and ``**kwargs`` to a dict (trackers of the layer above: base.constructor)."""
     kwdefaults = kwdefaults or {}
     nargs, nkw = code.co_argcount, code.co_kwonlyargcount
     names = code.co_varnames
@@ -99,10 +97,10 @@ def bind_arguments(
             unimplemented(f"{fn_name}() missing keyword-only argument {name!r}")
     index = nargs + nkw
     if has_varargs:
-        bound[names[index]] = TupleVariable(extra)
+        bound[names[index]] = constructor("TupleVariable")(extra)
         index += 1
     if has_varkw:
-        bound[names[index]] = DictVariable(kwargs)
+        bound[names[index]] = constructor("DictVariable")(kwargs)
     elif kwargs:
         unimplemented(f"{fn_name}() got unexpected keyword arguments {sorted(kwargs)}")
     return bound
@@ -135,14 +133,25 @@ class BaseUserFunctionVariable(VariableTracker):
 class UserFunctionVariable(BaseUserFunctionVariable):
     """A real Python function (global, module method, closure)."""
 
-    def __init__(self, fn: types.FunctionType, source=None):
+    def __init__(self, fn: types.FunctionType, source=None, identity_guard: Callable[[], None] | None = None):
         super().__init__(source)
         self.fn = fn
+        # set for a closure guarded by its code, not its identity: names and docs are then read through
+        # sources, and whatever uses the function as a value (``is``, ``==``, a dict key) first calls it
+        # to guard the identity after all
+        self.identity_guard = identity_guard
+
+    @property
+    def guarded_by_code(self) -> bool:
+        return self.identity_guard is not None or getattr(self.fn, "_tinydynamo_rebuilt", False)
 
     def python_type(self):
         return types.FunctionType
 
     def as_python_constant(self):
+        if self.identity_guard is not None:
+            self.identity_guard()
+            self.identity_guard = None
         return self.fn
 
     def get_code(self):
@@ -172,7 +181,7 @@ class UserFunctionVariable(BaseUserFunctionVariable):
             value = getattr(self.fn, name)
         except AttributeError:
             raise_observed(AttributeError, f"function {self.fn.__qualname__} has no attribute {name!r}")
-        if name in FUNCTION_CONSTANT_ATTRS:
+        if name in FUNCTION_CONSTANT_ATTRS and (name == "__code__" or not self.guarded_by_code or self.source is None):
             return ConstantVariable(value)
         return self._wrap(tx, value, AttrSource(self.source, name) if self.source is not None else None)
 
@@ -273,9 +282,7 @@ class NestedUserFunctionVariable(BaseUserFunctionVariable):
         if name in known:
             return ConstantVariable(known[name])
         if name == "__defaults__":
-            from tinydynamo.variables.lists import TupleVariable
-
-            return TupleVariable(list(self.defaults)) if self.defaults else ConstantVariable(None)
+            return constructor("TupleVariable")(list(self.defaults)) if self.defaults else ConstantVariable(None)
         unimplemented(f"attribute {name!r} of the nested function {self.qualname}")
 
     def bind(self, tx, args, kwargs):
@@ -442,6 +449,38 @@ class DisabledFunctionVariable(VariableTracker):
 
     def call_function(self, tx, args, kwargs):
         unimplemented(f"call to {getattr(self.fn, '__qualname__', self.fn)} which is marked tinydynamo.disable")
+
+
+class OpaqueCallVariable(VariableTracker):
+    """A callable that is never traced into, with the reason (a graph break where the call happens)."""
+
+    def __init__(self, fn, reason: str):
+        super().__init__(None)
+        self.fn = fn
+        self.reason = reason
+
+    def as_python_constant(self):
+        return self.fn
+
+    def call_function(self, tx, args, kwargs):
+        unimplemented(self.reason)
+
+
+class InGraphFunctionVariable(VariableTracker):
+    """A function called as one node of the graph (``allow_in_graph``), or folded to ``constant``."""
+
+    def __init__(self, fn, constant: VariableTracker | None = None):
+        super().__init__(None)
+        self.fn = fn
+        self.constant = constant
+
+    def as_python_constant(self):
+        return self.fn
+
+    def call_function(self, tx, args, kwargs):
+        if self.constant is not None:
+            return self.constant
+        return tx.output.create_node("call_function", self.fn, list(args), dict(kwargs))
 
 
 def constant_none() -> ConstantVariable:

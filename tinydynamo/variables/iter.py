@@ -22,7 +22,7 @@ from typing import Callable, Iterator
 from tinydynamo import config
 from tinydynamo.exc import unimplemented
 from tinydynamo.variables.base import VariableTracker
-from tinydynamo.variables.builtin import BuiltinVariable
+from tinydynamo.variables.builtin import BuiltinVariable, register_handlers_from_above
 from tinydynamo.variables.constant import ConstantVariable
 from tinydynamo.variables.dicts import DictVariable
 from tinydynamo.variables.lists import ListIteratorVariable, ListVariable, TupleVariable
@@ -266,6 +266,37 @@ def set_(tx, args, kwargs):
 
 def frozenset_(tx, args, kwargs):
     return SetVariable(list(iterate(tx, args[0])) if args else [], frozen=True)
+
+
+def _builtin_set(fn):
+    """``set(xs)`` / ``frozenset(xs)`` of items not all known at trace time (constants are folded)."""
+    make = set_ if fn is set else frozenset_
+
+    def handler(tx, args, kwargs):
+        if len(args) <= 1 and not kwargs and not all(a.is_python_constant() for a in args):
+            return make(tx, args, kwargs)
+        return None
+
+    return handler
+
+
+def _builtin_zip(tx, args, kwargs):
+    """``zip`` over a lazy iterator: lazy too (its items are made when the loop asks)."""
+    if any(type(a) is LazyIteratorVariable for a in args) and not kwargs:
+        return LazyIteratorVariable((TupleVariable(list(t)) for t in zip(*[iterate(tx, a) for a in args])), "zip")
+    return None
+
+
+def _builtin_enumerate(tx, args, kwargs):
+    if any(type(a) is LazyIteratorVariable for a in args):
+        start = (args[1] if len(args) > 1 else kwargs.get("start", ConstantVariable(0))).as_python_constant()
+        return LazyIteratorVariable((TupleVariable([ConstantVariable(i), v]) for i, v in
+                                     enumerate(iterate(tx, args[0]), start)), "enumerate")
+    return None
+
+
+register_handlers_from_above({set: _builtin_set(set), frozenset: _builtin_set(frozenset), zip: _builtin_zip,
+                              enumerate: _builtin_enumerate})
 
 
 # ---- collections --------------------------------------------------------------------------------------------

@@ -6,8 +6,9 @@ import types as _types
 
 import torch
 
+from tinydynamo import polyfills
 from tinydynamo.exc import unimplemented
-from tinydynamo.variables.base import VariableTracker, constructor
+from tinydynamo.variables.base import VariableTracker, constructor, register_construction
 from tinydynamo.variables.constant import ConstantVariable
 from tinydynamo.variables.functions import UserFunctionVariable, UserMethodVariable
 from tinydynamo.variables.misc import GetAttrVariable
@@ -173,7 +174,6 @@ class ListVariable(BaseListVariable):
             del self.items[args[0].as_python_constant()]
             return ConstantVariable(None)
         if name == "sort":  # sorted() (a polyfill, so key= may call traced functions), then in place
-            from tinydynamo import polyfills
             result = UserFunctionVariable(polyfills.sorted_).call_function(tx, [ListVariable(list(self.items))], kwargs)
             tx.output.side_effects.mutation(self)
             self.items[:] = result.unpack_var_sequence(tx)
@@ -275,3 +275,16 @@ class ListIteratorVariable(VariableTracker):
 
     def __repr__(self) -> str:
         return f"ListIteratorVariable({self.index}/{len(self.items)})"
+
+
+def specialized(v: VariableTracker) -> VariableTracker:
+    """``v`` with its symbolic sizes replaced by their values (guarded), inside tuples and lists too."""
+    if isinstance(v, (SymNodeVariable, SliceVariable)):
+        return ConstantVariable(v.as_python_constant())
+    if isinstance(v, BaseListVariable) and v.source is None and any(
+            isinstance(i, (SymNodeVariable, SliceVariable, BaseListVariable)) for i in v.items):
+        return v.rebuild([specialized(i) for i in v.items])
+    return v
+
+
+register_construction(TupleVariable=TupleVariable)

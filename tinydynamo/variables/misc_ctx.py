@@ -6,7 +6,6 @@ from __future__ import annotations
 from tinydynamo.exc import unimplemented
 from tinydynamo.variables.base import VariableTracker
 from tinydynamo.variables.constant import ConstantVariable
-from tinydynamo.variables.ctx_manager import GradModeVariable
 
 
 class NullContextVariable(VariableTracker):
@@ -38,23 +37,6 @@ def record_function(tx, args, kwargs):
 
 def nullcontext(tx, args, kwargs):
     return NullContextVariable("nullcontext", args[0] if args else kwargs.get("enter_result"))
-
-
-class GradModeWrappedVariable(VariableTracker):
-    """A function decorated in the frame with ``torch.no_grad()`` / ``enable_grad()``: calling it
-    enters the mode, inlines the function, and leaves the mode."""
-
-    def __init__(self, mode: bool, fn: VariableTracker):
-        super().__init__(None)
-        self.mode = mode
-        self.fn = fn
-
-    def call_function(self, tx, args, kwargs):
-        ctx = GradModeVariable(self.mode)
-        ctx.enter(tx)
-        result = self.fn.call_function(tx, args, kwargs)
-        ctx.exit(tx)
-        return result
 
 
 class UserContextManagerVariable(VariableTracker):

@@ -18,13 +18,13 @@ from tinydynamo import trace_rules
 from tinydynamo.distributed import native_call_reason
 from tinydynamo.exc import raise_observed, unimplemented
 from tinydynamo.source import AttrSource, ContainerItemSource, module_member_source
-from tinydynamo.variables.base import VariableTracker
+from tinydynamo.variables.base import VariableTracker, check_plain_setattr
 from tinydynamo.variables.constant import ConstantVariable
 from tinydynamo.variables.lists import ListIteratorVariable, ListVariable, TupleVariable
 from tinydynamo.variables.misc import GetAttrVariable
 from tinydynamo.variables.module_hooks import call_with_hooks
 from tinydynamo.variables.tensor import TensorVariable
-from tinydynamo.variables.user_defined import MISSING, check_plain_setattr, class_attribute_variable, is_data_descriptor
+from tinydynamo.variables.user_defined import MISSING, class_attribute_variable, is_data_descriptor
 
 
 def _has_hooks(m: nn.Module) -> bool:

@@ -10,7 +10,7 @@ rebuilt after the graph from its class and its final attributes (:func:`rebuild_
 
 Calling a class (:func:`call_class`) dispatches on what the class is: a user class (above), a
 named tuple (a TupleVariable with its type), a parameterless ``nn.Module`` (built at trace time
-and inlined), ``super``, a class from :mod:`tinydynamo.polyfills`' table (``functools.partial``,
+and inlined), ``super``, a class from :mod:`tinydynamo.variables.polyfilled`' table (``functools.partial``,
 ``itertools.chain``, ``collections.deque``...), or a pure class folded over constants
 (``torch.finfo``, ``torch.device``, ``torch.Size``...).
 """
@@ -25,10 +25,14 @@ from torch import nn
 
 from tinydynamo.exc import unimplemented
 from tinydynamo.source import AttrSource
-from tinydynamo.variables.base import VariableTracker
+from tinydynamo.variables import polyfilled
+from tinydynamo.variables.autograd_function import AutogradFunctionApplyVariable
+from tinydynamo.variables.base import VariableTracker, register_construction
 from tinydynamo.variables.constant import ConstantVariable
 from tinydynamo.variables.functions import UserFunctionVariable, UserMethodVariable, bind_arguments
 from tinydynamo.variables.lists import TupleVariable
+from tinydynamo.variables.misc import GetAttrVariable
+from tinydynamo.variables.nn_module import NNModuleVariable
 from tinydynamo.variables.torch_function import default_torch_function_variable
 from tinydynamo.variables.user_defined import READ_ONLY_BASE_METHODS, BaseMethodVariable, UserDefinedObjectVariable
 
@@ -90,6 +94,7 @@ class NewObjectVariable(UserDefinedObjectVariable):
     """
 
     version = 0
+    made_in_frame = True
 
     def __init__(self, cls: type, cls_source=None):
         VariableTracker.__init__(self, None)
@@ -239,7 +244,6 @@ def _is_namedtuple_class(cls) -> bool:
 
 def call_class(tx, cls_var: VariableTracker, args: list[VariableTracker], kwargs: dict) -> VariableTracker:
     """``cls(*args, **kwargs)`` in traced code (see the module docstring for the cases)."""
-    from tinydynamo import polyfills
     cls = cls_var.as_python_constant()
     if cls is super:
         if not args:
@@ -247,7 +251,7 @@ def call_class(tx, cls_var: VariableTracker, args: list[VariableTracker], kwargs
         if len(args) == 2:
             return SuperVariable(args[0].as_python_constant(), args[1])
         unimplemented("super() with one argument")
-    handler = polyfills.class_handler(cls)
+    handler = polyfilled.class_handler(cls)
     if handler is not None:
         return handler(tx, args, kwargs)
     constant_args = all(a.is_python_constant() for a in args) and all(v.is_python_constant() for v in kwargs.values())
@@ -284,8 +288,6 @@ def call_class(tx, cls_var: VariableTracker, args: list[VariableTracker], kwargs
 def _new_module(tx, cls, args, kwargs, constant_args: bool) -> VariableTracker:
     """``nn.Softmax(dim=1)`` in forward: built at trace time when it has no parameters or buffers
     (its output then only depends on the inputs), else Unsupported (fresh random weights each call)."""
-    from tinydynamo.variables.nn_module import NNModuleVariable
-
     if not constant_args:
         unimplemented(f"building a {cls.__name__} in the frame from non-constant arguments")
     module = cls(*[a.as_python_constant() for a in args], **{k: v.as_python_constant() for k, v in kwargs.items()})
@@ -294,38 +296,6 @@ def _new_module(tx, cls, args, kwargs, constant_args: bool) -> VariableTracker:
                       "(new random weights on every call)", hint="build it in __init__")
     tx.output.side_effects._keepalive.append(module)
     return NNModuleVariable(module, None)
-
-
-class OpaqueCallVariable(VariableTracker):
-    """A callable that is never traced into, with the reason (a graph break where the call happens)."""
-
-    def __init__(self, fn, reason: str):
-        super().__init__(None)
-        self.fn = fn
-        self.reason = reason
-
-    def as_python_constant(self):
-        return self.fn
-
-    def call_function(self, tx, args, kwargs):
-        unimplemented(self.reason)
-
-
-class InGraphFunctionVariable(VariableTracker):
-    """A function called as one node of the graph (``allow_in_graph``), or folded to ``constant``."""
-
-    def __init__(self, fn, constant: VariableTracker | None = None):
-        super().__init__(None)
-        self.fn = fn
-        self.constant = constant
-
-    def as_python_constant(self):
-        return self.fn
-
-    def call_function(self, tx, args, kwargs):
-        if self.constant is not None:
-            return self.constant
-        return tx.output.create_node("call_function", self.fn, list(args), dict(kwargs))
 
 
 class ObjectSetattrVariable(VariableTracker):
@@ -346,3 +316,30 @@ class ObjectSetattrVariable(VariableTracker):
         else:
             obj.var_setattr(tx, name.as_python_constant(), value)
         return ConstantVariable(None)
+
+
+def class_attribute(tx, cls_var: VariableTracker, name: str, value: Any):
+    """``Cls.name``: functions, classmethods and staticmethods are wrapped to be inlined (with a
+    guarded source when the class has one); other attributes as values."""
+    cls = cls_var.value
+    source = AttrSource(cls_var.source, name) if cls_var.source is not None else None
+    if cls is object and name == "__setattr__":
+        return ObjectSetattrVariable()
+    if name == "apply" and _is_autograd_function(cls):
+        return AutogradFunctionApplyVariable(cls, source)
+    if isinstance(value, (types.FunctionType, types.MethodType)) or (
+            not callable(value) and source is not None):
+        return VariableTracker.build(tx, value, source)
+    if callable(value) and not isinstance(value, type):
+        replacement = polyfilled.variable_for(value, source)
+        if replacement is not None:
+            return replacement
+        return GetAttrVariable(cls_var, name)
+    return VariableTracker.build_constant(value)
+
+
+def _is_autograd_function(cls: type) -> bool:
+    return issubclass(cls, torch.autograd.Function)
+
+
+register_construction(call_class=call_class, class_attribute=class_attribute)

@@ -1,14 +1,42 @@
-"""PolyfilledFunctionVariable: a library function traced through its Python reimplementation.
+"""Where the interpreter meets a polyfill: the trackers that :mod:`tinydynamo.polyfills` become.
 
-Calling it inlines the polyfill (``tinydynamo.polyfills``); everywhere else it is the original
-function: ``fn is functools.reduce`` holds, and after a graph break the compiled code calls the
-original natively (calling the polyfill there would trace it again, and again).
+Three mechanisms, tried in this order by :func:`variable_for` (VariableBuilder asks it about every
+value it wraps) and by ``call_class`` (for classes):
+
+1. **Pure functions over constants** (``polyfills.PURE_FUNCTIONS``): a ``PureFunctionVariable``, run
+   at trace time over constant arguments.
+2. **Python reimplementations** (``polyfills.FUNCTION_POLYFILLS``): a
+   :class:`PolyfilledFunctionVariable`. Calling it inlines the polyfill; everywhere else it is the
+   original function: ``fn is functools.reduce`` holds, and after a graph break the compiled code
+   calls the original natively (calling the polyfill there would trace it again, and again).
+3. **Class handlers** (:func:`class_handler`): ``map``, ``filter``, ``itertools.count`` / ``islice`` /
+   ``repeat``... are :class:`~tinydynamo.variables.iter.LazyIteratorVariable`s that produce their
+   items when the loop asks (``count()`` is infinite, so it cannot be unrolled up front);
+   ``functools.partial``, ``collections.*``, numpy scalars, ``record_function``, ``nullcontext`` and
+   ``torch.autocast`` have trackers of their own.
 """
 from __future__ import annotations
 
+import collections
+import contextlib
+import functools
+import itertools
+import operator
 import types
+from typing import Any
 
-from tinydynamo.variables.functions import UserFunctionVariable
+import torch
+
+from tinydynamo import polyfills, trace_rules
+from tinydynamo.exc import unimplemented
+from tinydynamo.source import AttrSource
+from tinydynamo.variables import autocast, iter as iter_variables, misc_ctx
+from tinydynamo.variables.autocast import make_autocast
+from tinydynamo.variables.constant import ConstantVariable
+from tinydynamo.variables.functions import OpaqueCallVariable, UserFunctionVariable
+from tinydynamo.variables.iter import PartialVariable, PureFunctionVariable
+from tinydynamo.variables.misc_ctx import ContextManagerFunctionVariable
+from tinydynamo.variables.torch_function import DisableTorchFunctionSubclassVariable, default_torch_function_variable
 
 
 class PolyfilledFunctionVariable(UserFunctionVariable):
@@ -27,3 +55,110 @@ class PolyfilledFunctionVariable(UserFunctionVariable):
 
     def __repr__(self) -> str:
         return f"PolyfilledFunctionVariable({getattr(self.original, '__qualname__', self.original)})"
+
+
+def _partial_handler(tx, args, kwargs):
+    return PartialVariable(args[0], list(args[1:]), dict(kwargs))
+
+
+def _disable_torch_function_subclass(tx, args, kwargs):
+    return DisableTorchFunctionSubclassVariable()
+
+
+def _autocast_handler(cls):
+    def handler(tx, args, kwargs):
+        return make_autocast(tx, cls, list(args), dict(kwargs))
+
+    return handler
+
+
+def _class_handlers() -> dict:
+    return {
+        torch.autograd.profiler.record_function: misc_ctx.record_function,
+        contextlib.nullcontext: misc_ctx.nullcontext,
+        torch._C.DisableTorchFunctionSubclass: _disable_torch_function_subclass,
+        **{cls: _autocast_handler(cls) for cls in autocast.AUTOCAST_CLASSES},
+        map: iter_variables.map_, filter: iter_variables.filter_, itertools.count: iter_variables.count, itertools.repeat: iter_variables.repeat,
+        itertools.islice: iter_variables.islice, itertools.cycle: iter_variables.cycle, functools.partial: _partial_handler,
+        collections.deque: iter_variables.deque, collections.OrderedDict: iter_variables.ordered_dict,
+        collections.defaultdict: iter_variables.defaultdict, set: iter_variables.set_, frozenset: iter_variables.frozenset_,
+        itertools.chain: _inline(polyfills.chain), itertools.product: _inline(polyfills.product),
+        itertools.accumulate: _inline(polyfills.accumulate), itertools.starmap: _inline(polyfills.starmap),
+        itertools.pairwise: _inline(polyfills.pairwise), itertools.zip_longest: _inline(polyfills.zip_longest),
+        operator.itemgetter: _inline(polyfills.itemgetter), operator.attrgetter: _inline(polyfills.attrgetter),
+        operator.methodcaller: _inline(polyfills.methodcaller),
+        **{t: _numpy_scalar(t) for t in polyfills.numpy_scalar_types()},
+    }
+
+
+def _numpy_scalar(t):
+    """``np.float32(2.0)`` over a constant: folded to the Python number it holds (rounded to the numpy
+    type), a constant of the trace that FX can print into the graph's code."""
+
+    def handler(tx, args, kwargs):
+        if not all(a.is_python_constant() for a in args) or kwargs:
+            unimplemented(f"numpy.{t.__name__}() of a value not known at trace time")
+        return ConstantVariable(t(*[a.as_python_constant() for a in args]).item())  # a Python number in the graph
+
+    return handler
+
+
+def _inline(fn):
+    def handler(tx, args, kwargs):
+        return UserFunctionVariable(fn).call_function(tx, args, kwargs)
+
+    return handler
+
+
+_CLASS_HANDLERS: dict = {}
+
+
+def class_handler(cls):
+    """handler(tx, args, kwargs) -> VariableTracker for calling ``cls`` (``call_class`` asks), or None."""
+    if not _CLASS_HANDLERS:
+        _CLASS_HANDLERS.update(_class_handlers())
+    try:
+        return _CLASS_HANDLERS.get(cls)
+    except TypeError:
+        return None
+
+
+_CONTEXTMANAGER_CODE = contextlib.contextmanager(lambda: iter(())).__code__  # the helper every decorated function shares
+_BY_ID: dict[int, tuple[Any, Any]] = {}  # id(function) -> (function, its polyfill or None for a pure one)
+
+
+def variable_for(value: Any, source) -> Any:
+    """The VariableTracker to use for ``value`` instead of the usual wrapping, or None.
+
+    Looked up by identity (``id``), never by ``==``: values such as numpy arrays compare elementwise."""
+    special = trace_rules.special_variable(value, source)  # allow_in_graph, disallow_in_graph, graph_break...
+    if special is not None:
+        return special
+
+    default_tf = default_torch_function_variable(value)  # torch.Tensor.__torch_function__, bound
+    if default_tf is not None:
+        return default_tf
+    if value is polyfills.copy_other:
+        return OpaqueCallVariable(value, "copy.copy of an object other than a list, dict, set or tuple")
+    if getattr(value, "__code__", None) is _CONTEXTMANAGER_CODE and hasattr(value, "__wrapped__"):
+        inner = UserFunctionVariable(value.__wrapped__, AttrSource(source, "__wrapped__") if source else None)
+        return ContextManagerFunctionVariable(inner)  # @contextlib.contextmanager: its generator is inlined
+    if not _BY_ID:
+        _BY_ID.update({_key(f): (f, None) for f in polyfills.PURE_FUNCTIONS})
+        _BY_ID.update({_key(f): (f, poly) for f, poly in polyfills.FUNCTION_POLYFILLS.items()})
+    entry = _BY_ID.get(_key(value))
+    if entry is None or (entry[0] is not value and _key(value) == id(value)):
+        return None
+    if entry[1] is None:
+        return PureFunctionVariable(value, source)
+
+    return PolyfilledFunctionVariable(value, entry[1], source)
+
+
+def _key(value: Any):
+    """Identity of a function; a classmethod of a C class (``itertools.chain.from_iterable``) is a new
+    bound object at each attribute read, so it is known by (its class, its name)."""
+    owner = getattr(value, "__self__", None)
+    if isinstance(owner, type) and type(value).__name__ == "builtin_function_or_method":
+        return (id(owner), value.__name__)
+    return id(value)

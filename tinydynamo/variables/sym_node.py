@@ -123,18 +123,6 @@ class SliceVariable(VariableTracker):
         return f"slice({', '.join(p.reconstruct(codegen) for p in self.parts)})"
 
 
-def specialized(v: VariableTracker) -> VariableTracker:
-    """``v`` with its symbolic sizes replaced by their values (guarded), inside tuples and lists too."""
-    from tinydynamo.variables.lists import BaseListVariable
-
-    if isinstance(v, (SymNodeVariable, SliceVariable)):
-        return ConstantVariable(v.as_python_constant())
-    if isinstance(v, BaseListVariable) and v.source is None and any(
-            isinstance(i, (SymNodeVariable, SliceVariable, BaseListVariable)) for i in v.items):
-        return v.rebuild([specialized(i) for i in v.items])
-    return v
-
-
 # ---- sizes of tensors ----------------------------------------------------------------------------
 def wrap_size(tx, tensor, value, method: str, *margs, **mkwargs) -> VariableTracker:
     """One size-like number of ``tensor`` (``x.size(1)``, ``x.numel()``, ``x.stride(0)``): a constant

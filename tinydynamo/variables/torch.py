@@ -9,6 +9,7 @@ import functools
 import types
 
 import torch
+import torch._dynamo
 import torch.compiler
 
 from tinydynamo.exc import unimplemented
@@ -33,8 +34,6 @@ for _name in ("manual_seed", "manual_seed_all", "seed", "seed_all", "set_rng_sta
 
 
 def _compiling_queries() -> tuple:
-    import torch._dynamo
-
     names = [(torch.compiler, "is_compiling"), (torch.compiler, "is_dynamo_compiling"),
              (torch._dynamo, "is_compiling"), (torch._utils, "is_compiling")]
     return tuple(getattr(mod, name) for mod, name in names if hasattr(mod, name))

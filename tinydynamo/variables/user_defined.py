@@ -12,7 +12,7 @@ from typing import Any
 
 from tinydynamo.exc import raise_observed, unimplemented
 from tinydynamo.source import AttrSource, BaseMethodSource, ClassSource, Source
-from tinydynamo.variables.base import VariableTracker
+from tinydynamo.variables.base import VariableTracker, check_plain_setattr
 from tinydynamo.variables.constant import ConstantVariable
 from tinydynamo.variables.ctx_manager import GradModeDecoratedFunctionVariable, unwrap_grad_mode_decorator
 from tinydynamo.variables.functions import UserFunctionVariable, UserMethodVariable
@@ -38,6 +38,10 @@ def guard_class_lookup(tx, obj: Any, source: Source | None, name: str, cls_attr:
 
 
 class UserDefinedObjectVariable(VariableTracker):
+    #: True for an object made in the frame (objects.NewObjectVariable): it has exactly one tracker, so
+    #: another tracker is another object (``is`` answers False); an object from outside may have several
+    made_in_frame = False
+
     def __init__(self, value, source=None):
         super().__init__(source)
         self.value = value
@@ -211,18 +215,6 @@ class LruCacheMethodVariable(VariableTracker):
 
     def __repr__(self) -> str:
         return f"LruCacheMethodVariable({self.wrapper.__qualname__})"
-
-
-def check_plain_setattr(obj, name: str, expected_setattr) -> None:
-    """Only a plain ``__dict__`` store can be replayed faithfully: no custom ``__setattr__``, no
-    property/descriptor for ``name``, an object with a ``__dict__`` (not an unknown C type)."""
-    cls = type(obj)
-    if getattr(cls, "__setattr__", None) is not expected_setattr:
-        unimplemented(f"setting {name!r} on a {cls.__name__}, which defines its own __setattr__")
-    if not hasattr(obj, "__dict__"):
-        unimplemented(f"setting {name!r} on a {cls.__name__} (no __dict__: a C type or __slots__)")
-    if hasattr(getattr(cls, name, None), "__set__"):
-        unimplemented(f"setting {name!r} on a {cls.__name__}: it is a property/descriptor of the class")
 
 
 def describe_opaque_call(value) -> tuple[str, str]:
