@@ -329,15 +329,18 @@ def report(rows: list[dict], args) -> None:
         base.setdefault(family, r) if r["mode"].endswith("_eager") else None
         compiled.setdefault(family, r) if r["mode"].endswith("_compile") else None
     for r in rows:
-        ref = base.get(r["mode"].split("_")[0])
-        if "error" in r or ref is None:
+        if "error" in r:
+            continue
+        family = r["mode"].split("_")[0]
+        if family in compiled:  # > 1: faster than torch.compile's step
+            r["speedup_vs_compile"] = compiled[family]["step_ms"] / r["step_ms"]
+        ref = base.get(family)
+        if ref is None:
             continue
         r["max_loss_diff"] = max(abs(a - b) for a, b in zip(r["losses"], ref["losses"]))
         r["losses_match"] = r["max_loss_diff"] <= tol * max(1.0, abs(ref["losses"][0]))
         r["speedup_vs_eager"] = ref["step_ms"] / r["step_ms"]
-        if r["mode"].split("_")[0] in compiled:  # > 1: faster than torch.compile's step
-            r["speedup_vs_compile"] = compiled[r["mode"].split("_")[0]]["step_ms"] / r["step_ms"]
-        if r["overlap"]:
+        if r.get("overlap"):
             r["overlap_share"] = r["overlap"]["overlap_share"]
     harness.print_table(rows, ["mode", "step_ms", "speedup_vs_eager", "speedup_vs_compile", "first_step_s", "max_loss_diff",
                                "losses_match", "overlap_share", "pieces", "error"],
