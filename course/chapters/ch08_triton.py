@@ -6,6 +6,7 @@ loaded (the learner's file or the reference answers), so nothing here imports ei
 """
 from __future__ import annotations
 
+import contextlib
 import os
 
 import torch
