@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
+from unittest import mock
 
 import torch
 
@@ -54,13 +56,12 @@ def torchinductor_triton_kernels(fn, args) -> list[str]:
     generated module, whose kernels are the strings passed to ``async_compile.triton``. Without a
     GPU, TorchInductor still writes Triton for the CPU (``torch._inductor.config.cpu_backend =
     "triton"``) but cannot compile it (Triton has no CPU driver here); the kernels are then taken
-    as the scheduler defines them (its caches off, so it generates them), with the one question to the missing driver (the backend hash
-    in each kernel's metadata) answered by a placeholder. Torch-internal names: if they move in
-    another torch version, the error says so and nothing else in the chapter depends on it.
+    as the scheduler defines them (its caches off, so that it generates them), with the one
+    question to the missing driver (the backend hash in each kernel's metadata) answered by a
+    placeholder. Torch-internal names: if they move in another torch version, the error says so
+    and nothing else in the chapter depends on it.
     """
-    import re
-    from unittest import mock
-
+    # TorchInductor's modules take seconds to import, and only this side-by-side needs them
     import torch._dynamo
     from torch._inductor import config as inductor_config
     from torch._inductor.codegen import triton as inductor_triton

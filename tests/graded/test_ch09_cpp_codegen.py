@@ -148,6 +148,9 @@ def test_write_atomic_in_the_code_cache(ch, tmp_path, monkeypatch):
     expect_raises(Exception, lambda: ch.write_atomic(target, "not bytes"),  # a failing write...
                   "write_atomic(entry.bin, 'not bytes') (a str, not bytes: the write fails)")
     expect_equal(target.read_bytes(), b"second version", "content after a failed write (old file kept)")
+    ch.write_atomic(target, b"")
+    expect_equal(target.read_bytes(), b"", "entry.bin after write_atomic(entry.bin, b'') (an empty file is content too)")
+    ch.write_atomic(target, b"second version")
     expect_equal(sorted(p.name for p in tmp_path.iterdir()), ["entry.bin"], "files left in the directory (no temporaries)")
 
     import tininductor.codecache as codecache
@@ -210,6 +213,9 @@ def test_entry_is_intact_with_odd_files(ch, tmp_path):
     check.write_text(hashlib.sha256(bytes(range(256))).hexdigest() + " \r\n")
     expect_equal(ch.entry_is_intact(lib, check), True,
                  "entry_is_intact of a binary library whose checksum file ends with ' \\r\\n'")
+    lib.write_bytes(b"")
+    check.write_text(hashlib.sha256(b"").hexdigest() + "\n")
+    expect_equal(ch.entry_is_intact(lib, check), True, "entry_is_intact of an empty library whose checksum matches")
     lib.unlink()
     lib.mkdir()
     expect_equal(ch.entry_is_intact(lib, check), False, "entry_is_intact when the library path is a folder")
