@@ -37,6 +37,13 @@ decompose_batch_norm_training: bool = os.environ.get("TINY_DECOMPOSE_BATCH_NORM_
 #: later changes to the weights.
 freezing: bool = os.environ.get("TINY_FREEZING", "0") == "1"
 
+#: Parts of a graph that read no graph input (Swin's shifted-window attention mask, built by stores
+#: into ``new_zeros``) are computed once at compile time and passed in as constants
+#: (fx_passes/constant_folding.py); a folded value larger than ``constant_folding_max_bytes`` stays
+#: in the graph.
+constant_folding: bool = os.environ.get("TINY_CONSTANT_FOLDING", "1") != "0"
+constant_folding_max_bytes: int = 16 * 2 ** 20
+
 #: ``cat`` of up to this many inputs is one Pointwise that picks its input per element (it fuses with
 #: the producers and the consumers); more inputs store into their slices of the output, one kernel
 #: each (lowering.py's ``cat``; TorchInductor's option of the same name).
