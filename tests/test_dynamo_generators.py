@@ -194,3 +194,19 @@ def test_graph_break_inside_a_running_generator_runs_the_frame_eagerly():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         torch.testing.assert_close(c(t), f(t))
+
+
+def test_in_consumes_an_iterator_up_to_the_match():
+    """``x in gen`` runs the generator until it yields ``x``; the next ``next`` goes on from there."""
+    def counting_to(n):
+        for i in range(n):
+            yield i
+
+    def f(t):
+        g = counting_to(5)
+        found = 2 in g
+        rest = next(g)
+        it = iter([1, 2, 3])
+        return t + found * 10 + rest + (7 in counting_to(3)) * 100 + (2 in it) + next(it) * 1000
+
+    check(f, torch.randn(3))

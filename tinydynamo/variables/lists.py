@@ -280,6 +280,16 @@ class ListIteratorVariable(VariableTracker):
     def reconstruct(self, codegen) -> str:
         return f"iter([{', '.join(v.reconstruct(codegen) for v in self._remaining())}])"
 
+    def call_method(self, tx, name, args, kwargs):
+        if name == "__contains__" and len(args) == 1 and not kwargs:
+            # ``x in it`` consumes the iterator up to the first item that is ``x`` or equals it, as Python does
+            builtin = constructor("BuiltinVariable")
+            while (item := self.next_item()) is not None:
+                if builtin.is_(tx, item, args[0]) or builtin.binop(tx, operator.eq, item, args[0]).truth(tx):
+                    return ConstantVariable(True)
+            return ConstantVariable(False)
+        return super().call_method(tx, name, args, kwargs)
+
     def __repr__(self) -> str:
         return f"ListIteratorVariable({self.index}/{len(self.items)})"
 
