@@ -13,7 +13,7 @@ from typing import Any, Callable
 import torch
 
 from tinydynamo import polyfills
-from tinydynamo.exc import ObservedException, Unsupported, unimplemented
+from tinydynamo.exc import ObservedException, Unsupported, raise_observed, unimplemented
 from tinydynamo.variables.base import VariableTracker, register_construction
 from tinydynamo.variables.constant import ConstantVariable
 from tinydynamo.variables.dicts import DictVariable
@@ -329,7 +329,7 @@ class BuiltinVariable(VariableTracker):
             return None
         item = args[0].next_item()
         if item is None:
-            unimplemented("next() on an exhausted iterator (StopIteration)")
+            raise_observed(StopIteration, "next() on an exhausted iterator")  # traced code may catch it
         return item
 
     def call_dict(self, tx, args, kwargs):
