@@ -346,6 +346,10 @@ class OptimizedModule(nn.Module):
         fn = self._compiled_forward
         return OptimizedModule(copy.deepcopy(self._orig_mod, memo), fn._backend, fn._nopython, fn._dynamic)
 
+    def __bool__(self) -> bool:
+        """The original module's truth value (an empty ModuleList is false, compiled or not)."""
+        return bool(self._orig_mod)
+
     def __call__(self, *args, **kwargs):
         # the wrapper adds nothing around forward: hooks (global ones too) run once, on the
         # original module, as ``m(*args)`` would run them

@@ -34,6 +34,7 @@ from tinydynamo.codegen import PyCodegen
 from tinydynamo.exc import Unsupported, unimplemented
 from tinydynamo.variables.base import VariableTracker
 from tinydynamo.variables.dicts import DictVariable
+from tinydynamo.variables.tensor import TensorVariable
 
 
 class SideEffects:
@@ -83,7 +84,8 @@ class SideEffects:
         seen = [(value, var.source) for value, var in zip(self._keepalive, self.id_to_variable.values())]
         seen += list(self.seen_objects.values())
         targets = [(self._real.get(id(entry)), entry.source) for key, entry in self.pending.items() if key[0] == "items"]
-        targets += [(entry[3], entry[0].source) for key, entry in self.pending.items() if key[0] == "attr"]
+        targets += [(entry[3], entry[0].source) for key, entry in self.pending.items()
+                    if key[0] == "attr" and entry[0].source is not None]  # (a tensor the graph made is new)
         done = set()
         for value, source in targets:
             for other, other_source in seen:
@@ -109,7 +111,7 @@ class SideEffects:
 
     def store_attr(self, obj_var: VariableTracker, obj: Any, name: str, value: VariableTracker) -> None:
         """``obj.name = value`` on a real object from outside the frame (reached via ``obj_var``)."""
-        if obj_var.source is None:
+        if obj_var.source is None and not isinstance(obj_var, TensorVariable):  # (a graph output otherwise)
             unimplemented(f"setting attribute {name!r} on {obj_var}, which has no source to replay it on")
         self._check_replayable(value, f"setting attribute {name!r}")
         self.effect_count += 1
@@ -121,7 +123,7 @@ class SideEffects:
         if entry is None:
             return None
         stored_on = entry[0].source
-        if obj_var.source is not None and obj_var.source.name() != stored_on.name():
+        if obj_var.source is not None and stored_on is not None and obj_var.source.name() != stored_on.name():
             self.output.add_guard("ALIAS_MATCH", obj_var.source, (stored_on, True))
         return entry[2]
 

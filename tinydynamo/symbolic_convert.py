@@ -56,7 +56,7 @@ from tinydynamo.variables.dataclasses import DataclassVariable, can_model
 from tinydynamo.variables.exceptions import ExceptionVariable
 from tinydynamo.variables.functions import shared_cell_tracker
 from tinydynamo.variables.generator import LocalGeneratorObjectVariable, close_dead_generators
-from tinydynamo.variables.iter import SetVariable
+from tinydynamo.variables.iter import LazyIteratorVariable, SetVariable
 from tinydynamo.variables.misc_ctx import (
     GeneratorContextManagerVariable,
     NullContextVariable,
@@ -535,6 +535,14 @@ def GET_ITER(tx: T, inst):
     v = tx.pop()
     if isinstance(v, ListIteratorVariable):
         tx.push(v)
+    elif isinstance(v, UserDefinedObjectVariable) and _python_dunder(v.python_type(), "__next__") is not None \
+            and _python_dunder(v.python_type(), "__iter__") is not None:
+        # an iterator object: each item from an inlined __next__ when the loop asks for it
+        it = v.call_method(tx, "__iter__", [], {})
+        if it is v:
+            tx.push(LazyIteratorVariable(v.next_items(tx), f"{v.python_type().__name__} iterator"))
+        else:
+            tx.push(it if isinstance(it, ListIteratorVariable) else ListIteratorVariable(it.unpack_var_sequence(tx)))
     else:  # remember a list/dict iterated over: changing it inside the loop is not unrolled
         origin = v if isinstance(v, (ListVariable, DictVariable)) else getattr(v, "dict_var", None)
         tx.push(ListIteratorVariable(v.unpack_var_sequence(tx), origin))

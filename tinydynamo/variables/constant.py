@@ -20,6 +20,14 @@ _PURE_TYPES = (int, float, bool, str, bytes, complex, type(None), range, slice, 
                types.MappingProxyType, inspect.Signature, inspect.Parameter)
 
 
+def _is_tensor_type(v: VariableTracker) -> bool:
+    try:
+        t = v.python_type()
+    except Exception:  # noqa: BLE001 - a tracker that cannot say its type is not a tensor
+        return False
+    return isinstance(t, type) and issubclass(t, torch.Tensor)
+
+
 class ConstantVariable(VariableTracker):
     def __init__(self, value: Any, source=None):
         super().__init__(source)
@@ -63,6 +71,9 @@ class ConstantVariable(VariableTracker):
         return VariableTracker.build_constant(value)
 
     def call_method(self, tx, name, args, kwargs):
+        if self.value is torch.Tensor and args and _is_tensor_type(args[0]):
+            # ``torch.Tensor.abs_(x)``: the unbound method called on a tensor is ``x.abs_()``
+            return args[0].call_method(tx, name, list(args[1:]), kwargs)
         if not isinstance(self.value, _PURE_TYPES + constant_object_types()) and not _is_torch_constant(self.value):
             unimplemented(f"method {name!r} of constant {type(self.value).__name__}")
         if all(a.is_python_constant() for a in args) and all(v.is_python_constant() for v in kwargs.values()):

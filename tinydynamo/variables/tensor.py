@@ -71,6 +71,9 @@ class TensorVariable(VariableTracker):
         )
 
     def var_getattr(self, tx, name: str) -> VariableTracker:
+        stored = tx.output.side_effects.load_attr(self, self.example, name)  # ``y.foo = v`` earlier in the frame
+        if stored is not None:
+            return stored
         if name == "shape":
             return SizeVariable(size_items(tx, self))
         if name in METADATA_ATTRS:
@@ -86,7 +89,19 @@ class TensorVariable(VariableTracker):
             unimplemented(f"Tensor.{name} inside a compiled frame")
         if callable(getattr(torch.Tensor, name, None)):
             return GetAttrVariable(self, name)
+        real = _real_tensor(tx, self)
+        if real is not None and name in getattr(real, "__dict__", {}):  # an attribute a user set on an input
+            tx.output.add_guard("HASATTR", self.source, (name, True))
+            return VariableTracker.build(tx, real.__dict__[name], AttrSource(self.source, name))
         unimplemented(f"Tensor attribute {name!r}")
+
+    def var_setattr(self, tx, name: str, value: VariableTracker) -> None:
+        """``t.foo = v`` (an attribute of the user's) or ``t.grad = g``: a side effect, replayed on the
+        real tensor after the graph (an input, or the graph's output); later reads in the frame see
+        ``v``. Tensor properties the graph's ops depend on (``requires_grad``, ``data``) are Unsupported."""
+        if hasattr(torch.Tensor, name) and name != "grad":
+            unimplemented(f"setting Tensor.{name} inside a compiled frame")
+        tx.output.side_effects.store_attr(self, self.example, name, value)
 
     def call_method(self, tx, name: str, args, kwargs) -> VariableTracker:
         if name == "item" and not args and not kwargs and _capture_scalars():
@@ -132,6 +147,16 @@ class TensorVariable(VariableTracker):
 def _static(n) -> int:
     """A size as a Python int (a SymInt is specialised to its value, with a guard)."""
     return int(n.node.guard_int("", 0)) if isinstance(n, torch.SymInt) else int(n)
+
+
+def _real_tensor(tx, var: "TensorVariable") -> torch.Tensor | None:
+    """The real tensor of an input (None for a tensor the graph computes)."""
+    if var.source is None:
+        return None
+    names = [s.name() for s in tx.output.input_sources]
+    if var.source.name() not in names:
+        return None
+    return tx.output.example_inputs[names.index(var.source.name())]
 
 
 def _grad_of(tx, var: "TensorVariable") -> VariableTracker:

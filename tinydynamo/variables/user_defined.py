@@ -10,7 +10,7 @@ import inspect
 import types
 from typing import Any
 
-from tinydynamo.exc import raise_observed, unimplemented
+from tinydynamo.exc import ObservedException, raise_observed, unimplemented
 from tinydynamo.source import AttrSource, BaseMethodSource, ClassSource, Source
 from tinydynamo.variables.base import VariableTracker, check_plain_setattr
 from tinydynamo.variables.constant import ConstantVariable
@@ -104,8 +104,21 @@ class UserDefinedObjectVariable(VariableTracker):
             unimplemented(f"iterating over a {self.python_type().__name__} (no Python __iter__)")
         it = self.call_method(tx, "__iter__", [], {})
         if it is self:
-            unimplemented(f"{self.python_type().__name__}.__iter__ returns self (an iterator object with __next__)")
+            return list(self.next_items(tx))
         return it.unpack_var_sequence(tx)
+
+    def next_items(self, tx):
+        """The items of an iterator object, each from an inlined ``__next__`` call made when the loop
+        asks for it (so the loop body's effects on the object are seen), until it raises StopIteration."""
+        if _python_dunder(self.python_type(), "__next__") is None:
+            unimplemented(f"{self.python_type().__name__}.__iter__ returns self, which has no Python __next__")
+        while True:
+            try:
+                yield self.call_method(tx, "__next__", [], {})
+            except ObservedException as e:
+                if issubclass(e.exc_type, StopIteration):
+                    return
+                raise
 
     def call_method(self, tx, name, args, kwargs):
         return self.var_getattr(tx, name).call_function(tx, args, kwargs)
