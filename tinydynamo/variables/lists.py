@@ -1,4 +1,8 @@
-"""Sequences: tuples, lists, ``torch.Size`` and the iterators the interpreter walks in loops."""
+"""Sequences: tuples, lists, ``torch.Size`` and the iterators the interpreter walks in loops.
+
+Layer: above functions and sym_node; ``in`` and a symbolic ``Size.numel`` are builtin calls
+(base.constructor); it registers ``TupleVariable`` for functions (``*args``).
+"""
 from __future__ import annotations
 
 import operator
