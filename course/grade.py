@@ -17,6 +17,7 @@ import argparse
 import collections
 import contextlib
 import dataclasses
+import gc
 import io
 import os
 import re
@@ -27,6 +28,12 @@ import pytest
 from course.loader import ROOT
 
 TASK_PREFIX = "ch"
+#: pytest plugins that grading does not use (notebooks, async tests, hypothesis' reporting, junit,
+#: doctests, the unraisable-exception and thread-exception hooks, ...)
+UNUSED_PLUGINS = ("nbval", "anyio", "platformdirs", "hypothesispytest", "unraisableexception", "threadexception",
+                  "junitxml", "doctest", "pastebin", "legacypath", "setuponly", "setupplan", "faulthandler",
+                  "subtests")
+GRADING_GC_THRESHOLDS = (10_000, 50, 100)
 TASK_MARKER = re.compile(r"^ch\d\d_\d+$")
 TASK_SPEC = re.compile(r"^(?:ch)?(?P<chapter>\d{1,2})(?:[._](?P<task>\d+))?$")
 
@@ -68,35 +75,57 @@ class Collector:
     def __init__(self) -> None:
         self.results: list[Result] = []
         self.tasks: dict[str, str] = {}
+        self.inputs: dict[str, str] = {}  # a parametrized test's arguments, e.g. "shape=(2, 0)"
 
     def pytest_collection_modifyitems(self, items):
         for item in items:
             self.tasks[item.nodeid] = task_of(item) or "untagged"
+            params = getattr(getattr(item, "callspec", None), "params", {})
+            self.inputs[item.nodeid] = ", ".join(f"{k}={_short(v)}" for k, v in params.items())
 
     def pytest_runtest_logreport(self, report):
         if report.when == "call" or (report.when == "setup" and report.outcome != "passed"):
             passed = report.outcome == "passed"
-            message = "" if passed else _first_line(report)
+            message = "" if passed else _first_line(report, self.inputs.get(report.nodeid, ""))
             self.results.append(Result(self.tasks.get(report.nodeid, "untagged"), report.nodeid, passed, message))
         elif report.when == "teardown" and report.failed:  # e.g. global state left changed
             earlier = next((r for r in self.results if r.test == report.nodeid), None)
             if earlier is None:
                 self.results.append(Result(self.tasks.get(report.nodeid, "untagged"), report.nodeid, False,
-                                           _first_line(report)))
+                                           _first_line(report, self.inputs.get(report.nodeid, ""))))
             elif earlier.passed:
-                earlier.passed, earlier.message = False, _first_line(report)
+                earlier.passed, earlier.message = False, _first_line(report, self.inputs.get(report.nodeid, ""))
 
 
-def _first_line(report) -> str:
+def _short(value, limit: int = 40) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _first_line(report, inputs: str = "") -> str:
     crash = getattr(report.longrepr, "reprcrash", None)
     text = crash.message if crash is not None else str(report.longrepr)
     for line in text.splitlines():
         line = line.strip()
         if line:
-            for prefix in ("course.testing.Mismatch: ", "AssertionError: ", "E   "):
+            if line.startswith("course.testing.Mismatch: ") or " not done yet: " in line:
+                return line.removeprefix("course.testing.Mismatch: ")  # a graded check: it names its input
+            for prefix in ("AssertionError: ", "E   "):
                 line = line.removeprefix(prefix)
-            return line
+            return line + _where_it_raised(report, inputs)
     return "failed"
+
+
+def _where_it_raised(report, inputs: str) -> str:
+    """For an error raised inside the learner's code (not by a graded check): the graded test's line that
+    called it and the test's parameters, so the message still names the input, e.g.
+    `` (raised by `ch.sum_to_size(grad, shape)`, inputs grad_shape=(2, 0), shape=(1,))``."""
+    entries = getattr(getattr(report.longrepr, "reprtraceback", None), "reprentries", [])
+    calls = [e.lines[0].strip() for e in entries
+             if getattr(e, "reprfileloc", None) is not None and e.lines
+             and "tests/graded/" in str(e.reprfileloc.path).replace("\\", "/")]
+    parts = ([f"raised by `{calls[-1]}`"] if calls else []) + ([f"inputs {inputs}"] if inputs else [])
+    return f" ({', '.join(parts)})" if parts else ""
 
 
 def table(results: list[Result], width: int = 70) -> str:
@@ -140,17 +169,25 @@ def run(mode: str, chapters: list[str], quiet: bool = True) -> list[Result]:
         raise SystemExit(f"no graded tests found for {chapters or 'any chapter'} under tests/graded/")
     collector = Collector()
     args = [str(f) for f in files] + [f"--course-mode={mode}", "-p", "no:cacheprovider", "--rootdir", str(ROOT)]
-    # the notebook and async plugins cost seconds of imports and grade nothing here; graded tests check
-    # with course.testing's expect_* (never a bare assert), so pytest need not rewrite asserts either
-    args += ["-p", "no:nbval", "-p", "no:anyio", "-p", "no:platformdirs", "--assert=plain"]
+    # graded tests check with course.testing's expect_* (never a bare assert), so pytest need not
+    # rewrite asserts; the plugins below grade nothing here and cost imports or, for the unraisable-
+    # exception one, full garbage collections at exit
+    args += ["--assert=plain"] + [arg for name in UNUSED_PLUGINS for arg in ("-p", f"no:{name}")]
     if markers:
         args += ["-m", " or ".join(markers)]
     args += ["-q", "--tb=short"]
-    if quiet:  # the table is the report; pytest's own output is noise here
-        with contextlib.redirect_stdout(io.StringIO()):
+    # importing torch and the compiler allocates millions of objects that live until exit; with the
+    # default thresholds the cyclic collector walks them again and again (about 15% of a task's time)
+    thresholds = gc.get_threshold()
+    gc.set_threshold(*GRADING_GC_THRESHOLDS)
+    try:
+        if quiet:  # the table is the report; pytest's own output is noise here
+            with contextlib.redirect_stdout(io.StringIO()):
+                pytest.main(args, plugins=[collector])
+        else:
             pytest.main(args, plugins=[collector])
-    else:
-        pytest.main(args, plugins=[collector])
+    finally:
+        gc.set_threshold(*thresholds)
     return collector.results
 
 

@@ -193,6 +193,8 @@ def expect_raises(exception: type[BaseException], call: Callable[[], Any], what:
     try:
         value = call()
     except exception as error:
+        if is_stub_error(error):  # expect_raises(Exception, ...) must not count an unfinished stub as done
+            raise
         if match is not None and not re.search(match, str(error)):
             raise Mismatch(f"{what}: raised {exception.__name__} as expected, but its message {str(error)!r} "
                            f"does not match {match!r}") from error

@@ -433,6 +433,19 @@ for line, ops in op_lines.items():
     print(f"line {line - first_line} of two_layers: {ops}")
 
 # %% [markdown]
+# ### How PyTorch really does it
+#
+# TorchDynamo does not watch frames with `sys.settrace` (section 6 says why it cannot: a trace
+# function sees a frame only while CPython runs it). Its counterpart of `tinydynamo.bytecode` is
+# `torch/_dynamo/bytecode_transformation.py`: `cleaned_instructions(code)` turns a code object
+# into a list of its own `Instruction` dataclass (jump targets as references to instructions, not
+# offsets), and `transform_code_object` / `assemble` write a new code object back, rebuilding what
+# ours only reads: the 3.11+ exception table (`compute_exception_table`), the line table,
+# `EXTENDED_ARG` prefixes for large arguments and the stack size. `torch/_dynamo/bytecode_analysis.py`
+# adds liveness (which locals are read later: what a resume function must receive, chapter 4).
+# Like ours, it supports only the CPython versions it was written for.
+
+# %% [markdown]
 # ## 5. From the package: `tinydynamo.tracer`
 #
 # `tinydynamo.tracer.trace(fn, *args)` combines both hooks: it watches every frame of *your*

@@ -49,7 +49,7 @@ _ = torch.manual_seed(0)
 
 # %% tags=["nbval-ignore-output"]
 def f(x, y):
-    return torch.relu(x) + y * 2
+    return torch.add(torch.relu(x), torch.mul(y, 2))
 
 
 print(bc.format_instructions(f))
@@ -163,20 +163,11 @@ HANDLERS["CALL"] = CALL
 try_run()
 
 # %%
-def BINARY_OP(interp, inst):
-    b, a = interp.stack.pop(), interp.stack.pop()
-    fn = bc.BINARY_OPS[inst.argval]  # '+' -> operator.add, '*' -> operator.mul, ...
-    if isinstance(a, ConstVar) and isinstance(b, ConstVar):
-        interp.stack.append(ConstVar(fn(a.value, b.value)))  # constants fold: no node
-    else:
-        interp.stack.append(interp.call_tensor_op(fn, [a, b]))
-
-
 def RETURN_VALUE(interp, inst):
     interp.result = interp.stack.pop()
 
 
-HANDLERS.update(BINARY_OP=BINARY_OP, RETURN_VALUE=RETURN_VALUE)
+HANDLERS.update(RETURN_VALUE=RETURN_VALUE)
 gm = try_run()
 print(gm.code)
 
@@ -190,6 +181,19 @@ print("same as eager:", torch.equal(gm(x, y), f(x, y)))
 # dicts, `torch.Size`, user functions (inlined: a nested translator runs their bytecode),
 # closures, `nn.Module`s (forward inlined, parameters lifted to graph inputs), torch functions,
 # builtins. Constants fold; loops over constants unroll; jumps on constants pick one side.
+#
+# Two questions this toy never met, and the first two exercises ask:
+#
+# * **Operators** (`BINARY_OP`, Exercise 2.1). `f` called `torch.add`; most code writes `a + b`,
+#   `2 ** 3`, `x -= 1`. Which operand is which on the stack? What should `2 ** 3` put in the graph
+#   when both values are known now? And `x -= 1` on the caller's tensor: in eager the caller sees
+#   its tensor change; must the graph say so?
+# * **Jumps** (`POP_JUMP_IF_FALSE`/`TRUE`, Exercise 2.2). An interpreter that runs the code *now*,
+#   on stand-ins, must decide every `if` now. On `if flag:` with a Python `flag` it can: the
+#   compiled graph then holds one side only. What makes that graph safe to reuse on the next
+#   call, when `flag` may differ? And `if x.sum() > 0:` on a tensor: the stand-in has a shape
+#   but no values, so what can a jump do with it? (The end of section 3 shows what tinydynamo does;
+#   chapter 3 is about the first answer, chapter 4 about the second.)
 #
 # ## 3. Your handlers inside the real translator
 #
@@ -236,6 +240,22 @@ try:
     tinydynamo.optimize("eager", nopython=True)(h)(x)
 except tinydynamo.Unsupported as e:
     print(e)
+
+# %% [markdown]
+# ### How PyTorch really does it
+#
+# TorchDynamo's translator is `torch/_dynamo/symbolic_convert.py`: `InstructionTranslatorBase`
+# has one method per opcode (`LOAD_FAST`, `BINARY_OP`, `POP_JUMP_IF_FALSE` via `generic_jump`,
+# ...), a `stack` of VariableTrackers and `symbolic_locals`, as here. The trackers live in
+# `torch/_dynamo/variables/` (`TensorVariable`, `ConstantVariable`, `BuiltinVariable`,
+# `UserFunctionVariable`, `NNModuleVariable`, ...), and the graph in `OutputGraph`
+# (`output_graph.py`) through a `SubgraphTracer`. What the real one does that the toy does not:
+# every tensor carries a *fake* example value (`wrap_fx_proxy`, `get_fake_value`), so shapes and
+# dtypes are known while tracing; a call to a Python function is inlined by an
+# `InliningInstructionTranslator`; each value read from outside the frame records where it came
+# from (a `Source`) and installs the guards chapter 3 checks; mutations of lists, dicts and
+# attributes are deferred and replayed (`SideEffects`, chapter 4); and an instruction it cannot
+# handle becomes a graph break instead of an error (`break_graph_if_unsupported`, chapter 4).
 
 # %% [markdown]
 # ## 4. The package: whole models in one graph

@@ -244,6 +244,30 @@ cumsum_gm = decompose(lambda a, b: torch.cumsum(a, 0) * b, [torch.randn(2, 3), t
 print(cumsum_gm.meta["fallbacks"])
 
 # %% [markdown]
+# ### How PyTorch really does it
+#
+# TorchInductor's decompositions are the same kind of Python functions: `torch/_decomp/`
+# registers them with `@register_decomposition(aten.op)` (`core_aten_decompositions()` is the
+# shared set, reaching the *Core ATen* op set of about 180 ops), and
+# `torch/_inductor/decomposition.py` adds Inductor's own (`select_decomp_table()`). They are not
+# applied by a pass over a finished graph as `decompose` does here: AOTAutograd traces the graph
+# with `make_fx(fn, decomposition_table=...)`, so each ATen op is replaced while it is recorded
+# (chapter 6). `torch/_prims` and `torch/_refs` (PrimTorch) hold a still smaller prim set with
+# Python references for most of ATen. Graph passes live in `torch/_inductor/fx_passes/`
+# (`joint_graph.py`, `post_grad.py`), written with a pattern matcher (`register_replacement`)
+# rather than by hand. The core table keeps `_softmax` (it is a Core ATen op); Inductor's table
+# decomposes it, with the same max trick as yours in section 5:
+
+# %% tags=["nbval-ignore-output"]
+from torch._decomp import core_aten_decompositions
+from torch._inductor.decomposition import select_decomp_table
+from torch.fx.experimental.proxy_tensor import make_fx
+
+torch_table = select_decomp_table()
+print(len(core_aten_decompositions()), "ATen overloads in torch's core table,", len(torch_table), "in Inductor's")
+print(make_fx(lambda x: torch.softmax(x, -1), decomposition_table=torch_table)(big).code)
+
+# %% [markdown]
 # ## Summary
 #
 # - An FX graph is a list of nodes; edges are the nodes inside `args`. Running one is a loop

@@ -439,6 +439,22 @@ except Exception as e:  # no `dot` binary here: the DOT text is still useful
     print(fusion_dot(g, s))
 
 # %% [markdown]
+# ### How PyTorch really does it
+#
+# The same design, with the same names, in `torch/_inductor/`: `ir.py` has `Pointwise` and
+# `Reduction` (ranges plus an `inner_fn`), realized into a `ComputedBuffer`; `lowering.py`
+# registers one lowering per ATen op (`@register_lowering(aten.add)`, `make_pointwise`);
+# `virtualized.py`'s `V.ops` is the swappable ops handler; `dependencies.py`'s
+# `extract_read_writes` runs a body with a recording handler to get its `MemoryDep`s (exercise
+# 7.4); `scheduler.py`'s `Scheduler` fuses (`can_fuse`, `score_fusion`, `FusedSchedulerNode`).
+# What it handles that ours does not: a reduction fused with the pointwise work that follows it
+# (an *epilogue*), loop reordering and tiling so that two nodes with different loop orders can
+# still fuse, in-place mutation and aliasing of buffers, extern kernels and matmul *templates*
+# (with a fused epilogue), symbolic sizes everywhere (chapter 10), and a memory planner that reuses
+# buffers. Its fusion is ranked by a score (bytes saved) over all candidate pairs, not taken in
+# order.
+
+# %% [markdown]
 # ## 6. From the package: the LayerNorm-MLP block
 #
 # The benchmark block of the course (`course.models.TinyBlock`: LayerNorm, Linear, GELU,

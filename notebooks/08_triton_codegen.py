@@ -321,6 +321,57 @@ else:
     print("no CUDA GPU here: skipping the GPU timing (the kernels above ran in the Triton interpreter)")
 
 # %% [markdown]
+# ### How PyTorch really does it
+#
+# TorchInductor's Triton backend is `torch/_inductor/codegen/triton.py`, on top of the code it
+# shares with its C++ backend in `codegen/simd.py`. The pieces you wrote have real names:
+#
+# | ours (this chapter) | TorchInductor |
+# | --- | --- |
+# | `triton_op_strings()` (8.1) | `TritonOverrides`: one static method per op (`TritonOverrides.relu`, `.where`, ...), many calling `libdevice` |
+# | `mask_for`, `masked_load`, `masked_store` (8.2) | `TritonKernel.indexing()` (an `IndexingOptions` with the mask set), `TritonKernel.load` / `.store` |
+# | `MiniTritonKernel.reduction` (8.3) | `TritonKernel.reduction`, with `triton_helpers.max2`, `welford_reduce`, ... in `runtime/triton_helpers.py` |
+# | `launch_config` (8.4) | `runtime/triton_heuristics.py`: `pointwise`, `persistent_reduction`, `reduction` decorators that list candidate configs and a `CachingAutotuner` that picks one when the kernel first runs |
+# | `MiniTritonScheduling` | `TritonScheduling` (`SIMDScheduling.codegen_node`, `define_kernel`) |
+# | the wrapper's `call()` | `codegen/wrapper.py`'s `PythonWrapperCodegen` |
+#
+# What it handles that ours does not: 2-D tiling (`x` and `y` block dimensions, so a transpose
+# reads and writes coalesced), split reductions (a long reduction over few rows becomes two
+# kernels), Welford reductions (mean and variance in one pass), 64-bit indexing when a tensor has
+# more than 2**31 elements, block pointers and TMA descriptors on recent GPUs, `tl.device_assert`
+# on indirect indexing, matmul and convolution *templates* that it autotunes (`max-autotune`), and
+# fusing several small kernels into one launch (combo kernels). Its launch parameters are not one
+# rule but a short list of candidates, benchmarked at the first call.
+#
+# Here are TorchInductor's own kernels for this chapter's `chain` and `softmax`, next to ours.
+# Without a GPU TorchInductor still writes the Triton (its `cpu_backend="triton"`), though it
+# cannot compile it here; `torchinductor_triton_kernels` keeps the source
+# (`torch._inductor.utils.run_and_get_code` on a GPU). The decorator above `@triton.jit` carries
+# what the autotuner needs (`Placeholder.KERNEL_NAME` becomes a name such as
+# `triton_poi_fused_add_mul_sin_0` when the kernel is defined); the body reads like ours: `xoffset`, `xindex`, `xmask`, one `tmp`
+# per op, `tl.where(..., float("-inf"))` before the row max.
+
+# %% tags=["nbval-ignore-output"]
+import warnings
+
+from course.chapters.ch08_triton import torchinductor_triton_kernels
+
+
+def side_by_side(fn, inputs):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # Triton warns that the CPU kernels it writes cannot run here
+        torch_kernel = torchinductor_triton_kernels(fn, inputs)[0]
+    heuristic = torch_kernel[torch_kernel.index("@triton_heuristics."):].split("(")[0]
+    print(f"--- TorchInductor ({heuristic}, configs chosen at the first launch):")
+    print(torch_kernel[torch_kernel.index("@triton.jit"):])
+    print("--- tininductor:")
+    print(kernel_source(compile_triton(fn, inputs)))
+
+
+side_by_side(chain, [torch.randn(4, 3, 9, device=DEVICE), torch.randn(9, device=DEVICE)])
+side_by_side(softmax, [torch.randn(6, 12, device=DEVICE)])
+
+# %% [markdown]
 # ## Summary
 #
 # * A Triton program handles a block: `program_id` picks it, `tl.arange` spans it, a mask

@@ -432,7 +432,36 @@ print(f"pointwise chain: eager {eager_t * 1e3:.2f} ms, tininductor C++ {tiny_t *
 # %% [markdown]
 # Eager runs four kernels and writes three temporaries of 2 MB each; the fused kernel reads
 # `x` once and writes the result once.
+
+# %% [markdown]
+# ### How PyTorch really does it
 #
+# TorchInductor's C++ backend is `torch/_inductor/codegen/cpp.py`: `CppOverrides` holds the op
+# strings (exercise 9.1), `CppKernel` the loops, and `CppVecKernel` with `CppVecOverrides` a
+# second, vectorized version of each kernel written with ATen's `at::vec::Vectorized<float>`
+# (SIMD registers, 8 or 16 floats at a time) and a scalar tail for the leftover elements;
+# `CppScheduling` and `CppKernelProxy` decide which to use. Reductions run in parallel with
+# OpenMP `declare reduction`s, including Welford for mean and variance. `cpp_builder.py`
+# finds the compiler and flags, and `codecache.py` has `CppCodeCache` and `write_atomic`, the
+# names you met in section 5. Ours has one scalar loop nest per kernel and leaves vectorizing to
+# g++'s `-O3`. Here is TorchInductor's C++ for `(x.sin() + y) * 2` and its `call()`: the
+# inner loop steps 8 floats at a time, a vectorized body (`at::vec::Vectorized<float>::loadu`,
+# `.sin()`) and a tail for the ninth element (108 elements are too few for a `#pragma omp`
+# parallel loop: it threads only larger kernels). Its first build compiles ATen's vector headers (tens of seconds); later runs load it from
+# TorchInductor's own cache.
+
+# %% tags=["nbval-ignore-output"]
+import torch._dynamo
+from torch._inductor.utils import run_and_get_code
+
+torch._dynamo.reset()
+_, (torch_module, *_) = run_and_get_code(torch.compile(lambda a, b: (a.sin() + b) * 2, backend="inductor"),
+                                         torch.randn(4, 3, 9), torch.randn(9))
+kernel = torch_module[torch_module.index('extern "C"'):]
+print(kernel[:kernel.index("\'\'\')")])
+print(torch_module[torch_module.index("    def call(self, args):"):torch_module.index("runner = Runner")])
+
+# %% [markdown]
 # ## 7. The layer in the package
 #
 # Everything above lives in `tininductor`:

@@ -13,11 +13,18 @@ from tinydynamo.variables import NULL, BuiltinVariable, ListIteratorVariable
 
 
 def BINARY_OP(tx, inst) -> None:
-    """``a <op> b``: pop ``b`` then ``a``; push the result of the operator named by ``inst.argval``.
+    """``BINARY_OP`` (``inst.argval`` is the operator's symbol: ``'-'``, ``'**'``, ``'-='``, ...).
 
-    ``bc.BINARY_OPS[inst.argval]`` is the Python operator function ('+' -> operator.add,
-    '+=' -> operator.iadd); ``BuiltinVariable.binop(tx, fn, a, b)`` applies it to two
-    variables: constants fold, tensors become a graph node.
+    Contract: the stack ends one value shorter, its top the result of ``a <op> b``, where ``a``
+    and ``b`` were the two values on top (``b`` the top one), exactly as CPython computes it.
+
+    Examples (``x``, ``y`` tensors): ``x - y`` puts one ``sub`` node in the graph, never ``y - x``;
+    ``2 ** 3`` leaves no node at all, the stack then holds the constant 8; ``x -= 1`` on an input
+    changes the caller's tensor, as it does in eager.
+
+    Tools: ``bc.BINARY_OPS`` maps each symbol to Python's operator function (``operator.sub``,
+    ``operator.isub``, ...); ``BuiltinVariable.binop(tx, fn, a, b)`` is ``fn(a, b)`` on two
+    VariableTrackers, whatever they hold.
     """
     # BEGIN SOLUTION (Exercise 2.1: the symbolic BINARY_OP: a <op> b as a variable; checked inside the real translator on tensors and constants, non-commutative and in-place operators, with every handler's stack effect (notebook 02, sections 2 and 3))
     b = tx.pop()
@@ -27,12 +34,22 @@ def BINARY_OP(tx, inst) -> None:
 
 
 def pop_jump_if(tx, inst, jump_when: bool) -> None:
-    """Pop a value; if its truth is ``jump_when``, continue at ``inst.target`` (set ``tx.ip``).
+    """``POP_JUMP_IF_TRUE`` (``jump_when=True``) and ``POP_JUMP_IF_FALSE`` (``False``), at trace time.
 
-    The value's ``truth(tx)`` is known at trace time for constants, lists, modules...
-    (so the branch folds away); a tensor's is not, and raises Unsupported by itself.
+    Contract: CPython pops the condition and goes to ``inst.target`` (an instruction index) when
+    its truth is ``jump_when``, else to the next instruction (``tx.ip`` is the index of the
+    instruction that runs next). The graph then holds only the side that was taken.
+
+    Examples: in ``if flag: x = x + 1`` with ``flag=False`` the graph has no ``add``;
+    ``if n > 2`` with ``n=3`` an int argument keeps the ``then`` side, and a later call with
+    ``n=0`` must still be right; ``if not items`` with ``items == []`` jumps as CPython does;
+    ``if x.sum() > 0`` on a tensor ``x`` has no answer while tracing (see notebook 02): the
+    compiled function must still give eager's result for positive and negative sums.
+
+    Tools: ``tx.pop()``; a VariableTracker's ``truth(tx)`` is ``bool(value)`` where that is
+    known at trace time and raises ``Unsupported`` where it is not.
     """
-    # BEGIN SOLUTION (Exercise 2.2: the symbolic conditional jump, decided at trace time; checked on branches, and/or, loops and not-taken branches, with every handler's stack effect (notebook 02, sections 2 and 3))
+    # BEGIN SOLUTION (Exercise 2.2: the symbolic conditional jump, decided at trace time; checked on branches, and/or, loops and not-taken branches, a branch on an argument called again with other values, a branch on a tensor, with every handler's stack effect (notebook 02, sections 2 and 3))
     value = tx.pop()
     if value.truth(tx) == jump_when:
         tx.ip = inst.target

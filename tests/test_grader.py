@@ -57,3 +57,12 @@ def test_an_untouched_stub_is_graded_todo(tmp_path):
     out = _grade(_course_copy(tmp_path, (ROOT / "exercises" / "ch11_end_to_end.py").read_text()), "ch11.3")
     row = next(line for line in out.splitlines() if line.startswith("ch11    ch11_3"))
     assert " TODO " in row and "Exercise 11.3 not done yet" in row, out
+
+
+def test_an_error_raised_by_the_answer_names_the_call_and_its_inputs(tmp_path):
+    """An answer that crashes (not a graded check failing) is still reported with the input that made it crash."""
+    text = (ROOT / "exercises" / "ch11_end_to_end.py").read_text()
+    out = _grade(_course_copy(tmp_path, text.replace(STUB, "    return buckets[len(buckets)]  # crashes\n")), "ch11.3")
+    row = next(line for line in out.splitlines() if line.startswith("ch11    ch11_3"))
+    assert " FAIL " in row and "IndexError" in row, out
+    assert "raised by `" in row and "ch." in row, row  # the graded test's line that called the answer

@@ -122,3 +122,18 @@ def test_permuted_views_of_channels_last_tensors_stay_contiguous(backend):
     assert nhwc_transposed not in c.source, c.source
     assert "(240, 1, 48, 8)" in c.source  # the residual sum, channels-last for the 1x1 convolution
     assert len(c.kernels) == 4, c.kernels  # input to channels-last, LayerNorm, bias + gelu, scale + residual
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_convolution_bias_added_by_the_consumer(backend):
+    """``split_conv_bias`` (on for GPUs, forced here): the convolutions run without their bias and
+    each bias is added inside the kernel that reads the output, values as eager's."""
+    m = ConvNeXtBlock().eval()
+    x = torch.randn(2, 8, 5, 6)
+    with torch.no_grad():
+        c = compile_graph(m, [x], backend, force_layout_optimization=True, force_split_conv_bias=True)
+        torch.testing.assert_close(c(x), m(x), rtol=1e-4, atol=1e-5)
+    calls = [line for line in c.source.splitlines() if "torch.convolution(" in line]
+    assert len(calls) == 2 and all(", None, [1, 1]" in line for line in calls), calls
+    # the depthwise bias joins the LayerNorm's kernel; the last one, a graph output, is a kernel of its own
+    assert len(c.kernels) == 5, c.kernels

@@ -36,6 +36,8 @@ from .aot_autograd import aot_autograd, is_flat_sequence
 from .codecache import PyCodeCache
 from .codegen.common import get_scheduling
 from .codegen.wrapper import WrapperCodeGen
+from .fx_passes.constant_folding import fold_input_independent
+from .fx_passes.mm_bias import mm_bias_epilogue
 from .fx_passes.pad_mm import pad_mm
 from .graph import GraphLowering
 from .joint_graph import AutogradCompileError
@@ -213,8 +215,12 @@ def _compile_fx_inner(gm: torch.fx.GraphModule, example_inputs, cudagraphs: str 
     """``cudagraphs``: False, or the graph's kind for the CUDA graph runner ("inference", ...)."""
     example_inputs = list(example_inputs)
     _ensure_example_values(gm, example_inputs)
+    if config.constant_folding:
+        fold_input_independent(gm)  # what reads no input: computed once, here (fx_passes/constant_folding.py)
     if config.shape_padding or config.force_shape_padding:
         pad_mm(gm)  # matmul operands to aligned sizes (fx_passes/pad_mm.py)
+    if config.mm_bias_epilogue:
+        mm_bias_epilogue(gm)  # a bias no generated kernel would read goes back into addmm (fx_passes/mm_bias.py)
     graph = GraphLowering(gm, example_inputs, is_inference=is_inference)
     with V.set_graph_handler(graph):
         with dynamo_timed("lowering"):

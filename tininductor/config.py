@@ -37,6 +37,13 @@ decompose_batch_norm_training: bool = os.environ.get("TINY_DECOMPOSE_BATCH_NORM_
 #: later changes to the weights.
 freezing: bool = os.environ.get("TINY_FREEZING", "0") == "1"
 
+#: Parts of a graph that read no graph input (Swin's shifted-window attention mask, built by stores
+#: into ``new_zeros``) are computed once at compile time and passed in as constants
+#: (fx_passes/constant_folding.py); a folded value larger than ``constant_folding_max_bytes`` stays
+#: in the graph.
+constant_folding: bool = os.environ.get("TINY_CONSTANT_FOLDING", "1") != "0"
+constant_folding_max_bytes: int = 16 * 2 ** 20
+
 #: ``cat`` of up to this many inputs is one Pointwise that picks its input per element (it fuses with
 #: the producers and the consumers); more inputs store into their slices of the output, one kernel
 #: each (lowering.py's ``cat``; TorchInductor's option of the same name).
@@ -50,12 +57,22 @@ force_shape_padding: bool = False
 #: the most a padded dim may grow (0.1: 10%) for the padding to be taken without ``force_shape_padding``
 pad_mm_max_growth: float = 0.1
 
+#: ``mm`` + ``add`` of a bias that only library kernels and graph outputs read (through views) runs as
+#: ``addmm``, the bias added in the matmul's epilogue, instead of a kernel of its own (fx_passes/mm_bias.py).
+mm_bias_epilogue: bool = os.environ.get("TINY_MM_BIAS_EPILOGUE", "1") != "0"
+
 #: Inference graphs with convolutions on CUDA give their convolutions channels-last inputs, and each
 #: 4-D pointwise buffer the memory order of what it reads (graph.py's ``preferred_order``;
 #: TorchInductor's options of the same names). ``force_layout_optimization``:
 #: every convolution graph, on any device (tests).
 layout_optimization: bool = os.environ.get("TINY_LAYOUT_OPT", "1") != "0"
 force_layout_optimization: bool = False
+
+#: On GPUs a convolution's bias is added by the kernel that reads the convolution's output (a pointwise
+#: add fused into it) instead of by cuDNN in a kernel of its own (graph.py's ``convolution``;
+#: TorchInductor does the same). ``force_split_conv_bias``: on any device (tests).
+split_conv_bias: bool = os.environ.get("TINY_SPLIT_CONV_BIAS", "1") != "0"
+force_split_conv_bias: bool = False
 
 #: What a generated kernel is named after (``triton_per_fused_<names>_0``; TorchInductor's
 #: ``triton.descriptive_names``): "inductor_node", the ops of the FX nodes it fuses (``amax_sub_exp``),

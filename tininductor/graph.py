@@ -192,8 +192,8 @@ class GraphLowering(torch.fx.Interpreter):
     def call_function(self, target, args, kwargs):
         if target is operator.getitem:
             return args[0][args[1]]
-        if self.layout_optimization and target is torch.ops.aten.convolution.default and args:
-            args = (self.channels_last_input(args[0]), *args[1:])
+        if target is torch.ops.aten.convolution.default:
+            return self.convolution(*args, **kwargs)
         if getattr(target, "overloadpacket", None) in EXTERN_OPS:
             return self.extern_kernel(target, args, kwargs, "extern by design: library kernel")
         bad = self._dtype_without_kernels(args, kwargs)
@@ -206,6 +206,22 @@ class GraphLowering(torch.fx.Interpreter):
             return lowering(*args, **kwargs)
         except LoweringDeclined as e:
             return self.extern_kernel(target, args, kwargs, f"fallback: {target}: {e}")
+
+    def convolution(self, x, weight, bias, *args, **kwargs):
+        """A convolution is a library kernel. Its input is channels-last under layout optimization.
+        On a GPU its bias is added by the kernel that reads its output (``config.split_conv_bias``,
+        as TorchInductor does): cuDNN would add it in a kernel of its own, another pass over the
+        output, while a pointwise add fuses into the consumer (the normalisation, the activation)."""
+        conv = torch.ops.aten.convolution.default
+        if self.layout_optimization:
+            x = self.channels_last_input(x)
+        on_gpu = isinstance(x, ir.IRNode) and x.get_device().type != "cpu"
+        if bias is None or not (config.force_split_conv_bias or (config.split_conv_bias and on_gpu)):
+            return self.extern_kernel(conv, (x, weight, bias, *args), kwargs, "extern by design: library kernel")
+        out = self.extern_kernel(conv, (x, weight, None, *args), kwargs,
+                                 "extern by design: library kernel (its bias is added by the consumer's kernel)")
+        channel = lookup(torch.ops.aten.view.default)(bias, [-1] + [1] * (len(out.get_size()) - 2))
+        return lookup(torch.ops.aten.add.Tensor)(out, channel)
 
     def _dtype_without_kernels(self, args, kwargs) -> torch.dtype | None:
         """A dtype of this op's tensors that Triton/C++ kernels cannot hold (complex), if any:

@@ -14,11 +14,14 @@ class Unsupported(TinyDynamoError):
     outermost first, like a traceback.
     """
 
-    def __init__(self, reason: str, hint: str | None = None):
+    def __init__(self, reason: str, hint: str | None = None, skip_frame: bool = False):
         super().__init__(reason)
         self.reason = reason
         self.hint = hint
         self.user_stack: list[str] = []
+        # no resuming after this break: the instruction must run in the frame's own code (it reads
+        # the frame's locals), so the frame runs natively, its calls compiled (TorchDynamo's name)
+        self.skip_frame = skip_frame
 
     def __str__(self) -> str:
         lines = [self.reason]
@@ -30,9 +33,9 @@ class Unsupported(TinyDynamoError):
         return "\n".join(lines)
 
 
-def unimplemented(reason: str, hint: str | None = None):
+def unimplemented(reason: str, hint: str | None = None, skip_frame: bool = False):
     """Raise :class:`Unsupported` (reads well at call sites: ``unimplemented("print()")``)."""
-    raise Unsupported(reason, hint)
+    raise Unsupported(reason, hint, skip_frame)
 
 
 class ObservedException(Unsupported):

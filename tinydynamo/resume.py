@@ -72,14 +72,17 @@ def next_offset(code: types.CodeType, offset: int) -> int:
 NULL_SLOT, VALUE_SLOT, ITER_SLOT, CTX_SLOT = "null", "value", "iter", "ctx"
 
 _READS = {"LOAD_FAST", "LOAD_FAST_CHECK", "LOAD_FAST_AND_CLEAR", "DELETE_FAST", "LOAD_CLOSURE", "LOAD_DEREF"}
+#: builtins that read every local of the frame by name (``eval("y * 2")``, ``locals()``)
+_READ_ALL_LOCALS = {"locals", "vars", "eval", "exec", "dir"}
 
 
 def live_locals(code: types.CodeType, offset: int, names: list[str]) -> list[str]:
     """The locals among ``names`` that code from ``offset`` on may still read.
 
     Conservative and simple: a name read by any instruction at or after ``offset``; and if a
-    backward jump from there lands before ``offset`` (we are inside a loop), every name. Passing
-    fewer locals means fewer guards on the resume function, so fewer needless recompiles.
+    backward jump from there lands before ``offset`` (we are inside a loop), or the code may call
+    a builtin that reads locals by name (``eval``, ``locals``...), every name. Passing fewer locals
+    means fewer guards on the resume function, so fewer needless recompiles.
     """
     read: set[str] = set()
     jumps = set(dis.hasjrel) | set(dis.hasjabs)
@@ -87,6 +90,8 @@ def live_locals(code: types.CodeType, offset: int, names: list[str]) -> list[str
         if ins.offset < offset:
             continue
         if ins.opcode in jumps and isinstance(ins.argval, int) and ins.argval < offset:
+            return list(names)
+        if ins.opname in ("LOAD_GLOBAL", "LOAD_NAME") and ins.argval in _READ_ALL_LOCALS:
             return list(names)
         if ins.opname in _READS:
             read.add(ins.argval)

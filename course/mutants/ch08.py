@@ -51,4 +51,6 @@ MUTANTS = [
     Mutant("8.4", "num_warps 0 for small blocks", "num_warps = max(1, min(8, (xblock * rblock) // 256))",
            "num_warps = min(8, (xblock * rblock) // 256)"),
     Mutant("8.4", "RBLOCK not a power of two", "rblock = next_power_of_2(max(rnumel, 1))", "rblock = max(rnumel, 1)"),
+    Mutant("8.4", "num_warps not capped at 8 (a full 4096-element block asks for 16)",
+           "num_warps = max(1, min(8, (xblock * rblock) // 256))", "num_warps = max(1, (xblock * rblock) // 256)"),
 ]

@@ -59,4 +59,8 @@ MUTANTS = [
            "    except FileNotFoundError:"),
     Mutant("9.5", "strips only a trailing newline", "expected = Path(checksum).read_text().strip()",
            'expected = Path(checksum).read_text().rstrip("\\n")'),
+    Mutant("9.4", "an empty write keeps the old content", "        os.replace(tmp, path)\n",
+           "        if data:\n            os.replace(tmp, path)\n"),
+    Mutant("9.5", "an empty library counts as damaged", "return bool(expected) and actual == expected",
+           "return bool(expected) and actual == expected and Path(library).stat().st_size > 0"),
 ]

@@ -19,7 +19,7 @@ except ImportError:  # the other CPythons have no torch: the torch-free tests st
 needs_torch = pytest.mark.skipif(torch is None, reason="needs torch")
 
 from course import load
-from course.testing import expect_close, expect_equal, expect_true
+from course.testing import expect_close, expect_equal, expect_raises, expect_true
 from tinydynamo import tracer
 from tinydynamo.bytecode import format_instructions, get_instructions
 
@@ -302,8 +302,9 @@ def _raises_after_an_op(x):
 def test_torch_op_lines_leaves_no_mode_active_when_fn_raises():
     from torch.overrides import _get_current_function_mode_stack
 
-    with pytest.raises(ValueError, match="bad input"):
-        ch.torch_op_lines(_raises_after_an_op, torch.randn(2))
+    expect_raises(ValueError, lambda: ch.torch_op_lines(_raises_after_an_op, torch.randn(2)),
+                  "torch_op_lines(fn, x) where fn raises ValueError('bad input') after an op (pass it on)",
+                  match="bad input")
     active = [type(m).__name__ for m in _get_current_function_mode_stack()]
     expect_equal(active, [], "TorchFunctionModes still active after fn raised inside torch_op_lines "
                              "(leave the mode with a with block or try/finally)")
@@ -498,8 +499,9 @@ def test_histogram_restores_the_previous_trace_function():
     try:
         result, counts = ch.opcode_histogram(py_straight, 1, 2)
         restored = sys.gettrace()
-        with pytest.raises(ValueError, match="bad 2"):
-            ch.opcode_histogram(py_raises, 1)
+        expect_raises(ValueError, lambda: ch.opcode_histogram(py_raises, 1),
+                      "opcode_histogram(py_raises, 1) where py_raises raises ValueError('bad 2') (pass it on)",
+                      match="bad 2")
         restored_after_error = sys.gettrace()
     finally:
         sys.settrace(None)

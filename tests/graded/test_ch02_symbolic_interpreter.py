@@ -5,7 +5,7 @@ import torch.nn.functional as F
 
 import tinydynamo
 from course import load
-from course.testing import expect_close, expect_equal, stack_effect_checked
+from course.testing import expect_close, expect_equal, expect_raises, stack_effect_checked
 from tinydynamo.bytecode import format_instructions
 from tinydynamo.symbolic_convert import use_handlers
 from tinydynamo.testing import CompileCounter
@@ -162,6 +162,54 @@ def nested_branches(x, a: int, b, items: list):
 def test_pop_jump_if_in_loops_and_conditions(a, b, items):
     capture(nested_branches, {"POP_JUMP_IF_FALSE": ch.POP_JUMP_IF_FALSE, "POP_JUMP_IF_TRUE": ch.POP_JUMP_IF_TRUE},
             (_rand(2, 2), a, b, items))
+
+
+def on_an_argument(x, n: int):
+    if n > 2:
+        return x + n
+    return x * n
+
+
+@pytest.mark.ch02_2
+def test_pop_jump_if_decided_on_an_argument_stays_right_for_other_values():
+    """The branch folds at trace time on n's value; the compiled code must not be reused for an n on the
+    other side (the guard on n sends it to a new compile)."""
+    handlers = {"POP_JUMP_IF_FALSE": ch.POP_JUMP_IF_FALSE, "POP_JUMP_IF_TRUE": ch.POP_JUMP_IF_TRUE}
+    tinydynamo.reset()
+    cnt = CompileCounter()
+    x = _rand(3)
+    with use_handlers(**stack_effect_checked(handlers, EFFECTS)):
+        compiled = tinydynamo.optimize(cnt, nopython=True)(on_an_argument)
+        for n in (3, 0, 3, 2, 5):
+            expect_close(compiled(x, n), on_an_argument(x, n), f"on_an_argument(x, n={n}) after calls with other n",
+                         context=format_instructions(on_an_argument))
+    expect_equal(cnt.op_count, cnt.frame_count, "ops per compiled graph of on_an_argument (one: the side taken)")
+    tinydynamo.reset()
+
+
+def on_a_tensor(x):
+    if x.sum() > 0:
+        return x + 1
+    return x - 1
+
+
+@pytest.mark.ch02_2
+def test_pop_jump_if_on_a_tensor_is_not_decided_while_tracing():
+    """A tensor's truth exists only when the graph runs: the translator must break the graph there (both
+    sides stay reachable), never fold the branch on the example value of the first call."""
+    handlers = {"POP_JUMP_IF_FALSE": ch.POP_JUMP_IF_FALSE, "POP_JUMP_IF_TRUE": ch.POP_JUMP_IF_TRUE}
+    tinydynamo.reset()
+    with use_handlers(**stack_effect_checked(handlers, EFFECTS)):
+        compiled = tinydynamo.optimize(CompileCounter())(on_a_tensor)
+        for sign in (1.0, -1.0, 1.0):
+            x = torch.full((2, 3), sign)
+            expect_close(compiled(x), on_a_tensor(x), f"on_a_tensor(x) with x.sum() = {6 * sign:+}",
+                         context=format_instructions(on_a_tensor))
+        tinydynamo.reset()
+        expect_raises(tinydynamo.Unsupported,
+                      lambda: tinydynamo.optimize(CompileCounter(), nopython=True)(on_a_tensor)(torch.ones(2)),
+                      "on_a_tensor(torch.ones(2)) with nopython=True (a branch on a tensor cannot be traced)")
+    tinydynamo.reset()
 
 
 def helper(t, scale=1.0, *, shift=0.0):

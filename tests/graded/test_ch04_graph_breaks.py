@@ -7,7 +7,7 @@ import torch._dynamo
 
 import tinydynamo
 from course import load
-from course.testing import expect_close, expect_equal, expect_true, stack_effect_checked
+from course.testing import expect_close, expect_equal, expect_raises, expect_true, stack_effect_checked
 from tinydynamo.bytecode import get_instructions
 from tinydynamo.exc import Unsupported
 from tinydynamo.resume import live_locals, make_resume_code
@@ -89,9 +89,9 @@ def test_branch_handler_breaks_on_tensor_conditions():
         for flag in (True, False, True):
             expect_close(h(x, flag), flag_branch(x, flag), f"compiled flag_branch(x, {flag})")
         tinydynamo.reset()
-        with pytest.raises(Unsupported) as info:
-            tinydynamo.compile(branchy, backend="eager", fullgraph=True)(torch.randn(4))
-        expect_true("torch.where" in str(info.value), f"fullgraph error names torch.where: {info.value}")
+        error = expect_raises(Unsupported, lambda: tinydynamo.compile(branchy, backend="eager", fullgraph=True)(
+            torch.randn(4)), "branchy(torch.randn(4)) compiled with fullgraph=True (a tensor branch)")
+        expect_true("torch.where" in str(error), f"the fullgraph error of branchy names torch.where: {error}")
     tinydynamo.reset()
 
 

@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from course import load
-from course.testing import expect_close, expect_equal, expect_true
+from course.testing import expect_close, expect_equal, expect_raises, expect_true
+from tininductor.codecache import cache_dir
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 
@@ -21,10 +22,12 @@ def ch():
 
 
 @pytest.fixture(autouse=True)
-def _cpp_backend(tmp_path_factory, monkeypatch):
+def _cpp_backend(monkeypatch):
     monkeypatch.setenv("TINY_CPU_BACKEND", "cpp")
-    # one cache per session: the precompiled prelude is built once; sources differ per test
-    monkeypatch.setenv("TINY_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "ch09_cache"))
+    # a code cache of its own, kept between gradings: the precompiled prelude and every kernel are
+    # built once (entries are keyed by their source, so your changed op strings build new ones), and
+    # apart from the compiler's own cache, which your write_atomic and entry_is_intact never touch
+    monkeypatch.setenv("TINY_CACHE_DIR", str(cache_dir().with_name(f"{cache_dir().name}-graded")))
     from tininductor.codecache import CppCodeCache, PyCodeCache
 
     CppCodeCache.clear()
@@ -142,9 +145,12 @@ def test_write_atomic_in_the_code_cache(ch, tmp_path, monkeypatch):
     ch.write_atomic(target, b"first")
     ch.write_atomic(target, b"second version")
     expect_equal(target.read_bytes(), b"second version", "file content after two writes")
-    with pytest.raises(Exception):
-        ch.write_atomic(target, "not bytes")  # a failing write...
+    expect_raises(Exception, lambda: ch.write_atomic(target, "not bytes"),  # a failing write...
+                  "write_atomic(entry.bin, 'not bytes') (a str, not bytes: the write fails)")
     expect_equal(target.read_bytes(), b"second version", "content after a failed write (old file kept)")
+    ch.write_atomic(target, b"")
+    expect_equal(target.read_bytes(), b"", "entry.bin after write_atomic(entry.bin, b'') (an empty file is content too)")
+    ch.write_atomic(target, b"second version")
     expect_equal(sorted(p.name for p in tmp_path.iterdir()), ["entry.bin"], "files left in the directory (no temporaries)")
 
     import tininductor.codecache as codecache
@@ -153,6 +159,13 @@ def test_write_atomic_in_the_code_cache(ch, tmp_path, monkeypatch):
     compiled = _compile(lambda a: (a * 3).cos(), torch.randn(9))
     x = torch.randn(9)
     expect_close(compiled(x), (x * 3).cos(), "a kernel built through your write_atomic")
+    # the cache outlives a grading run, so the kernel above may be a disk hit: build a new entry too
+    src = f'// {uuid.uuid4()}\nextern "C" int answer() {{ return 42; }}\n'
+    expect_equal(codecache.CppCodeCache.load(src).answer(), 42,
+                 "answer() of a new cache entry whose .cpp and .sha256 your write_atomic wrote")
+    paths = codecache.CppCodeCache.paths(src)
+    expect_true(codecache.entry_is_intact(paths["so"], paths["sha256"]),
+                f"the new entry {paths['so'].name} matches the checksum your write_atomic wrote")
 
 
 @pytest.mark.ch09_4
@@ -177,8 +190,8 @@ def test_write_atomic_survives_a_crash_between_write_and_rename(ch, tmp_path, mo
 
     monkeypatch.setattr(os, "replace", crash)
     monkeypatch.setattr(os, "fsync", fsync)
-    with pytest.raises(OSError):
-        ch.write_atomic(target, b"new version")
+    expect_raises(OSError, lambda: ch.write_atomic(target, b"new version"),
+                  "write_atomic(entry.bin, b'new version') when os.replace raises OSError (pass it on)")
     monkeypatch.setattr(os, "replace", real_replace)
     expect_equal(target.read_bytes(), b"old version",
                  "entry.bin after a crash just before the rename of write_atomic(entry.bin, b'new version') (old file kept)")
@@ -200,6 +213,9 @@ def test_entry_is_intact_with_odd_files(ch, tmp_path):
     check.write_text(hashlib.sha256(bytes(range(256))).hexdigest() + " \r\n")
     expect_equal(ch.entry_is_intact(lib, check), True,
                  "entry_is_intact of a binary library whose checksum file ends with ' \\r\\n'")
+    lib.write_bytes(b"")
+    check.write_text(hashlib.sha256(b"").hexdigest() + "\n")
+    expect_equal(ch.entry_is_intact(lib, check), True, "entry_is_intact of an empty library whose checksum matches")
     lib.unlink()
     lib.mkdir()
     expect_equal(ch.entry_is_intact(lib, check), False, "entry_is_intact when the library path is a folder")

@@ -198,6 +198,16 @@ class VariableBuilder:
                 # the same code; its closure cells and defaults are read (and guarded) through sources
                 self.tx.output.add_guard("ID_MATCH", AttrSource(src, "__code__"), value.__code__)
                 return UserFunctionVariable(value, src)
+            if value.__closure__ and not value.__dict__ and src is not None and self.tx is not None \
+                    and not is_library_function(value):
+                # a closure (made anew by each call of the function that defines it): guarded by its
+                # code and, through sources as they are read, its cells and defaults (TorchDynamo's
+                # CLOSURE_MATCH), so another closure of the same `def` reuses the entry; its empty
+                # __dict__ too (a decorator's mark or __wrapped__ would change how it is traced)
+                self.tx.output.add_guard("ID_MATCH", AttrSource(src, "__code__"), value.__code__)
+                self.tx.output.add_guard("DICT_KEYS", AttrSource(src, "__dict__"), (dict, ()))
+                output = self.tx.output
+                return UserFunctionVariable(value, src, lambda: output.add_guard("ID_MATCH", src, value))
             self.guard("ID_MATCH", value)
             if getattr(value, "_dynamo_marked_constant", False):  # torch._dynamo.assume_constant_result:
                 return PureFunctionVariable(value, src)

@@ -9,6 +9,7 @@ and iter registers the builtins that make its trackers (:data:`HANDLERS_FROM_ABO
 """
 from __future__ import annotations
 
+import inspect
 import math
 import operator
 from typing import Any, Callable
@@ -16,7 +17,7 @@ from typing import Any, Callable
 import torch
 
 from tinydynamo import polyfills
-from tinydynamo.exc import ObservedException, Unsupported, unimplemented
+from tinydynamo.exc import ObservedException, Unsupported, raise_observed, unimplemented
 from tinydynamo.variables.base import VariableTracker, register_construction
 from tinydynamo.variables.constant import ConstantVariable
 from tinydynamo.variables.dicts import DictVariable
@@ -59,8 +60,11 @@ UNSUPPORTED_BUILTINS = {
     open: "open() touches the file system",
     id: "id() of a traced value is not known at trace time",
     delattr: "delattr() on an object outside the graph",
-    vars: "vars()", locals: "locals()", globals: "globals()", exec: "exec()", eval: "eval()",
+    globals: "globals()",
 }
+#: builtins that read the calling frame's locals when called without a namespace: run at a graph
+#: break in a resumed frame they would see the generated code's locals, so the frame runs natively
+FRAME_READING_BUILTINS = {exec: 1, eval: 1, dir: 0, vars: 0}  # fn -> arguments before the namespace
 
 
 def is_foldable(fn: Any) -> bool:
@@ -192,8 +196,13 @@ class BuiltinVariable(VariableTracker):
         extra = _call_extra(tx, fn, args, kwargs)  # sets, sorted(key=), next(it, default), id()...
         if extra is not None:
             return extra
+        if fn in (locals, vars) and not args and not kwargs:
+            return _frame_locals(tx)
+        if fn in FRAME_READING_BUILTINS and len(args) <= FRAME_READING_BUILTINS[fn] and not kwargs:
+            unimplemented(f"{fn.__name__}() reads the frame's own locals", skip_frame=True)
         if fn in UNSUPPORTED_BUILTINS:
             unimplemented(UNSUPPORTED_BUILTINS[fn])
+        _check_arguments(fn, args, kwargs)
         handler = BUILTIN_HANDLERS.get(fn)
         if fn in TENSOR_OPERATORS and not kwargs:
             handler = BuiltinVariable.call_operator
@@ -322,15 +331,19 @@ class BuiltinVariable(VariableTracker):
     def call_next(self, tx, args, kwargs):
         if len(args) != 1 or not isinstance(args[0], ListIteratorVariable):
             return None
+        if hasattr(args[0], "resume"):  # a generator: its StopIteration carries the return value
+            return args[0].call_method(tx, "__next__", [], {})
         item = args[0].next_item()
-        if item is None:
-            unimplemented("next() on an exhausted iterator (StopIteration)")
+        if item is None:  # an observed StopIteration: an enclosing `except StopIteration` in the frame sees it
+            raise_observed(StopIteration)
         return item
 
     def call_dict(self, tx, args, kwargs):
         items = dict(args[0].items) if args and isinstance(args[0], DictVariable) else {}
-        if args and isinstance(args[0], BaseListVariable):
-            for pair in args[0].items:
+        if args and not isinstance(args[0], (DictVariable, BaseListVariable, ListIteratorVariable)):
+            unimplemented(f"dict() of {args[0]}")  # a mapping (keys() + []) or an iterable of pairs not modelled
+        if args and isinstance(args[0], (BaseListVariable, ListIteratorVariable)):
+            for pair in args[0].unpack_var_sequence(tx):
                 k, v = pair.unpack_var_sequence(tx)
                 items[k.as_python_constant()] = v
         items.update(kwargs)
@@ -603,6 +616,43 @@ def _user_binop(tx, fn, a, b):
         same = a is b or (getattr(a, "value", None) is not None and getattr(a, "value", None) is getattr(b, "value", 0))
         return ConstantVariable(same == (fn is operator.eq))
     return None
+
+
+def _frame_locals(tx) -> VariableTracker:
+    """``locals()`` / ``vars()``: a dict of the traced frame's bound locals and cells, in
+    ``co_varnames`` then ``co_cellvars`` / ``co_freevars`` order as CPython builds it (names
+    of a resume function's own stack and context slots, ``___*``, are left out)."""
+    items = {}
+    code = tx.code
+    for name in code.co_varnames + code.co_cellvars + code.co_freevars:
+        if name.startswith("___") or name in items:
+            continue
+        if name in tx.symbolic_locals:
+            items[name] = tx.symbolic_locals[name]
+        elif name in tx.cells and tx.cells[name].value is not None:
+            items[name] = tx.cells[name].value
+    return DictVariable(items)
+
+
+_SIGNATURES: dict = {}
+
+
+def _check_arguments(fn, args, kwargs) -> None:
+    """A builtin called with arguments its signature rejects (``isinstance(x, T, invalid=True)``)
+    breaks the graph: run natively, the call raises the TypeError eager raises. Handlers then
+    see only well-formed calls."""
+    if fn not in _SIGNATURES:
+        try:
+            _SIGNATURES[fn] = inspect.signature(fn)
+        except (TypeError, ValueError):  # no signature for this builtin (max, getattr...)
+            _SIGNATURES[fn] = None
+    sig = _SIGNATURES[fn]
+    if sig is None:
+        return
+    try:
+        sig.bind(*args, **kwargs)
+    except TypeError as e:
+        unimplemented(f"{getattr(fn, '__qualname__', fn)}() called with invalid arguments: {e}")
 
 
 #: builtins whose result is a tracker of a module above this one, fn -> handler(tx, args, kwargs) (None: not

@@ -15,7 +15,7 @@ import site
 import sysconfig
 import types
 import types as _types
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -136,14 +136,25 @@ class BaseUserFunctionVariable(VariableTracker):
 class UserFunctionVariable(BaseUserFunctionVariable):
     """A real Python function (global, module method, closure)."""
 
-    def __init__(self, fn: types.FunctionType, source=None):
+    def __init__(self, fn: types.FunctionType, source=None, identity_guard: Callable[[], None] | None = None):
         super().__init__(source)
         self.fn = fn
+        # set for a closure guarded by its code, not its identity: names and docs are then read through
+        # sources, and whatever uses the function as a value (``is``, ``==``, a dict key) first calls it
+        # to guard the identity after all
+        self.identity_guard = identity_guard
+
+    @property
+    def guarded_by_code(self) -> bool:
+        return self.identity_guard is not None or getattr(self.fn, "_tinydynamo_rebuilt", False)
 
     def python_type(self):
         return types.FunctionType
 
     def as_python_constant(self):
+        if self.identity_guard is not None:
+            self.identity_guard()
+            self.identity_guard = None
         return self.fn
 
     def get_code(self):
@@ -173,7 +184,7 @@ class UserFunctionVariable(BaseUserFunctionVariable):
             value = getattr(self.fn, name)
         except AttributeError:
             raise_observed(AttributeError, f"function {self.fn.__qualname__} has no attribute {name!r}")
-        if name in FUNCTION_CONSTANT_ATTRS:
+        if name in FUNCTION_CONSTANT_ATTRS and (name == "__code__" or not self.guarded_by_code or self.source is None):
             return ConstantVariable(value)
         return self._wrap(tx, value, AttrSource(self.source, name) if self.source is not None else None)
 
