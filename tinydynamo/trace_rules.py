@@ -4,6 +4,8 @@ decorators themselves are re-exported by :mod:`tinydynamo.api`, the user-facing 
 
 :func:`tinydynamo.variables.polyfilled.variable_for` asks :func:`special_variable` about every value
 it wraps, so the tracer needs only this module, never the API layer above it.
+
+Layer: in the values layer, above functions (the trackers it hands out); below polyfilled.
 """
 from __future__ import annotations
 

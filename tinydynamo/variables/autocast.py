@@ -11,6 +11,8 @@ exit node), the transformed code runs the unsupported instruction inside a fresh
 with the same arguments, and the resume function enters that one again (see tinydynamo.resume).
 Tracing never leaves the real autocast state changed: the modes it entered are exited when the
 frame's trace ends, whatever the outcome (``OutputGraph.autocast_modes``).
+
+Layer: above constant.
 """
 from __future__ import annotations
 

@@ -15,6 +15,8 @@ the user's ``Fn.backward``:
   (tininductor) turns the same ``register_autograd`` formula into a VJP rule
   (``tininductor.vjp_rules.custom_op_vjp``), so a straight-through estimator keeps its gradient;
 * outputs the forward marks with ``ctx.mark_non_differentiable`` are ``detach``-ed in the graph.
+
+Layer: above tensor and lists.
 """
 
 from __future__ import annotations

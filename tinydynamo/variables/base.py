@@ -4,6 +4,8 @@ Every value the interpreter meets is one of these: a tensor (an FX node plus a f
 value), a Python constant, a list, a module, a function to inline... Each subclass knows how
 to answer the few questions Python bytecode asks of a value: an attribute, a call, a method
 call, iteration, truthiness, and how to rebuild it after the graph has run.
+
+Layer: the bottom of the values layer; every tracker module imports it.
 """
 from __future__ import annotations
 
@@ -21,8 +23,8 @@ if TYPE_CHECKING:
 # sometimes has to make one of a higher layer: folding a value met at trace time wraps it (the builder
 # makes every kind of tracker), a list's ``in`` is a builtin call, ``*args`` of an inlined function is a
 # tuple, calling a class makes a new object. The module that makes it registers it here by name when it
-# is imported, and the lower module asks for it by that name. The interpreter imports the builder, which
-# imports every tracker module, so all of them are registered whenever a frame is traced.
+# is imported, and the lower module asks for it by that name. The package's __init__ (which Python runs
+# before any module of the package) imports them all, so every name is registered before a tracker is used.
 #: name -> the module that registers it
 REGISTERED_BY = {
     "build": "builder", "build_constant": "builder", "build_fx": "builder",
@@ -43,8 +45,8 @@ def constructor(name: str) -> Any:
         return _construction[name]
     except KeyError:
         module = REGISTERED_BY.get(name, "?")
-        raise LookupError(f"{name} is registered by tinydynamo.variables.{module} when it is imported: "
-                          f"import tinydynamo.variables.builder (which imports every tracker) before tracing") from None
+        raise LookupError(f"{name} is registered by tinydynamo.variables.{module} when it is imported, which "
+                          "tinydynamo/variables/__init__.py does: was a module of the package loaded on its own?") from None
 
 
 class VariableTracker:

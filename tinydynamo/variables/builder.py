@@ -5,6 +5,9 @@ This is where guards come from. A value with a source (an argument ``L['x']``, a
 graph safe: tensors TENSOR_MATCH, constants CONSTANT_MATCH, sequences SEQUENCE_LENGTH (and
 their items, recursively), modules NN_MODULE, functions ID_MATCH, other objects TYPE_MATCH.
 Values with no source (results of folding, defaults) need no guard.
+
+Layer: the top of the values layer. It makes every kind of tracker, so it imports every tracker
+module; trackers reach it through ``VariableTracker.build`` (registered here, see base.py).
 """
 from __future__ import annotations
 

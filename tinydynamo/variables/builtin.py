@@ -2,6 +2,10 @@
 
 On constants they are folded (run at trace time). On tensors, arithmetic and comparisons
 become graph nodes (``operator.add`` etc.); everything else is Unsupported with a reason.
+
+Layer: above every kind of value a builtin takes (tensors, sequences, dicts, modules, user
+objects); trackers below it reach ``BuiltinVariable`` through base.constructor (a list's ``in``),
+and iter registers the builtins that make its trackers (:data:`HANDLERS_FROM_ABOVE`).
 """
 from __future__ import annotations
 

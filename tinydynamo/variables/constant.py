@@ -1,6 +1,9 @@
 """ConstantVariable: a Python value known at trace time (numbers, strings, None, dtypes, ranges...).
 
 Operations on constants are folded: the interpreter simply runs them.
+
+Layer: above base and misc. Calling a class and reading a class's attribute make trackers of
+objects.py (above), reached through base.constructor.
 """
 from __future__ import annotations
 

@@ -18,6 +18,8 @@ fresh context manager to the resume function, whose prologue enters it (see tiny
 Other context managers are not captured (the frame runs eagerly, with the reason).
 A function decorated with ``@torch.no_grad()`` / ``@torch.enable_grad()`` is inlined between an
 enter and an exit (:class:`GradModeDecoratedFunctionVariable`).
+
+Layer: above functions and constant.
 """
 from __future__ import annotations
 

@@ -5,6 +5,8 @@ field, answers attribute reads and writes from them, and is rebuilt after the gr
 class with the fields as keywords. Hugging Face's ``ModelOutput`` (an OrderedDict subclass whose
 ``__post_init__`` stores every non-None field as a key too, and whose integer indexing reads the
 tuple of non-None fields) is modelled with those semantics, as TorchDynamo does for it.
+
+Layer: beside the builder (its fields are wrapped by it), above every tracker module.
 """
 from __future__ import annotations
 

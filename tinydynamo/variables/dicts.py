@@ -1,4 +1,7 @@
-"""DictVariable: a dict with constant keys whose values are variables."""
+"""DictVariable: a dict with constant keys whose values are variables.
+
+Layer: above lists; it registers ``DictVariable`` for functions (``**kwargs``, base.constructor).
+"""
 from __future__ import annotations
 
 import copy

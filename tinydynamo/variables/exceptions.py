@@ -5,6 +5,8 @@ translator follows the code's exception table to an ``except`` that catches it);
 is an :class:`ExceptionVariable`. One built by calling an exception class whose construction is
 Python's own (a builtin exception, or a subclass that defines no ``__init__`` / ``__new__``) keeps
 its arguments, so ``raise KeyError(k)``, ``e.args`` and ``StopIteration(v).value`` work.
+
+Layer: above lists (``e.args`` is a tuple) and constant.
 """
 from __future__ import annotations
 

@@ -2,6 +2,9 @@
 
 Calling one starts a nested translator over the function's own bytecode with the argument
 variables bound to its parameters; its ops land in the same graph.
+
+Layer: above constant; the tuple and dict that ``*args`` / ``**kwargs`` bind to are made
+through base.constructor (lists and dicts sit above).
 """
 from __future__ import annotations
 

@@ -14,6 +14,8 @@ Rebuilding one after the graph (it is returned, or alive at a graph break) runs 
 body to the end at trace time and rebuilds an iterator over the values: allowed only when that
 rest of the body changes nothing outside itself (no side effect, no in-place tensor op), else
 the frame cannot be compiled that way (a clean ``Unsupported``).
+
+Layer: beside objects, above iter (a generator is a lazy iterator) and exceptions.
 """
 from __future__ import annotations
 

@@ -10,6 +10,10 @@
   with the extra methods, rebuilt as the right type if they escape the frame.
 * :class:`PureFunctionVariable`: a function from ``polyfills.PURE_FUNCTIONS``: run at trace time
   on constant arguments.
+
+Layer: above builtin (the items of a lazy iterator are builtin calls); it registers the builtins
+that make its trackers (``set`` of non-constant items, ``zip``/``enumerate`` of a lazy iterator) in
+``builtin.HANDLERS_FROM_ABOVE``.
 """
 from __future__ import annotations
 

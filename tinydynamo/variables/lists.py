@@ -1,4 +1,8 @@
-"""Sequences: tuples, lists, ``torch.Size`` and the iterators the interpreter walks in loops."""
+"""Sequences: tuples, lists, ``torch.Size`` and the iterators the interpreter walks in loops.
+
+Layer: above functions and sym_node; ``in`` and a symbolic ``Size.numel`` are builtin calls
+(base.constructor); it registers ``TupleVariable`` for functions (``*args``).
+"""
 from __future__ import annotations
 
 import operator
@@ -133,20 +137,12 @@ class TupleVariable(BaseListVariable):
 class ListVariable(BaseListVariable):
     container = list
 
+    #: methods that change the list in place (``sort`` too, journaled once its keys are computed)
+    MUTATING = ("append", "extend", "pop", "insert", "clear", "reverse", "__setitem__", "__delitem__", "remove")
+
     def call_method(self, tx, name, args, kwargs):
-        mutating = ("append", "extend", "pop", "insert", "clear", "reverse", "__setitem__", "__delitem__", "remove")
-        if name == "sort":
-            pass  # journaled below, after the keys were computed
-        elif name in mutating:
-            if name in ("pop", "insert", "__setitem__", "__delitem__", "remove") and not all(
-                    a.is_python_constant() for a in args[:1]):
-                unimplemented(f"list.{name} with a non-constant index or value {args[:1]}")
-            lazy = name == "extend" and getattr(args[0], "gen", None) is not None
-            if name == "extend" and not lazy:  # evaluate the argument before journaling (lst.extend(lst) reads the old items)
-                args = [ListVariable(args[0].unpack_var_sequence(tx))]
-            # journal the old contents (rollback at a graph break); a list from outside the frame
-            # (self.source) gets its new contents replayed after the graph (tinydynamo.side_effects)
-            tx.output.side_effects.mutation(self)
+        if name in self.MUTATING:
+            args = self._before_mutation(tx, name, args)
         if name == "append":
             self.items.append(args[0])
             return ConstantVariable(None)
@@ -195,6 +191,19 @@ class ListVariable(BaseListVariable):
                     return ConstantVariable(None)
             unimplemented(f"list.remove({value!r}): no equal constant item")
         return super().call_method(tx, name, args, kwargs)
+
+    def _before_mutation(self, tx, name: str, args: list) -> list:
+        """Check the index is a constant, read ``extend``'s argument first (``lst.extend(lst)`` reads the old
+        items), then journal the old contents: rolled back at a graph break; a list from outside the frame
+        (``self.source``) gets its new contents replayed after the graph (tinydynamo.side_effects)."""
+        if name in ("pop", "insert", "__setitem__", "__delitem__", "remove") and not all(
+                a.is_python_constant() for a in args[:1]):
+            unimplemented(f"list.{name} with a non-constant index or value {args[:1]}")
+        lazy = name == "extend" and getattr(args[0], "gen", None) is not None
+        if name == "extend" and not lazy:
+            args = [ListVariable(args[0].unpack_var_sequence(tx))]
+        tx.output.side_effects.mutation(self)
+        return args
 
 
 class SizeVariable(TupleVariable):

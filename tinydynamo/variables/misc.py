@@ -1,4 +1,7 @@
-"""Small variables: bound methods of other variables, and Python modules (``torch``, ``math``...)."""
+"""Small variables: bound methods of other variables, and Python modules (``torch``, ``math``...).
+
+Layer: just above base.
+"""
 from __future__ import annotations
 
 import os

@@ -1,6 +1,9 @@
 """Context managers that change nothing the graph can see: ``torch.profiler.record_function``,
 ``contextlib.nullcontext``. ``with`` blocks over them are traced straight through (TorchDynamo
-also ignores ``record_function`` in the graph, with a warning)."""
+also ignores ``record_function`` in the graph, with a warning).
+
+Layer: above constant.
+"""
 from __future__ import annotations
 
 from tinydynamo.exc import unimplemented

@@ -5,6 +5,8 @@
 functions inlined, so the hooks' ops land in the graph. The hook dicts are read through their
 sources (``L['self']._forward_hooks``), which guards their keys: adding or removing a hook later
 recompiles. Backward hooks and global hooks are not captured (Unsupported).
+
+Layer: beside nn_module, above functions, lists and dicts.
 """
 from __future__ import annotations
 

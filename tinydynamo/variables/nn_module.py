@@ -5,6 +5,8 @@ sources like ``L['self'].fc1.weight`` (as modern TorchDynamo lifts them), so AOT
 later sees them as ordinary primals. Plain attributes become guarded constants, submodules
 are guarded by identity (NN_MODULE), and containers (Sequential, ModuleList, ModuleDict,
 ParameterList) can be indexed and iterated.
+
+Layer: above module_hooks, tensor, user_defined and trace_rules.
 """
 from __future__ import annotations
 

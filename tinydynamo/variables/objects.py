@@ -13,6 +13,9 @@ named tuple (a TupleVariable with its type), a parameterless ``nn.Module`` (buil
 and inlined), ``super``, a class from :mod:`tinydynamo.variables.polyfilled`' table (``functools.partial``,
 ``itertools.chain``, ``collections.deque``...), or a pure class folded over constants
 (``torch.finfo``, ``torch.device``, ``torch.Size``...).
+
+Layer: above polyfilled, nn_module and every tracker a class call can make. ConstantVariable
+(a class is a constant) reaches ``call_class`` and ``class_attribute`` through base.constructor.
 """
 from __future__ import annotations
 

@@ -14,6 +14,9 @@ value it wraps) and by ``call_class`` (for classes):
    items when the loop asks (``count()`` is infinite, so it cannot be unrolled up front);
    ``functools.partial``, ``collections.*``, numpy scalars, ``record_function``, ``nullcontext`` and
    ``torch.autocast`` have trackers of their own.
+
+Layer: above iter (its class handlers make lazy iterators) and below objects (``call_class`` asks
+:func:`class_handler`).
 """
 from __future__ import annotations
 

@@ -9,6 +9,8 @@ passes the node. Where Python needs a real value, the trace asks the ShapeEnv, w
 the answer as a guard: a branch (``if n > 4``) guards the relation ``5 <= s1``; ``range(n)``,
 ``int`` contexts and indexing lists specialise the symbol to its value (guard ``s1 == 7``,
 logged under ``TINY_LOGS=dynamic``).
+
+Layer: above constant; arithmetic with a symbolic size is a builtin call (base.constructor).
 """
 from __future__ import annotations
 

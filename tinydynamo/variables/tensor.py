@@ -4,6 +4,8 @@ Ops on it add nodes to the graph. Metadata questions (``.shape``, ``.dtype``, ``
 ``.ndim``) are answered from the example value at trace time, which is sound because
 TENSOR_MATCH guards pin the inputs' metadata, and metadata of every later tensor follows.
 Questions about *data* (``.item()``, ``if x.sum() > 0``) cannot be answered: Unsupported.
+
+Layer: above lists and sym_node.
 """
 from __future__ import annotations
 

@@ -2,6 +2,8 @@
 
 Calling it adds one node to the graph: TorchDynamo treats such functions as opaque graph ops
 rather than inlining their Python bodies. A few answer questions about global state instead.
+
+Layer: above functions and lists.
 """
 from __future__ import annotations
 

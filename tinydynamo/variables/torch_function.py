@@ -19,6 +19,8 @@ A subclass whose own ``__torch_function__`` is Python code is traced when it is 
 ``tinydynamo.config.traceable_tensor_subclasses`` (torch's name; torch >= 2.5 traces them by
 default); otherwise the frame falls back to eager with a reason naming that setting. Subclasses
 that switch it off (``nn.Parameter``: ``_disabled_torch_function_impl``) are plain tensors.
+
+Layer: above tensor, torch, user_defined, dicts and misc_ctx.
 """
 from __future__ import annotations
 

@@ -2,6 +2,8 @@
 
 Attribute reads are wrapped with guarded sources; methods are inlined. Writes to plain Python
 objects are side effects, recorded by the OutputGraph's SideEffects and replayed after the graph.
+
+Layer: above ctx_manager and functions (objects made in the frame are objects.py's, above).
 """
 from __future__ import annotations
 
