@@ -43,7 +43,7 @@ def kernel_count(fn, args) -> int:
 
 @pytest.mark.ch07_1
 @pytest.mark.parametrize("shape, dtype", [((5, 7), torch.float32), ((33,), torch.float64), ((2, 3, 4), torch.float16),
-                                          ((3, 40), torch.bfloat16)])
+                                          ((3, 40), torch.bfloat16), ((3, 1, 4), torch.float32)])
 def test_silu_lowering_matches_eager(shape, dtype):
     torch.manual_seed(0)
     x = (randn(shape) * 4).to(dtype)
@@ -145,6 +145,8 @@ def test_fusion_check_rejects_mismatched_sizes_and_indices():
     a, b = [b for b in graph.buffers if hasattr(b, "data")][:2]
     mixed = package_scheduler.FusedGroup(a.get_device(), a.get_numel(), 1, False, [a, b])
     expect_equal(ch.fusion_is_legal(mixed), False, "a reduction in a pointwise kernel (no kind fits)")
+    mixed = package_scheduler.FusedGroup(a.get_device(), a.get_numel(), 1, False, [b, a])
+    expect_equal(ch.fusion_is_legal(mixed), False, "a reduction in a pointwise kernel, listed first (no kind fits)")
     alone = package_scheduler.FusedGroup(b.get_device(), a.get_numel(), 1, False, [b])
     expect_equal(ch.fusion_is_legal(alone), False, "a reduction alone in a pointwise kernel (no kind fits, even for one node)")
 
