@@ -145,8 +145,12 @@ def test_fusion_check_rejects_mismatched_sizes_and_indices():
     a, b = [b for b in graph.buffers if hasattr(b, "data")][:2]
     mixed = package_scheduler.FusedGroup(a.get_device(), a.get_numel(), 1, False, [a, b])
     expect_equal(ch.fusion_is_legal(mixed), False, "a reduction in a pointwise kernel (no kind fits)")
-    mixed = package_scheduler.FusedGroup(a.get_device(), a.get_numel(), 1, False, [b, a])
-    expect_equal(ch.fusion_is_legal(mixed), False, "a reduction in a pointwise kernel, listed first (no kind fits)")
+    graph, _ = lower_and_schedule(lambda x, w: (x + w, x.sum(1)), [x, w], decompose=False)
+    reduction, pointwise = sorted([b for b in graph.buffers if hasattr(b, "data")][:2],
+                                  key=lambda b: type(b.data).__name__ != "Reduction")
+    mixed = package_scheduler.FusedGroup(pointwise.get_device(), pointwise.get_numel(), 1, False, [pointwise, reduction])
+    expect_equal(ch.fusion_is_legal(mixed), False,
+                 "x + w then x.sum(1) in one pointwise kernel (the second node, a reduction, fits no kind)")
     alone = package_scheduler.FusedGroup(b.get_device(), a.get_numel(), 1, False, [b])
     expect_equal(ch.fusion_is_legal(alone), False, "a reduction alone in a pointwise kernel (no kind fits, even for one node)")
 
