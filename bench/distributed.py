@@ -151,7 +151,7 @@ def run_mode(mode: str, args, rank: int, device: str, dtype) -> dict:
             "warnings": [str(w.message)[:200] for w in caught if "tinydynamo" in str(w.message)]}
 
 
-def _intervals(events, comm: bool, device: str):
+def _intervals(events, comm: bool, device: str, names: bool = False):
     out = []
     for e in events:
         name = e.name.lower()
@@ -163,7 +163,7 @@ def _intervals(events, comm: bool, device: str):
             continue
         elif not comm and not name.startswith("autograd::engine::evaluate_function"):
             continue
-        out.append((e.time_range.start, e.time_range.end))
+        out.append((e.time_range.start, e.time_range.end, e.name) if names else (e.time_range.start, e.time_range.end))
     return out
 
 
@@ -195,12 +195,12 @@ def comm_table(comm, compute, steps: int) -> list[dict]:
     communication), duration and the part of it overlapped by compute. The step boundary: the
     profiled communication kernels split into ``steps`` equal runs (each step launches the same ones)."""
     busy = _union(compute)
-    kernels = sorted(comm)
+    kernels = sorted(comm)  # (start, end, name)
     per_step = len(kernels) // max(steps, 1)
     last = kernels[-per_step:] if per_step else []
     t0 = last[0][0] if last else 0
-    return [{"start_ms": (s - t0) / 1e3, "ms": (e - s) / 1e3, "overlapped_ms": _overlapped(s, e, busy) / 1e3}
-            for s, e in last]
+    return [{"start_ms": (s - t0) / 1e3, "ms": (e - s) / 1e3, "overlapped_ms": _overlapped(s, e, busy) / 1e3,
+             "name": name[:60]} for s, e, name in last]
 
 
 def measure_overlap(args, mode, step_fn, logits_of, opt, data, device, rank) -> dict:
@@ -223,7 +223,7 @@ def measure_overlap(args, mode, step_fn, logits_of, opt, data, device, rank) -> 
         prof.export_chrome_trace(trace)
     return {"comm_events": len(comm), "comm_ms": sum(e - s for s, e in _union(comm)) / 1e3 / PROFILE_STEPS,
             "overlap_share": overlap_share(comm, compute), "trace": trace,
-            "kernels": comm_table(comm, compute, PROFILE_STEPS)}
+            "kernels": comm_table(_intervals(events, True, device, names=True), compute, PROFILE_STEPS)}
 
 
 def worker(rank: int, world: int, port: int, args, out: str) -> None:
@@ -251,6 +251,9 @@ def worker(rank: int, world: int, port: int, args, out: str) -> None:
                 print(f"[rank 0] {mode}: {rows[-1].get('step_ms', rows[-1].get('error'))}", flush=True)
                 with open(out, "w") as f:  # after every mode: a run cut short keeps what it measured
                     json.dump(rows, f)
+                if args.out:
+                    with open(os.path.join(args.out, "overlap.txt"), "w") as f:
+                        f.write(overlap_report(rows, args))
     finally:
         dist.destroy_process_group()
 
@@ -296,11 +299,8 @@ def main(argv=None) -> None:
     report(rows, args)
     if args.json:
         os.remove(out)  # the partial rows are in the saved JSON now
-    if args.out:
-        text = overlap_report(rows, args)
-        print(text)
-        with open(os.path.join(args.out, "overlap.txt"), "w") as f:
-            f.write(text)
+    if args.out:  # written by rank 0 after each mode too
+        print(overlap_report(rows, args))
 
 
 def overlap_report(rows: list[dict], args) -> str:
@@ -313,9 +313,9 @@ def overlap_report(rows: list[dict], args) -> str:
             continue
         lines.append(f"\n{r['mode']}: {r.get('step_ms', 0):.2f} ms/step, pieces {r.get('pieces')}, "
                      f"{ov['comm_ms']:.2f} ms of communication per step, {ov['overlap_share']:.0%} of it overlapped")
-        lines.append(f"  {'#':>3} {'start ms':>9} {'ms':>8} {'overlapped ms':>14}")
+        lines.append(f"  {'#':>3} {'start ms':>9} {'ms':>8} {'overlapped ms':>14}  kernel")
         for i, k in enumerate(ov.get("kernels", [])):
-            lines.append(f"  {i:>3} {k['start_ms']:>9.3f} {k['ms']:>8.3f} {k['overlapped_ms']:>14.3f}")
+            lines.append(f"  {i:>3} {k['start_ms']:>9.3f} {k['ms']:>8.3f} {k['overlapped_ms']:>14.3f}  {k.get('name', '')}")
     return "\n".join(lines) + "\n"
 
 
@@ -329,15 +329,18 @@ def report(rows: list[dict], args) -> None:
         base.setdefault(family, r) if r["mode"].endswith("_eager") else None
         compiled.setdefault(family, r) if r["mode"].endswith("_compile") else None
     for r in rows:
-        ref = base.get(r["mode"].split("_")[0])
-        if "error" in r or ref is None:
+        if "error" in r:
+            continue
+        family = r["mode"].split("_")[0]
+        if family in compiled:  # > 1: faster than torch.compile's step
+            r["speedup_vs_compile"] = compiled[family]["step_ms"] / r["step_ms"]
+        ref = base.get(family)
+        if ref is None:
             continue
         r["max_loss_diff"] = max(abs(a - b) for a, b in zip(r["losses"], ref["losses"]))
         r["losses_match"] = r["max_loss_diff"] <= tol * max(1.0, abs(ref["losses"][0]))
         r["speedup_vs_eager"] = ref["step_ms"] / r["step_ms"]
-        if r["mode"].split("_")[0] in compiled:  # > 1: faster than torch.compile's step
-            r["speedup_vs_compile"] = compiled[r["mode"].split("_")[0]]["step_ms"] / r["step_ms"]
-        if r["overlap"]:
+        if r.get("overlap"):
             r["overlap_share"] = r["overlap"]["overlap_share"]
     harness.print_table(rows, ["mode", "step_ms", "speedup_vs_eager", "speedup_vs_compile", "first_step_s", "max_loss_diff",
                                "losses_match", "overlap_share", "pieces", "error"],

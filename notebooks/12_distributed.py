@@ -180,6 +180,10 @@ print(f"compute alone: {sum(backward_ms):.1f} ms, communication alone: {sum(allr
 # tinydynamo does not trace FSDP's hooks (as `torch._dynamo.config.skip_fsdp_hooks`): calling a
 # block under `fully_shard` is a graph break; the hooks and their collectives run natively around
 # the block's compiled `forward`, and the code between the blocks is compiled as resume functions.
+# Every block runs the same code object, `Block.forward`, and its guards pin `self` to one block:
+# each block gets its own cache entry. As in TorchDynamo, `config.recompile_limit` (8) counts only
+# the entries pinned to the same module, so a model of 12 or 48 blocks compiles each block once
+# instead of running the ninth and later blocks eagerly.
 
 # %%
 fsdp_model = GPT(vocab_size=64, block_size=16, n_layer=2, n_head=2, n_embd=32)

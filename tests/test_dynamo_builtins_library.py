@@ -360,3 +360,25 @@ def test_callable_and_hasattr_ask_the_class_as_python_does():
 
         out = tinydynamo.optimize("eager")(h)(x + 1)
         assert torch.equal(out, h(x + 1)), attr
+
+
+def test_partial_made_in_the_frame_lacks_its_functions_attributes_in_one_graph():
+    """A partial object has ``func`` / ``args`` / ``keywords`` and its class's attributes, not the
+    wrapped function's (``__code__``, ``__name__``, ``__defaults__``...): ``hasattr`` answers False
+    at trace time, in one graph, and ``p.__name__`` raises AttributeError that ``except`` catches."""
+    for attr in ("__code__", "__name__", "__defaults__", "__globals__", "__closure__", "__call__", "func"):
+        def h(t, attr=attr):
+            p = functools.partial(lambda a, b: a.sin() + b, b=t)
+            return p(t) if hasattr(p, attr) else t * 0
+
+        def k(t):
+            p = functools.partial(lambda a, b: a + b, b=t)
+            try:
+                return p.__qualname__
+            except AttributeError:
+                return t - 1
+
+        x = torch.randn(3)
+        for fn in (h, k):
+            out = tinydynamo.optimize("eager", nopython=True)(fn)(x)
+            torch.testing.assert_close(out, fn(x)), attr

@@ -188,7 +188,9 @@ def test_module_members_are_read_from_their_dicts_and_shown_dotted():
     torch.testing.assert_close(cm(x), m(x))
     entry = tinydynamo.cache_info(cm).entries[0]
     # the frame and the guards skip nn.Module.__getattr__: they index the module's own tables
-    assert "L['self']._modules['fc']._parameters['weight']" in entry.code
+    # (a parent read by several inputs is read once: ``___i1 = ___i0._modules['fc']``)
+    assert "._modules['fc']" in entry.code and "._parameters['weight']" in entry.code
+    assert ".fc" not in entry.code
     assert "._buffers['shift']" in entry.check_fn.code and "._parameters['raw_scale']" in entry.code
     # what people read stays the attribute path
     readable = "\n".join(g.readable() for g in entry.check_fn.guards)
@@ -255,3 +257,18 @@ def test_children_of_a_sliced_sequential_are_read_by_position():
     x = torch.randn(2, 4)
     model = Holder()
     torch.testing.assert_close(tinydynamo.compile(model, backend="eager")(x), model(x))
+
+
+def test_a_cache_hit_reads_a_shared_parent_once():
+    """The frame reads ``L['self']`` and each submodule once, then every parameter from them; the values
+    are read afresh in every call (a parameter changed in place is seen)."""
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 4)), nn.Linear(4, 2))
+    cm = tinydynamo.compile(m, backend="eager")
+    x = torch.randn(3, 4)
+    torch.testing.assert_close(cm(x), m(x))
+    code = tinydynamo.cache_info(cm).entries[0].code
+    assert code.count("L['self']") == 1 and code.count("._modules['0']") == 2, code
+    with torch.no_grad():
+        m[0][2].weight.mul_(-1.0)
+    torch.testing.assert_close(cm(x), m(x))

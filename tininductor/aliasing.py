@@ -141,24 +141,10 @@ def analyze(fn, example_inputs: Sequence[Any]) -> AliasInfo:
     entry_versions = [x._version if isinstance(x, torch.Tensor) else None for x in fakes]
     before = [(x.shape, x.stride(), x.storage_offset()) if isinstance(x, torch.Tensor) else None for x in fakes]
     checker = _InPlaceChecker(torch.is_grad_enabled())
-    grad_mode = torch.is_grad_enabled()
-    saved: list[torch.Tensor] = []  # what eager's autograd saves for backward (version-checked there)
-
-    saved_versions: dict[StorageWeakRef, set[int]] = {}  # storage -> the versions it was saved at
-
-    def pack(t):
-        saved.append(t)
-        if isinstance(t, torch.Tensor):
-            saved_versions.setdefault(_storage(t), set()).add(t._version)
-        return t
-
-    try:  # in the caller's grad mode: an in-place op on a leaf that requires grad raises, as in eager
-        with mode, checker, torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-            out = fn(*fakes)
+    try:
+        out, saved, saved_versions = _run_on_fakes(fn, fakes, mode, checker)
     except Exception as e:  # noqa: BLE001 - eager raises it too: let eager say it
         return AliasInfo([], f"the graph raises on fake tensors: {type(e).__name__}: {e}")
-    finally:
-        torch._C._set_grad_enabled(grad_mode)  # the graph may end in another mode (tinydynamo restores it)
     flat = torch.utils._pytree.tree_leaves(out)
     if checker.problem:
         return AliasInfo([None] * len(flat), checker.problem)
@@ -166,7 +152,36 @@ def analyze(fn, example_inputs: Sequence[Any]) -> AliasInfo:
         if meta is not None and (x.shape, x.stride(), x.storage_offset()) != meta:
             return AliasInfo([None] * len(flat), f"input {i} has its shape or strides changed in place")
     inputs = {_storage(x): i for i, x in reversed(list(enumerate(fakes))) if isinstance(x, torch.Tensor)}
-    offsets = [meta[2] if meta is not None else 0 for meta in before]
+    outputs = _output_aliases(fakes, flat, inputs, [meta[2] if meta is not None else 0 for meta in before])
+    grad_mutated = {i for i, x in enumerate(fakes)
+                    if isinstance(x, torch.Tensor) and _storage(x) in checker.mutated_with_grad}
+    return AliasInfo(outputs, grad_mutated=grad_mutated, **_saved_for_backward(
+        fakes, flat, outputs, inputs, checker.mutated, saved, saved_versions, entry_versions))
+
+
+def _run_on_fakes(fn, fakes: list, mode: FakeTensorMode, checker: "_InPlaceChecker"):
+    """``(fn(*fakes), the tensors autograd saved for backward, storage -> the versions it was saved at)``,
+    run in the caller's grad mode: an in-place op on a leaf that requires grad raises, as in eager."""
+    grad_mode = torch.is_grad_enabled()
+    saved: list[torch.Tensor] = []  # what eager's autograd saves for backward (version-checked there)
+    saved_versions: dict[StorageWeakRef, set[int]] = {}
+
+    def pack(t):
+        saved.append(t)
+        if isinstance(t, torch.Tensor):
+            saved_versions.setdefault(_storage(t), set()).add(t._version)
+        return t
+
+    try:
+        with mode, checker, torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            out = fn(*fakes)
+    finally:
+        torch._C._set_grad_enabled(grad_mode)  # the graph may end in another mode (tinydynamo restores it)
+    return out, saved, saved_versions
+
+
+def _output_aliases(fakes: list, flat: list, inputs: dict, offsets: list[int]) -> list[OutputAlias | None]:
+    """Per output: the input it is, or a view of an input or of an earlier output (None: its own memory)."""
     outputs: list[OutputAlias | None] = []
     bases: dict[StorageWeakRef, int] = {}  # an output that owns its whole storage: others may view it
     for j, o in enumerate(flat):
@@ -189,18 +204,22 @@ def analyze(fn, example_inputs: Sequence[Any]) -> AliasInfo:
             outputs.append(None)
             if o.storage_offset() == 0 and o.is_contiguous() and o.numel() * o.element_size() == o.untyped_storage().nbytes():
                 bases[st] = j
-    grad_mutated = {i for i, x in enumerate(fakes)
-                    if isinstance(x, torch.Tensor) and _storage(x) in checker.mutated_with_grad}
+    return outputs
+
+
+def _saved_for_backward(fakes: list, flat: list, outputs: list, inputs: dict, mutated: set, saved: list,
+                        saved_versions: dict, entry_versions: list) -> dict:
+    """Which inputs and outputs autograd saved for backward, and the versions of mutated inputs it saved
+    (AliasInfo's ``saved_*`` fields)."""
     saved_storages = {_storage(t) for t in saved if isinstance(t, torch.Tensor)}
     # (a mutated input is left out: which of its versions eager saved is not known here)
-    saved_inputs = sorted({i for st, i in inputs.items() if st in saved_storages and st not in checker.mutated})
+    saved_inputs = sorted({i for st, i in inputs.items() if st in saved_storages and st not in mutated})
     saved_outputs = [j for j, o in enumerate(flat) if isinstance(o, torch.Tensor) and outputs[j] is None
                      and _storage(o) in saved_storages]
     saved_mutated = [(i, tuple(sorted(v - entry_versions[i] for v in saved_versions[st])),
                       fakes[i]._version - entry_versions[i])
-                     for st, i in inputs.items() if st in saved_storages and st in checker.mutated]
-    return AliasInfo(outputs, grad_mutated=grad_mutated, saved_inputs=saved_inputs, saved_outputs=saved_outputs,
-                     saved_mutated_inputs=sorted(saved_mutated))
+                     for st, i in inputs.items() if st in saved_storages and st in mutated]
+    return dict(saved_inputs=saved_inputs, saved_outputs=saved_outputs, saved_mutated_inputs=sorted(saved_mutated))
 
 
 def strip_input_mutations(gm: fx.GraphModule) -> tuple[list[int], Any]:

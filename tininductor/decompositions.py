@@ -144,6 +144,31 @@ def stack(tensors, dim=0):
     return aten.cat([aten.unsqueeze(t, dim) for t in tensors], dim)
 
 
+@register_decomposition(aten.roll)
+def roll(x, shifts, dims=()):
+    """``roll`` as the two slices of each rolled dim joined by ``cat``: a kernel that fuses with its
+    neighbours, where the library op is one more launch and copy (Swin Transformer's shifted windows
+    roll twice per block). No ``dims``: the flattened tensor rolls."""
+    shifts = [shifts] if isinstance(shifts, int) else list(shifts)
+    dims = [dims] if isinstance(dims, int) else list(dims)
+    if not dims:
+        if len(shifts) != 1:
+            return NotImplemented  # the op's own error message
+        return aten.view(roll(reshape(x, [-1]), shifts, [0]), list(x.shape))
+    if len(shifts) != len(dims):
+        return NotImplemented
+    out = x
+    for shift, dim in zip(shifts, dims):
+        n = out.shape[dim]
+        if not isinstance(n, int) or not isinstance(shift, int):
+            return NotImplemented  # a symbolic size: the op itself
+        if n == 0 or shift % n == 0:
+            continue
+        start = n - shift % n
+        out = aten.cat([aten.slice(out, dim, start, n), aten.slice(out, dim, 0, start)], dim)
+    return aten.clone(x) if out is x else out
+
+
 @register_decomposition(aten.constant_pad_nd)
 def constant_pad_nd(x, pad, value=0):
     """A negative pad crops: that part is a slice (the op's own decomposition of a crop needs

@@ -526,19 +526,31 @@ def _smaller(a, b) -> str | None:
 @register_lowering(aten.view, aten._unsafe_view, aten.reshape)
 def view(x, size):
     old = x.get_size()
-    size = list(size)
+    size = _view_size(old, size)
+    if is_static(prod(size)) and is_static(prod(old)) and prod(size) != prod(old):
+        raise LoweringDeclined(f"view of {old} as {size}: element counts differ")
+    # symbolic counts: the traced graph's fake tensors checked them, under the ShapeEnv's guards
+    # (``s0 * (s1 // 2) * 2 == s0 * s1`` holds for the even s1 the guards admit; sympy cannot see it)
+    if prod(old) == 0:
+        return full(size, 0, dtype=x.get_dtype(), device=x.get_device())
+    return _view_of(x, size, _view_reindex(old, size), _view_layout(size))
+
+
+def _view_size(old, size) -> list:
+    """The view's sizes as expressions, its ``-1`` (if any) worked out from the element count."""
     size = [size_expr(s) for s in size]
     if -1 in size:
         known = prod(s for s in size if s != -1)
         size[size.index(-1)] = (prod(old) // known if known else 0) if is_static(prod(old)) else \
             size_expr(sympy.cancel(prod(old) / known))
-    if is_static(prod(size)) and is_static(prod(old)) and prod(size) != prod(old):
-        raise LoweringDeclined(f"view of {old} as {size}: element counts differ")
-    # symbolic counts: the traced graph's fake tensors checked them, under the ShapeEnv's guards
-    # (``s0 * (s1 // 2) * 2 == s0 * s1`` holds for the even s1 the guards admit; sympy cannot see it)
+    return size
+
+
+def _view_reindex(old, size):
+    """``reindex(index of the view) -> index of the input``: the dims are split into groups whose
+    products match, and each group is mapped flat -> flat."""
 
     def reindex(index):
-        # split dims into groups whose products match, and map each group flat -> flat
         out, i, j = [], 0, 0
         while i < len(old) or j < len(size):
             gi, gj = [i], [j]
@@ -568,6 +580,12 @@ def view(x, size):
             i, j = i + 1, j + 1
         return out
 
+    return reindex
+
+
+def _view_layout(size):
+    """``layout(input's layout) -> the view's layout``, or None where the view needs a copy."""
+
     def layout(lay):
         if not (lay.is_static() and all(is_static(s) for s in size)):
             # symbolic: a contiguous layout views as contiguous; anything else is copied
@@ -583,9 +601,7 @@ def view(x, size):
             return None
         return _restride(lay, v.size(), v.stride(), v.storage_offset())
 
-    if prod(old) == 0:
-        return full(size, 0, dtype=x.get_dtype(), device=x.get_device())
-    return _view_of(x, size, reindex, layout)
+    return layout
 
 
 @register_lowering(aten.split_with_sizes)

@@ -19,13 +19,15 @@ LAYERS = (
     # what the interpreter's values are (VariableTracker), from wrapping a real value down to the base class;
     # a tracker that must make one of a higher layer asks for it by name (variables/base.py: constructor)
     ("variables", "variables.builder", "variables.dataclasses"),  # a real value -> its tracker, with guards
-    ("variables.objects",),      # calling a class: new objects, super(), named tuples, polyfilled classes
+    ("variables.objects", "variables.generator"),  # calling a class: new objects, super(), named tuples,
+    # polyfilled classes; generator objects made in the frame (their bodies run lazily)
     ("variables.polyfilled",),   # library functions and classes traced another way (tinydynamo.polyfills)
     ("variables.iter",),         # lazy iterators, functools.partial, sets, collections containers
     ("variables.builtin",),      # builtins, operator and math functions over every kind below
     ("variables.nn_module", "variables.module_hooks"),  # nn.Modules, their forward inlined between hooks
     ("variables.autograd_function", "variables.torch_function"),  # autograd.Function, __torch_function__
-    ("variables.tensor", "variables.torch", "variables.user_defined", "variables.dicts", "trace_rules"),
+    ("variables.tensor", "variables.torch", "variables.user_defined", "variables.dicts", "variables.exceptions",
+     "trace_rules"),
     ("variables.lists", "variables.ctx_manager"),  # sequences and iterators; grad-mode context managers
     ("variables.functions", "variables.sym_node", "variables.autocast", "variables.misc_ctx"),
     ("variables.constant",),     # a Python value known at trace time

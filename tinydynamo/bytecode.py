@@ -42,6 +42,8 @@ variable (building a closure)
                                    ``ascii``) + ``FORMAT_SIMPLE``; with a format spec
                                    ``FORMAT_WITH_SPEC`` (argval = the conversion or None)
 3.12+ ``LOAD_SUPER_ATTR``          argval = the name, ``push_null`` for a method load
+3.12+ ``END_SEND``                 dropped: ``SEND``'s exit pops the sub-iterator itself
+                                   (3.11's ``SEND``), so a jump to it goes on after it
 3.13 ``TO_BOOL``                   dropped: its only consumers (``POP_JUMP_IF_*``,
                                    ``UNARY_NOT``) take the truth value themselves
 ``FOR_ITER`` exit target           ``target`` = where execution goes on once the iterator
@@ -200,7 +202,7 @@ def call_layout(inst: "Instruction", stack: list[Any], is_null: Callable[[Any], 
 # normalisation
 # ---------------------------------------------------------------------------------------------
 
-_DROPPED = {"CACHE", "PRECALL", "EXTENDED_ARG", "TO_BOOL"}
+_DROPPED = {"CACHE", "PRECALL", "EXTENDED_ARG", "TO_BOOL", "END_SEND"}
 _RENAMED = {
     "LOAD_FAST_CHECK": "LOAD_FAST",
     "JUMP_BACKWARD_NO_INTERRUPT": "JUMP_BACKWARD",

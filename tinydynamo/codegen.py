@@ -13,6 +13,7 @@ instruction that broke natively and call the resume function(s) with the rebuilt
 """
 from __future__ import annotations
 
+import collections
 import dis
 import math
 import types
@@ -73,14 +74,17 @@ class PyCodegen:
         inputs read from their sources (the grad mode restored after it, also when it raises, as
         eager's ``with`` exits), the temporaries of :meth:`shared` / :meth:`source_expr`, then ``body``."""
         output = self.output
-        inputs = ", ".join(s.code() for s in output.input_sources)
+        reads, args = read_inputs(output.input_sources)
+        inputs = ", ".join(args)
         lines = ["def ___compiled_frame(L, G):"]
         grad_nodes = [n for n in output.graph.nodes if is_grad_mode_node(n)]
         if grad_nodes:
-            lines += ["    try:", f"        ___o = ___compiled_fn({inputs})" if n_ops else "        pass",
+            lines += ["    try:", *(f"        {r}" for r in reads if n_ops),
+                      f"        ___o = ___compiled_fn({inputs})" if n_ops else "        pass",
                       "    finally:", f"        {output.scope.constant(torch._C._set_grad_enabled, 'fn')}"
                       f"({grad_nodes[-1].args[0]})  # torch._C._set_grad_enabled"]
         elif self.nodes or n_ops:
+            lines += [f"    {r}" for r in reads]
             lines.append(f"    ___o = ___compiled_fn({inputs})")
         lines += [f"    {line}" for line in self.prelude + body]
         return "\n".join(lines) + "\n"
@@ -95,6 +99,38 @@ class PyCodegen:
             self._hoisted[key] = f"___s{len(self._hoisted)}"
             self.prelude.append(f"{self._hoisted[key]} = {source.code()}")
         return self._hoisted[key]
+
+
+def read_inputs(sources: list[Source]) -> tuple[list[str], list[str]]:
+    """(assignments, one expression per source): how a cache hit reads the graph's inputs. A parent
+    that several inputs are read through (``L['self']._modules['layer1']``, on the way to each of its
+    parameters) is read once into a temporary, ``___i0 = ...``, and the inputs read from it: a
+    ResNet's hundred parameters cost two lookups each instead of a walk from ``L['self']``, as the
+    guard check reads them (guards.generate_check_code)."""
+    uses: collections.Counter = collections.Counter()
+    for source in sources:
+        base = getattr(source, "base", None)
+        while base is not None:
+            uses[base.name()] += 1
+            base = getattr(base, "base", None)
+    reads: list[str] = []
+    names: dict[str, str] = {}
+
+    def expr(source: Source) -> str:
+        key = source.name()
+        if key in names:
+            return names[key]
+        base = getattr(source, "base", None)
+        code = source.code()
+        if base is not None:
+            code = code.replace(base.code(), expr(base), 1)
+        if uses[key] < 2:
+            return code
+        names[key] = f"___i{len(names)}"
+        reads.append(f"{names[key]} = {code}")
+        return names[key]
+
+    return reads, [expr(s) for s in sources]
 
 
 def _slot_kind(v) -> str:
@@ -129,6 +165,8 @@ class GraphBreakCodegen:
     # ---- the rest of the frame ------------------------------------------------------------------
     def _rebuild(self, v) -> str:
         """A stack value's expression; an iterator travels as the list of its remaining items."""
+        if hasattr(v, "materialize"):  # a generator made in the frame: its remaining values, computed now
+            v.materialize()
         if getattr(v, "gen", None) is not None:  # a lazy one (map, filter, count...) has no list of them
             unimplemented("a graph break inside a loop over a lazy iterator (map/filter/itertools): "
                           "its remaining items are not known")

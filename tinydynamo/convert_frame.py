@@ -56,30 +56,8 @@ def convert_frame(fn: types.FunctionType, cache, L: dict, G: dict, backend, *, n
     insert it first and return it; or return None after recording why the frame runs eagerly from now on."""
     code = fn.__code__
     name = code.co_qualname if hasattr(code, "co_qualname") else code.co_name
-    if cache.entries:
-        # every entry failed: say why, newest first (the first failing guard of each)
-        same = [e for e in cache.entries if same_id_matched_objects(e, L)]
-        reasons = [e.check_fn.failure_reason(L, G) or "compiled for another backend" for e in same]
-        reason = "; ".join(reasons)
-        limit = _exceeded_limit(len(same), len(cache.entries))
-        if limit is not None:
-            cache.last_reason = reason or "compiled for other objects"
-            cache.run_eagerly = f"hit config.{limit} ({getattr(config, limit)})"
-            warnings.warn(
-                f"tinydynamo: {name} ({code.co_filename}:{code.co_firstlineno}) hit "
-                f"config.{limit} ({getattr(config, limit)}); running it eagerly from now on. "
-                f"Last recompile reason: {cache.last_reason}", stacklevel=4)
-            counters["frames"][limit] += 1
-            return None
-        if same:  # a new entry for an object already compiled for: a recompile
-            cache.last_reason = reason
-            counters["recompiles"][name] += 1
-            recompiles_log.info("Recompiling function %s in %s:%d\n    triggered by the following guard failure(s):\n%s",
-                                name, code.co_filename, code.co_firstlineno,
-                                "\n".join(f"    - entry {len(reasons) - 1 - i}: {r}" for i, r in enumerate(reasons)))
-        else:  # another instance (another block of the same class): its first entry, not a recompile
-            recompiles_log.debug("Compiling function %s for other objects (%d entries for others)",
-                                 name, len(cache.entries))
+    if cache.entries and not _note_cache_miss(cache, L, G, code, name):
+        return None
     try:
         with compiling_frame(strict=nopython or not config.suppress_errors), \
                 config.patch(symbolic_shapes.policy_patch(dynamic)):
@@ -113,6 +91,35 @@ def convert_frame(fn: types.FunctionType, cache, L: dict, G: dict, backend, *, n
     return entry
 
 
+def _note_cache_miss(cache, L: dict, G: dict, code, name: str) -> bool:
+    """A miss with entries already cached: log why each failed (a recompile, or an entry for other objects)
+    and count it against the recompile limits. False: a limit is hit, the frame runs eagerly from now on."""
+    # every entry failed: say why, newest first (the first failing guard of each)
+    reasons = [e.check_fn.failure_reason(L, G) or "compiled for another backend" for e in cache.entries]
+    reason = cache.last_reason = "; ".join(reasons)
+    # only entries pinned to this call's frame arguments are recompiles of it (another block of the
+    # same class gets its first entry)
+    same = [r for e, r in zip(cache.entries, reasons) if same_id_matched_objects(e, L)]
+    limit = _exceeded_limit(len(same), len(cache.entries))
+    if limit is not None:
+        cache.run_eagerly = f"hit config.{limit} ({getattr(config, limit)})"
+        warnings.warn(
+            f"tinydynamo: {name} ({code.co_filename}:{code.co_firstlineno}) hit "
+            f"config.{limit} ({getattr(config, limit)}); running it eagerly from now on. "
+            f"Last recompile reason: {reason}", stacklevel=5)
+        counters["frames"][limit] += 1
+        return False
+    if same:  # a new entry for an object already compiled for: a recompile
+        counters["recompiles"][name] += 1
+        recompiles_log.info("Recompiling function %s in %s:%d\n    triggered by the following guard failure(s):\n%s",
+                            name, code.co_filename, code.co_firstlineno,
+                            "\n".join(f"    - entry {len(same) - 1 - i}: {r}" for i, r in enumerate(same)))
+    else:  # another instance (another block of the same class): its first entry, not a recompile
+        recompiles_log.debug("Compiling function %s for other objects (%d entries for others)",
+                             name, len(cache.entries))
+    return True
+
+
 def id_matched_objects(entry: CompiledFrame) -> dict[str, Any]:
     """The objects an entry is pinned to by identity *as frame arguments* (``L['self']`` is this module):
     local name -> weak reference or object (PyTorch: the guard manager's ``id_matched_objs``)."""
@@ -122,8 +129,9 @@ def id_matched_objects(entry: CompiledFrame) -> dict[str, Any]:
 
 def same_id_matched_objects(entry: CompiledFrame, L: dict) -> bool:
     """Whether ``L`` passes the objects ``entry`` is pinned to: only such entries count against
-    ``config.recompile_limit`` (a block class with more instances than the limit compiles each once;
-    a dead object's guard cannot pass again and does not count)."""
+    ``config.recompile_limit`` (a block class with more instances than the limit compiles each once).
+    An entry whose object is gone counts, as in TorchDynamo: modules made anew for every call still
+    reach the limit."""
     for local, expected in id_matched_objects(entry).items():
         obj = expected() if isinstance(expected, weakref.ref) else expected
         if obj is not None and L.get(local, _MISSING) is not obj:

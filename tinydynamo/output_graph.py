@@ -117,6 +117,8 @@ class OutputGraph:
         self.example_inputs: list[torch.Tensor] = []
         self._inputs: dict[str, TensorVariable] = {}
         self.instruction_count = 0
+        self.generators: list = []  # generator objects made in the frame (LocalGeneratorObjectVariable)
+        self.exc_stack: list = []  # exceptions being handled by traced except blocks, innermost last
         self.side_effects = SideEffects(self)
         self.current_tx = None  # the translator running an instruction (a __torch_function__ override is inlined there)
         self.autocast_modes: list = []  # real torch.autocast modes entered while tracing (left when it ends)

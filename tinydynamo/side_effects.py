@@ -51,6 +51,7 @@ class SideEffects:
         self._journal: list[tuple[VariableTracker, Any, int]] = []  # (var, old items, old version)
         self._journaled: set[int] = set()
         self._pending_saved: dict | None = None
+        self.effect_count = 0  # effects recorded so far (a generator rebuilt after the graph checks none ran)
 
     # ---- one tracker per real object ---------------------------------------------------------------
     def track_object_existing(self, value: Any, source, build) -> VariableTracker:
@@ -101,6 +102,7 @@ class SideEffects:
             self._journaled.add(id(var))
             old = dict(var.items) if isinstance(var.items, dict) else list(var.items)
             self._journal.append((var, old, var.version))
+        self.effect_count += 1
         var.version += 1
         if var.source is not None:
             self.pending.setdefault(("items", id(var)), var)
@@ -110,6 +112,7 @@ class SideEffects:
         if obj_var.source is None:
             unimplemented(f"setting attribute {name!r} on {obj_var}, which has no source to replay it on")
         self._check_replayable(value, f"setting attribute {name!r}")
+        self.effect_count += 1
         self.pending[("attr", id(obj), name)] = (obj_var, name, value, obj)
 
     def load_attr(self, obj_var: VariableTracker, obj: Any, name: str) -> VariableTracker | None:
@@ -126,6 +129,7 @@ class SideEffects:
         """``global name; name = value`` in the frame (or an inlined function of another module)."""
         self._check_replayable(value, f"assigning global {name!r}")
         root = self.output.scope.globals_root(f_globals)  # "G", or "___G1" for another module
+        self.effect_count += 1
         self.pending[("global", id(f_globals), name)] = (root, name, value)
 
     def load_global(self, f_globals: dict, name: str) -> VariableTracker | None:

@@ -53,7 +53,9 @@ from tinydynamo.variables.ctx_manager import (
     set_grad_enabled,
 )
 from tinydynamo.variables.dataclasses import DataclassVariable, can_model
+from tinydynamo.variables.exceptions import ExceptionVariable
 from tinydynamo.variables.functions import shared_cell_tracker
+from tinydynamo.variables.generator import LocalGeneratorObjectVariable, close_dead_generators
 from tinydynamo.variables.iter import SetVariable
 from tinydynamo.variables.misc_ctx import (
     GeneratorContextManagerVariable,
@@ -103,7 +105,12 @@ class InstructionTranslatorBase:
         self.ip = 0
         self.current_inst: Instruction | None = None
         self.return_value: VariableTracker | None = None
-        self.generator_items: list[VariableTracker] | None = None  # set when inlining a generator
+        self.generator_items: list[VariableTracker] | None = None  # set when a @contextmanager runs
+        self.generator = None  # the LocalGeneratorObjectVariable whose body this translator runs
+        self.yielded: VariableTracker | None = None  # the value of the YIELD_VALUE just run (suspends)
+        self.yield_inst: Instruction | None = None  # the YIELD_VALUE the body is suspended at
+        self.yield_from: VariableTracker | None = None  # the sub-iterator of a suspended `yield from`
+        self.yield_from_end: int | None = None  # where that `yield from` goes on once it is done
         self.grad_contexts: list[GradModeVariable] = []  # grad-mode `with` blocks entered, outermost first
 
     # ---- stack ---------------------------------------------------------------------------------
@@ -221,12 +228,15 @@ class InstructionTranslatorBase:
             unimplemented(f"inlining deeper than config.max_inline_depth={config.max_inline_depth} (recursion?)")
         tx = self.inlining_translator(fn_var, fn_var.bind(self, args, kwargs))
         if code.co_flags & inspect.CO_GENERATOR:
-            # a generator (e.g. a generator expression): run it to the end now, collecting what it
-            # yields; the caller gets an iterator over those values
-            tx.generator_items = []
-            tx.run()
-            return ListIteratorVariable(tx.generator_items)
+            # a generator (e.g. a generator expression): its body runs when values are asked for
+            return LocalGeneratorObjectVariable(tx, code.co_name)
         return tx.run()
+
+    def finish_yield_from(self, result: VariableTracker | None) -> None:
+        """The sub-iterator of the suspended ``yield from`` is done: the expression's value is ``result``."""
+        self.pop()  # the sub-iterator
+        self.push(result if result is not None else ConstantVariable(None))
+        self.ip, self.yield_from, self.yield_from_end = self.yield_from_end, None, None
 
     def jump_if(self, inst: Instruction, cond: bool) -> None:
         if cond:
@@ -530,6 +540,29 @@ def GET_ITER(tx: T, inst):
         tx.push(ListIteratorVariable(v.unpack_var_sequence(tx), origin))
 
 
+OPCODE_HANDLERS["GET_YIELD_FROM_ITER"] = GET_ITER  # `yield from x`: iter(x), a generator stays itself
+
+
+@_handler
+def SEND(tx: T, inst):
+    """``yield from``'s step (3.11 semantics; bytecode.py drops 3.12's END_SEND): send the value to the
+    sub-iterator; what it yields is yielded on; once it is done, its return value replaces both."""
+    value, sub = tx.pop(), tx.stack[-1]
+    if isinstance(sub, LocalGeneratorObjectVariable):
+        out = sub.resume(sent=value)
+    elif isinstance(sub, ListIteratorVariable):
+        if not (value.is_python_constant() and value.as_python_constant() is None):
+            unimplemented(f"sending a value into the iterator {sub} of a `yield from` (it has no send())")
+        out = sub.next_item()
+    else:
+        unimplemented(f"`yield from` {sub}")
+    tx.yield_from, tx.yield_from_end = sub, inst.target
+    if out is None:
+        tx.finish_yield_from(getattr(sub, "return_value", None))
+    else:
+        tx.push(out)
+
+
 @_handler
 def FOR_ITER(tx: T, inst):
     it = tx.stack[-1]
@@ -627,13 +660,16 @@ def SET_FUNCTION_ATTRIBUTE(tx: T, inst):
 
 @_handler
 def RETURN_GENERATOR(tx: T, inst):
-    if tx.generator_items is None:
+    if tx.generator_items is None and tx.generator is None:
         unimplemented("generators")
     tx.push(ConstantVariable(None))  # popped by the POP_TOP that follows
 
 
 @_handler
 def YIELD_VALUE(tx: T, inst):
+    if tx.generator is not None:  # suspend: the generator's caller gets the value (resuming pushes the sent one)
+        tx.yielded, tx.yield_inst = tx.pop(), inst
+        return
     if tx.generator_items is None:
         unimplemented("yield outside an inlined generator")
     tx.generator_items.append(tx.pop())
@@ -661,26 +697,13 @@ def BEFORE_WITH(tx: T, inst):
     tx.push(ctx.enter(tx))
 
 
-class ExceptionVariable(VariableTracker):
-    """An exception raised (and maybe caught) inside traced code: its type and message."""
-
-    def __init__(self, exc: ObservedException):
-        super().__init__(None)
-        self.exc = exc
-
-    def python_type(self):
-        return self.exc.exc_type
-
-    def __repr__(self) -> str:
-        return f"ExceptionVariable({self.exc.exc_type.__name__})"
-
-
 # ---- exceptions raised and caught inside traced code (the handler path of try/except) --------------------
 @_handler
 def PUSH_EXC_INFO(tx: T, inst):
     exc = tx.pop()
     tx.push(ConstantVariable(None))  # the previous "current exception" (sys.exc_info()), restored by POP_EXCEPT
     tx.push(exc)
+    tx.output.exc_stack.append(exc)  # the exception being handled (what a bare `raise` re-raises)
 
 
 @_handler
@@ -693,7 +716,10 @@ def CHECK_EXC_MATCH(tx: T, inst):
 
 
 @_handler
-def POP_EXCEPT(tx: T, inst): tx.pop()
+def POP_EXCEPT(tx: T, inst):
+    tx.pop()
+    if tx.output.exc_stack:
+        tx.output.exc_stack.pop()
 
 
 @_handler
@@ -706,10 +732,15 @@ def RERAISE(tx: T, inst):
 
 @_handler
 def RAISE_VARARGS(tx: T, inst):
-    """``raise E`` / ``raise E("msg")`` with a constant exception class or message: observed, so an enclosing
-    ``try`` in traced code can catch it; anything else (and an uncaught raise) is Unsupported."""
-    if inst.argval != 1:
-        unimplemented("raise statement (bare re-raise or raise ... from ...)")
+    """``raise E`` / ``raise E("msg")`` / ``raise E(...) from c`` / a bare ``raise`` in an ``except`` block:
+    observed, so an enclosing ``try`` in traced code can catch it; anything else (and an uncaught raise)
+    is Unsupported."""
+    if inst.argval == 0:  # a bare `raise`: the exception being handled
+        if not tx.output.exc_stack or not isinstance(tx.output.exc_stack[-1], ExceptionVariable):
+            unimplemented("bare `raise` outside a traced except block")
+        raise tx.output.exc_stack[-1].exc
+    if inst.argval == 2:  # `raise exc from cause`: the cause only sets __cause__ (not modelled; unread here)
+        tx.pop()
     exc = tx.pop()
     if isinstance(exc, ExceptionVariable):
         raise exc.exc
@@ -868,6 +899,8 @@ class InstructionTranslator(InstructionTranslatorBase):
             if self.allow_graph_breaks and self.instructions[self.ip].opname in BREAKABLE:
                 self.output.side_effects.checkpoint()  # an undo log for the instruction that may break
             self.step()
+        if self.return_value is not None:  # the frame's locals are freed: so are its generators
+            close_dead_generators(self, self.return_value)
         if self.graph_break is not None:  # it runs natively instead: undo the side effects it recorded
             self.output.side_effects.restore()
         prune_grad_mode_nodes(self.output.graph, initial_grad_mode)
@@ -884,15 +917,20 @@ class InstructionTranslator(InstructionTranslatorBase):
         # the call runs natively from the start, so they must be where they were
         iterators = [(v, v.index, v.items, v.origin) for v in (*stack, *local_vars.values())
                      if isinstance(v, ListIteratorVariable)]
+        generators = [(g, g.steps) for g in self.output.generators]
         try:
             super().dispatch(inst)
         except Unsupported as e:
             for it, index, items, origin in iterators:
                 it.index, it.items, it.origin = index, items, origin
             blocks = enclosing_blocks(self.code, inst.offset)
-            if blocks != ["with"] * len(contexts) or e.skip_frame:
+            # a generator the instruction ran part of cannot be put back where it was: the frame runs eagerly
+            advanced = any(g.steps != steps for g, steps in generators)
+            # one whose clean-up (a `finally` around its suspended yield) would run later: not modelled
+            advanced = advanced or any(g.cleanup_pending() for g in self.output.generators)
+            if blocks != ["with"] * len(contexts) or e.skip_frame or advanced:
                 # inside try (or a `with` we did not trace), or an instruction that reads the frame
-                # itself (eval()): not resumable, the frame runs eagerly,
+                # itself (eval()), or a generator as above: not resumable, the frame runs eagerly,
                 # but the functions and modules it calls are compiled (tinydynamo.skip_frame)
                 e.eager_code = self._compile_callees_code(inst, stack)
                 raise

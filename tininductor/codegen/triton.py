@@ -31,6 +31,7 @@ from __future__ import annotations
 import math
 import os
 import re
+from typing import Any, Callable
 
 import sympy
 import torch
@@ -400,26 +401,42 @@ class TritonKernel:
         return lines
 
     def _assemble(self, body: IndentedBuffer) -> GeneratedKernel:
-        group = self.group
+        """The kernel's source (its ``@triton.jit`` function, then the TritonLauncher that binds its launch
+        configuration) and how the wrapper calls it."""
         ordered = list(self.in_args) + list(self.out_args)
+        params, symbols = self._signature(body)
+        origins = [o for n in self.group.nodes for o in n.origins]
+        xblock, rblock, warps = self.block_sizes()
+        code = IndentedBuffer()
+        self._write_jit_function(code, body, params, origins, xblock, rblock)
+        dynamic, grid, size_args, consts = self._launch_config(symbols, xblock, rblock)
+        self._write_launcher(code, ordered, symbols, size_args, f"grid=({1 if dynamic else grid},), "
+                             f"num_warps={warps}, {consts}", xblock, rblock, warps)
+        return GeneratedKernel(self.name, code.getvalue(), ordered, set(self.stored),
+                               self._launch_call(dynamic, grid, size_args), origins)
+
+    def _signature(self, body: IndentedBuffer) -> tuple[list[str], list]:
+        """The ``@triton.jit`` function's parameters, and the size symbols among them."""
+        group = self.group
         params = list(self.in_args.values()) + list(self.out_args.values()) + ["xnumel"]
         numel, rnumel = group.numel, group.rnumel
         self._note_sizes(numel)
         self._note_sizes(rnumel)
-        rnumel_static = is_static(rnumel)
         if self.is_reduction:
             # looped kernels over a known size take rnumel as a compile-time constant (the loop
             # bound is then a plain int, as older Triton interpreters need); a symbolic one is an argument
-            params += ["rnumel" if self.persistent or not rnumel_static else "rnumel: tl.constexpr"]
+            params += ["rnumel" if self.persistent or not is_static(rnumel) else "rnumel: tl.constexpr"]
         # the size symbols the code still names (a joined index may have dropped some): its int arguments
         text = body.getvalue()
         text += "\n".join(_used(self.x_defs, text) + _used(self.r_defs, text))
         symbols = sorted((s for s in self.size_args if re.search(rf"\b{s}\b", text)), key=str)
         params += [str(s) for s in symbols]
         params += ["XBLOCK: tl.constexpr"] + (["RBLOCK: tl.constexpr"] if self.is_reduction else [])
-        origins = [o for n in group.nodes for o in n.origins]
-        xblock, rblock, warps = self.block_sizes()
-        code = IndentedBuffer()
+        return params, symbols
+
+    def _write_jit_function(self, code: IndentedBuffer, body: IndentedBuffer, params: list[str], origins: list,
+                            xblock: int, rblock: int) -> None:
+        group = self.group
         code.writeline("@triton.jit(debug=True)" if self.checks_indices else "@triton.jit")
         code.writeline(f"def {self.name}({', '.join(params)}):")
         with code.indent():
@@ -429,22 +446,31 @@ class TritonKernel:
             code.writelines(self._index_prologue(xblock, rblock, body.getvalue()))
             code.writelines(_used(self.x_defs, body.getvalue()))
             code.splice(body)
+
+    def _launch_config(self, symbols: list, xblock: int, rblock: int) -> tuple[bool, Any, list[str], str]:
+        """(dynamic size, grid, size arguments, constexpr keywords) of a launch: the sizes and grid are
+        computed by the wrapper (host Python)."""
+        numel, rnumel = self.group.numel, self.group.rnumel
+        rnumel_static = is_static(rnumel)
         dynamic = not is_static(numel)
-        # the launch's sizes and grid are computed by the wrapper (host Python)
         grid = f"({host_expr(numel)} + {xblock - 1}) // {xblock}" if dynamic else max(1, -(-numel // xblock))
         size_args = [host_expr(numel)] + ([host_expr(rnumel)] if self.persistent or not rnumel_static else [])
         size_args += [str(s) for s in symbols]
         consts = f"XBLOCK={xblock}" + (f", RBLOCK={rblock}" if self.is_reduction else "")
         if self.is_reduction and not self.persistent and rnumel_static:
             consts = f"rnumel={rnumel}, " + consts
-        name = self.name
-
-        # the launch configuration is fixed now (static shapes), so the wrapper binds it once:
-        # a TritonLauncher skips Triton's per-call argument binding (runtime/triton_launcher.py)
-        code.writeline("")
-        code.writeline("")
         if self.rows_per_call:  # XBLOCK, RBLOCK, warps and grid follow the row length, per call
             consts += f", rows_block={config.triton.max_reduction_block}"
+        return dynamic, grid, size_args, consts
+
+    def _write_launcher(self, code: IndentedBuffer, ordered: list[str], symbols: list, size_args: list[str],
+                        launch_config: str, xblock: int, rblock: int, warps: int) -> None:
+        """The launch configuration is fixed now (static shapes), so the wrapper binds it once: a
+        TritonLauncher skips Triton's per-call argument binding (runtime/triton_launcher.py)."""
+        numel, name = self.group.numel, self.name
+        dynamic = not is_static(numel)
+        code.writeline("")
+        code.writeline("")
         tune = ""
         if config.triton.max_autotune and not dynamic and not symbols:
             tune = f", numel={numel},\n    autotune={self.autotune_configs(xblock, rblock, warps)}"
@@ -453,9 +479,13 @@ class TritonKernel:
         # kernel before its first launch, alongside the graph's other kernels (TritonLauncher)
         example = [str(V.graph.get_buffer(b).get_dtype()) for b in ordered] + size_args
         # sizes unknown until the call: no compile ahead of it (Triton specialises int arguments)
-        example = f",\n    example_args=({', '.join(example)},)" if not symbols and rnumel_static and not dynamic else ""
-        code.writeline(f"{name} = TritonLauncher({name}, grid=({1 if dynamic else grid},), num_warps={warps}, "
-                       f"{consts}{checks}{tune}{example})")
+        static = not symbols and is_static(self.group.rnumel) and not dynamic
+        example = f",\n    example_args=({', '.join(example)},)" if static else ""
+        code.writeline(f"{name} = TritonLauncher({name}, {launch_config}{checks}{tune}{example})")
+
+    def _launch_call(self, dynamic: bool, grid, size_args: list[str]) -> Callable[[list[str]], str]:
+        """``launch(arg_refs)``: the wrapper's line that launches this kernel."""
+        numel, rnumel, name = self.group.numel, self.group.rnumel, self.name
 
         def launch(arg_refs):
             if numel == 0:
@@ -466,7 +496,7 @@ class TritonKernel:
                 return f"{name}.run_grid({grid}, {', '.join(arg_refs + size_args)})"
             return f"{name}.run({', '.join(arg_refs + size_args)})"
 
-        return GeneratedKernel(name, code.getvalue(), ordered, set(self.stored), launch, origins)
+        return launch
 
     def block_sizes(self) -> tuple[int, int, int]:
         numel, rnumel = self.group.numel, self.group.rnumel

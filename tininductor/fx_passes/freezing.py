@@ -123,58 +123,71 @@ def fold_convolution_affine(gm: fx.GraphModule) -> None:
     for conv in list(gm.graph.nodes):
         if conv.op != "call_function" or conv.target is not aten.convolution.default:
             continue
-        x, w_node, b_node = conv.args[:3]
+        w_node, b_node = conv.args[1:3]
         transposed = conv.args[6]
         weight, bias = _value(gm, w_node), _value(gm, b_node) if b_node is not None else None
         if transposed or weight is None or (b_node is not None and bias is None):
             continue
-        channels, out_dim = weight.shape[0], weight.dim()
-        scale = torch.ones(channels, dtype=torch.float64)
-        shift = torch.zeros(channels, dtype=torch.float64)
-        cur, last = conv, None
-        while len(cur.users) == 1:
-            user = next(iter(cur.users))
-            if user.op == "call_function" and user.target is prims.convert_element_type.default:
-                cur = user
-                continue
-            kind = _AFFINE.get(user.target) if user.op == "call_function" else None
-            if kind is None or len(user.args) != 2 or user.kwargs:
-                break
-            a, b = user.args
-            mine_first = a is cur
-            other = b if mine_first else a
-            if other is cur:
-                break
-            c = _per_channel(_value(gm, other) if isinstance(other, fx.Node) else other, out_dim, channels)
-            if c is None:
-                break
-            if kind == "add":
-                shift = shift + c
-            elif kind == "sub" and mine_first:
-                shift = shift - c
-            elif kind == "sub":
-                scale, shift = -scale, c - shift
-            elif kind == "mul":
-                scale, shift = scale * c, shift * c
-            elif kind == "div" and mine_first:
-                scale, shift = scale / c, shift / c
-            else:
-                break
-            cur = last = user
+        scale, shift, last = _affine_chain(gm, conv, weight.shape[0], weight.dim())
         if last is None:
             continue
-        view = [channels] + [1] * (out_dim - 1)
-        new_w = (weight.double() * scale.view(view)).to(weight.dtype)
-        new_b = ((bias.double() if bias is not None else 0) * scale + shift).to(weight.dtype)
-        with gm.graph.inserting_before(conv):
-            w_const = _constant(gm, new_w, "folded_conv_weight")
-            b_const = _constant(gm, new_b, "folded_conv_bias")
-        conv.args = (x, w_const, b_const, *conv.args[3:])
-        out = conv
-        want = last.meta["val"].dtype
-        if conv.meta["val"].dtype != want:
-            with gm.graph.inserting_after(conv):
-                out = gm.graph.call_function(prims.convert_element_type.default, (conv, want))
-            out.meta["val"] = last.meta["val"]
-        last.replace_all_uses_with(out)
+        _fold_into_convolution(gm, conv, weight, bias, scale, shift, last)
         gm.graph.eliminate_dead_code()
+
+
+def _affine_chain(gm: fx.GraphModule, conv: fx.Node, channels: int, out_dim: int):
+    """``(scale, shift, last)``: the per-channel ``y * scale + shift`` that the single-user chain of
+    ``+ - * /`` by constants after ``conv`` computes, and its last node (None: no such op follows)."""
+    scale = torch.ones(channels, dtype=torch.float64)
+    shift = torch.zeros(channels, dtype=torch.float64)
+    cur, last = conv, None
+    while len(cur.users) == 1:
+        user = next(iter(cur.users))
+        if user.op == "call_function" and user.target is prims.convert_element_type.default:
+            cur = user
+            continue
+        kind = _AFFINE.get(user.target) if user.op == "call_function" else None
+        if kind is None or len(user.args) != 2 or user.kwargs:
+            break
+        a, b = user.args
+        mine_first = a is cur
+        other = b if mine_first else a
+        if other is cur:
+            break
+        c = _per_channel(_value(gm, other) if isinstance(other, fx.Node) else other, out_dim, channels)
+        if c is None:
+            break
+        if kind == "add":
+            shift = shift + c
+        elif kind == "sub" and mine_first:
+            shift = shift - c
+        elif kind == "sub":
+            scale, shift = -scale, c - shift
+        elif kind == "mul":
+            scale, shift = scale * c, shift * c
+        elif kind == "div" and mine_first:
+            scale, shift = scale / c, shift / c
+        else:
+            break
+        cur = last = user
+    return scale, shift, last
+
+
+def _fold_into_convolution(gm: fx.GraphModule, conv: fx.Node, weight, bias, scale, shift, last: fx.Node) -> None:
+    """Give ``conv`` the folded weight and bias as constants, and let it (cast to the chain's dtype)
+    replace the chain's last node."""
+    channels, out_dim = weight.shape[0], weight.dim()
+    view = [channels] + [1] * (out_dim - 1)
+    new_w = (weight.double() * scale.view(view)).to(weight.dtype)
+    new_b = ((bias.double() if bias is not None else 0) * scale + shift).to(weight.dtype)
+    with gm.graph.inserting_before(conv):
+        w_const = _constant(gm, new_w, "folded_conv_weight")
+        b_const = _constant(gm, new_b, "folded_conv_bias")
+    conv.args = (conv.args[0], w_const, b_const, *conv.args[3:])
+    out = conv
+    want = last.meta["val"].dtype
+    if conv.meta["val"].dtype != want:
+        with gm.graph.inserting_after(conv):
+            out = gm.graph.call_function(prims.convert_element_type.default, (conv, want))
+        out.meta["val"] = last.meta["val"]
+    last.replace_all_uses_with(out)

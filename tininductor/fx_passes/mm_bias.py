@@ -17,6 +17,7 @@ import operator
 
 import torch
 from torch import fx
+from torch.fx.experimental.symbolic_shapes import statically_known_true
 
 from ..lowering import EXTERN_OPS, lookup
 
@@ -53,7 +54,9 @@ def _bias_of(add: fx.Node, mm: fx.Node) -> fx.Node | None:
     val, out = bias.meta.get("val") if isinstance(bias, fx.Node) else None, mm.meta.get("val")
     if not isinstance(val, torch.Tensor) or not isinstance(out, torch.Tensor):
         return None
-    if val.dim() != 1 or val.shape[0] != out.shape[-1] or val.dtype != out.dtype or val.device != out.device:
+    if val.dim() != 1 or val.dtype != out.dtype or val.device != out.device:
+        return None
+    if not statically_known_true(val.shape[0] == out.shape[-1]):  # symbolic sizes: no guard is added
         return None
     return bias
 

@@ -13,7 +13,7 @@ from typing import Any, Callable
 import torch
 
 from tinydynamo import polyfills
-from tinydynamo.exc import ObservedException, Unsupported, unimplemented
+from tinydynamo.exc import ObservedException, Unsupported, raise_observed, unimplemented
 from tinydynamo.variables.base import VariableTracker, register_construction
 from tinydynamo.variables.constant import ConstantVariable
 from tinydynamo.variables.dicts import DictVariable
@@ -327,15 +327,19 @@ class BuiltinVariable(VariableTracker):
     def call_next(self, tx, args, kwargs):
         if len(args) != 1 or not isinstance(args[0], ListIteratorVariable):
             return None
+        if hasattr(args[0], "resume"):  # a generator: its StopIteration carries the return value
+            return args[0].call_method(tx, "__next__", [], {})
         item = args[0].next_item()
-        if item is None:
-            unimplemented("next() on an exhausted iterator (StopIteration)")
+        if item is None:  # an observed StopIteration: an enclosing `except StopIteration` in the frame sees it
+            raise_observed(StopIteration)
         return item
 
     def call_dict(self, tx, args, kwargs):
         items = dict(args[0].items) if args and isinstance(args[0], DictVariable) else {}
-        if args and isinstance(args[0], BaseListVariable):
-            for pair in args[0].items:
+        if args and not isinstance(args[0], (DictVariable, BaseListVariable, ListIteratorVariable)):
+            unimplemented(f"dict() of {args[0]}")  # a mapping (keys() + []) or an iterable of pairs not modelled
+        if args and isinstance(args[0], (BaseListVariable, ListIteratorVariable)):
+            for pair in args[0].unpack_var_sequence(tx):
                 k, v = pair.unpack_var_sequence(tx)
                 items[k.as_python_constant()] = v
         items.update(kwargs)

@@ -20,7 +20,7 @@ import operator
 from typing import Callable, Iterator
 
 from tinydynamo import config
-from tinydynamo.exc import unimplemented
+from tinydynamo.exc import raise_observed, unimplemented
 from tinydynamo.variables.base import VariableTracker
 from tinydynamo.variables.builtin import BuiltinVariable, register_handlers_from_above
 from tinydynamo.variables.constant import ConstantVariable
@@ -147,6 +147,10 @@ class PartialVariable(VariableTracker):
             return TupleVariable(list(self.args))
         if name == "keywords":
             return DictVariable(dict(self.keywords))
+        if not any(name in vars(k) for k in functools.partial.__mro__):
+            # a partial made in the frame has no attributes of its own beyond these (none can be set on
+            # it here): ``hasattr(p, '__name__')`` is False, as in Python (a function's attributes are not a partial's)
+            raise_observed(AttributeError, f"'functools.partial' object has no attribute {name!r}")
         unimplemented(f"functools.partial attribute {name!r}")
 
     def reconstruct(self, codegen) -> str:
@@ -282,13 +286,13 @@ def _builtin_set(fn):
 
 def _builtin_zip(tx, args, kwargs):
     """``zip`` over a lazy iterator: lazy too (its items are made when the loop asks)."""
-    if any(type(a) is LazyIteratorVariable for a in args) and not kwargs:
+    if any(isinstance(a, LazyIteratorVariable) for a in args) and not kwargs:  # generators too
         return LazyIteratorVariable((TupleVariable(list(t)) for t in zip(*[iterate(tx, a) for a in args])), "zip")
     return None
 
 
 def _builtin_enumerate(tx, args, kwargs):
-    if any(type(a) is LazyIteratorVariable for a in args):
+    if any(isinstance(a, LazyIteratorVariable) for a in args):
         start = (args[1] if len(args) > 1 else kwargs.get("start", ConstantVariable(0))).as_python_constant()
         return LazyIteratorVariable((TupleVariable([ConstantVariable(i), v]) for i, v in
                                      enumerate(iterate(tx, args[0]), start)), "enumerate")
@@ -319,7 +323,7 @@ class DequeVariable(ListVariable):
                     unimplemented("popleft from an empty deque (an IndexError)")
                 return self.items.pop(0)
             elif name == "extendleft":
-                for v in list(iterate(tx, args[0])):
+                for v in iterate(tx, args[0]):  # a generator's items are made one by one (they may read the deque)
                     self.items.insert(0, v)
             else:
                 k = args[0].as_python_constant() if args else 1

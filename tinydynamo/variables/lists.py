@@ -141,13 +141,20 @@ class ListVariable(BaseListVariable):
             if name in ("pop", "insert", "__setitem__", "__delitem__", "remove") and not all(
                     a.is_python_constant() for a in args[:1]):
                 unimplemented(f"list.{name} with a non-constant index or value {args[:1]}")
-            if name == "extend":  # evaluate the argument before journaling (lst.extend(lst) reads the old items)
+            lazy = name == "extend" and getattr(args[0], "gen", None) is not None
+            if name == "extend" and not lazy:  # evaluate the argument before journaling (lst.extend(lst) reads the old items)
                 args = [ListVariable(args[0].unpack_var_sequence(tx))]
             # journal the old contents (rollback at a graph break); a list from outside the frame
             # (self.source) gets its new contents replayed after the graph (tinydynamo.side_effects)
             tx.output.side_effects.mutation(self)
         if name == "append":
             self.items.append(args[0])
+            return ConstantVariable(None)
+        if name == "extend" and getattr(args[0], "gen", None) is not None:
+            # a generator (or map, filter...): each item is appended before the next is made, as
+            # CPython does (the generator may read the list it extends)
+            while (item := args[0].next_item()) is not None:
+                self.items.append(item)
             return ConstantVariable(None)
         if name == "extend":
             self.items.extend(args[0].unpack_var_sequence(tx))

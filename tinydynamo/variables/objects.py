@@ -29,6 +29,7 @@ from tinydynamo.variables import polyfilled
 from tinydynamo.variables.autograd_function import AutogradFunctionApplyVariable
 from tinydynamo.variables.base import VariableTracker, register_construction
 from tinydynamo.variables.constant import ConstantVariable
+from tinydynamo.variables.exceptions import ExceptionVariable, builtin_construction
 from tinydynamo.variables.functions import UserFunctionVariable, UserMethodVariable, bind_arguments
 from tinydynamo.variables.lists import TupleVariable
 from tinydynamo.variables.misc import GetAttrVariable
@@ -271,6 +272,8 @@ def call_class(tx, cls_var: VariableTracker, args: list[VariableTracker], kwargs
         return _new_module(tx, cls, args, kwargs, constant_args)
     if isinstance(cls, type) and issubclass(cls, torch.Tensor):
         unimplemented(f"creating a {cls.__name__} (a Tensor subclass) in the frame")
+    if isinstance(cls, type) and builtin_construction(cls) and not kwargs:  # ValueError("msg"), StopIteration(v)
+        return ExceptionVariable.create(cls, args)
     if is_plain_python_class(cls):
         if getattr(cls, "__abstractmethods__", None):
             unimplemented(f"{cls.__name__} is abstract (it cannot be instantiated: TypeError)")
