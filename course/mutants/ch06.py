@@ -59,8 +59,4 @@ MUTANTS = [
            "outputs, grads = flat[:num_outputs + 1], flat[num_outputs + 1:]"),
     Mutant("6.4", "saves only forward outputs", "return [n for n in backward if n in forward]",
            "return [n for n in backward if n in outputs]"),
-    Mutant("6.4", "the walk back starts from every gradient slot, also the None of an input that needs no grad",
-           "[r for r in roots if isinstance(r, fx.Node)]", "list(roots)"),
-    Mutant("6.4", "an input reached only by the backward is not a forward value",
-           "forward = ancestors(outputs, set()) | set(primals)", "forward = ancestors(outputs, set())"),
 ]

@@ -49,8 +49,6 @@ MUTANTS = [
            "self.writes.append((name, index))"),
     Mutant("7.1", "size-1 dims dropped from the loop ranges", "dtype, inner_fn, x.get_size()))",
            "dtype, inner_fn, [s for s in x.get_size() if s != 1]))"),
-    Mutant("7.3", "a buffer written at several indices may be read at any one of them",
-           "return all(written[name] == {index} for", "return all(index in written[name] for"),
     Mutant("7.3", "only the first node's kind is checked", "    if any(candidate.kind(n) is None for n in candidate.nodes):",
            "    if candidate.kind(candidate.nodes[0]) is None:"),
     Mutant("7.4", "each load recorded at index 0 (the buffer name only)", "self.reads.append((name, sympy.expand(index)))",

@@ -43,7 +43,7 @@ def kernel_count(fn, args) -> int:
 
 @pytest.mark.ch07_1
 @pytest.mark.parametrize("shape, dtype", [((5, 7), torch.float32), ((33,), torch.float64), ((2, 3, 4), torch.float16),
-                                          ((3, 40), torch.bfloat16)])
+                                          ((3, 40), torch.bfloat16), ((3, 1, 4), torch.float32)])
 def test_silu_lowering_matches_eager(shape, dtype):
     torch.manual_seed(0)
     x = (randn(shape) * 4).to(dtype)
@@ -145,6 +145,12 @@ def test_fusion_check_rejects_mismatched_sizes_and_indices():
     a, b = [b for b in graph.buffers if hasattr(b, "data")][:2]
     mixed = package_scheduler.FusedGroup(a.get_device(), a.get_numel(), 1, False, [a, b])
     expect_equal(ch.fusion_is_legal(mixed), False, "a reduction in a pointwise kernel (no kind fits)")
+    graph, _ = lower_and_schedule(lambda x, w: (x + w, x.sum(1)), [x, w], decompose=False)
+    reduction, pointwise = sorted([b for b in graph.buffers if hasattr(b, "data")][:2],
+                                  key=lambda b: type(b.data).__name__ != "Reduction")
+    mixed = package_scheduler.FusedGroup(pointwise.get_device(), pointwise.get_numel(), 1, False, [pointwise, reduction])
+    expect_equal(ch.fusion_is_legal(mixed), False,
+                 "x + w then x.sum(1) in one pointwise kernel (the second node, a reduction, fits no kind)")
     alone = package_scheduler.FusedGroup(b.get_device(), a.get_numel(), 1, False, [b])
     expect_equal(ch.fusion_is_legal(alone), False, "a reduction alone in a pointwise kernel (no kind fits, even for one node)")
 
