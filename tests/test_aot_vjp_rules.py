@@ -219,7 +219,6 @@ CASES = {
                     aten.scatter),
     "scatter_value": (lambda x, i: torch.scatter(x, 0, i, 1.5), [R(4, 3), I(4, 2, 3)], aten.scatter),
     "flip": (lambda x: torch.flip(x, [0, 1]), [R(3, 4)], aten.flip),
-    "roll": (lambda x: torch.roll(x, (1, -2), (0, 1)), [R(3, 4)], aten.roll),
     # pad, interpolate
     "constant_pad": (lambda x: torch.nn.functional.pad(x, (1, -1, 2, 0), value=0.5), [R(2, 3, 4)],
                      aten.constant_pad_nd),

@@ -978,12 +978,6 @@ def flip_vjp(grad, out, x, dims):
     return aten.flip(grad, dims), None
 
 
-@register_vjp(aten.roll)
-def roll_vjp(grad, out, x, shifts, dims=()):
-    shifts = [shifts] if isinstance(shifts, int) else list(shifts)
-    return aten.roll(grad, [-s for s in shifts], dims), None, None
-
-
 # ----------------------------------------------------------------------------- pad, interpolate
 @register_vjp(aten.constant_pad_nd)
 def constant_pad_nd_vjp(grad, out, x, pad, value=0):
