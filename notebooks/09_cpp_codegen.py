@@ -325,6 +325,7 @@ print("matches eager:", torch.allclose(compiled.fn(a, b), (a * b + 1).sin(), ato
 # `<hash>.so` in a per-user directory. The counters tell us what happened:
 
 # %%
+cpp.wait_for_prebuilds()  # the kernels above were also built in the background: let that finish
 CppCodeCache.clear()  # forget the libraries loaded in this process (the files stay)
 src = 'extern "C" int answer() { return 42; }\n'
 print(CppCodeCache.load(src).answer(), dict(CppCodeCache.stats))

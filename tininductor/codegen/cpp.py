@@ -26,6 +26,7 @@ OpenMP's ``if(...)`` clause deciding at run time whether the work is worth threa
 """
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import ctypes
 import dataclasses
@@ -672,6 +673,7 @@ def load_cpp_kernel(name: str, nargs: int, source: str, nsizes: int = 0) -> CppK
 
 
 _build_pool = None
+_pending: set = set()   # futures of prebuilds not finished yet
 
 
 def prebuild(source: str) -> None:
@@ -685,7 +687,15 @@ def prebuild(source: str) -> None:
         return
     if _build_pool is None:
         _build_pool = ThreadPoolExecutor(max_workers=max(2, os.cpu_count() or 2), thread_name_prefix="tiny_cpp_build")
-    _build_pool.submit(_prebuild_job, _with_prelude(source))
+    future = _build_pool.submit(_prebuild_job, _with_prelude(source))
+    _pending.add(future)
+    future.add_done_callback(_pending.discard)
+
+
+def wait_for_prebuilds() -> None:
+    """Block until every background build has finished (so the code cache's counters, and the
+    files on disk, no longer change behind the caller's back)."""
+    concurrent.futures.wait(list(_pending))
 
 
 _loaded: set[str] = set()   # sources a CppKernelRunner has loaded: a queued prebuild of one is moot
