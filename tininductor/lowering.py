@@ -308,6 +308,59 @@ def clamp(x, min=None, max=None):
     return x
 
 
+# Hard activations: ReLU6 (``hardtanh(x, 0, 6)``, MobileNetV2's), hardswish and hardsigmoid
+# (MobileNetV3's), and the backward ops their VJP rules call. Pointwise lowerings, so that each fuses
+# with the batch norm before it instead of running as an ATen kernel of its own. They stay ops of the
+# graph (no decomposition into clamp before AD): their gradient is then ATen's backward formula, zero
+# at the kinks (``x == 0`` and ``x == 6`` for ReLU6) as in eager, where a clamp's maximum/minimum
+# would split a tie in half. The formulas are ATen's, in its order of operations.
+@register_lowering(aten.hardtanh)
+def hardtanh(x, min_val=-1.0, max_val=1.0):
+    return clamp(x, min_val, max_val)
+
+
+@register_lowering(aten.hardtanh_backward)
+def hardtanh_backward(grad, x, min_val, max_val):
+    def fn(g, v, lo, hi, zero):
+        return ops.where(ops.logical_or(ops.le(v, lo), ops.ge(v, hi)), zero, g)
+
+    return pointwise(fn, grad, x, min_val, max_val, 0.0)
+
+
+@register_lowering(aten.hardsigmoid)
+def hardsigmoid(x):
+    def fn(v, zero, three, six):
+        return ops.truediv(ops.minimum(ops.maximum(ops.add(v, three), zero), six), six)
+
+    return pointwise(fn, x, 0.0, 3.0, 6.0)
+
+
+@register_lowering(aten.hardsigmoid_backward)
+def hardsigmoid_backward(grad, x):
+    def fn(g, v, zero, three, sixth):
+        inside = ops.logical_and(ops.gt(v, ops.neg(three)), ops.lt(v, three))
+        return ops.where(inside, ops.mul(g, sixth), zero)
+
+    return pointwise(fn, grad, x, 0.0, 3.0, 1.0 / 6.0)
+
+
+@register_lowering(aten.hardswish)
+def hardswish(x):
+    def fn(v, zero, three, six):
+        return ops.truediv(ops.mul(v, ops.minimum(ops.maximum(ops.add(v, three), zero), six)), six)
+
+    return pointwise(fn, x, 0.0, 3.0, 6.0)
+
+
+@register_lowering(aten.hardswish_backward)
+def hardswish_backward(grad, x):
+    def fn(g, v, zero, three, half):
+        slope = ops.mul(g, ops.add(ops.truediv(v, three), half))
+        return ops.where(ops.le(v, ops.neg(three)), zero, ops.where(ops.lt(v, three), slope, g))
+
+    return pointwise(fn, grad, x, 0.0, 3.0, 0.5)
+
+
 @register_lowering(prims.convert_element_type)
 def to_dtype(x, dtype: torch.dtype):
     """An explicit cast: one ``ops.to_dtype`` around the input's body."""
