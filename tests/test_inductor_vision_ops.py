@@ -69,3 +69,86 @@ def test_activation_gradient(name, dtype):
     torch.testing.assert_close(x.grad, x_ref.grad, equal_nan=True, **TOL[dtype])
     graphs = [g for g in compile_fx.compiled_graphs if g.seq >= start]
     assert graphs and all(g.fallback_reasons == [] for g in graphs), [g.fallback_reasons for g in graphs]
+
+
+POOLS = {  # (kernel_size, stride, padding, dilation, ceil_mode)
+    "resnet_3x3_s2_p1": (3, 2, 1, 1, False),
+    "2x2": (2, None, 0, 1, False),
+    "3x3_s1_p1_dilated": (3, 1, 1, 2, False),
+    "3x3_s2_ceil": (3, 2, 0, 1, True),  # squeezenet's; a last partial window
+    "rect_2x3_s_1x2_p_1x0": ((2, 3), (1, 2), (1, 0), 1, False),
+}
+
+
+def pool_input(*size, dtype=torch.float32):
+    """Small integers (many ties: the first maximum in the window's row-by-row order must win),
+    a NaN (it wins its windows) and a -inf (a window of -inf and padding picks its first element)."""
+    torch.manual_seed(0)
+    x = torch.randint(-3, 4, size).float()
+    x[0, 0, 1, 1] = float("nan")
+    x[0, 1, 0, :3] = -float("inf")
+    x[0, 1, 1, :3] = -float("inf")
+    return x.to(dtype)
+
+
+@pytest.mark.parametrize("backend", ["cpp", "triton"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+@pytest.mark.parametrize("pool", sorted(POOLS))
+def test_max_pool2d_values_and_indices(pool, dtype, backend):
+    kernel, stride, padding, dilation, ceil_mode = POOLS[pool]
+
+    def f(x):
+        return F.max_pool2d(x, kernel, stride, padding, dilation, ceil_mode, return_indices=True)
+
+    x = pool_input(2, 3, 9, 8, dtype=dtype)
+    c = compile_graph(f, [x], backend)
+    assert c.fallback_reasons == [], c.fallback_reasons
+    (values, indices), (want_values, want_indices) = c(x), f(x)
+    torch.testing.assert_close(values, want_values, equal_nan=True)
+    torch.testing.assert_close(indices, want_indices)
+
+
+def test_max_pool2d_inference_computes_no_indices():
+    """Without a backward the indices are unused: no kernel computes them, and the pool fuses with
+    the ReLU before it and the add after it."""
+    def f(x, y):
+        return F.max_pool2d(torch.relu(x), 3, 2, 1) + y
+
+    x, y = torch.randn(2, 3, 9, 8), torch.randn(2, 3, 5, 4)
+    c = compile_graph(f, [x, y], "cpp")
+    assert c.fallback_reasons == [] and len(c.kernels) == 1, c.source
+    assert "static_cast<int64_t>(-1)" not in c.source  # the indices' "nothing taken yet" sentinel
+    torch.testing.assert_close(c(x, y), f(x, y))
+
+
+@pytest.mark.parametrize("pool", ["resnet_3x3_s2_p1", "3x3_s2_ceil"])
+def test_max_pool2d_gradient(pool):
+    """Training: the forward computes the indices the backward op reads; ties send the gradient to
+    eager's element."""
+    kernel, stride, padding, dilation, ceil_mode = POOLS[pool]
+
+    def f(x):
+        return F.max_pool2d(x * 2, kernel, stride, padding, dilation, ceil_mode)
+
+    x = pool_input(2, 3, 9, 8)
+    x[0, 0, 1, 1] = 0.0  # no NaN in gradients
+    x.requires_grad_()
+    x_ref = x.detach().clone().requires_grad_()
+    c = compile_graph(f, [x])
+    grad = torch.randn_like(f(x_ref))
+    c(x).backward(grad)
+    f(x_ref).backward(grad)
+    torch.testing.assert_close(x.grad, x_ref.grad)
+
+
+def test_max_pool2d_channels_last_under_layout_optimization():
+    """ResNet's stem: conv, batch norm, ReLU, max pool, conv. The pool reads and writes channels-last."""
+    stem = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.BatchNorm2d(8), torch.nn.ReLU(),
+                               torch.nn.MaxPool2d(3, 2, 1), torch.nn.Conv2d(8, 4, 3)).eval()
+    x = torch.randn(2, 3, 9, 8)
+    with torch.no_grad():
+        c = compile_graph(stem, [x], "cpp", force_layout_optimization=True)
+        torch.testing.assert_close(c(x), stem(x), rtol=1e-4, atol=1e-5)
+    assert c.fallback_reasons == []
+    assert "(40, 1, 8, 2)" not in c.source  # no 2-channel tensor; (N, 8, 5, 4) channels-last below
+    assert "(160, 1, 32, 8)" in c.source, c.source

@@ -812,6 +812,91 @@ def constant_pad_nd(x, pad, value=0):
     return ir.StorageBox(ir.Pointwise(x.get_device(), dtype, inner_fn, out_size))
 
 
+# --------------------------------------------------------------------------- pooling
+
+
+def _pair(value, name: str) -> list[int]:
+    """A pooling argument as (height, width): ``3`` and ``[3]`` are ``[3, 3]``."""
+    value = [value] if isinstance(value, int) else list(value)
+    if len(value) == 1:
+        value = value * 2
+    if len(value) != 2 or not all(isinstance(v, int) for v in value):
+        raise LoweringDeclined(f"{name}={value}: two static ints expected")
+    return value
+
+
+def pooling_output_size(size: int, kernel: int, stride: int, padding: int, dilation: int, ceil_mode: bool) -> int:
+    """Outputs along one dim of a pooling window sliding over ``size`` (ATen's ``pooling_output_shape``):
+    with ``ceil_mode`` a last partial window counts, unless it would start inside the right padding."""
+    span = size + 2 * padding - dilation * (kernel - 1) - 1
+    out = (span + (stride - 1 if ceil_mode else 0)) // stride + 1
+    if ceil_mode and (out - 1) * stride >= size + padding:
+        out -= 1
+    return out
+
+
+@register_lowering(aten.max_pool2d_with_indices)
+def max_pool2d_with_indices(x, kernel_size, stride=(), padding=0, dilation=1, ceil_mode=False):
+    """Max pooling as Pointwise nodes (TorchInductor lowers it so too): each output element compares
+    the ``kh * kw`` elements of its window, one load each, in the order ATen's kernels visit them
+    (row by row), and takes an element that is greater than the best so far or NaN, so ties and NaNs
+    pick eager's element. Window elements in the padding are skipped: their loads are kept in bounds
+    by a modulo and never taken.
+
+    Two nodes share that body: the maxima, and the indices (the flat position ``h * W + w`` of each
+    maximum in its input plane, which the backward op reads); an inference graph uses only the
+    maxima, so the indices are never computed. The maxima fuse with their neighbours (the batch
+    norm and ReLU before a ResNet's max pool, the convolution input after it)."""
+    if len(x.get_size()) not in (3, 4) or not all(is_static(n) for n in x.get_size()):
+        raise LoweringDeclined("max pooling of a 3-D or 4-D input of static size only")
+    kernel, padding, dilation = _pair(kernel_size, "kernel_size"), _pair(padding, "padding"), _pair(dilation, "dilation")
+    stride = _pair(stride, "stride") if stride else list(kernel)
+    *batch, height, width = [int(n) for n in x.get_size()]
+    out_hw = [pooling_output_size(n, k, s, p, d, ceil_mode)
+              for n, k, s, p, d in zip((height, width), kernel, stride, padding, dilation)]
+    dtype, acc = x.get_dtype(), _acc_dtype(x.get_dtype())
+    load = x.make_loader()
+
+    def window_max(index, with_indices: bool):
+        """ATen's loop: ``if (val > best || isnan(val)) best = val, best_index = position``, from
+        ``best = -inf`` and (for the indices) the window's first element inside the input."""
+        *outer, i, j = index
+        best = ops.constant(-math.inf, acc)
+        best_index = ops.constant(-1, torch.int64)  # no element taken yet: the first inside is taken
+        for kh in range(kernel[0]):
+            for kw in range(kernel[1]):
+                coords, inside = [], None
+                for dim, (out_index, k) in enumerate(((i, kh), (j, kw))):
+                    n, s, d = (height, width)[dim], stride[dim], dilation[dim]
+                    offset = k * d - padding[dim]
+                    position = out_index * s + offset
+                    if offset >= 0 and (out_hw[dim] - 1) * s + offset < n:  # inside for every output element
+                        coords.append(position)
+                        continue
+                    coords.append(ModularIndexing(out_index * s + offset % n, n))  # in bounds; exact inside
+                    pos = ops.index_expr(position, torch.int64)
+                    ok = ops.logical_and(ops.ge(pos, ops.constant(0, torch.int64)),
+                                         ops.lt(pos, ops.constant(n, torch.int64)))
+                    inside = ok if inside is None else ops.logical_and(inside, ok)
+                value = cast(load([*outer, *coords]), dtype, acc)
+                take = ops.logical_or(ops.gt(value, best), ops.ne(value, value))
+                if with_indices:
+                    take = ops.logical_or(take, ops.eq(best_index, ops.constant(-1, torch.int64)))
+                if inside is not None:
+                    take = ops.logical_and(inside, take)
+                best = ops.where(take, value, best)
+                if with_indices:
+                    flat = (i * stride[0] + kh * dilation[0] - padding[0]) * width \
+                        + j * stride[1] + kw * dilation[1] - padding[1]
+                    best_index = ops.where(take, ops.index_expr(flat, torch.int64), best_index)
+        return best_index if with_indices else cast(best, acc, dtype)
+
+    size = [*batch, *out_hw]
+    values = ir.Pointwise(x.get_device(), dtype, lambda index: window_max(index, False), size)
+    indices = ir.Pointwise(x.get_device(), torch.int64, lambda index: window_max(index, True), size)
+    return ir.StorageBox(values), ir.StorageBox(indices)
+
+
 # --------------------------------------------------------------------------- reductions
 
 
