@@ -152,3 +152,43 @@ def test_max_pool2d_channels_last_under_layout_optimization():
     assert c.fallback_reasons == []
     assert "(40, 1, 8, 2)" not in c.source  # no 2-channel tensor; (N, 8, 5, 4) channels-last below
     assert "(160, 1, 32, 8)" in c.source, c.source
+
+
+AVG_POOLS = {  # (kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override)
+    "densenet_2x2": (2, None, 0, False, True, None),
+    "3x3_s2_p1": (3, 2, 1, False, True, None),
+    "3x3_s2_p1_ceil": (3, 2, 1, True, True, None),
+    "3x3_s2_p1_exclude_pad": (3, 2, 1, False, False, None),
+    "3x3_s2_p1_ceil_exclude_pad": (3, 2, 1, True, False, None),
+    "divisor_override": (3, 1, 1, False, True, 5),
+    "rect_2x3_s_1x2_p_1x0": ((2, 3), (1, 2), (1, 0), False, True, None),
+}
+
+
+@pytest.mark.parametrize("backend", ["cpp", "triton"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+@pytest.mark.parametrize("pool", sorted(AVG_POOLS))
+def test_avg_pool2d(pool, dtype, backend):
+    def f(x):
+        return F.avg_pool2d(x, *AVG_POOLS[pool])
+
+    torch.manual_seed(0)
+    x = torch.randn(2, 3, 9, 8).to(dtype)
+    c = compile_graph(f, [x], backend)
+    assert c.fallback_reasons == [], c.fallback_reasons
+    torch.testing.assert_close(c(x), f(x))
+
+
+def test_avg_pool2d_gradient():
+    def f(x):
+        return F.avg_pool2d(x * 2, 3, 2, 1, True, False)
+
+    torch.manual_seed(0)
+    x = torch.randn(2, 3, 9, 8, requires_grad=True)
+    x_ref = x.detach().clone().requires_grad_()
+    c = compile_graph(f, [x])
+    grad = torch.randn_like(f(x_ref))
+    torch.testing.assert_close(c(x), f(x_ref))
+    c(x).backward(grad)
+    f(x_ref).backward(grad)
+    torch.testing.assert_close(x.grad, x_ref.grad)

@@ -835,6 +835,25 @@ def pooling_output_size(size: int, kernel: int, stride: int, padding: int, dilat
     return out
 
 
+def _window_element(load, index, k, size, out_hw, stride, padding, dilation):
+    """Element ``k = (kh, kw)`` of the pooling window of output ``index = (..., i, j)``: its load, and a
+    bool op saying whether it lies inside the input (None where it does for every output). A read in
+    the padding is kept in bounds by a modulo (exact inside), as ``constant_pad_nd`` keeps its own."""
+    *outer, i, j = index
+    coords, inside = [], None
+    for dim, (out_index, kd) in enumerate(((i, k[0]), (j, k[1]))):
+        n, s = size[dim], stride[dim]
+        offset = kd * dilation[dim] - padding[dim]
+        if offset >= 0 and (out_hw[dim] - 1) * s + offset < n:
+            coords.append(out_index * s + offset)
+            continue
+        coords.append(ModularIndexing(out_index * s + offset % n, n))
+        pos = ops.index_expr(out_index * s + offset, torch.int64)
+        ok = ops.logical_and(ops.ge(pos, ops.constant(0, torch.int64)), ops.lt(pos, ops.constant(n, torch.int64)))
+        inside = ok if inside is None else ops.logical_and(inside, ok)
+    return load([*outer, *coords]), inside
+
+
 @register_lowering(aten.max_pool2d_with_indices)
 def max_pool2d_with_indices(x, kernel_size, stride=(), padding=0, dilation=1, ceil_mode=False):
     """Max pooling as Pointwise nodes (TorchInductor lowers it so too): each output element compares
@@ -860,25 +879,14 @@ def max_pool2d_with_indices(x, kernel_size, stride=(), padding=0, dilation=1, ce
     def window_max(index, with_indices: bool):
         """ATen's loop: ``if (val > best || isnan(val)) best = val, best_index = position``, from
         ``best = -inf`` and (for the indices) the window's first element inside the input."""
-        *outer, i, j = index
+        i, j = index[-2:]
         best = ops.constant(-math.inf, acc)
         best_index = ops.constant(-1, torch.int64)  # no element taken yet: the first inside is taken
         for kh in range(kernel[0]):
             for kw in range(kernel[1]):
-                coords, inside = [], None
-                for dim, (out_index, k) in enumerate(((i, kh), (j, kw))):
-                    n, s, d = (height, width)[dim], stride[dim], dilation[dim]
-                    offset = k * d - padding[dim]
-                    position = out_index * s + offset
-                    if offset >= 0 and (out_hw[dim] - 1) * s + offset < n:  # inside for every output element
-                        coords.append(position)
-                        continue
-                    coords.append(ModularIndexing(out_index * s + offset % n, n))  # in bounds; exact inside
-                    pos = ops.index_expr(position, torch.int64)
-                    ok = ops.logical_and(ops.ge(pos, ops.constant(0, torch.int64)),
-                                         ops.lt(pos, ops.constant(n, torch.int64)))
-                    inside = ok if inside is None else ops.logical_and(inside, ok)
-                value = cast(load([*outer, *coords]), dtype, acc)
+                value, inside = _window_element(load, index, (kh, kw), (height, width), out_hw, stride, padding,
+                                                dilation)
+                value = cast(value, dtype, acc)
                 take = ops.logical_or(ops.gt(value, best), ops.ne(value, value))
                 if with_indices:
                     take = ops.logical_or(take, ops.eq(best_index, ops.constant(-1, torch.int64)))
@@ -895,6 +903,50 @@ def max_pool2d_with_indices(x, kernel_size, stride=(), padding=0, dilation=1, ce
     values = ir.Pointwise(x.get_device(), dtype, lambda index: window_max(index, False), size)
     indices = ir.Pointwise(x.get_device(), torch.int64, lambda index: window_max(index, True), size)
     return ir.StorageBox(values), ir.StorageBox(indices)
+
+
+@register_lowering(aten.avg_pool2d)
+def avg_pool2d(x, kernel_size, stride=(), padding=0, ceil_mode=False, count_include_pad=True, divisor_override=None):
+    """Average pooling as one Pointwise (DenseNet's transitions): the window's elements inside the
+    input summed in row order in the accumulation dtype, divided as ATen's kernel divides: by
+    ``divisor_override``, else by the window's size clipped to the padded input
+    (``count_include_pad``), else by the number of its elements inside the input."""
+    if len(x.get_size()) not in (3, 4) or not all(is_static(n) for n in x.get_size()):
+        raise LoweringDeclined("average pooling of a 3-D or 4-D input of static size only")
+    kernel, padding = _pair(kernel_size, "kernel_size"), _pair(padding, "padding")
+    stride = _pair(stride, "stride") if stride else list(kernel)
+    *batch, height, width = [int(n) for n in x.get_size()]
+    out_hw = [pooling_output_size(n, k, s, p, 1, ceil_mode)
+              for n, k, s, p in zip((height, width), kernel, stride, padding)]
+    dtype, acc = x.get_dtype(), _acc_dtype(x.get_dtype())
+    load = x.make_loader()
+
+    def int_(value):
+        return ops.constant(value, torch.int64)
+
+    def inner_fn(index):
+        i, j = index[-2:]
+        total = ops.constant(0, acc)
+        for kh in range(kernel[0]):
+            for kw in range(kernel[1]):
+                value, inside = _window_element(load, index, (kh, kw), (height, width), out_hw, stride, padding,
+                                                (1, 1))
+                value = cast(value, dtype, acc)
+                total = ops.add(total, value if inside is None else ops.where(inside, value, ops.constant(0, acc)))
+        if divisor_override:
+            return cast(ops.truediv(total, ops.constant(divisor_override, acc)), acc, dtype)
+        count = None
+        for out_index, k, n, s, p in ((i, kernel[0], height, stride[0], padding[0]),
+                                      (j, kernel[1], width, stride[1], padding[1])):
+            start = ops.index_expr(out_index * s - p, torch.int64)
+            end = ops.minimum(ops.add(start, int_(k)), int_(n + p))
+            if not count_include_pad:
+                start, end = ops.maximum(start, int_(0)), ops.minimum(end, int_(n))
+            extent = ops.sub(end, start)
+            count = extent if count is None else ops.mul(count, extent)
+        return cast(ops.truediv(total, ops.to_dtype(count, acc)), acc, dtype)
+
+    return ir.StorageBox(ir.Pointwise(x.get_device(), dtype, inner_fn, [*batch, *out_hw]))
 
 
 # --------------------------------------------------------------------------- reductions
