@@ -259,18 +259,14 @@ simple("ch04.branch_on", "tinydynamo's own handler (tinydynamo.symbolic_convert.
 
 
 def _resume_locals(instructions, offset: int, names: list[str]) -> list[str]:
-    """tinydynamo.resume.live_locals's rule, on normalised instructions: names read at or after
-    ``offset``, or every name when a backward jump from there re-enters earlier code."""
+    """tinydynamo.resume.live_locals's rule, on normalised instructions: every name when a backward
+    jump from ``offset`` on re-enters earlier code, else the names the rest reads."""
     from tinydynamo import resume
 
-    start = next(i.index for i in instructions if i.offset >= offset)
-    read: set[str] = set()
-    for inst in instructions[start:]:
-        if inst.target is not None and inst.target < start:
-            return list(names)
-        if inst.opname in resume._READS:
-            read.add(inst.argval)
-    return [n for n in names if n in read]
+    tail = [inst for inst in instructions if inst.offset >= offset]
+    if any(inst.target is not None and instructions[inst.target].offset < offset for inst in tail):
+        return list(names)
+    return resume.locals_read(tail, names)
 
 
 simple("ch04.resume_locals", "tinydynamo's rule (tinydynamo.resume.live_locals)", _resume_locals)
