@@ -486,9 +486,9 @@ def _view_shape(numel, shape) -> tuple:
 
 
 def _update_frame_state(state, sizes) -> list:
-    if state is None or len(state) != len(sizes):
-        return list(sizes) if state is None else [None for _ in sizes]
-    return [None if a != b else a for a, b in zip(state, sizes)]
+    from tinydynamo.symbolic_shapes import update_frame_state
+
+    return list(update_frame_state(None if state is None else tuple(state), tuple(sizes)))
 
 
 def _symbolic_dims(state, sizes, dynamic, marked=()) -> list[int]:
@@ -523,7 +523,8 @@ def _broadcast_index(out_sizes, in_sizes, xindex=None):
 simple("ch10.ShapeEnv.evaluate_expr", "a stand-in from course/fallbacks.py", _evaluate_expr)
 simple("ch10.broadcast_shapes", "a stand-in from course/fallbacks.py", _broadcast_shapes)
 simple("ch10.view_shape", "a stand-in from course/fallbacks.py", _view_shape)
-simple("ch10.update_frame_state", "a stand-in from course/fallbacks.py", _update_frame_state)
+simple("ch10.update_frame_state", "tinydynamo's rule (tinydynamo.symbolic_shapes.update_frame_state)",
+       _update_frame_state)
 simple("ch10.symbolic_dims", "a stand-in from course/fallbacks.py", _symbolic_dims)
 simple("ch10.contiguous_strides", "tininductor's own (tininductor.indexing.contiguous_strides)", _contiguous_strides)
 simple("ch10.broadcast_index", "a stand-in from course/fallbacks.py", _broadcast_index)
