@@ -421,7 +421,8 @@ own("ch09.write_atomic", "tininductor.codecache:write_atomic")
 own("ch09.entry_is_intact", "tininductor.codecache:entry_is_intact")
 
 # ---- chapter 10: dynamic shapes --------------------------------------------------------------------
-# Stand-ins for now; once tinydynamo has its own ShapeEnv and symbolic indexing, these can point there.
+# tinydynamo builds on torch's own ShapeEnv and sympy indexing, which have no small counterparts of these
+# exercises: most are stand-ins; the automatic-dynamic rule and the strides are the package's own.
 
 
 def _evaluate_expr(env, expr) -> bool:
