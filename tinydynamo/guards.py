@@ -276,6 +276,14 @@ register_guard_kind(
     lambda g: f"type({g.name}) is {g.expected[0].__name__} and len({g.name}) == {g.expected[1]}",
 )
 
+register_guard_kind(
+    "LENGTH",
+    lambda g, ref, scope: [f"len({ref}) == {g.expected}"],
+    lambda g, v: None if len(v) == g.expected else f"len({g.name}) == {g.expected} failed: actual {len(v)}",
+    lambda g: f"len({g.name}) == {g.expected}",
+)
+
+
 def _dict_keys_code(g: Guard, ref: str, scope: SourceScope) -> list[str]:
     dict_type, keys = g.expected
     t = "dict" if dict_type is dict else scope.constant(dict_type, "t")

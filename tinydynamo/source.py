@@ -142,6 +142,35 @@ class GetItemSource(Source):
 
 
 @dataclasses.dataclass(frozen=True)
+class DictKeySource(Source):
+    """The ``index``-th key of a dict, ``list(base)[index]``: a key that is not a constant (a tensor,
+    an object) has no literal to index the dict with, so it and its value are read by position."""
+
+    base: Source
+    index: int
+
+    def name(self) -> str:
+        return f"list({self.base.name()})[{self.index}]"
+
+    def code(self) -> str:
+        return f"list({self.base.code()})[{self.index}]"
+
+
+@dataclasses.dataclass(frozen=True)
+class DictValueSource(Source):
+    """The ``index``-th value of a dict, ``list(base.values())[index]`` (see :class:`DictKeySource`)."""
+
+    base: Source
+    index: int
+
+    def name(self) -> str:
+        return f"list({self.base.name()}.values())[{self.index}]"
+
+    def code(self) -> str:
+        return f"list({self.base.code()}.values())[{self.index}]"
+
+
+@dataclasses.dataclass(frozen=True)
 class BaseMethodSource(Source):
     """``dict.get(base, key)``: a read-only method of a builtin base class on a subclass instance
     (what ``super().get(key)`` reads), bypassing the subclass's overrides."""
