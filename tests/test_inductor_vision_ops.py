@@ -192,3 +192,28 @@ def test_avg_pool2d_gradient():
     c(x).backward(grad)
     f(x_ref).backward(grad)
     torch.testing.assert_close(x.grad, x_ref.grad)
+
+
+def test_restride_of_a_pooled_value_is_a_view():
+    """ATen's global average pool restrides its ``(N, C, 1, 1)`` output with ``as_strided`` to its
+    input's memory format (ConvNeXt's and Swin's heads): a view of the pooled buffer, no ATen call."""
+    def f(x):
+        pooled = (x * 2).mean([2, 3], keepdim=True)
+        return torch.as_strided(pooled, (2, 4, 1, 1), (4, 1, 4, 4)).flatten(1) + 1
+
+    x = torch.randn(2, 4, 5, 6)
+    c = compile_graph(f, [x], "cpp")
+    assert c.fallback_reasons == [], c.fallback_reasons
+    torch.testing.assert_close(c(x), f(x))
+
+
+def test_as_strided_of_an_input_stays_the_aten_op():
+    """An input may be a view into a larger storage: ``as_strided`` of it runs as the ATen op."""
+    def f(x):
+        return torch.as_strided(x, (2, 2), (1, 3), 1) * 2
+
+    base = torch.randn(20)
+    x = base[4:16].view(3, 4)
+    c = compile_graph(f, [x], "cpp")
+    assert c.fallback_reasons and "as_strided" in c.fallback_reasons[0]
+    torch.testing.assert_close(c(x), f(x))

@@ -589,6 +589,33 @@ def view(x, size):
     return _view_of(x, size, _view_reindex(old, size), _view_layout(size))
 
 
+@register_lowering(aten.as_strided)
+def as_strided(x, size, stride, storage_offset=None):
+    """A view of the memory ``x`` is stored in, with the given sizes and strides: a ReinterpretView
+    of the buffer ``x`` is realized into. ATen's adaptive average pooling restrides its ``(N, C, 1, 1)``
+    output so, to its input's memory format (ConvNeXt's and Swin's heads).
+
+    ``as_strided`` addresses the *storage*, so it means the same here as in eager only where the
+    buffer is laid out as eager laid out that value (the traced strides) and owns its storage (a
+    buffer computed by this graph, not an input, which may be a view into a larger storage); anything
+    else runs as the ATen op."""
+    node = V.graph.current_node
+    traced = node.args[0].meta.get("val") if node is not None and isinstance(node.args[0], torch.fx.Node) else None
+    stored = ir.realize_input(x)
+    base = stored.data if isinstance(stored, ir.ReinterpretView) else stored
+    if isinstance(base, ir.InputBuffer) or not isinstance(traced, torch.Tensor):
+        raise LoweringDeclined("as_strided of a graph input (its storage is not this graph's)")
+    if [size_expr(n) for n in traced.stride()] != list(stored.layout.stride) or traced.storage_offset() != 0 \
+            or stored.layout.offset != 0:
+        raise LoweringDeclined("as_strided of a value stored with other strides than eager's")
+    layout = _restride(base.layout, size, stride, 0 if storage_offset is None else storage_offset)
+    extent = base.layout.storage_size()
+    if not (is_static(layout.storage_size()) and is_static(extent)) or layout.storage_size() > extent \
+            or extent != prod(base.layout.size):  # a buffer with holes: eager's holes hold other data
+        raise LoweringDeclined("as_strided beyond the buffer's elements")
+    return ir.ReinterpretView(base, layout)
+
+
 def _view_size(old, size) -> list:
     """The view's sizes as expressions, its ``-1`` (if any) worked out from the element count."""
     size = [size_expr(s) for s in size]
