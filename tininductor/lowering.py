@@ -214,6 +214,26 @@ def bitwise_not(x):
     return pointwise(ops.bitwise_not, x)
 
 
+def register_bitwise(target, name):
+    """``bitwise_and/or`` of integer or bool tensors (and Python ints/bools): one ``ops.<name>``
+    over the promoted operands; on bools it is the logical op (attention masks combined with ``&``)."""
+    @register_lowering(target)
+    def lowering(a, b):
+        dtypes = [x.get_dtype() for x in (a, b) if is_ir(x)]
+        if any(d.is_floating_point or d.is_complex for d in dtypes):
+            raise LoweringDeclined(f"{target} of a floating-point tensor (torch raises)")
+        if all(d == torch.bool for d in dtypes) and all(is_ir(x) or isinstance(x, bool) for x in (a, b)):
+            return pointwise(getattr(ops, name.replace("bitwise", "logical")), a, b, promote=Promote.ALWAYS_BOOL,
+                             returns_bool=True)
+        return pointwise(getattr(ops, name), a, b)
+
+    return lowering
+
+
+for _name in "bitwise_and bitwise_or".split():
+    register_bitwise(getattr(aten, _name), _name)
+
+
 def register_logical(target, name):
     @register_lowering(target)
     def lowering(*args):
