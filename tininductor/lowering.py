@@ -952,6 +952,54 @@ def max_pool2d_with_indices(x, kernel_size, stride=(), padding=0, dilation=1, ce
     return ir.StorageBox(values), ir.StorageBox(indices)
 
 
+@register_lowering(aten.max_pool2d_with_indices_backward)
+def max_pool2d_with_indices_backward(grad, x, kernel_size, stride, padding, dilation, ceil_mode, indices):
+    """The gradient of max pooling, gathered instead of scattered: input element ``(h, w)`` sums the
+    gradients of the (at most ``kh * kw``) windows that contain it and whose recorded maximum is
+    it. Window ``(kh, kw)`` holds ``(h, w)`` as its element for the output ``oh = (h + p - kh * d) / s``
+    when that divides and lies in the output; reads are kept in bounds by a modulo. One Pointwise,
+    fused with the gradient's producer (TorchInductor lowers it so too)."""
+    if len(x.get_size()) not in (3, 4) or not all(is_static(n) for n in [*x.get_size(), *grad.get_size()]):
+        raise LoweringDeclined("max pooling backward of a 3-D or 4-D input of static size only")
+    kernel, padding, dilation = _pair(kernel_size, "kernel_size"), _pair(padding, "padding"), _pair(dilation, "dilation")
+    stride = _pair(stride, "stride") if stride else list(kernel)
+    *batch, height, width = [int(n) for n in x.get_size()]
+    out_hw = [int(n) for n in grad.get_size()[-2:]]
+    dtype, acc = grad.get_dtype(), _acc_dtype(grad.get_dtype())
+    load_grad, load_index = grad.make_loader(), indices.make_loader()
+
+    def int_(value):
+        return ops.constant(value, torch.int64)
+
+    def inner_fn(index):
+        *outer, h, w = index
+        total = ops.constant(0, acc)
+        # windows in the order of their outputs (kh descending is oh ascending), as eager accumulates
+        for kh in reversed(range(kernel[0])):
+            for kw in reversed(range(kernel[1])):
+                coords, ok = [], None
+                for dim, (pos, k) in enumerate(((h, kh), (w, kw))):
+                    s, n_out = stride[dim], out_hw[dim]
+                    c = k * dilation[dim] - padding[dim]   # the window element sits at out * s + c
+                    shift = s * -(-max(c, 0) // s)         # a multiple of s that keeps pos - c + shift >= 0
+                    numerator = pos - c + shift
+                    out = FloorDiv(numerator, s) - shift // s
+                    coords.append(ModularIndexing(FloorDiv(numerator, s) + (-(shift // s)) % n_out, n_out))
+                    out_value = ops.index_expr(out, torch.int64)
+                    cond = ops.logical_and(ops.ge(out_value, int_(0)), ops.lt(out_value, int_(n_out)))
+                    if s != 1:
+                        cond = ops.logical_and(cond, ops.eq(ops.index_expr(ModularIndexing(numerator, s), torch.int64),
+                                                            int_(0)))
+                    ok = cond if ok is None else ops.logical_and(ok, cond)
+                at = [*outer, *coords]
+                mine = ops.eq(load_index(at), ops.index_expr(h * width + w, torch.int64))
+                value = cast(load_grad(at), dtype, acc)
+                total = ops.add(total, ops.where(ops.logical_and(ok, mine), value, ops.constant(0, acc)))
+        return cast(total, acc, dtype)
+
+    return ir.StorageBox(ir.Pointwise(x.get_device(), dtype, inner_fn, [*batch, height, width]))
+
+
 @register_lowering(aten.avg_pool2d)
 def avg_pool2d(x, kernel_size, stride=(), padding=0, ceil_mode=False, count_include_pad=True, divisor_override=None):
     """Average pooling as one Pointwise (DenseNet's transitions): the window's elements inside the
