@@ -446,8 +446,8 @@ def test_missing_rule_names_the_op():
     from tininductor.joint_graph import MissingVJPRule, create_joint
 
     x = torch.randn(2, 3, requires_grad=True)
-    rules = {k: v for k, v in VJP_RULES.items() if k is not aten.cumsum}  # a registry lacking cumsum
-    fn = lambda x: torch.cumsum(x.exp(), 1)  # noqa: E731
+    rules = {k: v for k, v in VJP_RULES.items() if k is not aten.cumprod}  # a registry lacking cumprod
+    fn = lambda x: torch.cumprod(x.exp(), 1)  # noqa: E731
     fakes, mode = fake_inputs([x])
-    with pytest.raises(MissingVJPRule, match="no VJP rule for aten.cumsum"):
+    with pytest.raises(MissingVJPRule, match="no VJP rule for aten.cumprod"):
         create_joint(decompose(fn, fakes), fakes, [True], mode, rules=rules)
