@@ -560,12 +560,27 @@ def native_dropout(x, p, train):
 
 
 # ----------------------------------------------------------------------------- attention
+#: True while :func:`decompose` traces a graph that no backward will differentiate (``inference=True``)
+_tracing_inference = False
+
+
+@contextlib.contextmanager
+def _inference_trace(inference: bool):
+    global _tracing_inference
+    before, _tracing_inference = _tracing_inference, inference
+    try:
+        yield
+    finally:
+        _tracing_inference = before
+
+
 def _with_log_sumexp(op):
     """The fused CUDA attention kernels save their logsumexp for the backward only when asked
     (``compute_log_sumexp``), which torch decides from grad mode. Graphs are traced without
-    grad, so always ask: the backward (its VJP rule calls the ATen backward op) needs it."""
+    grad, so ask unless the graph is traced for inference: the backward (its VJP rule calls the
+    ATen backward op) needs it, an inference call would only allocate and write it."""
     def decomposition(q, k, v, attn_bias, compute_log_sumexp, *args, **kwargs):
-        if compute_log_sumexp:
+        if compute_log_sumexp or _tracing_inference:
             return NotImplemented
         return op(q, k, v, attn_bias, True, *args, **kwargs)
     return decomposition
@@ -797,7 +812,8 @@ def _has_symbolic_sizes(fakes) -> bool:
         isinstance(s, torch.SymInt) for s in x.shape)) for x in fakes)
 
 
-def decompose(gm: torch.fx.GraphModule, example_inputs, table: dict | None = None) -> torch.fx.GraphModule:
+def decompose(gm: torch.fx.GraphModule, example_inputs, table: dict | None = None,
+              inference: bool = False) -> torch.fx.GraphModule:
     """Re-trace ``gm`` into a graph of prim-set ATen ops with the same calling convention.
 
     Tracing runs on fake tensors (no real compute) with autograd off: decompositions are
@@ -806,6 +822,8 @@ def decompose(gm: torch.fx.GraphModule, example_inputs, table: dict | None = Non
     the prim set are logged and listed in ``result.meta["fallbacks"]``. ``table`` replaces
     :data:`DECOMPOSITIONS` (any op -> function mapping, read with the registry's keying rule; the
     course swaps a learner's entry into the registry itself: ``DECOMPOSITIONS.swap({op: yours})``).
+    ``inference``: no backward will differentiate the graph, so nothing is kept for one (the
+    attention kernels' logsumexp).
     """
     table = overload_table(DECOMPOSITIONS if table is None else table)
     fakes, mode = fake_inputs(example_inputs)
@@ -819,7 +837,7 @@ def decompose(gm: torch.fx.GraphModule, example_inputs, table: dict | None = Non
     # decomposed from (``aten._softmax`` for the ``amax``, ``sub``, ``exp`` ... it became), which
     # kernel names can follow (``config.descriptive_names``)
     with torch.no_grad(), mode, enable_python_dispatcher(), composites, allow_real_constants(mode), \
-            fx_traceback.preserve_node_meta():
+            fx_traceback.preserve_node_meta(), _inference_trace(inference):
         out = make_fx(functional, decomposition_table=table)(*fakes)
     if functionalize_inplace_views(out):
         # the in-place op restrided its base's example value too: recompute every node's ``val``
