@@ -204,6 +204,8 @@ CASES = {
     "sgn": (lambda x: torch.sgn(x) * x, [R(3, 4)], aten.sgn),
     "bernoulli_0_1": (lambda x: torch.bernoulli(x) * 2, [("bin", (3, 4))], aten.bernoulli),
     "dropout_p1": (lambda x: aten.native_dropout(x, 1.0, True)[0] + x, [R(3, 4)], aten.native_dropout),
+    "bitwise_and_mask": (lambda x: x * torch.bitwise_and(x > 0, x < 1), [R(3, 4)], aten.bitwise_and),
+    "bitwise_or_mask": (lambda x: x * torch.bitwise_or(x > 1, x < -1), [R(3, 4)], aten.bitwise_or),
     # scans
     # a short cumsum decomposes into a masked sum; past CUMSUM_MAX_LENGTH it stays, with its rule
     "cumsum": (lambda x: torch.cumsum(x, 1), [R(2, CUMSUM_MAX_LENGTH + 1)], aten.cumsum),
