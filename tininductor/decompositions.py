@@ -704,6 +704,35 @@ def _transformer_encoder_layer_fwd(src, embed_dim, num_heads, qkv_weight, qkv_bi
     return norm(x, norm_weight_2, norm_bias_2) if not norm_first else x
 
 
+# ----------------------------------------------------------------------------- writes into a fresh tensor
+# Functionalization turns ``y[:, 1:] = x[:, :-1]`` on a fresh ``y`` (HF BART's decoder inputs, shifted
+# right) into ``copy`` and ``slice_scatter``: as pointwise selects they fuse with what feeds them.
+
+@register_decomposition(aten.copy)
+def copy(x, src, non_blocking=False):
+    """The functional ``x.copy_(src)``: ``src`` broadcast to ``x``'s shape, in ``x``'s dtype. A copy
+    across devices stays (a logged fallback)."""
+    if src.device != x.device:
+        return NotImplemented
+    return aten.clone(aten.expand(prims.convert_element_type(src, x.dtype), list(x.shape)))
+
+
+@register_decomposition(aten.slice_scatter)
+def slice_scatter(x, src, dim=0, start=None, end=None, step=1):
+    """``x`` with ``x[start:end]`` along ``dim`` replaced by ``src``: ``src`` padded to ``x``'s length
+    and picked inside the slice. Steps other than 1 stay (a logged fallback)."""
+    dim = dim % x.dim()
+    n = x.shape[dim]
+    if step != 1 or not isinstance(n, int):
+        return NotImplemented
+    begin, stop, _ = slice(start, end).indices(n)
+    stop = max(begin, stop)
+    padded = aten.constant_pad_nd(src, [0, 0] * (x.dim() - 1 - dim) + [begin, n - stop])
+    position = aten.view(aten.arange(n, device=x.device), [n] + [1] * (x.dim() - 1 - dim))
+    inside = aten.logical_and(aten.ge(position, begin), aten.lt(position, stop))
+    return aten.where(inside, padded, x)
+
+
 # ----------------------------------------------------------------------------- scans
 #: longest axis whose cumulative sum is written as a masked reduction (``n * n`` additions per row);
 #: past it the op stays a fallback (TorchInductor generates a scan kernel instead)
