@@ -204,6 +204,8 @@ CASES = {
     "sgn": (lambda x: torch.sgn(x) * x, [R(3, 4)], aten.sgn),
     "bernoulli_0_1": (lambda x: torch.bernoulli(x) * 2, [("bin", (3, 4))], aten.bernoulli),
     "dropout_p1": (lambda x: aten.native_dropout(x, 1.0, True)[0] + x, [R(3, 4)], aten.native_dropout),
+    "bitwise_and_mask": (lambda x: x * torch.bitwise_and(x > 0, x < 1), [R(3, 4)], aten.bitwise_and),
+    "bitwise_or_mask": (lambda x: x * torch.bitwise_or(x > 1, x < -1), [R(3, 4)], aten.bitwise_or),
     # scans
     # a short cumsum decomposes into a masked sum; past CUMSUM_MAX_LENGTH it stays, with its rule
     "cumsum": (lambda x: torch.cumsum(x, 1), [R(2, CUMSUM_MAX_LENGTH + 1)], aten.cumsum),
@@ -425,8 +427,7 @@ def test_every_prim_has_a_rule_or_a_reason():
 def test_every_rule_is_tested():
     tested = {case[2] for case in CASES.values()}
     silent = {aten.eq, aten.ne, aten.lt, aten.le, aten.logical_and, aten.logical_or, aten.logical_not,
-              aten.alias, aten.arange, aten.empty,
-              aten.bitwise_and, aten.bitwise_or}  # exercised inside other cases, or integer-only
+              aten.alias, aten.arange, aten.empty}  # exercised inside other cases
     untested = set(VJP_RULES) - tested - silent - CUDA_ONLY
     assert not untested, f"VJP rules without a test case: {sorted(map(str, untested))}"
 
@@ -447,8 +448,8 @@ def test_missing_rule_names_the_op():
     from tininductor.joint_graph import MissingVJPRule, create_joint
 
     x = torch.randn(2, 3, requires_grad=True)
-    rules = {k: v for k, v in VJP_RULES.items() if k is not aten.sin}  # a registry lacking sin
-    fn = lambda x: torch.sin(x.exp())  # noqa: E731
+    rules = {k: v for k, v in VJP_RULES.items() if k is not aten.cumprod}  # a registry lacking cumprod
+    fn = lambda x: torch.cumprod(x.exp(), 1)  # noqa: E731
     fakes, mode = fake_inputs([x])
-    with pytest.raises(MissingVJPRule, match="no VJP rule for aten.sin"):
+    with pytest.raises(MissingVJPRule, match="no VJP rule for aten.cumprod"):
         create_joint(decompose(fn, fakes), fakes, [True], mode, rules=rules)

@@ -1,7 +1,8 @@
-"""The small ops transformers models build position ids and attention masks with: ``cumsum`` (a
-decomposition into a masked reduction over short axes) and ``bitwise_and`` / ``bitwise_or`` on
-integer and bool tensors (lowerings). Values and dtypes against eager, on the C++ backend and the
-Triton interpreter, and no library call left in the generated code."""
+"""The small ops transformers models build position ids, attention masks and shifted decoder inputs
+with: ``cumsum`` (a decomposition into a masked reduction over short axes), ``bitwise_and`` /
+``bitwise_or`` on integer and bool tensors (lowerings), ``slice_scatter`` and ``copy`` (what
+functionalization makes of ``y[:, 1:] = x[:, :-1]``; decompositions). Values and dtypes against
+eager, on the C++ backend and the Triton interpreter, and no library call left in the generated code."""
 import pytest
 import torch
 
@@ -83,3 +84,29 @@ def test_bitwise_matches_eager(backend, op, case):
     out, ref = compiled(*args), fn(*args)
     assert out.dtype == ref.dtype and torch.equal(out, ref), (out, ref)
     assert "aten.bitwise" not in compiled.source, compiled.source
+
+
+SCATTER_CASES = {
+    "middle": (lambda x, s: torch.slice_scatter(x, s, 1, 1, 5), [(3, 6), (3, 4)]),
+    "negative start, no end": (lambda x, s: torch.slice_scatter(x, s, 0, -2, None), [(5, 3), (2, 3)]),
+    "last dim, no start": (lambda x, s: torch.slice_scatter(x, s, -1, None, 2), [(2, 3, 4), (2, 3, 2)]),
+    "end past the length": (lambda x, s: torch.slice_scatter(x, s, 1, 0, 100), [(2, 3), (2, 3)]),
+    "copy with broadcast and cast": (lambda x, s: torch.ops.aten.copy(x, s.double()), [(3, 4), (4,)]),
+}
+
+
+@pytest.mark.parametrize("case", list(SCATTER_CASES))
+def test_slice_scatter_and_copy_match_eager(case):
+    fn, shapes = SCATTER_CASES[case]
+    args = [torch.randn(*s) for s in shapes]
+    compiled = compile_graph(fn, args, "cpp")
+    torch.testing.assert_close(compiled(*args), fn(*args))
+    assert "# fallback" not in compiled.source, compiled.source
+
+
+def test_slice_scatter_with_a_step_stays_a_fallback():
+    fn = lambda x, s: torch.slice_scatter(x, s, 1, 1, 5, 2)  # noqa: E731
+    args = [torch.randn(3, 6), torch.randn(3, 2)]
+    compiled = compile_graph(fn, args, "cpp")
+    torch.testing.assert_close(compiled(*args), fn(*args))
+    assert "aten.slice_scatter" in compiled.source

@@ -4,14 +4,17 @@ linear layers, attention and softmax (tininductor/decompositions.py): values aga
 over its arguments (weights or not, averaged or not, each mask form), then the real modules and
 torchvision's VisionTransformer through tinydynamo."""
 import logging
+import sys
 
 import pytest
 import torch
 import torch.nn as nn
+from torch._subclasses.fake_tensor import FakeTensorMode
 
 import tininductor
 import tinydynamo
 from tests.model_zoo import import_torchvision
+from tininductor.aot_autograd import aot_eager
 from tininductor.decompositions import DECOMPOSITIONS, decompose
 from tininductor.testing import compile_graph, patch_config
 
@@ -216,3 +219,32 @@ def test_torchvision_vision_transformer(caplog):
     out, fallbacks = _through_tinydynamo(model, x, caplog=caplog)
     assert not any("multi_head_attention" in f for f in fallbacks), fallbacks
     torch.testing.assert_close(out, _eager(model, x), atol=1e-4, rtol=1e-4)
+
+
+# ----------------------------------------------------------------------------- the fused kernels' logsumexp
+def test_fused_attention_keeps_its_logsumexp_only_for_a_backward():
+    """The CUDA attention kernels write a logsumexp for the backward when asked: asked in a graph
+    traced for training, not in one traced for inference (fake CUDA tensors: no GPU needed)."""
+    mode = FakeTensorMode(allow_non_fake_inputs=True)
+    with mode:
+        q = torch.empty(2, 2, 4, 8, device="cuda")
+    fn = lambda q: aten._scaled_dot_product_efficient_attention(q, q, q, None, False)[0]  # noqa: E731
+    for inference in (False, True):
+        gm = decompose(torch.fx.symbolic_trace(fn), [q], inference=inference)
+        [node] = [n for n in gm.graph.nodes if n.target is aten._scaled_dot_product_efficient_attention.default]
+        assert node.args[4] is (not inference)
+
+
+@pytest.mark.parametrize("grad", [False, True])
+def test_aot_traces_for_inference_when_no_backward_can_follow(grad, monkeypatch):
+    seen = []
+
+    def spy(*args, **kwargs):
+        seen.append(kwargs.get("inference"))
+        return decompose(*args, **kwargs)
+
+    monkeypatch.setattr(sys.modules["tininductor.aot_autograd"], "decompose", spy)  # the package exports a function of that name
+    x = torch.randn(3, requires_grad=True)
+    with torch.set_grad_enabled(grad):
+        aot_eager(lambda x: x.sin(), [x])
+    assert seen == [not grad]

@@ -560,12 +560,27 @@ def native_dropout(x, p, train):
 
 
 # ----------------------------------------------------------------------------- attention
+#: True while :func:`decompose` traces a graph that no backward will differentiate (``inference=True``)
+_tracing_inference = False
+
+
+@contextlib.contextmanager
+def _inference_trace(inference: bool):
+    global _tracing_inference
+    before, _tracing_inference = _tracing_inference, inference
+    try:
+        yield
+    finally:
+        _tracing_inference = before
+
+
 def _with_log_sumexp(op):
     """The fused CUDA attention kernels save their logsumexp for the backward only when asked
     (``compute_log_sumexp``), which torch decides from grad mode. Graphs are traced without
-    grad, so always ask: the backward (its VJP rule calls the ATen backward op) needs it."""
+    grad, so ask unless the graph is traced for inference: the backward (its VJP rule calls the
+    ATen backward op) needs it, an inference call would only allocate and write it."""
     def decomposition(q, k, v, attn_bias, compute_log_sumexp, *args, **kwargs):
-        if compute_log_sumexp:
+        if compute_log_sumexp or _tracing_inference:
             return NotImplemented
         return op(q, k, v, attn_bias, True, *args, **kwargs)
     return decomposition
@@ -689,6 +704,35 @@ def _transformer_encoder_layer_fwd(src, embed_dim, num_heads, qkv_weight, qkv_bi
     return norm(x, norm_weight_2, norm_bias_2) if not norm_first else x
 
 
+# ----------------------------------------------------------------------------- writes into a fresh tensor
+# Functionalization turns ``y[:, 1:] = x[:, :-1]`` on a fresh ``y`` (HF BART's decoder inputs, shifted
+# right) into ``copy`` and ``slice_scatter``: as pointwise selects they fuse with what feeds them.
+
+@register_decomposition(aten.copy)
+def copy(x, src, non_blocking=False):
+    """The functional ``x.copy_(src)``: ``src`` broadcast to ``x``'s shape, in ``x``'s dtype. A copy
+    across devices stays (a logged fallback)."""
+    if src.device != x.device:
+        return NotImplemented
+    return aten.clone(aten.expand(prims.convert_element_type(src, x.dtype), list(x.shape)))
+
+
+@register_decomposition(aten.slice_scatter)
+def slice_scatter(x, src, dim=0, start=None, end=None, step=1):
+    """``x`` with ``x[start:end]`` along ``dim`` replaced by ``src``: ``src`` padded to ``x``'s length
+    and picked inside the slice. Steps other than 1 stay (a logged fallback)."""
+    dim = dim % x.dim()
+    n = x.shape[dim]
+    if step != 1 or not isinstance(n, int):
+        return NotImplemented
+    begin, stop, _ = slice(start, end).indices(n)
+    stop = max(begin, stop)
+    padded = aten.constant_pad_nd(src, [0, 0] * (x.dim() - 1 - dim) + [begin, n - stop])
+    position = aten.view(aten.arange(n, device=x.device), [n] + [1] * (x.dim() - 1 - dim))
+    inside = aten.logical_and(aten.ge(position, begin), aten.lt(position, stop))
+    return aten.where(inside, padded, x)
+
+
 # ----------------------------------------------------------------------------- scans
 #: longest axis whose cumulative sum is written as a masked reduction (``n * n`` additions per row);
 #: past it the op stays a fallback (TorchInductor generates a scan kernel instead)
@@ -797,7 +841,8 @@ def _has_symbolic_sizes(fakes) -> bool:
         isinstance(s, torch.SymInt) for s in x.shape)) for x in fakes)
 
 
-def decompose(gm: torch.fx.GraphModule, example_inputs, table: dict | None = None) -> torch.fx.GraphModule:
+def decompose(gm: torch.fx.GraphModule, example_inputs, table: dict | None = None,
+              inference: bool = False) -> torch.fx.GraphModule:
     """Re-trace ``gm`` into a graph of prim-set ATen ops with the same calling convention.
 
     Tracing runs on fake tensors (no real compute) with autograd off: decompositions are
@@ -806,6 +851,8 @@ def decompose(gm: torch.fx.GraphModule, example_inputs, table: dict | None = Non
     the prim set are logged and listed in ``result.meta["fallbacks"]``. ``table`` replaces
     :data:`DECOMPOSITIONS` (any op -> function mapping, read with the registry's keying rule; the
     course swaps a learner's entry into the registry itself: ``DECOMPOSITIONS.swap({op: yours})``).
+    ``inference``: no backward will differentiate the graph, so nothing is kept for one (the
+    attention kernels' logsumexp).
     """
     table = overload_table(DECOMPOSITIONS if table is None else table)
     fakes, mode = fake_inputs(example_inputs)
@@ -819,7 +866,7 @@ def decompose(gm: torch.fx.GraphModule, example_inputs, table: dict | None = Non
     # decomposed from (``aten._softmax`` for the ``amax``, ``sub``, ``exp`` ... it became), which
     # kernel names can follow (``config.descriptive_names``)
     with torch.no_grad(), mode, enable_python_dispatcher(), composites, allow_real_constants(mode), \
-            fx_traceback.preserve_node_meta():
+            fx_traceback.preserve_node_meta(), _inference_trace(inference):
         out = make_fx(functional, decomposition_table=table)(*fakes)
     if functionalize_inplace_views(out):
         # the in-place op restrided its base's example value too: recompute every node's ``val``
