@@ -246,6 +246,20 @@ def _const_code(g: Guard, ref: str, scope: SourceScope) -> list[str]:
     v = g.expected
     if v is None or v is True or v is False or v is Ellipsis:
         return [f"{ref} is {v!r}"]
+    exact = _exact_const_code(v, ref, scope)
+    if type(v) in _IMMUTABLE_CONSTANTS:
+        # the object the trace read (a module's ``eps``, a stride entry) is usually still the one
+        # there: one identity test, and the exact test only for another object (an immutable
+        # object is equal to itself in every way the exact test looks at, bits included)
+        return [f"({ref} is {scope.constant(v, 'c')} or {' and '.join(exact)})"]
+    return exact
+
+
+_IMMUTABLE_CONSTANTS = (int, float, str, bytes, complex)
+
+
+def _exact_const_code(v: Any, ref: str, scope: SourceScope) -> list[str]:
+    """The exact test of a constant: its type, then its value (bits where ``==`` would mislead)."""
     if type(v) is float and _needs_bits(v):
         return [f"type({ref}) is float", f"{scope.constant(float_bits, 'fn')}({ref}) == {float_bits(v)}"]
     if type(v) is complex and (_needs_bits(v.real) or _needs_bits(v.imag)):
@@ -310,7 +324,7 @@ register_guard_kind(
 
 register_guard_kind(
     "DICT_CONTAINS",
-    lambda g, ref, scope: [f"({g.expected[0]!r} in {ref}) is {g.expected[1]!r}"],
+    lambda g, ref, scope: [f"{g.expected[0]!r} {'in' if g.expected[1] else 'not in'} {ref}"],
     lambda g, v: None if (g.expected[0] in v) == g.expected[1]
     else f"{g.expected[0]!r} {'is no longer' if g.expected[1] else 'is now'} in {g.name} "
          f"(expected {'present' if g.expected[1] else 'absent'})",
