@@ -253,7 +253,7 @@ def _const_code(g: Guard, ref: str, scope: SourceScope) -> list[str]:
         # the object the trace read (a module's ``eps``, a stride entry) is usually still the one
         # there: one identity test, and the exact test only for another object (an immutable
         # object is equal to itself in every way the exact test looks at, bits included)
-        return [f"({ref} is {scope.constant(v, 'c')} or {' and '.join(exact)})"]
+        return [f"{ref} is {scope.constant(v, 'c')} or {' and '.join(exact)}"]
     return exact
 
 
