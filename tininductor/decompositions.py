@@ -689,6 +689,35 @@ def _transformer_encoder_layer_fwd(src, embed_dim, num_heads, qkv_weight, qkv_bi
     return norm(x, norm_weight_2, norm_bias_2) if not norm_first else x
 
 
+# ----------------------------------------------------------------------------- scans
+#: longest axis whose cumulative sum is written as a masked reduction (``n * n`` additions per row);
+#: past it the op stays a fallback (TorchInductor generates a scan kernel instead)
+CUMSUM_MAX_LENGTH = 1024
+
+
+@register_decomposition(aten.cumsum)
+def cumsum(x, dim, dtype=None):
+    """Prefix sums along ``dim`` as one reduction: ``out[i] = sum over j of (j <= i ? x[j] : 0)``,
+    over a ``[..., n, n, ...]`` masked view that is never stored (the mask and the broadcast fuse
+    into the reduction's loads). Short axes only (:data:`CUMSUM_MAX_LENGTH`): position ids from an
+    attention mask (HF OPT, XLM) then stop being a library call between kernels. Integers and bools
+    sum in int64 as in eager; floats keep their dtype (the sum's order differs from eager's
+    sequential one by rounding only)."""
+    if x.dim() == 0 or x.is_complex():
+        return NotImplemented
+    dim = dim % x.dim()
+    n = x.shape[dim]
+    if not isinstance(n, int) or n == 0 or n > CUMSUM_MAX_LENGTH:
+        return NotImplemented
+    out_dtype = dtype if dtype is not None else x.dtype if x.is_floating_point() else torch.int64
+    x = prims.convert_element_type(x, out_dtype)
+    position = aten.arange(n, device=x.device)
+    keep = aten.ge(aten.unsqueeze(position, 1), aten.unsqueeze(position, 0))  # [i, j]: j <= i
+    keep = aten.view(keep, [n, n] + [1] * (x.dim() - dim - 1))
+    masked = aten.where(keep, aten.unsqueeze(x, dim), _scalar(0, x))  # [..., i, j, ...]
+    return aten.sum(masked, [dim + 1])
+
+
 # ----------------------------------------------------------------------------- indexing
 @register_decomposition(aten.embedding)
 def embedding(weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=False):

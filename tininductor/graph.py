@@ -169,8 +169,11 @@ class GraphLowering(torch.fx.Interpreter):
             box = leaf.unwrap_storage() if isinstance(leaf, ir.View) else leaf
             if isinstance(box, ir.StorageBox) and not box.is_realized():
                 box.origins = list(self.current_origins)
-        # inline a pointwise producer into each user, unless that recomputes too much
-        if n.op == "call_function" and len(n.users) > 1:
+        # inline a pointwise producer into each user, unless that recomputes too much. A node with
+        # several outputs (max pooling's values and indices) is used through one getitem node per
+        # output: each of those counts its own output's users, and an output nobody reads stays
+        # unrealized (never computed)
+        if n.op == "call_function" and len(n.users) > 1 and not isinstance(result, (tuple, list)):
             for leaf in tree_flatten(result)[0]:
                 box = leaf.unwrap_storage() if isinstance(leaf, ir.View) else leaf
                 if isinstance(box, ir.StorageBox):
