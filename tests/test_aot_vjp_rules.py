@@ -8,6 +8,7 @@ import torch
 
 from tininductor import config
 from tininductor.aot_autograd import aot_eager
+from tininductor.decompositions import CUMSUM_MAX_LENGTH
 from tininductor.prims import PRIM_SET
 from tininductor.vjp_rules import VJP_RULES, sum_to_size
 
@@ -204,7 +205,8 @@ CASES = {
     "bernoulli_0_1": (lambda x: torch.bernoulli(x) * 2, [("bin", (3, 4))], aten.bernoulli),
     "dropout_p1": (lambda x: aten.native_dropout(x, 1.0, True)[0] + x, [R(3, 4)], aten.native_dropout),
     # scans
-    "cumsum": (lambda x: torch.cumsum(x, 1), [R(3, 5)], aten.cumsum),
+    # a short cumsum decomposes into a masked sum; past CUMSUM_MAX_LENGTH it stays, with its rule
+    "cumsum": (lambda x: torch.cumsum(x, 1), [R(2, CUMSUM_MAX_LENGTH + 1)], aten.cumsum),
     "cumprod": (lambda x: torch.cumprod(x, 0), [R(4, 3)], aten.cumprod),
     "cumprod_zero": (lambda x: torch.cumprod(x * (torch.arange(5) != 2), 1), [R(3, 5)], aten.cumprod),
     # indexing

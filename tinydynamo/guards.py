@@ -23,7 +23,7 @@ from torch.nn.modules import module as module_mod
 
 from tinydynamo import config
 from tinydynamo.registry import swap
-from tinydynamo.source import Source, SourceScope
+from tinydynamo.source import Source, SourceScope, source_reader
 
 
 @dataclasses.dataclass(frozen=True)
@@ -276,6 +276,14 @@ register_guard_kind(
     lambda g: f"type({g.name}) is {g.expected[0].__name__} and len({g.name}) == {g.expected[1]}",
 )
 
+register_guard_kind(
+    "LENGTH",
+    lambda g, ref, scope: [f"len({ref}) == {g.expected}"],
+    lambda g, v: None if len(v) == g.expected else f"len({g.name}) == {g.expected} failed: actual {len(v)}",
+    lambda g: f"len({g.name}) == {g.expected}",
+)
+
+
 def _dict_keys_code(g: Guard, ref: str, scope: SourceScope) -> list[str]:
     dict_type, keys = g.expected
     t = "dict" if dict_type is dict else scope.constant(dict_type, "t")
@@ -456,22 +464,7 @@ def generate_check_code(guards: list[Guard], scope: SourceScope) -> str:
     needs more than that check (a subclass) keeps its Python conditions.
     """
     body: list[str] = []
-    refs: dict[str, str] = {}
-
-    def ref_of(source: Source) -> str:
-        key = source.name()
-        if key in refs:
-            return refs[key]
-        base = getattr(source, "base", None)
-        if base is not None:  # evaluate the parent once, reuse it: L['self'].fc1 -> ___v1.weight
-            parent = ref_of(base)
-            expr = source.code().replace(base.code(), parent, 1)
-        else:
-            expr = source.code()
-        ref = f"___v{len(refs)}"
-        refs[key] = ref
-        body.append(f"{ref} = {expr}")
-        return ref
+    ref_of = source_reader(body, "___v")  # each source read once, a nested one through its parent's local
 
     batched: list[tuple[str, Guard]] = []  # tensors checked by one C++ call at the end
     fast = {id(g) for g in _cpp_checkable(guards)}

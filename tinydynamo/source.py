@@ -8,7 +8,7 @@ registered in the :class:`SourceScope`.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, Callable
 
 
 class Source:
@@ -142,6 +142,35 @@ class GetItemSource(Source):
 
 
 @dataclasses.dataclass(frozen=True)
+class DictKeySource(Source):
+    """The ``index``-th key of a dict, ``list(base)[index]``: a key that is not a constant (a tensor,
+    an object) has no literal to index the dict with, so it and its value are read by position."""
+
+    base: Source
+    index: int
+
+    def name(self) -> str:
+        return f"list({self.base.name()})[{self.index}]"
+
+    def code(self) -> str:
+        return f"list({self.base.code()})[{self.index}]"
+
+
+@dataclasses.dataclass(frozen=True)
+class DictValueSource(Source):
+    """The ``index``-th value of a dict, ``list(base.values())[index]`` (see :class:`DictKeySource`)."""
+
+    base: Source
+    index: int
+
+    def name(self) -> str:
+        return f"list({self.base.name()}.values())[{self.index}]"
+
+    def code(self) -> str:
+        return f"list({self.base.code()}.values())[{self.index}]"
+
+
+@dataclasses.dataclass(frozen=True)
 class BaseMethodSource(Source):
     """``dict.get(base, key)``: a read-only method of a builtin base class on a subclass instance
     (what ``super().get(key)`` reads), bypassing the subclass's overrides."""
@@ -196,6 +225,34 @@ class ConstSource(Source):
 
     def name(self) -> str:
         return self.scope_name
+
+
+def source_reader(lines: list[str], prefix: str,
+                  bind: Callable[[Source], bool] = lambda source: True) -> Callable[[Source], str]:
+    """A function ``source -> expression`` for generated code that reads many sources, each
+    parent once. A source that ``bind`` accepts is read into a temporary (``<prefix>0 = L['self']``,
+    appended to ``lines`` on first use) and its children are read through it
+    (``<prefix>0._modules['fc1']``), so a walk shared by many sources is done once.
+
+    The guard check binds every source (each is read by several conditions); a compiled frame's
+    input reads bind only the parents that several inputs go through."""
+    names: dict[str, str] = {}
+
+    def read(source: Source) -> str:
+        key = source.name()
+        if key in names:
+            return names[key]
+        base = getattr(source, "base", None)
+        code = source.code()
+        if base is not None:
+            code = code.replace(base.code(), read(base), 1)
+        if not bind(source):
+            return code
+        names[key] = f"{prefix}{len(names)}"
+        lines.append(f"{names[key]} = {code}")
+        return names[key]
+
+    return read
 
 
 class SourceScope:
