@@ -68,11 +68,12 @@ mm_bias_epilogue: bool = os.environ.get("TINY_MM_BIAS_EPILOGUE", "1") != "0"
 layout_optimization: bool = os.environ.get("TINY_LAYOUT_OPT", "1") != "0"
 force_layout_optimization: bool = False
 #: Under layout optimization a convolution weight that is a graph input (a parameter) but not
-#: channels-last is converted once and the copy reused across calls while the weight's version
-#: counter and data pointer are unchanged (runtime/conv_weights.py), instead of by cuDNN in every
-#: call. Writes through ``p.data`` bypass the version counter: turn this off for code that updates
-#: weights that way between calls.
-cache_conv_weights: bool = os.environ.get("TINY_CACHE_CONV_WEIGHTS", "1") != "0"
+#: channels-last is converted by a generated copy kernel in every call (as TorchInductor does).
+#: With this on, it is converted once and the copy reused across calls while the weight's version
+#: counter and data pointer are unchanged (runtime/conv_weights.py): cheaper, but a write through
+#: ``p.data`` (an old-style EMA update) bypasses the version counter and would be missed, so it is
+#: opt-in, for code that updates weights only through the parameters themselves.
+cache_conv_weights: bool = os.environ.get("TINY_CACHE_CONV_WEIGHTS", "0") == "1"
 
 #: On GPUs a convolution's bias is added by the kernel that reads the convolution's output (a pointwise
 #: add fused into it) instead of by cuDNN in a kernel of its own (graph.py's ``convolution``;

@@ -95,9 +95,11 @@ class GraphLowering(torch.fx.Interpreter):
         convolution, does not convert it inside every call. Only a graph input or a constant
         needs it (a 1x1 or depthwise weight is already channels-last as it is stored):
 
-        * a parameter (a graph input) goes through ``runtime/conv_weights.channels_last_weight``,
-          which converts it at the first call and reuses the copy while the weight is unchanged
-          (``config.cache_conv_weights``); not under CUDA graphs, whose replays run no Python;
+        * a parameter (a graph input) is copied by a generated kernel in every call, as
+          TorchInductor does: one launch, where cuDNN's own conversion runs five ATen ops; with
+          ``config.cache_conv_weights`` it goes through ``runtime/conv_weights.channels_last_weight``
+          instead, which converts it at the first call and reuses the copy while the weight is
+          unchanged (not under CUDA graphs, whose replays run no Python);
         * a constant (freezing) is converted here, once: the compiled function gets the copy.
         """
         if not (isinstance(weight, ir.InputBuffer) and len(weight.get_size()) == 4) \
@@ -119,7 +121,7 @@ class GraphLowering(torch.fx.Interpreter):
                                         header="from tininductor.runtime.conv_weights import channels_last_weight\n")
             self.register_buffer(converted)
         else:
-            return weight
+            converted = self.channels_last_input(weight)
         self.channels_last_weights[name] = converted
         return converted
 

@@ -5,8 +5,8 @@ channels-last, and cuDNN (or oneDNN on the CPU) runs a convolution in one memory
 all its operands: given a contiguous ``[C_out, C_in, kh, kw]`` weight it converts that weight
 with ``weight.contiguous(memory_format=torch.channels_last)`` inside every call, five ATen ops
 on the host (``contiguous``, ``clone``, ``empty_like``, ``empty``, ``copy_``) and a copy
-kernel, for a value that only changes when the model's weights do. The generated wrapper calls
-:func:`channels_last_weight` instead, which converts once and hands back the same copy while it
+kernel, for a value that only changes when the model's weights do. With ``config.cache_conv_weights`` the
+generated wrapper calls :func:`channels_last_weight` instead, which converts once and hands back the same copy while it
 is still valid:
 
 * the copy belongs to one tensor object (looked up by ``id``; a parameter that was replaced by
@@ -20,8 +20,9 @@ is still valid:
 **One hole.** A write through ``p.data`` (``p.data.mul_(2)``) goes to a tensor with a version
 counter of its own, so ``p._version`` does not move and the stale copy is reused: the same
 writes autograd's "modified by an inplace operation" check cannot see. Update parameters with
-``torch.no_grad()`` and in-place ops on the parameter itself (as ``torch.optim`` does), or turn
-``config.cache_conv_weights`` off.
+``torch.no_grad()`` and in-place ops on the parameter itself (as ``torch.optim`` does). That
+hole is why the cache is opt-in (``config.cache_conv_weights``): by default a generated kernel
+copies the weight in every call, as TorchInductor does.
 
 How this differs from its neighbours:
 
