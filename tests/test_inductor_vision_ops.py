@@ -1,15 +1,13 @@
-"""Lowerings of the pointwise and pooling ops vision models use (ReLU6, hardswish, hardsigmoid, max
-pooling): no aten fallback, values against eager in fp32 and bf16 (the kinks and NaN included), and
-gradients against eager through their VJP rules' backward ops, lowered too."""
-import importlib
-
+"""Lowerings of the pointwise and pooling ops vision models use (ReLU6, hardswish, hardsigmoid, max and
+average pooling, the restride of a pooled value): no aten fallback, values against eager in fp32 and
+bf16 (the kinks, ties and NaN included), and gradients against eager through their VJP rules'
+backward ops (lowered too for the activations and max pooling)."""
 import pytest
 import torch
 import torch.nn.functional as F
 
 from tininductor.testing import compile_graph
 
-compile_fx = importlib.import_module("tininductor.compile_fx")  # the module (the package exports the function)
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 
 ACTIVATIONS = {
@@ -59,7 +57,8 @@ def test_activation_gradient(name, dtype):
     x = with_kinks(3, 17, dtype=dtype, nan=False).requires_grad_()
     x_ref = x.detach().clone().requires_grad_()
     c = compile_graph(lambda x: act(x) * 2, [x])
-    start = compile_fx._compile_count[0]
+    assert len(c.compiled_graphs) == 2  # forward and backward
+    assert all(g.fallback_reasons == [] for g in c.compiled_graphs), [g.fallback_reasons for g in c.compiled_graphs]
     grad = torch.randn(3, 17).to(dtype)
     out = c(x)
     out.backward(grad)
@@ -67,8 +66,6 @@ def test_activation_gradient(name, dtype):
     want.backward(grad)
     torch.testing.assert_close(out, want, equal_nan=True, **TOL[dtype])
     torch.testing.assert_close(x.grad, x_ref.grad, equal_nan=True, **TOL[dtype])
-    graphs = [g for g in compile_fx.compiled_graphs if g.seq >= start]
-    assert graphs and all(g.fallback_reasons == [] for g in graphs), [g.fallback_reasons for g in graphs]
 
 
 POOLS = {  # (kernel_size, stride, padding, dilation, ceil_mode)
@@ -121,10 +118,11 @@ def test_max_pool2d_inference_computes_no_indices():
     torch.testing.assert_close(c(x, y), f(x, y))
 
 
-@pytest.mark.parametrize("pool", ["resnet_3x3_s2_p1", "3x3_s2_ceil"])
+@pytest.mark.parametrize("pool", sorted(POOLS))
 def test_max_pool2d_gradient(pool):
-    """Training: the forward computes the indices the backward op reads; ties send the gradient to
-    eager's element."""
+    """Training: the forward computes the indices the backward op reads, and the backward op is a
+    lowering too (each input gathers the gradients of the windows whose maximum it is); ties send
+    the gradient to eager's element."""
     kernel, stride, padding, dilation, ceil_mode = POOLS[pool]
 
     def f(x):
@@ -135,6 +133,8 @@ def test_max_pool2d_gradient(pool):
     x.requires_grad_()
     x_ref = x.detach().clone().requires_grad_()
     c = compile_graph(f, [x])
+    assert len(c.compiled_graphs) == 2  # forward and backward
+    assert all(g.fallback_reasons == [] for g in c.compiled_graphs), [g.fallback_reasons for g in c.compiled_graphs]
     grad = torch.randn_like(f(x_ref))
     c(x).backward(grad)
     f(x_ref).backward(grad)
@@ -192,3 +192,28 @@ def test_avg_pool2d_gradient():
     c(x).backward(grad)
     f(x_ref).backward(grad)
     torch.testing.assert_close(x.grad, x_ref.grad)
+
+
+def test_restride_of_a_pooled_value_is_a_view():
+    """ATen's global average pool restrides its ``(N, C, 1, 1)`` output with ``as_strided`` to its
+    input's memory format (ConvNeXt's and Swin's heads): a view of the pooled buffer, no ATen call."""
+    def f(x):
+        pooled = (x * 2).mean([2, 3], keepdim=True)
+        return torch.as_strided(pooled, (2, 4, 1, 1), (4, 1, 4, 4)).flatten(1) + 1
+
+    x = torch.randn(2, 4, 5, 6)
+    c = compile_graph(f, [x], "cpp")
+    assert c.fallback_reasons == [], c.fallback_reasons
+    torch.testing.assert_close(c(x), f(x))
+
+
+def test_as_strided_of_an_input_stays_the_aten_op():
+    """An input may be a view into a larger storage: ``as_strided`` of it runs as the ATen op."""
+    def f(x):
+        return torch.as_strided(x, (2, 2), (1, 3), 1) * 2
+
+    base = torch.randn(20)
+    x = base[4:16].view(3, 4)
+    c = compile_graph(f, [x], "cpp")
+    assert c.fallback_reasons and "as_strided" in c.fallback_reasons[0]
+    torch.testing.assert_close(c(x), f(x))

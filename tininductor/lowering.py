@@ -609,6 +609,33 @@ def view(x, size):
     return _view_of(x, size, _view_reindex(old, size), _view_layout(size))
 
 
+@register_lowering(aten.as_strided)
+def as_strided(x, size, stride, storage_offset=None):
+    """A view of the memory ``x`` is stored in, with the given sizes and strides: a ReinterpretView
+    of the buffer ``x`` is realized into. ATen's adaptive average pooling restrides its ``(N, C, 1, 1)``
+    output so, to its input's memory format (ConvNeXt's and Swin's heads).
+
+    ``as_strided`` addresses the *storage*, so it means the same here as in eager only where the
+    buffer is laid out as eager laid out that value (the traced strides) and owns its storage (a
+    buffer computed by this graph, not an input, which may be a view into a larger storage); anything
+    else runs as the ATen op."""
+    node = V.graph.current_node
+    traced = node.args[0].meta.get("val") if node is not None and isinstance(node.args[0], torch.fx.Node) else None
+    stored = ir.realize_input(x)
+    base = stored.data if isinstance(stored, ir.ReinterpretView) else stored
+    if isinstance(base, ir.InputBuffer) or not isinstance(traced, torch.Tensor):
+        raise LoweringDeclined("as_strided of a graph input (its storage is not this graph's)")
+    if [size_expr(n) for n in traced.stride()] != list(stored.layout.stride) or traced.storage_offset() != 0 \
+            or stored.layout.offset != 0:
+        raise LoweringDeclined("as_strided of a value stored with other strides than eager's")
+    layout = _restride(base.layout, size, stride, 0 if storage_offset is None else storage_offset)
+    extent = base.layout.storage_size()
+    if not (is_static(layout.storage_size()) and is_static(extent)) or layout.storage_size() > extent \
+            or extent != prod(base.layout.size):  # a buffer with holes: eager's holes hold other data
+        raise LoweringDeclined("as_strided beyond the buffer's elements")
+    return ir.ReinterpretView(base, layout)
+
+
 def _view_size(old, size) -> list:
     """The view's sizes as expressions, its ``-1`` (if any) worked out from the element count."""
     size = [size_expr(s) for s in size]
@@ -923,6 +950,54 @@ def max_pool2d_with_indices(x, kernel_size, stride=(), padding=0, dilation=1, ce
     values = ir.Pointwise(x.get_device(), dtype, lambda index: window_max(index, False), size)
     indices = ir.Pointwise(x.get_device(), torch.int64, lambda index: window_max(index, True), size)
     return ir.StorageBox(values), ir.StorageBox(indices)
+
+
+@register_lowering(aten.max_pool2d_with_indices_backward)
+def max_pool2d_with_indices_backward(grad, x, kernel_size, stride, padding, dilation, ceil_mode, indices):
+    """The gradient of max pooling, gathered instead of scattered: input element ``(h, w)`` sums the
+    gradients of the (at most ``kh * kw``) windows that contain it and whose recorded maximum is
+    it. Window ``(kh, kw)`` holds ``(h, w)`` as its element for the output ``oh = (h + p - kh * d) / s``
+    when that divides and lies in the output; reads are kept in bounds by a modulo. One Pointwise,
+    fused with the gradient's producer (TorchInductor lowers it so too)."""
+    if len(x.get_size()) not in (3, 4) or not all(is_static(n) for n in [*x.get_size(), *grad.get_size()]):
+        raise LoweringDeclined("max pooling backward of a 3-D or 4-D input of static size only")
+    kernel, padding, dilation = _pair(kernel_size, "kernel_size"), _pair(padding, "padding"), _pair(dilation, "dilation")
+    stride = _pair(stride, "stride") if stride else list(kernel)
+    *batch, height, width = [int(n) for n in x.get_size()]
+    out_hw = [int(n) for n in grad.get_size()[-2:]]
+    dtype, acc = grad.get_dtype(), _acc_dtype(grad.get_dtype())
+    load_grad, load_index = grad.make_loader(), indices.make_loader()
+
+    def int_(value):
+        return ops.constant(value, torch.int64)
+
+    def inner_fn(index):
+        *outer, h, w = index
+        total = ops.constant(0, acc)
+        # windows in the order of their outputs (kh descending is oh ascending), as eager accumulates
+        for kh in reversed(range(kernel[0])):
+            for kw in reversed(range(kernel[1])):
+                coords, ok = [], None
+                for dim, (pos, k) in enumerate(((h, kh), (w, kw))):
+                    s, n_out = stride[dim], out_hw[dim]
+                    c = k * dilation[dim] - padding[dim]   # the window element sits at out * s + c
+                    shift = s * -(-max(c, 0) // s)         # a multiple of s that keeps pos - c + shift >= 0
+                    numerator = pos - c + shift
+                    out = FloorDiv(numerator, s) - shift // s
+                    coords.append(ModularIndexing(FloorDiv(numerator, s) + (-(shift // s)) % n_out, n_out))
+                    out_value = ops.index_expr(out, torch.int64)
+                    cond = ops.logical_and(ops.ge(out_value, int_(0)), ops.lt(out_value, int_(n_out)))
+                    if s != 1:
+                        cond = ops.logical_and(cond, ops.eq(ops.index_expr(ModularIndexing(numerator, s), torch.int64),
+                                                            int_(0)))
+                    ok = cond if ok is None else ops.logical_and(ok, cond)
+                at = [*outer, *coords]
+                mine = ops.eq(load_index(at), ops.index_expr(h * width + w, torch.int64))
+                value = cast(load_grad(at), dtype, acc)
+                total = ops.add(total, ops.where(ops.logical_and(ok, mine), value, ops.constant(0, acc)))
+        return cast(total, acc, dtype)
+
+    return ir.StorageBox(ir.Pointwise(x.get_device(), dtype, inner_fn, [*batch, height, width]))
 
 
 @register_lowering(aten.avg_pool2d)

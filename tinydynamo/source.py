@@ -262,6 +262,7 @@ class SourceScope:
         self.f_globals = f_globals
         self.names: dict[str, Any] = {}
         self._globals_roots: dict[int, str] = {}
+        self._constants: dict[tuple[int, str], str] = {}  # (id, hint) -> name: reuse without a scan
 
     def globals_root(self, globals_dict: dict) -> str:
         if globals_dict is self.f_globals:
@@ -274,13 +275,18 @@ class SourceScope:
         return self._globals_roots[key]
 
     def constant(self, value: Any, hint: str = "c") -> str:
-        """A scope name bound to ``value`` (reused for the same object)."""
-        for name, v in self.names.items():
-            same = v is value or (type(v) is type(value) and type(value).__name__ == "device" and v == value)
-            if same and name.startswith(f"___{hint}"):
-                return name
+        """A scope name bound to ``value`` (reused for the same object, and for an equal device).
+        Found by identity in a dict: a big model's guards bind thousands of constants."""
+        name = self._constants.get((id(value), hint))
+        if name is not None and self.names.get(name) is value:
+            return name
+        if type(value).__name__ == "device":
+            for name, v in self.names.items():
+                if type(v) is type(value) and v == value and name.startswith(f"___{hint}"):
+                    return name
         name = f"___{hint}{len(self.names)}"
         self.names[name] = value
+        self._constants[(id(value), hint)] = name
         return name
 
     def evaluate(self, source: Source, L: dict, G: dict) -> Any:
