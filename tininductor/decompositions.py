@@ -708,7 +708,7 @@ def _transformer_encoder_layer_fwd(src, embed_dim, num_heads, qkv_weight, qkv_bi
 # Functionalization turns ``y[:, 1:] = x[:, :-1]`` on a fresh ``y`` (HF BART's decoder inputs, shifted
 # right) into ``copy`` and ``slice_scatter``: as pointwise selects they fuse with what feeds them.
 
-@register_decomposition(aten.copy)
+@register_decomposition(aten.copy.default)  # the packet also holds TorchScript list copies
 def copy(x, src, non_blocking=False):
     """The functional ``x.copy_(src)``: ``src`` broadcast to ``x``'s shape, in ``x``'s dtype. A copy
     across devices stays (a logged fallback)."""
