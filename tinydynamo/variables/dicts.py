@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import copy
 
-from tinydynamo.exc import raise_observed, unimplemented
+from tinydynamo.exc import raise_folded, unimplemented
 from tinydynamo.variables.base import VariableTracker, constructor, register_construction
 from tinydynamo.variables.constant import ConstantVariable
 from tinydynamo.variables.lists import TupleVariable
@@ -52,7 +52,7 @@ class DictVariable(VariableTracker):
         if name == "__getitem__":
             key = self._key(args[0])
             if key not in self.items:
-                raise_observed(KeyError, f"dict has no key {key!r}")
+                raise_folded(KeyError(key), "dict[key]")
             return self.items[key]
         if name == "get":
             return self.items.get(self._key(args[0]), args[1] if len(args) > 1 else ConstantVariable(None))
@@ -68,7 +68,7 @@ class DictVariable(VariableTracker):
             return DictViewVariable(self, name)
         if name in ("__setitem__", "update", "pop", "setdefault", "clear", "__delitem__"):
             if name in ("pop", "__delitem__") and self._key(args[0]) not in self.items and len(args) < 2:
-                unimplemented(f"dict.{name} of a missing key {self._key(args[0])!r} (a KeyError)")
+                raise_folded(KeyError(self._key(args[0])), f"dict.{name}")  # the traced code's own KeyError
             if name == "update" and args and not isinstance(args[0], DictVariable):
                 unimplemented(f"dict.update with {args[0]}")
             if name == "setdefault" and self._key(args[0]) in self.items:
