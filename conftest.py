@@ -42,6 +42,10 @@ def pytest_addoption(parser):
 def pytest_configure(config):
     chosen = config.getoption("--course-mode") or os.environ.get("TINY_COURSE_MODE") or "exercises"
     os.environ["TINY_COURSE_MODE"] = chosen
+    if getattr(config.option, "nbval", False) or getattr(config.option, "nbval_lax", False):
+        from course.notebooks import kernel_env
+
+        os.environ.update(kernel_env())  # nbval's kernels inherit it: they run as the build did
     for chapter in range(20):  # every chapter the course has, and room for more
         for task in range(1, 10):
             config.addinivalue_line("markers", f"ch{chapter:02d}_{task}: graded task {task} of chapter {chapter}")

@@ -259,18 +259,14 @@ simple("ch04.branch_on", "tinydynamo's own handler (tinydynamo.symbolic_convert.
 
 
 def _resume_locals(instructions, offset: int, names: list[str]) -> list[str]:
-    """tinydynamo.resume.live_locals's rule, on normalised instructions: names read at or after
-    ``offset``, or every name when a backward jump from there re-enters earlier code."""
+    """tinydynamo.resume.live_locals's rule, on normalised instructions: every name when a backward
+    jump from ``offset`` on re-enters earlier code, else the names the rest reads."""
     from tinydynamo import resume
 
-    start = next(i.index for i in instructions if i.offset >= offset)
-    read: set[str] = set()
-    for inst in instructions[start:]:
-        if inst.target is not None and inst.target < start:
-            return list(names)
-        if inst.opname in resume._READS:
-            read.add(inst.argval)
-    return [n for n in names if n in read]
+    tail = [inst for inst in instructions if inst.offset >= offset]
+    if any(inst.target is not None and instructions[inst.target].offset < offset for inst in tail):
+        return list(names)
+    return resume.locals_read(tail, names)
 
 
 simple("ch04.resume_locals", "tinydynamo's rule (tinydynamo.resume.live_locals)", _resume_locals)
@@ -425,7 +421,8 @@ own("ch09.write_atomic", "tininductor.codecache:write_atomic")
 own("ch09.entry_is_intact", "tininductor.codecache:entry_is_intact")
 
 # ---- chapter 10: dynamic shapes --------------------------------------------------------------------
-# Stand-ins for now; once tinydynamo has its own ShapeEnv and symbolic indexing, these can point there.
+# tinydynamo builds on torch's own ShapeEnv and sympy indexing, which have no small counterparts of these
+# exercises: most are stand-ins; the automatic-dynamic rule and the strides are the package's own.
 
 
 def _evaluate_expr(env, expr) -> bool:
@@ -490,9 +487,9 @@ def _view_shape(numel, shape) -> tuple:
 
 
 def _update_frame_state(state, sizes) -> list:
-    if state is None or len(state) != len(sizes):
-        return list(sizes) if state is None else [None for _ in sizes]
-    return [None if a != b else a for a, b in zip(state, sizes)]
+    from tinydynamo.symbolic_shapes import update_frame_state
+
+    return list(update_frame_state(None if state is None else tuple(state), tuple(sizes)))
 
 
 def _symbolic_dims(state, sizes, dynamic, marked=()) -> list[int]:
@@ -527,7 +524,8 @@ def _broadcast_index(out_sizes, in_sizes, xindex=None):
 simple("ch10.ShapeEnv.evaluate_expr", "a stand-in from course/fallbacks.py", _evaluate_expr)
 simple("ch10.broadcast_shapes", "a stand-in from course/fallbacks.py", _broadcast_shapes)
 simple("ch10.view_shape", "a stand-in from course/fallbacks.py", _view_shape)
-simple("ch10.update_frame_state", "a stand-in from course/fallbacks.py", _update_frame_state)
+simple("ch10.update_frame_state", "tinydynamo's rule (tinydynamo.symbolic_shapes.update_frame_state)",
+       _update_frame_state)
 simple("ch10.symbolic_dims", "a stand-in from course/fallbacks.py", _symbolic_dims)
 simple("ch10.contiguous_strides", "tininductor's own (tininductor.indexing.contiguous_strides)", _contiguous_strides)
 simple("ch10.broadcast_index", "a stand-in from course/fallbacks.py", _broadcast_index)

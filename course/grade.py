@@ -7,6 +7,10 @@
     python -m course.grade --mutants [ch03]     # prove the graded tests reject known wrong answers
     python -m course.grade ch06.1 --hint [2]    # a hint, level 1 (a nudge) or more (the idea)
 
+From a terminal, grading runs in a child of a warm process that has imported torch and the compiler
+once (course.warm): the first run starts it, later runs take about a second instead of the imports'
+several. ``TINY_COURSE_WARM=0`` grades without it, ``TINY_COURSE_WARM=1`` with it outside a terminal.
+
 ``--require pass`` / ``--require fail`` make the exit status say whether *every* graded test
 passed (solutions) or *every* one failed (stubs); CI uses both, so no graded test can pass
 by accident on an unsolved exercise.
@@ -25,6 +29,7 @@ import sys
 
 import pytest
 
+from course import warm
 from course.loader import ROOT
 
 TASK_PREFIX = "ch"
@@ -204,12 +209,17 @@ def main(argv=None) -> int:
     parser.add_argument("--hint", nargs="?", type=int, const=1, metavar="LEVEL",
                         help="print a hint for the task instead of grading (level 1: a nudge; 2: the idea; "
                              "3 where there is one: the pitfall the tests check)")
+    argv = sys.argv[1:] if argv is None else list(argv)
     args = parser.parse_args(argv)
-    sys.path.insert(0, str(ROOT))
     if args.hint is not None:
         return hint_main(args.chapters, args.hint)
     if args.mutants:
         return mutants_main(args.chapters, args.jobs)
+    if warm.wanted():  # the same run, forked from a process that has imported torch and the compiler
+        code = warm.grade(argv)
+        if code is not None:
+            return code
+    sys.path.insert(0, str(ROOT))
     results = run(args.mode, args.chapters, quiet=not args.verbose)
     print(f"graded tests, mode={args.mode}")
     if args.require == "fail":

@@ -37,6 +37,13 @@ def sources(selected: list[str] | None = None) -> list[Path]:
     return paths
 
 
+def kernel_env() -> dict[str, str]:
+    """What a notebook's kernel needs in its environment to print the same outputs on every run:
+    set order (string hashing), and matplotlib's SVG date and ids. A build sets it, and so does the
+    nbval check (conftest.py), so that the check runs the notebook as it was built."""
+    return {"PYTHONHASHSEED": "0", "SOURCE_DATE_EPOCH": "0", "MPLCONFIGDIR": str(NOTEBOOKS / "data" / "mplconfig")}
+
+
 def _cells(notebook) -> list[tuple[str, str]]:
     return [(cell.cell_type, cell.source.strip()) for cell in notebook.cells]
 
@@ -55,8 +62,7 @@ def execute(path: Path, course_mode: str = "solutions", timeout: int = 900, kern
     notebook.metadata["jupytext"] = {"formats": FORMATS}
     notebook.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     env = {"TINY_COURSE_MODE": course_mode, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
-           # the same outputs on every build: set order, and matplotlib's SVG date and ids
-           "PYTHONHASHSEED": "0", "SOURCE_DATE_EPOCH": "0", "MPLCONFIGDIR": str(NOTEBOOKS / "data" / "mplconfig")}
+           **kernel_env()}
     saved = {key: os.environ.get(key) for key in env}
     os.environ.update(env)  # the kernel inherits this process's environment
     try:

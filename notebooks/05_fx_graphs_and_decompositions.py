@@ -240,8 +240,8 @@ print(last.name, "meta['val'] =", type(last.meta["val"]).__name__, tuple(last.me
 # logger). The lowering in chapter 7 calls such ops as *fallback kernels*.
 
 # %%
-cumsum_gm = decompose(lambda a, b: torch.cumsum(a, 0) * b, [torch.randn(2, 3), torch.randn(2, 3)])
-print(cumsum_gm.meta["fallbacks"])
+cumprod_gm = decompose(lambda a, b: torch.cumprod(a, 0) * b, [torch.randn(2, 3), torch.randn(2, 3)])
+print(cumprod_gm.meta["fallbacks"])
 
 # %% [markdown]
 # ### How PyTorch really does it

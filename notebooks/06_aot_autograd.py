@@ -336,7 +336,7 @@ print("default saves:", ", ".join(rows[0][1].saved))
 # what the partition does with it, and the whole backward folded into one box. Yellow values
 # cross the cut (saved); purple ops run again inside the backward; blue ones only in the forward.
 
-# %%
+# %% tags=["nbval-ignore-output"]
 from course.pictures import partition_dot  # noqa: E402
 from tinydynamo import viz  # noqa: E402
 

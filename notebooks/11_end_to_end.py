@@ -19,7 +19,7 @@
 # 2 cores, so keep your expectations modest); GPU numbers come from a stored run on the
 # device machine and are labelled with the device and date.
 
-# %%
+# %% tags=["nbval-ignore-output"]
 import json
 import time
 from pathlib import Path
@@ -395,7 +395,7 @@ if stored.exists() and "rows" in gpu["results"].get("pointwise_chain", {}):
 # The stored run measured both: the `call_overhead` and `block` tables above are the default
 # mode; the `reduce-overhead` ones run both compilers in that mode.
 
-# %%
+# %% tags=["nbval-ignore-output"]
 from IPython.display import display  # noqa: E402
 
 from course.pictures import cudagraph_dot  # noqa: E402

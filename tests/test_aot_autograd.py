@@ -267,6 +267,19 @@ def test_outputs_aliasing_inputs_or_each_other(case):
     torch.testing.assert_close(got, exp)
 
 
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int16], ids=["same_size", "other_size"])
+@pytest.mark.parametrize("requires_grad", [True, False])
+def test_an_output_viewing_its_input_as_another_dtype_keeps_the_dtype(dtype, requires_grad):
+    def f(x):
+        return x.view(dtype), x.view(-1)[1:].view(dtype)
+
+    x = torch.arange(8.0, requires_grad=requires_grad)
+    outs, want = torch.compile(f, backend=aot_eager)(x), f(x)
+    for got, exp in zip(outs, want):  # the same values and dtype, and still a view of x
+        assert got.dtype == exp.dtype and torch.equal(got, exp)
+        assert got.untyped_storage().data_ptr() == x.untyped_storage().data_ptr()
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("backend", [aot_eager, aot_eager_min_cut], ids=["default", "min_cut"])
 def test_models_train_on_cuda_like_eager(backend):

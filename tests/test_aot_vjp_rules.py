@@ -8,6 +8,7 @@ import torch
 
 from tininductor import config
 from tininductor.aot_autograd import aot_eager
+from tininductor.decompositions import CUMSUM_MAX_LENGTH
 from tininductor.prims import PRIM_SET
 from tininductor.vjp_rules import VJP_RULES, sum_to_size
 
@@ -203,8 +204,11 @@ CASES = {
     "sgn": (lambda x: torch.sgn(x) * x, [R(3, 4)], aten.sgn),
     "bernoulli_0_1": (lambda x: torch.bernoulli(x) * 2, [("bin", (3, 4))], aten.bernoulli),
     "dropout_p1": (lambda x: aten.native_dropout(x, 1.0, True)[0] + x, [R(3, 4)], aten.native_dropout),
+    "bitwise_and_mask": (lambda x: x * torch.bitwise_and(x > 0, x < 1), [R(3, 4)], aten.bitwise_and),
+    "bitwise_or_mask": (lambda x: x * torch.bitwise_or(x > 1, x < -1), [R(3, 4)], aten.bitwise_or),
     # scans
-    "cumsum": (lambda x: torch.cumsum(x, 1), [R(3, 5)], aten.cumsum),
+    # a short cumsum decomposes into a masked sum; past CUMSUM_MAX_LENGTH it stays, with its rule
+    "cumsum": (lambda x: torch.cumsum(x, 1), [R(2, CUMSUM_MAX_LENGTH + 1)], aten.cumsum),
     "cumprod": (lambda x: torch.cumprod(x, 0), [R(4, 3)], aten.cumprod),
     "cumprod_zero": (lambda x: torch.cumprod(x * (torch.arange(5) != 2), 1), [R(3, 5)], aten.cumprod),
     # indexing
@@ -444,8 +448,8 @@ def test_missing_rule_names_the_op():
     from tininductor.joint_graph import MissingVJPRule, create_joint
 
     x = torch.randn(2, 3, requires_grad=True)
-    rules = {k: v for k, v in VJP_RULES.items() if k is not aten.cumsum}  # a registry lacking cumsum
-    fn = lambda x: torch.cumsum(x.exp(), 1)  # noqa: E731
+    rules = {k: v for k, v in VJP_RULES.items() if k is not aten.cumprod}  # a registry lacking cumprod
+    fn = lambda x: torch.cumprod(x.exp(), 1)  # noqa: E731
     fakes, mode = fake_inputs([x])
-    with pytest.raises(MissingVJPRule, match="no VJP rule for aten.cumsum"):
+    with pytest.raises(MissingVJPRule, match="no VJP rule for aten.cumprod"):
         create_joint(decompose(fn, fakes), fakes, [True], mode, rules=rules)

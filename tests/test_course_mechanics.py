@@ -1,7 +1,10 @@
 """The course machinery: stub generation, sync checks, the dependency lists, the loader switch."""
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
 import tomllib
 
 import pytest
@@ -180,3 +183,22 @@ def test_every_hint_for_a_symptom_is_demonstrated_by_a_mutant_of_its_kind():
     jump = "Mismatch: FOR_ITER (line 3, offset 10) jumped to instruction 14, but its target is instruction 13"
     assert "inst.target" in symptom_hint(jump, "2.4")
     assert symptom_hint("IndexError: pop from empty list", "2.4") is None
+
+
+def test_nbval_runs_a_notebook_in_the_environment_it_was_built_in(tmp_path):
+    """A build runs kernels with a fixed string hash seed (set order) and matplotlib config; the nbval
+    check must too, or a cell printing a set passes on the build machine and fails in CI at random."""
+    import nbformat
+
+    cell = nbformat.v4.new_code_cell("import os\nprint({k: os.environ.get(k) for k in sorted(KEYS)})")
+    wanted = notebooks.kernel_env()
+    cell.outputs = [nbformat.v4.new_output("stream", name="stdout", text=f"{dict(sorted(wanted.items()))}\n")]
+    setup = nbformat.v4.new_code_cell(f"KEYS = {sorted(wanted)!r}")
+    setup.execution_count, cell.execution_count = 1, 2
+    path = tmp_path / "env.ipynb"
+    nbformat.write(nbformat.v4.new_notebook(cells=[setup, cell]), path)
+    env = {k: v for k, v in os.environ.items() if k not in wanted}
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "conftest",
+                           "--nbval", "--nbval-current-env", str(path)],
+                          cwd=ROOT, env={**env, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]

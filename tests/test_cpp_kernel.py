@@ -284,3 +284,38 @@ def test_math_calls_vectorise_with_libmvec():
     runner(x, y)
     torch.testing.assert_close(y, x.exp())
     assert b"_ZGV" in runner.library_path.read_bytes()
+
+
+def test_launcher_passes_pointers_and_sizes_and_raises_index_errors():
+    """load_cpp_kernel's launcher: one parameter per pointer and size, the runner's checks kept."""
+    s0 = sympy.Symbol("s0", integer=True, positive=True)
+    k = CppKernel([s0])
+    k.buffer_dtypes = {"x": torch.float32, "y": torch.float32}
+    with k.loop() as (i, _):
+        k.store("y", i[0], k.add(k.load("x", i[0]), k.constant(1.0, torch.float32)))
+    source = "\n".join(k.codegen("cpp_test_launch_0").splitlines()).replace(
+        "float* __restrict__ out_ptr0)", "float* __restrict__ out_ptr0, const int64_t s0)")
+    launch = cpp.load_cpp_kernel("cpp_test_launch_0", 2, source, nsizes=1)
+    assert launch.__name__ == "cpp_test_launch_0" and launch.runner.arg_order == ["arg0", "arg1"]
+    for n in (0, 1, 7):
+        x, y = torch.randn(n), torch.full((n,), -5.0)
+        launch(x, y, n)
+        torch.testing.assert_close(y, x + 1)
+    with pytest.raises(TypeError):
+        launch(x, y)   # the size is missing
+
+    k = CppKernel([2])
+    k.buffer_dtypes = {"w": torch.float32, "i": torch.int64, "y": torch.float32}
+    with k.loop() as (j, _):
+        row = k.indirect_indexing(k.load("i", j[0]), 3)
+        k.store("y", j[0], k.load("w", row))
+    launch = cpp.load_cpp_kernel("cpp_test_gather_0", 3, k.codegen("cpp_test_gather_0"))
+    w, y = torch.randn(3), torch.empty(2)
+
+    def call(i):
+        return launch(*[{"w": w, "i": i, "y": y}[name] for name in k.arg_order])
+
+    with pytest.raises(IndexError, match="index 3 is out of bounds for dimension with size 3"):
+        call(torch.tensor([0, 3]))
+    call(torch.tensor([2, -1]))   # the error was reported once; negative indices wrap
+    torch.testing.assert_close(y, w[[2, -1]])

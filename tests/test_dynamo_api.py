@@ -154,3 +154,36 @@ def test_compile_times_account_for_compile_steps_only():
     assert any(line.startswith("backend_compile") for line in table.splitlines())
     with pytest.raises(ValueError, match="'str' or 'dict'"):
         compile_times(repr="csv")
+
+
+def test_builtins_and_op_overloads_compile_through_a_python_frame():
+    from tinydynamo.testing import CompileCounter
+
+    x = torch.randn(4)
+    for fn in (torch.add, torch.ops.aten.mul.Tensor):
+        cnt = CompileCounter()
+        assert torch.equal(tinydynamo.compile(fn, backend=cnt, fullgraph=True)(x, x), fn(x, x))
+        assert cnt.frame_count == 1
+
+
+def test_an_active_torch_dispatch_mode_runs_the_frame_eagerly():
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from tinydynamo.testing import CompileCounter
+
+    seen = []
+
+    class Recording(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            seen.append(func)
+            return func(*args, **(kwargs or {}))
+
+    cnt = CompileCounter()
+    compiled = tinydynamo.compile(lambda x: x.sin() + 1, backend=cnt)
+    x = torch.randn(3)
+    with Recording():
+        out = compiled(x)
+    assert torch.equal(out, x.sin() + 1) and cnt.frame_count == 0  # the mode saw eager's ops
+    assert torch.ops.aten.sin.default in seen
+    compiled(x)
+    assert cnt.frame_count == 1  # outside the mode it compiles

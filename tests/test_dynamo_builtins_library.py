@@ -10,6 +10,7 @@ import inspect
 import itertools
 import math
 import operator
+import unittest
 import warnings
 
 import numpy as np
@@ -382,3 +383,50 @@ def test_partial_made_in_the_frame_lacks_its_functions_attributes_in_one_graph()
         for fn in (h, k):
             out = tinydynamo.optimize("eager", nopython=True)(fn)(x)
             torch.testing.assert_close(out, fn(x)), attr
+
+
+class _AssertsInTheFrame(unittest.TestCase):
+    def runTest(self):  # noqa: N802 - unittest's name
+        pass
+
+
+def test_unittest_assert_raises_callable_form_traces_and_the_context_form_breaks():
+    case = _AssertsInTheFrame()
+
+    def gen():
+        yield 1
+
+    def callable_form(x):
+        g = gen()
+        next(g)
+        case.assertRaises(StopIteration, next, g)
+        return x + 1
+
+    cnt = CompileCounter()
+    x = torch.ones(2)
+    assert torch.equal(tinydynamo.optimize(cnt, nopython=True)(callable_form)(x), x + 1) and cnt.frame_count == 1
+
+    def regex_form(x):
+        def bad():
+            raise TypeError("fie!", 2)
+        case.assertRaisesRegex(TypeError, r"\('fie!', 2\)", bad)
+        return x * 2
+
+    assert torch.equal(tinydynamo.optimize("eager", nopython=True)(regex_form)(x), x * 2)
+
+    def not_raised(x):
+        case.assertRaises(StopIteration, next, iter([1]))
+        return x
+
+    with pytest.raises(AssertionError, match="StopIteration not raised"):
+        tinydynamo.optimize("eager")(not_raised)(x)
+
+    def context_form(x):
+        with case.assertRaises(ZeroDivisionError):
+            1 / 0  # noqa: B018
+        return x - 1
+
+    cnt = CompileCounter()
+    assert torch.equal(tinydynamo.optimize(cnt)(context_form)(x), x - 1)
+    with pytest.raises(tinydynamo.exc.Unsupported):
+        tinydynamo.optimize("eager", nopython=True)(context_form)(x)

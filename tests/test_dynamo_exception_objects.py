@@ -86,7 +86,11 @@ def folded_error_caught(x, n: int):
         x = x - 1
     try:
         x = x + {"a": 1}["b"]
-    except KeyError as e:
+    except KeyError:
+        x = x * 2
+    try:
+        x = x + [1][1]
+    except IndexError as e:
         x = x * len(e.args)
     return x
 

@@ -332,3 +332,23 @@ def test_compiled_module_recompiles_when_one_of_many_parameters_changes():
     with pytest.raises(RuntimeError):
         compiled(x)
     assert cnt.frame_count == 2  # the changed dtype was seen: recompiled, not the float graph reused
+
+
+def test_hooks_of_many_modules_are_checked_together_and_still_seen():
+    """A big module tree's NO_HOOKS guards become one check over every module; a hook registered
+    on any one of them after compiling is still seen (a recompile that traces it)."""
+    torch.manual_seed(0)
+    model = nn.Sequential(*[nn.Linear(4, 4) for _ in range(6)])
+    x = torch.randn(2, 4)
+    fn, cnt = compiled(model)
+    fn(x)
+    code = tinydynamo.cache_info(fn).entries[0].check_fn.code
+    assert "NO_HOOKS of 6 modules in one C-level pass" in code and "_forward_pre_hooks" not in code
+    for register in (lambda m, h: m.register_forward_hook(lambda mod, i, o: (h.append(1), o * 2)[1]),
+                     lambda m, h: m.register_forward_pre_hook(lambda mod, i: h.append(1))):
+        seen = []
+        handle = register(model[4], seen)
+        torch.testing.assert_close(fn(x), model(x))  # model(x) runs the hook too
+        assert len(seen) == 2, "the compiled call ran without the hook"
+        handle.remove()
+    torch.testing.assert_close(fn(x), model(x))

@@ -2,8 +2,10 @@
 else is graded as it is (a wrong answer above a commented-out stub is FAIL, with its failure)."""
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+import signal
 import subprocess
 import sys
 
@@ -66,3 +68,46 @@ def test_an_error_raised_by_the_answer_names_the_call_and_its_inputs(tmp_path):
     row = next(line for line in out.splitlines() if line.startswith("ch11    ch11_3"))
     assert " FAIL " in row and "IndexError" in row, out
     assert "raised by `" in row and "ch." in row, row  # the graded test's line that called the answer
+
+
+def test_the_warm_grading_process_grades_as_a_cold_run_and_restarts_when_the_code_changes(tmp_path):
+    """With TINY_COURSE_WARM=1 the first run grades itself and starts the warm process; the next runs in
+    a child of it (the exercise file sees another parent) with the same table; a changed course module
+    makes the warm process quit, and that run grades itself again."""
+    marker = tmp_path / "parents.txt"
+    text = (ROOT / "exercises" / "ch11_end_to_end.py").read_text()
+    future = "from __future__ import annotations\n"
+    text = text.replace(future, future + f"import os as _os\nopen({str(marker)!r}, 'a').write(f'{{_os.getppid()}}\\n')\n")
+    (tmp_path / "checkout").mkdir()
+    root = _course_copy(tmp_path / "checkout", text)
+    env = {**os.environ, "PYTHONPATH": str(root), "TINY_COURSE_WARM": "1"}
+
+    def grade() -> tuple[str, int]:
+        done = subprocess.run([sys.executable, "-m", "course.grade", "ch11.3"], cwd=root, env=env,
+                              capture_output=True, text=True, timeout=300)
+        parents = marker.read_text().split()
+        return done.stdout, int(parents[-1])
+
+    servers = set()
+    try:
+        cold, parent = grade()
+        assert parent == os.getpid(), "the first run grades in its own process"
+        for _ in range(10):  # a run that comes before the warm process listens grades itself
+            warm, parent = grade()
+            if parent != os.getpid():
+                break
+        servers.add(parent)
+        assert parent != os.getpid(), "no run was served by the warm process"
+        assert warm == cold
+        os.utime(root / "course" / "testing.py", (1, 1))  # the warm process imported it: no stale code served
+        again, parent = grade()
+        assert parent == os.getpid() and again == cold, "a run after a change grades in its own process"
+        for _ in range(10):  # the fresh warm process it started: find it, to stop it
+            _, parent = grade()
+            if parent != os.getpid():
+                servers.add(parent)
+                break
+    finally:
+        for pid in servers:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGTERM)

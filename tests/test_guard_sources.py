@@ -10,6 +10,8 @@ import torch
 from torch import nn
 
 import tinydynamo
+from tinydynamo.codegen import read_inputs
+from tinydynamo.source import LocalSource, module_member_source, source_reader
 
 
 class Stack(nn.Module):
@@ -75,3 +77,26 @@ def test_an_inserted_or_removed_layer_is_seen():
     torch.testing.assert_close(compiled(x), model(x))
     model.head.insert(0, nn.Identity())  # head[0] is now another module at the same position
     torch.testing.assert_close(compiled(x), model(x))
+
+
+def test_source_reader_reads_a_shared_parent_once():
+    """One helper turns sources into expressions for both generated functions: the guard check binds
+    every source to a local, a frame's input reads bind only parents that several inputs go through."""
+    model = nn.Sequential(nn.Linear(4, 4))
+    model.fc = nn.Linear(4, 4)
+    root = LocalSource("self")
+    fc = module_member_source(model, root, "fc")
+    weight, bias = module_member_source(model.fc, fc, "weight"), module_member_source(model.fc, fc, "bias")
+
+    lines: list[str] = []
+    read = source_reader(lines, "___v")
+    assert [read(weight), read(bias), read(fc)] == ["___v2", "___v3", "___v1"]
+    assert lines == ["___v0 = L['self']", "___v1 = ___v0._modules['fc']",
+                     "___v2 = ___v1._parameters['weight']", "___v3 = ___v1._parameters['bias']"]
+
+    reads, args = read_inputs([weight, bias, LocalSource("x")])
+    assert reads == ["___i0 = L['self']", "___i1 = ___i0._modules['fc']"]
+    assert args == ["___i1._parameters['weight']", "___i1._parameters['bias']", "L['x']"]
+    env = {"L": {"self": model, "x": 1}}
+    exec("\n".join(reads), env)
+    assert [eval(a, env) for a in args[:2]] == [model.fc.weight, model.fc.bias]  # the same objects

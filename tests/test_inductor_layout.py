@@ -70,7 +70,7 @@ def test_channels_last_training_gradients(backend):
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_channels_last_buffer_flattened_and_pooled(backend):
     """A channels-last buffer read by a flatten (not a view of its memory: a copy in NCHW order),
-    a max pool (a fallback kernel) and a cat along channels."""
+    a max pool and a cat along channels."""
     class Net(nn.Module):
         def __init__(self):
             super().__init__()

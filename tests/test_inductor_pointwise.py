@@ -154,3 +154,11 @@ def test_casts_to_16_bit_floats_round_to_nearest_even_inside_a_kernel(dtype):
         actual, expected, t = compiled(h).float(), chain(h).float(), h.float()
         bound = torch.finfo(dtype).eps * ((t * 3).abs() * t.abs() + (t * 3 + 0.5).abs() * t.abs() + expected.abs() + 1)
         assert ((actual - expected).abs() <= bound).all()
+
+
+@pytest.mark.parametrize("dtype", [torch.bool, torch.int8, torch.int32, torch.int64])
+@pytest.mark.parametrize("size", [(0,), (1,), (7, 3)])
+def test_bitwise_and_or_fuse_into_one_kernel(dtype, size):
+    """``&`` and ``|`` (attention masks are built with them) lower to the op table's ops: no fallbacks."""
+    x, y = rand(*size, dtype=dtype), rand(*size, dtype=dtype)
+    check(lambda x, y: ((x & y) | (x & y[:1]), torch.bitwise_or(x, y)), x, y, kernels=1 if size != (0,) else None)

@@ -16,6 +16,8 @@ import torch
 
 from course import fallbacks, loader
 from course.notebooks import sources
+from tinydynamo.bytecode import get_instructions
+from tinydynamo.resume import live_locals
 
 SUBSET = ("00", "02", "07")
 
@@ -141,3 +143,27 @@ def test_notebook_runs_through_with_the_stubs_untouched(path):
     assert notes, "no cell said an exercise was standing in"
     assert {n.split()[1] for n in notes} <= chapter_stubs
     assert all(n.startswith("Exercise ") and "using " in n for n in notes)
+
+
+def _loops_and_eval(x, y, n):
+    a = x + y
+    for i in range(n):
+        a = a + i
+    return eval("a * y")  # reads locals by name: every local is live
+
+
+def _straight(x, y, z):
+    a = x + y
+    print("break")
+    return a * z
+
+
+@pytest.mark.parametrize("fn", [_loops_and_eval, _straight])
+def test_resume_locals_stand_in_is_the_package_rule(fn):
+    """Chapter 4's stand-in applies tinydynamo.resume's rule to normalised instructions: the same
+    locals as live_locals at every offset (loops, and builtins that read locals by name, included)."""
+    stand_in, _ = fallbacks.resolve("ch04", "resume_locals")
+    code, insts = fn.__code__, get_instructions(fn)
+    names = list(code.co_varnames)
+    for inst in insts:
+        assert stand_in(insts, inst.offset, names) == live_locals(code, inst.offset, names), (inst.offset, inst.opname)

@@ -51,6 +51,8 @@ class OutputAlias:
     requires_grad: bool = True  # False: eager's output is cut from autograd (``x.detach()``)
     #: dynamic shapes: ``inputs -> (size, stride, offset)`` at this call's sizes (see symbolic_views)
     at_sizes: Any = None
+    #: a view of another dtype than its base (``x.view(torch.int32)``): the base is reinterpreted first
+    dtype: Any = None
 
 
 @dataclasses.dataclass
@@ -153,6 +155,12 @@ def analyze(fn, example_inputs: Sequence[Any]) -> AliasInfo:
             return AliasInfo([None] * len(flat), f"input {i} has its shape or strides changed in place")
     inputs = {_storage(x): i for i, x in reversed(list(enumerate(fakes))) if isinstance(x, torch.Tensor)}
     outputs = _output_aliases(fakes, flat, inputs, [meta[2] if meta is not None else 0 for meta in before])
+    for a in outputs:
+        if a is not None and a.dtype is not None:
+            base = fakes[a.index] if a.kind == "input_view" else flat[a.index]
+            if base.element_size() != a.dtype.itemsize:
+                return AliasInfo([None] * len(flat), f"an output views its base as {a.dtype}, of another "
+                                                     "element size (its sizes and offset are in other units)")
     grad_mutated = {i for i, x in enumerate(fakes)
                     if isinstance(x, torch.Tensor) and _storage(x) in checker.mutated_with_grad}
     return AliasInfo(outputs, grad_mutated=grad_mutated, **_saved_for_backward(
@@ -197,9 +205,11 @@ def _output_aliases(fakes: list, flat: list, inputs: dict, offsets: list[int]) -
         elif st in inputs:
             i = inputs[st]  # the offset is kept relative to the input's (which is not guarded)
             rel = view[2] - offsets[i]
-            outputs.append(OutputAlias("input_view", i, view[0], view[1], rel, rg) if rel >= 0 else None)
+            dtype = o.dtype if o.dtype != fakes[i].dtype else None
+            outputs.append(OutputAlias("input_view", i, view[0], view[1], rel, rg, dtype=dtype) if rel >= 0 else None)
         elif st in bases:
-            outputs.append(OutputAlias("output_view", bases[st], *view, rg))
+            dtype = o.dtype if o.dtype != flat[bases[st]].dtype else None
+            outputs.append(OutputAlias("output_view", bases[st], *view, rg, dtype=dtype))
         else:
             outputs.append(None)
             if o.storage_offset() == 0 and o.is_contiguous() and o.numel() * o.element_size() == o.untyped_storage().nbytes():
@@ -289,12 +299,16 @@ def regenerate_aliases(outs: list, inputs: Sequence[Any], aliases: list[OutputAl
             base = inputs[a.index]
             if base.requires_grad and not a.requires_grad:
                 base = base.detach()
+            if a.dtype is not None:  # (the same element size: analyze runs other dtype views eagerly)
+                base = base.view(a.dtype)
             outs[j] = base.as_strided(size, stride, base.storage_offset() + offset)
         else:
             base = outs[a.index]
             if base.is_contiguous() and base.storage_offset() == 0:
                 if base.requires_grad and not a.requires_grad:
                     base = base.detach()
+                if a.dtype is not None:
+                    base = base.view(a.dtype)
                 outs[j] = base.as_strided(size, stride, offset)
     return outs
 

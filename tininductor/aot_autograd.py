@@ -242,9 +242,16 @@ def compile_aot(gm: torch.nn.Module, example_inputs, fw_compiler: Callable, bw_c
     except _RunEagerly as e:
         return _run_graph_eagerly(gm, str(e))
     requires_grad = [isinstance(x, torch.Tensor) and x.requires_grad for x in prep.all_inputs]
-    if not ((torch.is_grad_enabled() or prep.grad_inside) and any(requires_grad)):
+    if not _needs_backward(prep.all_inputs, prep.grad_inside):
         return _compile_inference(prep, inference_compiler or fw_compiler)
     return _compile_training(prep, requires_grad, fw_compiler, bw_compiler, partition_fn)
+
+
+def _needs_backward(inputs, grad_inside: bool) -> bool:
+    """Whether a backward can differentiate the graph: grad mode on (outside, or switched on inside
+    the graph) and some input requiring grad. Otherwise it is compiled as an inference graph."""
+    return (torch.is_grad_enabled() or grad_inside) and any(
+        isinstance(x, torch.Tensor) and x.requires_grad for x in inputs)
 
 
 class _RunEagerly(Exception):
@@ -318,8 +325,9 @@ def _prepare(gm, example_inputs, example_fakes) -> _Prepared:
                                         "input sizes (rebuilt with constant sizes and strides)")
     else:
         fakes, mode = fake_inputs(all_inputs)
+    inference = not _needs_backward(all_inputs, grad_inside)  # then nothing is kept for a backward
     with dynamo_timed("decompose"):
-        prim_gm = decompose(fn, fakes)  # finds and reuses the fake mode of ``fakes``
+        prim_gm = decompose(fn, fakes, inference=inference)  # finds and reuses the fake mode of ``fakes``
     # the graph is functional inside: mutated inputs come out as extra outputs, copied back after
     mutated, user_spec = aliasing.strip_input_mutations(prim_gm)
     # the inputs a mutation could alias at run time: not the module state tinydynamo marked

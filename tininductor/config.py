@@ -67,6 +67,12 @@ mm_bias_epilogue: bool = os.environ.get("TINY_MM_BIAS_EPILOGUE", "1") != "0"
 #: every convolution graph, on any device (tests).
 layout_optimization: bool = os.environ.get("TINY_LAYOUT_OPT", "1") != "0"
 force_layout_optimization: bool = False
+#: Under layout optimization a convolution weight that is a graph input (a parameter) but not
+#: channels-last is converted once and the copy reused across calls while the weight's version
+#: counter and data pointer are unchanged (runtime/conv_weights.py), instead of by cuDNN in every
+#: call. Writes through ``p.data`` bypass the version counter: turn this off for code that updates
+#: weights that way between calls.
+cache_conv_weights: bool = os.environ.get("TINY_CACHE_CONV_WEIGHTS", "1") != "0"
 
 #: On GPUs a convolution's bias is added by the kernel that reads the convolution's output (a pointwise
 #: add fused into it) instead of by cuDNN in a kernel of its own (graph.py's ``convolution``;

@@ -560,12 +560,27 @@ def native_dropout(x, p, train):
 
 
 # ----------------------------------------------------------------------------- attention
+#: True while :func:`decompose` traces a graph that no backward will differentiate (``inference=True``)
+_tracing_inference = False
+
+
+@contextlib.contextmanager
+def _inference_trace(inference: bool):
+    global _tracing_inference
+    before, _tracing_inference = _tracing_inference, inference
+    try:
+        yield
+    finally:
+        _tracing_inference = before
+
+
 def _with_log_sumexp(op):
     """The fused CUDA attention kernels save their logsumexp for the backward only when asked
     (``compute_log_sumexp``), which torch decides from grad mode. Graphs are traced without
-    grad, so always ask: the backward (its VJP rule calls the ATen backward op) needs it."""
+    grad, so ask unless the graph is traced for inference: the backward (its VJP rule calls the
+    ATen backward op) needs it, an inference call would only allocate and write it."""
     def decomposition(q, k, v, attn_bias, compute_log_sumexp, *args, **kwargs):
-        if compute_log_sumexp:
+        if compute_log_sumexp or _tracing_inference:
             return NotImplemented
         return op(q, k, v, attn_bias, True, *args, **kwargs)
     return decomposition
@@ -573,6 +588,178 @@ def _with_log_sumexp(op):
 
 for _op in (aten._scaled_dot_product_efficient_attention.default, aten._scaled_dot_product_cudnn_attention.default):
     register_decomposition(_op)(_with_log_sumexp(_op))
+
+
+# ----------------------------------------------------------------------------- multi-head attention fast paths
+# nn.MultiheadAttention (batch_first, eval, no grad) and nn.TransformerEncoderLayer (eval) call one
+# fused ATen op each. Left whole, the op is a fallback: the projections, the softmax and the output
+# projection run inside it, out of reach of fusion and of the graph's matmul handling. Written out as
+# linear layers + attention + linear, the projections become library matmuls (with their bias in the
+# epilogue where fx_passes/mm_bias.py puts it there), the attention ``scaled_dot_product_attention``
+# (its fused kernel) or, where the weights are returned or a mask is given, an explicit softmax that
+# fuses with the masking and the scaling.
+
+def _multi_head_mask(mask, mask_type, scores_shape: list):
+    """The boolean mask (True: masked out) that ``_native_multi_head_attention`` applies to its
+    scores of shape ``[B, heads, T, S]``, broadcastable to them, or None for a form eager rejects.
+
+    The op converts any mask to bool first (a float mask's nonzero entries are masked out) and
+    reads it by ``mask_type`` as ``_masked_softmax`` does: 0, an attention mask ``[T, S]``; 1, a
+    key-padding mask ``[B, S]``; any other mask (and every mask that is not 2-D) must have the
+    scores' own shape."""
+    bool_mask = mask if mask.dtype == torch.bool else aten.ne(mask, 0)
+    b, _, t, s = scores_shape
+    if mask.dim() == 2 and mask_type == 0 and list(mask.shape) == [t, s]:
+        return aten.view(bool_mask, [1, 1, t, s])
+    if mask.dim() == 2 and mask_type == 1 and list(mask.shape) == [b, s]:
+        return aten.view(bool_mask, [b, 1, 1, s])
+    if (mask.dim() != 2 or mask_type == 2) and list(mask.shape) == list(scores_shape):
+        return bool_mask
+    return None
+
+
+def _in_projection(query, key, value, weight, bias):
+    """q, k, v ``[B, T, D]`` each: one matmul with the packed weight where the three inputs are one
+    tensor (self-attention), else one per input with its third of the weight."""
+    d = query.shape[-1]
+    if query is key and key is value:
+        return tuple(split(linear(query, weight, bias), d, -1))
+    thirds = [(aten.slice(weight, 0, i * d, (i + 1) * d), aten.slice(bias, 0, i * d, (i + 1) * d)) for i in range(3)]
+    return tuple(linear(x, w, b) for x, (w, b) in zip((query, key, value), thirds))
+
+
+@register_decomposition(aten._native_multi_head_attention)
+def _native_multi_head_attention(query, key, value, embed_dim, num_head, qkv_weight, qkv_bias, proj_weight,
+                                 proj_bias, mask=None, need_weights=True, average_attn_weights=True,
+                                 mask_type=None):
+    """nn.MultiheadAttention's fast path: in-projection, scaled dot-product attention per head,
+    out-projection. Returns ``(output [B, T, D], weights)``: the weights are the softmax
+    ``[B, heads, T, S]``, averaged over heads with ``average_attn_weights``, and None without
+    ``need_weights``, as eager returns (an undefined tensor; the op's meta kernel makes an empty one).
+
+    Without a mask and without weights the heads go to ``scaled_dot_product_attention`` (eager
+    does the same). Otherwise the scores are computed explicitly: masked entries are ``-inf``; a row
+    masked everywhere is NaN on the CPU and 0 on CUDA, as the op's ``_masked_softmax`` kernels give.
+    Declined (the op stays, run by torch): nested tensors, inputs that are not ``[B, T, D]`` of one
+    shape, and masks of a shape the op would reject."""
+    if query.is_nested or query.dim() != 3 or query.shape[-1] != embed_dim or embed_dim % num_head \
+            or list(key.shape) != list(query.shape) or list(value.shape) != list(query.shape):
+        return NotImplemented
+    b, t, d = query.shape
+    head_dim = d // num_head
+    bool_mask = None
+    if mask is not None:
+        bool_mask = _multi_head_mask(mask, mask_type, [b, num_head, t, t])
+        if bool_mask is None:
+            return NotImplemented
+    q, k, v = (aten.permute(aten.view(x, [b, t, num_head, head_dim]), [0, 2, 1, 3])
+               for x in _in_projection(query, key, value, qkv_weight, qkv_bias))
+    weights = None
+    if bool_mask is None and not need_weights:
+        context = aten.scaled_dot_product_attention(q, k, v)
+    else:
+        scores = aten.matmul(aten.mul(q, 1.0 / math.sqrt(head_dim)), aten.transpose(k, -2, -1))
+        if bool_mask is None:
+            probs = aten._softmax(scores, -1, False)
+        else:
+            scores = aten.masked_fill(scores, bool_mask, -math.inf)
+            probs = aten._safe_softmax(scores, -1) if query.device.type == "cuda" else aten._softmax(scores, -1, False)
+        context = aten.matmul(probs, v)
+        if need_weights:
+            weights = aten.div(aten.sum(probs, [1]), num_head) if average_attn_weights else probs
+    merged = reshape(aten.permute(context, [0, 2, 1, 3]), [b, t, d])
+    return linear(merged, proj_weight, proj_bias), weights
+
+
+@register_decomposition(aten._transformer_encoder_layer_fwd)
+def _transformer_encoder_layer_fwd(src, embed_dim, num_heads, qkv_weight, qkv_bias, proj_weight, proj_bias,
+                                   use_gelu, norm_first, eps, norm_weight_1, norm_bias_1, norm_weight_2,
+                                   norm_bias_2, ffn_weight_1, ffn_bias_1, ffn_weight_2, ffn_bias_2, mask=None,
+                                   mask_type=None):
+    """nn.TransformerEncoderLayer's fast path: self-attention (the op above, no weights) and a
+    two-layer feed-forward block (exact GELU or ReLU), each added to its input, layer norm before
+    (``norm_first``) or after each. Declined where the attention op is (nested tensors, odd masks)."""
+    if src.is_nested or src.dim() != 3:
+        return NotImplemented
+    if src.numel() == 0:
+        return aten.clone(src)
+
+    def norm(x, weight, bias):
+        return aten.native_layer_norm(x, [embed_dim], weight, bias, eps)[0]
+
+    x = norm(src, norm_weight_1, norm_bias_1) if norm_first else src
+    attention = _native_multi_head_attention(x, x, x, embed_dim, num_heads, qkv_weight, qkv_bias, proj_weight,
+                                             proj_bias, mask, False, True, mask_type)
+    if attention is NotImplemented:
+        return NotImplemented
+    x = aten.add(attention[0], src)
+    if not norm_first:
+        x = norm(x, norm_weight_1, norm_bias_1)
+    residual = x
+    if norm_first:
+        x = norm(x, norm_weight_2, norm_bias_2)
+    hidden = linear(x, ffn_weight_1, ffn_bias_1)
+    hidden = aten.gelu(hidden) if use_gelu else aten.relu(hidden)
+    x = aten.add(linear(hidden, ffn_weight_2, ffn_bias_2), residual)
+    return norm(x, norm_weight_2, norm_bias_2) if not norm_first else x
+
+
+# ----------------------------------------------------------------------------- writes into a fresh tensor
+# Functionalization turns ``y[:, 1:] = x[:, :-1]`` on a fresh ``y`` (HF BART's decoder inputs, shifted
+# right) into ``copy`` and ``slice_scatter``: as pointwise selects they fuse with what feeds them.
+
+@register_decomposition(aten.copy)
+def copy(x, src, non_blocking=False):
+    """The functional ``x.copy_(src)``: ``src`` broadcast to ``x``'s shape, in ``x``'s dtype. A copy
+    across devices stays (a logged fallback)."""
+    if src.device != x.device:
+        return NotImplemented
+    return aten.clone(aten.expand(prims.convert_element_type(src, x.dtype), list(x.shape)))
+
+
+@register_decomposition(aten.slice_scatter)
+def slice_scatter(x, src, dim=0, start=None, end=None, step=1):
+    """``x`` with ``x[start:end]`` along ``dim`` replaced by ``src``: ``src`` padded to ``x``'s length
+    and picked inside the slice. Steps other than 1 stay (a logged fallback)."""
+    dim = dim % x.dim()
+    n = x.shape[dim]
+    if step != 1 or not isinstance(n, int):
+        return NotImplemented
+    begin, stop, _ = slice(start, end).indices(n)
+    stop = max(begin, stop)
+    padded = aten.constant_pad_nd(src, [0, 0] * (x.dim() - 1 - dim) + [begin, n - stop])
+    position = aten.view(aten.arange(n, device=x.device), [n] + [1] * (x.dim() - 1 - dim))
+    inside = aten.logical_and(aten.ge(position, begin), aten.lt(position, stop))
+    return aten.where(inside, padded, x)
+
+
+# ----------------------------------------------------------------------------- scans
+#: longest axis whose cumulative sum is written as a masked reduction (``n * n`` additions per row);
+#: past it the op stays a fallback (TorchInductor generates a scan kernel instead)
+CUMSUM_MAX_LENGTH = 1024
+
+
+@register_decomposition(aten.cumsum)
+def cumsum(x, dim, dtype=None):
+    """Prefix sums along ``dim`` as one reduction: ``out[i] = sum over j of (j <= i ? x[j] : 0)``,
+    over a ``[..., n, n, ...]`` masked view that is never stored (the mask and the broadcast fuse
+    into the reduction's loads). Short axes only (:data:`CUMSUM_MAX_LENGTH`): position ids from an
+    attention mask (HF OPT, XLM) then stop being a library call between kernels. Integers and bools
+    sum in int64 as in eager; floats keep their dtype (the sum's order differs from eager's
+    sequential one by rounding only)."""
+    if x.dim() == 0 or x.is_complex():
+        return NotImplemented
+    dim = dim % x.dim()
+    n = x.shape[dim]
+    if not isinstance(n, int) or n == 0 or n > CUMSUM_MAX_LENGTH:
+        return NotImplemented
+    out_dtype = dtype if dtype is not None else x.dtype if x.is_floating_point() else torch.int64
+    x = prims.convert_element_type(x, out_dtype)
+    position = aten.arange(n, device=x.device)
+    keep = aten.ge(aten.unsqueeze(position, 1), aten.unsqueeze(position, 0))  # [i, j]: j <= i
+    keep = aten.view(keep, [n, n] + [1] * (x.dim() - dim - 1))
+    masked = aten.where(keep, aten.unsqueeze(x, dim), _scalar(0, x))  # [..., i, j, ...]
+    return aten.sum(masked, [dim + 1])
 
 
 # ----------------------------------------------------------------------------- indexing
@@ -654,7 +841,8 @@ def _has_symbolic_sizes(fakes) -> bool:
         isinstance(s, torch.SymInt) for s in x.shape)) for x in fakes)
 
 
-def decompose(gm: torch.fx.GraphModule, example_inputs, table: dict | None = None) -> torch.fx.GraphModule:
+def decompose(gm: torch.fx.GraphModule, example_inputs, table: dict | None = None,
+              inference: bool = False) -> torch.fx.GraphModule:
     """Re-trace ``gm`` into a graph of prim-set ATen ops with the same calling convention.
 
     Tracing runs on fake tensors (no real compute) with autograd off: decompositions are
@@ -663,6 +851,8 @@ def decompose(gm: torch.fx.GraphModule, example_inputs, table: dict | None = Non
     the prim set are logged and listed in ``result.meta["fallbacks"]``. ``table`` replaces
     :data:`DECOMPOSITIONS` (any op -> function mapping, read with the registry's keying rule; the
     course swaps a learner's entry into the registry itself: ``DECOMPOSITIONS.swap({op: yours})``).
+    ``inference``: no backward will differentiate the graph, so nothing is kept for one (the
+    attention kernels' logsumexp).
     """
     table = overload_table(DECOMPOSITIONS if table is None else table)
     fakes, mode = fake_inputs(example_inputs)
@@ -676,7 +866,7 @@ def decompose(gm: torch.fx.GraphModule, example_inputs, table: dict | None = Non
     # decomposed from (``aten._softmax`` for the ``amax``, ``sub``, ``exp`` ... it became), which
     # kernel names can follow (``config.descriptive_names``)
     with torch.no_grad(), mode, enable_python_dispatcher(), composites, allow_real_constants(mode), \
-            fx_traceback.preserve_node_meta():
+            fx_traceback.preserve_node_meta(), _inference_trace(inference):
         out = make_fx(functional, decomposition_table=table)(*fakes)
     if functionalize_inplace_views(out):
         # the in-place op restrided its base's example value too: recompute every node's ``val``

@@ -28,6 +28,7 @@ from torch.utils._pytree import tree_flatten, tree_map
 from . import config, ir
 from .indexing import size_expr, sym
 from .lowering import EXTERN_OPS, KERNEL_DTYPES, LoweringDeclined, lookup
+from .runtime.conv_weights import channels_last_weight
 from .scheduler import ReadWrites
 from .virtualized import V
 
@@ -59,6 +60,8 @@ class GraphLowering(torch.fx.Interpreter):
         #: (``"s0"`` for a SymInt argument named s0, ``"arg0_1.size(1)"`` for a tensor's dim)
         self.size_sources: dict[sympy.Symbol, str] = {}
         self.layout_optimization = _wants_channels_last(gm, is_inference)
+        #: weight name -> its channels-last version (each weight converted once, however many convs read it)
+        self.channels_last_weights: dict[str, ir.Buffer] = {}
 
     def preferred_order(self, data: ir.Loops) -> list[int] | None:
         """The order a realized 4-D Pointwise of a convolution graph is laid out in (layout
@@ -86,6 +89,39 @@ class GraphLowering(torch.fx.Interpreter):
         copy = ir.StorageBox(ir.Pointwise(stored.get_device(), stored.get_dtype(), stored.make_loader(),
                                           list(stored.get_size())), self.current_origins)
         return copy.realize(order=CHANNELS_LAST)
+
+    def channels_last_weight(self, weight):
+        """A convolution's weight in channels-last order, so that cuDNN, running a channels-last
+        convolution, does not convert it inside every call. Only a graph input or a constant
+        needs it (a 1x1 or depthwise weight is already channels-last as it is stored):
+
+        * a parameter (a graph input) goes through ``runtime/conv_weights.channels_last_weight``,
+          which converts it at the first call and reuses the copy while the weight is unchanged
+          (``config.cache_conv_weights``); not under CUDA graphs, whose replays run no Python;
+        * a constant (freezing) is converted here, once: the compiled function gets the copy.
+        """
+        if not (isinstance(weight, ir.InputBuffer) and len(weight.get_size()) == 4) \
+                or _is_channels_last(weight.layout):
+            return weight
+        name = weight.get_name()
+        if name in self.channels_last_weights:
+            return self.channels_last_weights[name]
+        if name in self.constants:
+            copy = self.constants[name].contiguous(memory_format=torch.channels_last)
+            self.constants[f"{name}_channels_last"] = copy
+            converted = self._input_buffer(f"{name}_channels_last", copy)
+        elif config.cache_conv_weights and not config.triton.cudagraphs:
+            n, c, h, w = weight.get_size()
+            layout = ir.Layout(weight.get_device(), weight.get_dtype(), [n, c, h, w], [h * w * c, 1, w * c, c], 0)
+            converted = ir.ExternKernel(None, layout, "channels_last_weight", [weight], {},
+                                        "extern by design: the weight's channels-last copy, kept across calls",
+                                        fn=channels_last_weight,
+                                        header="from tininductor.runtime.conv_weights import channels_last_weight\n")
+            self.register_buffer(converted)
+        else:
+            return weight
+        self.channels_last_weights[name] = converted
+        return converted
 
     # ---------------------------------------------------------------- buffers
 
@@ -133,8 +169,11 @@ class GraphLowering(torch.fx.Interpreter):
             box = leaf.unwrap_storage() if isinstance(leaf, ir.View) else leaf
             if isinstance(box, ir.StorageBox) and not box.is_realized():
                 box.origins = list(self.current_origins)
-        # inline a pointwise producer into each user, unless that recomputes too much
-        if n.op == "call_function" and len(n.users) > 1:
+        # inline a pointwise producer into each user, unless that recomputes too much. A node with
+        # several outputs (max pooling's values and indices) is used through one getitem node per
+        # output: each of those counts its own output's users, and an output nobody reads stays
+        # unrealized (never computed)
+        if n.op == "call_function" and len(n.users) > 1 and not isinstance(result, (tuple, list)):
             for leaf in tree_flatten(result)[0]:
                 box = leaf.unwrap_storage() if isinstance(leaf, ir.View) else leaf
                 if isinstance(box, ir.StorageBox):
@@ -215,6 +254,7 @@ class GraphLowering(torch.fx.Interpreter):
         conv = torch.ops.aten.convolution.default
         if self.layout_optimization:
             x = self.channels_last_input(x)
+            weight = self.channels_last_weight(weight)
         on_gpu = isinstance(x, ir.IRNode) and x.get_device().type != "cpu"
         if bias is None or not (config.force_split_conv_bias or (config.split_conv_bias and on_gpu)):
             return self.extern_kernel(conv, (x, weight, bias, *args), kwargs, "extern by design: library kernel")

@@ -276,16 +276,19 @@ class ExternKernel(Buffer):
     """A call into torch: ``name = kernel(*args, **kwargs)``, args being buffers/views or constants.
 
     ``reason`` says why it is not generated code (extern by design for mm/bmm/conv,
-    or a fallback for an op without a lowering).
+    or a fallback for an op without a lowering). ``header``: the import line that defines
+    ``kernel`` in the wrapper module, for a helper that is not in ``torch``
+    (``from tininductor.runtime.conv_weights import channels_last_weight``).
     """
 
-    def __init__(self, name, layout, kernel: str, args, kwargs, reason: str, fn=None):
+    def __init__(self, name, layout, kernel: str, args, kwargs, reason: str, fn=None, header: str | None = None):
         super().__init__(name, layout)
         self.kernel = kernel
         self.args = list(args)
         self.kwargs = dict(kwargs)
         self.reason = reason
         self.fn = fn  # the torch callable (OpOverload), so the wrapper can import it by name
+        self.header = header
 
     @property
     def op_name(self) -> str:

@@ -214,6 +214,26 @@ def bitwise_not(x):
     return pointwise(ops.bitwise_not, x)
 
 
+def register_bitwise(target, name):
+    """``bitwise_and/or`` of integer or bool tensors (and Python ints/bools): one ``ops.<name>``
+    over the promoted operands; on bools it is the logical op (attention masks combined with ``&``)."""
+    @register_lowering(target)
+    def lowering(a, b):
+        dtypes = [x.get_dtype() for x in (a, b) if is_ir(x)]
+        if any(d.is_floating_point or d.is_complex for d in dtypes):
+            raise LoweringDeclined(f"{target} of a floating-point tensor (torch raises)")
+        if all(d == torch.bool for d in dtypes) and all(is_ir(x) or isinstance(x, bool) for x in (a, b)):
+            return pointwise(getattr(ops, name.replace("bitwise", "logical")), a, b, promote=Promote.ALWAYS_BOOL,
+                             returns_bool=True)
+        return pointwise(getattr(ops, name), a, b)
+
+    return lowering
+
+
+for _name in "bitwise_and bitwise_or".split():
+    register_bitwise(getattr(aten, _name), _name)
+
+
 def register_logical(target, name):
     @register_lowering(target)
     def lowering(*args):
@@ -306,6 +326,59 @@ def clamp(x, min=None, max=None):
     if max is not None:
         x = pointwise(ops.minimum, x, max)
     return x
+
+
+# Hard activations: ReLU6 (``hardtanh(x, 0, 6)``, MobileNetV2's), hardswish and hardsigmoid
+# (MobileNetV3's), and the backward ops their VJP rules call. Pointwise lowerings, so that each fuses
+# with the batch norm before it instead of running as an ATen kernel of its own. They stay ops of the
+# graph (no decomposition into clamp before AD): their gradient is then ATen's backward formula, zero
+# at the kinks (``x == 0`` and ``x == 6`` for ReLU6) as in eager, where a clamp's maximum/minimum
+# would split a tie in half. The formulas are ATen's, in its order of operations.
+@register_lowering(aten.hardtanh)
+def hardtanh(x, min_val=-1.0, max_val=1.0):
+    return clamp(x, min_val, max_val)
+
+
+@register_lowering(aten.hardtanh_backward)
+def hardtanh_backward(grad, x, min_val, max_val):
+    def fn(g, v, lo, hi, zero):
+        return ops.where(ops.logical_or(ops.le(v, lo), ops.ge(v, hi)), zero, g)
+
+    return pointwise(fn, grad, x, min_val, max_val, 0.0)
+
+
+@register_lowering(aten.hardsigmoid)
+def hardsigmoid(x):
+    def fn(v, zero, three, six):
+        return ops.truediv(ops.minimum(ops.maximum(ops.add(v, three), zero), six), six)
+
+    return pointwise(fn, x, 0.0, 3.0, 6.0)
+
+
+@register_lowering(aten.hardsigmoid_backward)
+def hardsigmoid_backward(grad, x):
+    def fn(g, v, zero, three, sixth):
+        inside = ops.logical_and(ops.gt(v, ops.neg(three)), ops.lt(v, three))
+        return ops.where(inside, ops.mul(g, sixth), zero)
+
+    return pointwise(fn, grad, x, 0.0, 3.0, 1.0 / 6.0)
+
+
+@register_lowering(aten.hardswish)
+def hardswish(x):
+    def fn(v, zero, three, six):
+        return ops.truediv(ops.mul(v, ops.minimum(ops.maximum(ops.add(v, three), zero), six)), six)
+
+    return pointwise(fn, x, 0.0, 3.0, 6.0)
+
+
+@register_lowering(aten.hardswish_backward)
+def hardswish_backward(grad, x):
+    def fn(g, v, zero, three, half):
+        slope = ops.mul(g, ops.add(ops.truediv(v, three), half))
+        return ops.where(ops.le(v, ops.neg(three)), zero, ops.where(ops.lt(v, three), slope, g))
+
+    return pointwise(fn, grad, x, 0.0, 3.0, 0.5)
 
 
 @register_lowering(prims.convert_element_type)
@@ -536,6 +609,33 @@ def view(x, size):
     return _view_of(x, size, _view_reindex(old, size), _view_layout(size))
 
 
+@register_lowering(aten.as_strided)
+def as_strided(x, size, stride, storage_offset=None):
+    """A view of the memory ``x`` is stored in, with the given sizes and strides: a ReinterpretView
+    of the buffer ``x`` is realized into. ATen's adaptive average pooling restrides its ``(N, C, 1, 1)``
+    output so, to its input's memory format (ConvNeXt's and Swin's heads).
+
+    ``as_strided`` addresses the *storage*, so it means the same here as in eager only where the
+    buffer is laid out as eager laid out that value (the traced strides) and owns its storage (a
+    buffer computed by this graph, not an input, which may be a view into a larger storage); anything
+    else runs as the ATen op."""
+    node = V.graph.current_node
+    traced = node.args[0].meta.get("val") if node is not None and isinstance(node.args[0], torch.fx.Node) else None
+    stored = ir.realize_input(x)
+    base = stored.data if isinstance(stored, ir.ReinterpretView) else stored
+    if isinstance(base, ir.InputBuffer) or not isinstance(traced, torch.Tensor):
+        raise LoweringDeclined("as_strided of a graph input (its storage is not this graph's)")
+    if [size_expr(n) for n in traced.stride()] != list(stored.layout.stride) or traced.storage_offset() != 0 \
+            or stored.layout.offset != 0:
+        raise LoweringDeclined("as_strided of a value stored with other strides than eager's")
+    layout = _restride(base.layout, size, stride, 0 if storage_offset is None else storage_offset)
+    extent = base.layout.storage_size()
+    if not (is_static(layout.storage_size()) and is_static(extent)) or layout.storage_size() > extent \
+            or extent != prod(base.layout.size):  # a buffer with holes: eager's holes hold other data
+        raise LoweringDeclined("as_strided beyond the buffer's elements")
+    return ir.ReinterpretView(base, layout)
+
+
 def _view_size(old, size) -> list:
     """The view's sizes as expressions, its ``-1`` (if any) worked out from the element count."""
     size = [size_expr(s) for s in size]
@@ -757,6 +857,191 @@ def constant_pad_nd(x, pad, value=0):
     if any(not is_static(size[d]) for d in padded):
         raise LoweringDeclined("padding a dim of symbolic size")
     return ir.StorageBox(ir.Pointwise(x.get_device(), dtype, inner_fn, out_size))
+
+
+# --------------------------------------------------------------------------- pooling
+
+
+def _pair(value, name: str) -> list[int]:
+    """A pooling argument as (height, width): ``3`` and ``[3]`` are ``[3, 3]``."""
+    value = [value] if isinstance(value, int) else list(value)
+    if len(value) == 1:
+        value = value * 2
+    if len(value) != 2 or not all(isinstance(v, int) for v in value):
+        raise LoweringDeclined(f"{name}={value}: two static ints expected")
+    return value
+
+
+def pooling_output_size(size: int, kernel: int, stride: int, padding: int, dilation: int, ceil_mode: bool) -> int:
+    """Outputs along one dim of a pooling window sliding over ``size`` (ATen's ``pooling_output_shape``):
+    with ``ceil_mode`` a last partial window counts, unless it would start inside the right padding."""
+    span = size + 2 * padding - dilation * (kernel - 1) - 1
+    out = (span + (stride - 1 if ceil_mode else 0)) // stride + 1
+    if ceil_mode and (out - 1) * stride >= size + padding:
+        out -= 1
+    return out
+
+
+def _window_element(load, index, k, size, out_hw, stride, padding, dilation):
+    """Element ``k = (kh, kw)`` of the pooling window of output ``index = (..., i, j)``: its load, and a
+    bool op saying whether it lies inside the input (None where it does for every output). A read in
+    the padding is kept in bounds by a modulo (exact inside), as ``constant_pad_nd`` keeps its own."""
+    *outer, i, j = index
+    coords, inside = [], None
+    for dim, (out_index, kd) in enumerate(((i, k[0]), (j, k[1]))):
+        n, s = size[dim], stride[dim]
+        offset = kd * dilation[dim] - padding[dim]
+        if offset >= 0 and (out_hw[dim] - 1) * s + offset < n:
+            coords.append(out_index * s + offset)
+            continue
+        coords.append(ModularIndexing(out_index * s + offset % n, n))
+        pos = ops.index_expr(out_index * s + offset, torch.int64)
+        ok = ops.logical_and(ops.ge(pos, ops.constant(0, torch.int64)), ops.lt(pos, ops.constant(n, torch.int64)))
+        inside = ok if inside is None else ops.logical_and(inside, ok)
+    return load([*outer, *coords]), inside
+
+
+@register_lowering(aten.max_pool2d_with_indices)
+def max_pool2d_with_indices(x, kernel_size, stride=(), padding=0, dilation=1, ceil_mode=False):
+    """Max pooling as Pointwise nodes (TorchInductor lowers it so too): each output element compares
+    the ``kh * kw`` elements of its window, one load each, in the order ATen's kernels visit them
+    (row by row), and takes an element that is greater than the best so far or NaN, so ties and NaNs
+    pick eager's element. Window elements in the padding are skipped: their loads are kept in bounds
+    by a modulo and never taken.
+
+    Two nodes share that body: the maxima, and the indices (the flat position ``h * W + w`` of each
+    maximum in its input plane, which the backward op reads); an inference graph uses only the
+    maxima, so the indices are never computed. The maxima fuse with their neighbours (the batch
+    norm and ReLU before a ResNet's max pool, the convolution input after it)."""
+    if len(x.get_size()) not in (3, 4) or not all(is_static(n) for n in x.get_size()):
+        raise LoweringDeclined("max pooling of a 3-D or 4-D input of static size only")
+    kernel, padding, dilation = _pair(kernel_size, "kernel_size"), _pair(padding, "padding"), _pair(dilation, "dilation")
+    stride = _pair(stride, "stride") if stride else list(kernel)
+    *batch, height, width = [int(n) for n in x.get_size()]
+    out_hw = [pooling_output_size(n, k, s, p, d, ceil_mode)
+              for n, k, s, p, d in zip((height, width), kernel, stride, padding, dilation)]
+    dtype, acc = x.get_dtype(), _acc_dtype(x.get_dtype())
+    load = x.make_loader()
+
+    def window_max(index, with_indices: bool):
+        """ATen's loop: ``if (val > best || isnan(val)) best = val, best_index = position``, from
+        ``best = -inf`` and (for the indices) the window's first element inside the input."""
+        i, j = index[-2:]
+        best = ops.constant(-math.inf, acc)
+        best_index = ops.constant(-1, torch.int64)  # no element taken yet: the first inside is taken
+        for kh in range(kernel[0]):
+            for kw in range(kernel[1]):
+                value, inside = _window_element(load, index, (kh, kw), (height, width), out_hw, stride, padding,
+                                                dilation)
+                value = cast(value, dtype, acc)
+                take = ops.logical_or(ops.gt(value, best), ops.ne(value, value))
+                if with_indices:
+                    take = ops.logical_or(take, ops.eq(best_index, ops.constant(-1, torch.int64)))
+                if inside is not None:
+                    take = ops.logical_and(inside, take)
+                best = ops.where(take, value, best)
+                if with_indices:
+                    flat = (i * stride[0] + kh * dilation[0] - padding[0]) * width \
+                        + j * stride[1] + kw * dilation[1] - padding[1]
+                    best_index = ops.where(take, ops.index_expr(flat, torch.int64), best_index)
+        return best_index if with_indices else cast(best, acc, dtype)
+
+    size = [*batch, *out_hw]
+    values = ir.Pointwise(x.get_device(), dtype, lambda index: window_max(index, False), size)
+    indices = ir.Pointwise(x.get_device(), torch.int64, lambda index: window_max(index, True), size)
+    return ir.StorageBox(values), ir.StorageBox(indices)
+
+
+@register_lowering(aten.max_pool2d_with_indices_backward)
+def max_pool2d_with_indices_backward(grad, x, kernel_size, stride, padding, dilation, ceil_mode, indices):
+    """The gradient of max pooling, gathered instead of scattered: input element ``(h, w)`` sums the
+    gradients of the (at most ``kh * kw``) windows that contain it and whose recorded maximum is
+    it. Window ``(kh, kw)`` holds ``(h, w)`` as its element for the output ``oh = (h + p - kh * d) / s``
+    when that divides and lies in the output; reads are kept in bounds by a modulo. One Pointwise,
+    fused with the gradient's producer (TorchInductor lowers it so too)."""
+    if len(x.get_size()) not in (3, 4) or not all(is_static(n) for n in [*x.get_size(), *grad.get_size()]):
+        raise LoweringDeclined("max pooling backward of a 3-D or 4-D input of static size only")
+    kernel, padding, dilation = _pair(kernel_size, "kernel_size"), _pair(padding, "padding"), _pair(dilation, "dilation")
+    stride = _pair(stride, "stride") if stride else list(kernel)
+    *batch, height, width = [int(n) for n in x.get_size()]
+    out_hw = [int(n) for n in grad.get_size()[-2:]]
+    dtype, acc = grad.get_dtype(), _acc_dtype(grad.get_dtype())
+    load_grad, load_index = grad.make_loader(), indices.make_loader()
+
+    def int_(value):
+        return ops.constant(value, torch.int64)
+
+    def inner_fn(index):
+        *outer, h, w = index
+        total = ops.constant(0, acc)
+        # windows in the order of their outputs (kh descending is oh ascending), as eager accumulates
+        for kh in reversed(range(kernel[0])):
+            for kw in reversed(range(kernel[1])):
+                coords, ok = [], None
+                for dim, (pos, k) in enumerate(((h, kh), (w, kw))):
+                    s, n_out = stride[dim], out_hw[dim]
+                    c = k * dilation[dim] - padding[dim]   # the window element sits at out * s + c
+                    shift = s * -(-max(c, 0) // s)         # a multiple of s that keeps pos - c + shift >= 0
+                    numerator = pos - c + shift
+                    out = FloorDiv(numerator, s) - shift // s
+                    coords.append(ModularIndexing(FloorDiv(numerator, s) + (-(shift // s)) % n_out, n_out))
+                    out_value = ops.index_expr(out, torch.int64)
+                    cond = ops.logical_and(ops.ge(out_value, int_(0)), ops.lt(out_value, int_(n_out)))
+                    if s != 1:
+                        cond = ops.logical_and(cond, ops.eq(ops.index_expr(ModularIndexing(numerator, s), torch.int64),
+                                                            int_(0)))
+                    ok = cond if ok is None else ops.logical_and(ok, cond)
+                at = [*outer, *coords]
+                mine = ops.eq(load_index(at), ops.index_expr(h * width + w, torch.int64))
+                value = cast(load_grad(at), dtype, acc)
+                total = ops.add(total, ops.where(ops.logical_and(ok, mine), value, ops.constant(0, acc)))
+        return cast(total, acc, dtype)
+
+    return ir.StorageBox(ir.Pointwise(x.get_device(), dtype, inner_fn, [*batch, height, width]))
+
+
+@register_lowering(aten.avg_pool2d)
+def avg_pool2d(x, kernel_size, stride=(), padding=0, ceil_mode=False, count_include_pad=True, divisor_override=None):
+    """Average pooling as one Pointwise (DenseNet's transitions): the window's elements inside the
+    input summed in row order in the accumulation dtype, divided as ATen's kernel divides: by
+    ``divisor_override``, else by the window's size clipped to the padded input
+    (``count_include_pad``), else by the number of its elements inside the input."""
+    if len(x.get_size()) not in (3, 4) or not all(is_static(n) for n in x.get_size()):
+        raise LoweringDeclined("average pooling of a 3-D or 4-D input of static size only")
+    kernel, padding = _pair(kernel_size, "kernel_size"), _pair(padding, "padding")
+    stride = _pair(stride, "stride") if stride else list(kernel)
+    *batch, height, width = [int(n) for n in x.get_size()]
+    out_hw = [pooling_output_size(n, k, s, p, 1, ceil_mode)
+              for n, k, s, p in zip((height, width), kernel, stride, padding)]
+    dtype, acc = x.get_dtype(), _acc_dtype(x.get_dtype())
+    load = x.make_loader()
+
+    def int_(value):
+        return ops.constant(value, torch.int64)
+
+    def inner_fn(index):
+        i, j = index[-2:]
+        total = ops.constant(0, acc)
+        for kh in range(kernel[0]):
+            for kw in range(kernel[1]):
+                value, inside = _window_element(load, index, (kh, kw), (height, width), out_hw, stride, padding,
+                                                (1, 1))
+                value = cast(value, dtype, acc)
+                total = ops.add(total, value if inside is None else ops.where(inside, value, ops.constant(0, acc)))
+        if divisor_override:
+            return cast(ops.truediv(total, ops.constant(divisor_override, acc)), acc, dtype)
+        count = None
+        for out_index, k, n, s, p in ((i, kernel[0], height, stride[0], padding[0]),
+                                      (j, kernel[1], width, stride[1], padding[1])):
+            start = ops.index_expr(out_index * s - p, torch.int64)
+            end = ops.minimum(ops.add(start, int_(k)), int_(n + p))
+            if not count_include_pad:
+                start, end = ops.maximum(start, int_(0)), ops.minimum(end, int_(n))
+            extent = ops.sub(end, start)
+            count = extent if count is None else ops.mul(count, extent)
+        return cast(ops.truediv(total, ops.to_dtype(count, acc)), acc, dtype)
+
+    return ir.StorageBox(ir.Pointwise(x.get_device(), dtype, inner_fn, [*batch, *out_hw]))
 
 
 # --------------------------------------------------------------------------- reductions

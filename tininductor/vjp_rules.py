@@ -315,9 +315,9 @@ def minimum_vjp(grad, out, a, b):
 
 
 @register_vjp(aten.eq, aten.ne, aten.lt, aten.le, aten.gt, aten.ge, aten.logical_and,
-              aten.logical_or, aten.logical_not)
+              aten.logical_or, aten.logical_not, aten.bitwise_and, aten.bitwise_or)
 def not_differentiable(grad, out, *args, **kwargs):
-    """Comparisons and logic return bools: nothing flows back."""
+    """Comparisons and logic return bools, bitwise ops integers: nothing flows back."""
     return (None,) * len(args)
 
 

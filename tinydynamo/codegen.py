@@ -25,7 +25,7 @@ import torch.fx
 from tinydynamo import bytecode as bc
 from tinydynamo.exc import unimplemented
 from tinydynamo.resume import live_locals, make_resume_code, next_offset
-from tinydynamo.source import LocalSource, Source
+from tinydynamo.source import LocalSource, Source, source_reader
 from tinydynamo.variables.base import NULL
 from tinydynamo.variables.ctx_manager import WithExitFunctionVariable, is_grad_mode_node
 from tinydynamo.variables.lists import ListIteratorVariable
@@ -114,23 +114,8 @@ def read_inputs(sources: list[Source]) -> tuple[list[str], list[str]]:
             uses[base.name()] += 1
             base = getattr(base, "base", None)
     reads: list[str] = []
-    names: dict[str, str] = {}
-
-    def expr(source: Source) -> str:
-        key = source.name()
-        if key in names:
-            return names[key]
-        base = getattr(source, "base", None)
-        code = source.code()
-        if base is not None:
-            code = code.replace(base.code(), expr(base), 1)
-        if uses[key] < 2:
-            return code
-        names[key] = f"___i{len(names)}"
-        reads.append(f"{names[key]} = {code}")
-        return names[key]
-
-    return reads, [expr(s) for s in sources]
+    read = source_reader(reads, "___i", bind=lambda source: uses[source.name()] >= 2)
+    return reads, [read(s) for s in sources]
 
 
 def _slot_kind(v) -> str:

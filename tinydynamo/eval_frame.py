@@ -22,8 +22,10 @@ import types
 import warnings
 from typing import Any, Callable, Iterator
 
+import torch
 from torch import nn
 from torch.nn.modules import module as module_mod
+from torch.utils._python_dispatch import any_torch_dispatch_mode_on_stack
 
 from tinydynamo import config, distributed, symbolic_shapes, trace_rules
 from tinydynamo.backends import lookup_backend, lookup_backend_with_options
@@ -91,12 +93,32 @@ def reset() -> None:
     counters.clear()
 
 
+_dispatch_stack_len = torch._C._len_torch_dispatch_stack
+
+#: callables with no Python frame of their own (``torch.add``, ``torch.ops.aten.add.Tensor``, a partial):
+#: compiled through a one-line Python function that calls them, as TorchDynamo wraps them
+CALLABLES_WITHOUT_FRAMES = (types.BuiltinFunctionType, types.BuiltinMethodType, types.MethodWrapperType,
+                            functools.partial, torch._ops.OpOverload, torch._ops.OpOverloadPacket)
+
+
+def _calling(fn: Callable) -> types.FunctionType:
+    """``lambda *args, **kwargs: fn(*args, **kwargs)`` with a code object of its own (its own cache)."""
+    def call(*args, **kwargs):
+        return fn(*args, **kwargs)
+
+    name = getattr(fn, "__name__", type(fn).__name__)
+    call.__code__ = call.__code__.replace(co_name=name, co_qualname=f"calling_{name}")
+    return functools.wraps(fn, assigned=("__name__", "__doc__"))(call) if hasattr(fn, "__name__") else call
+
+
 def _user_function(fn: Callable) -> tuple[types.FunctionType, Any]:
     """(plain function, bound self or None) for a function or bound method."""
     if isinstance(fn, types.MethodType):
         return fn.__func__, fn.__self__
     if isinstance(fn, types.FunctionType):
         return fn, None
+    if isinstance(fn, CALLABLES_WITHOUT_FRAMES):
+        return _calling(fn), None
     raise TypeError(f"tinydynamo can compile Python functions, methods and nn.Modules, not {type(fn).__name__}")
 
 
@@ -175,6 +197,8 @@ class OptimizedFunction:
             types.FunctionType(self._code, self._globals, self._code.co_name, None, closure)
         if config.disable or trace_rules.is_disabled(self._orig_fn):  # TINY_DISABLE=1 / disable(fn)
             return eager(*args, **kwargs)
+        if _dispatch_stack_len() and any_torch_dispatch_mode_on_stack():
+            return eager(*args, **kwargs)  # a user's TorchDispatchMode is active: it sees eager's ops, as in TorchDynamo
         L = self._bind(args, kwargs, closure)
         G = self._globals
         cache = _caches.get(self._code) or get_cache(self._code)

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import itertools
+import operator
 import struct
 import weakref
 from typing import Any, Callable, Iterator
@@ -23,7 +25,7 @@ from torch.nn.modules import module as module_mod
 
 from tinydynamo import config
 from tinydynamo.registry import swap
-from tinydynamo.source import Source, SourceScope
+from tinydynamo.source import Source, SourceScope, source_reader
 
 
 @dataclasses.dataclass(frozen=True)
@@ -246,6 +248,20 @@ def _const_code(g: Guard, ref: str, scope: SourceScope) -> list[str]:
     v = g.expected
     if v is None or v is True or v is False or v is Ellipsis:
         return [f"{ref} is {v!r}"]
+    exact = _exact_const_code(v, ref, scope)
+    if type(v) in _IMMUTABLE_CONSTANTS:
+        # the object the trace read (a module's ``eps``, a stride entry) is usually still the one
+        # there: one identity test, and the exact test only for another object (an immutable
+        # object is equal to itself in every way the exact test looks at, bits included)
+        return [f"{ref} is {scope.constant(v, 'c')} or {' and '.join(exact)}"]
+    return exact
+
+
+_IMMUTABLE_CONSTANTS = (int, float, str, bytes, complex)
+
+
+def _exact_const_code(v: Any, ref: str, scope: SourceScope) -> list[str]:
+    """The exact test of a constant: its type, then its value (bits where ``==`` would mislead)."""
     if type(v) is float and _needs_bits(v):
         return [f"type({ref}) is float", f"{scope.constant(float_bits, 'fn')}({ref}) == {float_bits(v)}"]
     if type(v) is complex and (_needs_bits(v.real) or _needs_bits(v.imag)):
@@ -275,6 +291,14 @@ register_guard_kind(
                   None if len(v) == g.expected[1] else f"len({g.name}) == {g.expected[1]} failed: actual {len(v)}"),
     lambda g: f"type({g.name}) is {g.expected[0].__name__} and len({g.name}) == {g.expected[1]}",
 )
+
+register_guard_kind(
+    "LENGTH",
+    lambda g, ref, scope: [f"len({ref}) == {g.expected}"],
+    lambda g, v: None if len(v) == g.expected else f"len({g.name}) == {g.expected} failed: actual {len(v)}",
+    lambda g: f"len({g.name}) == {g.expected}",
+)
+
 
 def _dict_keys_code(g: Guard, ref: str, scope: SourceScope) -> list[str]:
     dict_type, keys = g.expected
@@ -310,7 +334,7 @@ register_guard_kind(
 
 register_guard_kind(
     "DICT_CONTAINS",
-    lambda g, ref, scope: [f"({g.expected[0]!r} in {ref}) is {g.expected[1]!r}"],
+    lambda g, ref, scope: [f"{g.expected[0]!r} {'in' if g.expected[1] else 'not in'} {ref}"],
     lambda g, v: None if (g.expected[0] in v) == g.expected[1]
     else f"{g.expected[0]!r} {'is no longer' if g.expected[1] else 'is now'} in {g.name} "
          f"(expected {'present' if g.expected[1] else 'absent'})",
@@ -403,13 +427,21 @@ def _global_hook_dicts() -> list:
             if hasattr(module_mod, name)]
 
 
+def _no_hooks_code(g: Guard, ref: str, scope: SourceScope) -> list[str]:
+    return [f"not {ref}.{name}" for name in _HOOK_DICTS]
+
+
 register_guard_kind(
     "NO_HOOKS",
-    lambda g, ref, scope: [f"not {ref}.{name}" for name in _HOOK_DICTS],
+    _no_hooks_code,
     lambda g, v: None if not any(getattr(v, name, None) for name in _HOOK_DICTS)
     else f"module {g.name} has hooks now (registered after it was compiled)",
     lambda g: f"{g.name} has no forward/backward hooks",
 )
+
+#: a module's four hook dicts in one C call (the batched NO_HOOKS check below)
+_hook_dicts_of = operator.attrgetter(*_HOOK_DICTS)
+
 
 register_guard_kind(  # the module-global hook dicts are mutated in place: hold them as constants
     "NO_GLOBAL_HOOKS",
@@ -441,6 +473,15 @@ def _cpp_checkable(guards: list[Guard]) -> list[Guard]:
     return plain if len(plain) >= config.cpp_tensor_guards_min else []
 
 
+def _hooks_batchable(guards: list[Guard]) -> list[Guard]:
+    """The NO_HOOKS guards checked together in C (none if the kind's code was swapped, or below
+    ``config.cpp_tensor_guards_min``: small examples keep their readable per-module conditions)."""
+    if GUARD_KINDS["NO_HOOKS"].code is not _no_hooks_code or config.cpp_tensor_guards_min is None:
+        return []
+    hooks = [g for g in guards if g.kind == "NO_HOOKS"]
+    return hooks if len(hooks) >= config.cpp_tensor_guards_min else []
+
+
 def generate_check_code(guards: list[Guard], scope: SourceScope) -> str:
     """The source of ``___check_guards(L, G)``: every guard's conditions, cheapest path first.
 
@@ -453,36 +494,34 @@ def generate_check_code(guards: list[Guard], scope: SourceScope) -> str:
     are checked together, last, by one call of torch's C++ ``TensorGuards``, which is what
     TorchDynamo runs for them too. Per tensor that is a fraction of a microsecond instead of six
     Python comparisons, and a ResNet's 300 tensors stop dominating the cached call. A tensor that
-    needs more than that check (a subclass) keeps its Python conditions.
+    needs more than that check (a subclass) keeps its Python conditions. Likewise the modules'
+    NO_HOOKS: one ``any(chain(map(attrgetter(<hook dicts>), (m1, m2, ...))))``, a loop in C over
+    every module's four hook dicts, instead of four attribute reads and tests in Python each.
     """
     body: list[str] = []
-    refs: dict[str, str] = {}
-
-    def ref_of(source: Source) -> str:
-        key = source.name()
-        if key in refs:
-            return refs[key]
-        base = getattr(source, "base", None)
-        if base is not None:  # evaluate the parent once, reuse it: L['self'].fc1 -> ___v1.weight
-            parent = ref_of(base)
-            expr = source.code().replace(base.code(), parent, 1)
-        else:
-            expr = source.code()
-        ref = f"___v{len(refs)}"
-        refs[key] = ref
-        body.append(f"{ref} = {expr}")
-        return ref
+    ref_of = source_reader(body, "___v")  # each source read once, a nested one through its parent's local
 
     batched: list[tuple[str, Guard]] = []  # tensors checked by one C++ call at the end
     fast = {id(g) for g in _cpp_checkable(guards)}
+    no_hooks: list[tuple[str, Guard]] = []  # modules whose hook dicts are checked in one C-level pass
+    hooks_batched = {id(g) for g in _hooks_batchable(guards)}
     for g in guards:
         ref = ref_of(g.source) if g.source is not None else "None"
         if id(g) in fast:
             batched.append((ref, g))
             continue
+        if id(g) in hooks_batched:
+            no_hooks.append((ref, g))
+            continue
         conds = GUARD_KINDS[g.kind].code(g, ref, scope)
         body.append(f"# {g.kind}: {g.readable()}")
         body.append(f"if not ({' and '.join(conds)}):")
+        body.append("    return False")
+    if no_hooks:
+        chain, getter = scope.constant(itertools.chain.from_iterable, "fn"), scope.constant(_hook_dicts_of, "fn")
+        body.append(f"# NO_HOOKS of {len(no_hooks)} modules in one C-level pass (any hook dict not empty): "
+                    + ", ".join(g.name for _, g in no_hooks[:4]) + (", ..." if len(no_hooks) > 4 else ""))
+        body.append(f"if any({chain}(map({getter}, ({', '.join(ref for ref, _ in no_hooks)},)))):")
         body.append("    return False")
     if batched:
         check = scope.constant(_tensor_guards([g.expected for _, g in batched]), "tensor_guards")

@@ -367,6 +367,7 @@ class OutputGraph:
         else:
             body = GraphBreakCodegen(self, graph_break, codegen, backend, code).lines()
         self.graph.output(tuple(codegen.nodes))
+        traced_ops = self.op_count()  # TorchDynamo compiles a frame that traced ops, even if all are dead
         self._dead_code_elimination()
         self.graph.lint()
         gm = torch.fx.GraphModule(self.root, self.graph, class_name=f"GraphModule_{self.frame_name}")
@@ -374,7 +375,7 @@ class OutputGraph:
         artifacts.record("graph", self.frame_name, gm.print_readable(print_output=False))
         if logs.enabled("graph_code"):
             logs.get_logger("graph_code").info("TRACED GRAPH %s\n%s", self.frame_name, gm.print_readable(print_output=False))
-        compiled_fn = self._call_backend(gm, backend, n_ops)
+        compiled_fn = self._call_backend(gm, backend, n_ops or traced_ops)
         check_fn = self._build_guards()
         text = codegen.compiled_frame_source(replay + body, n_ops)
         namespace = {**self.scope.names, "___compiled_fn": compiled_fn}
@@ -388,7 +389,7 @@ class OutputGraph:
 
     def _call_backend(self, gm: torch.fx.GraphModule, backend: Callable, n_ops: int) -> Callable:
         """``backend(gm, example_inputs)``; an error in it is a BackendCompilerFailed naming the backend."""
-        if not n_ops:  # nothing to compile: TorchDynamo skips the backend for op-free graphs too
+        if not n_ops:  # nothing traced: TorchDynamo skips the backend for op-free graphs too
             return gm.forward
         try:
             with dynamo_timed("backend_compile"), preserve_rng_state(), self._tracing_context():

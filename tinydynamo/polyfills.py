@@ -26,8 +26,10 @@ import inspect
 import itertools
 import math
 import operator
+import re
 import types
 import typing
+import unittest
 
 import torch
 import torch.utils.checkpoint
@@ -118,6 +120,56 @@ def argsort(keys, reverse=False):
     return sorted(range(len(keys)), key=keys.__getitem__, reverse=reverse)
 
 
+def _fromkeys(make):
+    """``cls.fromkeys(iterable, value=None)`` of a dict class: each key of ``iterable`` -> ``value``."""
+
+    def fromkeys(iterable, value=None):
+        d = make()
+        for k in iterable:
+            d[k] = value
+        return d
+
+    return fromkeys
+
+
+def regex_matches(pattern, text) -> bool:
+    """``re.search(pattern, text) is not None`` (a pure function: run at trace time on constants)."""
+    return re.search(pattern, text) is not None
+
+
+def assert_raises(self, expected_exception, fn, *args, **kwargs):
+    """``TestCase.assertRaises(exc, fn, *args)``, the callable form, as a try/except the translator traces
+    (unittest's own goes through a context manager's ``__exit__``)."""
+    try:
+        fn(*args, **kwargs)
+    except expected_exception:
+        return None
+    raise self.failureException(f"{getattr(expected_exception, '__name__', expected_exception)} not raised")
+
+
+def assert_raises_regex(self, expected_exception, expected_regex, fn, *args, **kwargs):
+    """``TestCase.assertRaisesRegex(exc, regex, fn, *args)``, the callable form (see :func:`assert_raises`)."""
+    try:
+        fn(*args, **kwargs)
+    except expected_exception as e:
+        if not regex_matches(expected_regex, str(e)):
+            raise self.failureException(f'"{expected_regex}" does not match "{e}"') from None
+        return None
+    raise self.failureException(f"{getattr(expected_exception, '__name__', expected_exception)} not raised")
+
+
+#: library methods -> (a traceable stand-in, the fewest positional arguments it takes after ``self``); a call
+#: with fewer (``with self.assertRaises(E):``, the context-manager form) is not replaced
+METHOD_POLYFILLS = {
+    unittest.TestCase.assertRaises: (assert_raises, 2),
+    unittest.TestCase.assertRaisesRegex: (assert_raises_regex, 3),
+}
+
+dict_fromkeys = _fromkeys(dict)
+ordered_dict_fromkeys = _fromkeys(collections.OrderedDict)
+defaultdict_fromkeys = _fromkeys(collections.defaultdict)
+
+
 def copy_copy(x):
     if isinstance(x, list):
         return list(x)
@@ -203,6 +255,9 @@ FUNCTION_POLYFILLS = {
     itertools.chain.from_iterable: chain_from_iterable,
     copy.copy: copy_copy,
     copy.deepcopy: deepcopy_,
+    dict.fromkeys: dict_fromkeys,
+    collections.OrderedDict.fromkeys: ordered_dict_fromkeys,
+    collections.defaultdict.fromkeys: defaultdict_fromkeys,
 }
 
 # ---- 1. pure functions over constants ---------------------------------------------------------------------
@@ -212,7 +267,7 @@ PURE_FUNCTIONS = {
     # which rebuild a bound method, so that ``inspect.signature(self.forward)`` leaves out ``self``)
     math.gcd, math.prod, math.isclose, math.comb, math.perm, operator.index,
     collections.namedtuple,
-    typing.get_origin, typing.get_args,  # annotations are constants (typing_types)
+    typing.get_origin, typing.get_args, regex_matches,  # annotations are constants (typing_types)
 }
 
 

@@ -84,13 +84,19 @@ def live_locals(code: types.CodeType, offset: int, names: list[str]) -> list[str
     a builtin that reads locals by name (``eval``, ``locals``...), every name. Passing fewer locals
     means fewer guards on the resume function, so fewer needless recompiles.
     """
-    read: set[str] = set()
     jumps = set(dis.hasjrel) | set(dis.hasjabs)
-    for ins in dis.get_instructions(code):
-        if ins.offset < offset:
-            continue
-        if ins.opcode in jumps and isinstance(ins.argval, int) and ins.argval < offset:
-            return list(names)
+    tail = [ins for ins in dis.get_instructions(code) if ins.offset >= offset]
+    if any(ins.opcode in jumps and isinstance(ins.argval, int) and ins.argval < offset for ins in tail):
+        return list(names)
+    return locals_read(tail, names)
+
+
+def locals_read(instructions, names: list[str]) -> list[str]:
+    """The names among ``names`` (in that order) that ``instructions`` read (``dis`` instructions or
+    normalised ones: only ``opname`` and ``argval`` are used); every name if they may call a builtin
+    that reads locals by name."""
+    read: set[str] = set()
+    for ins in instructions:
         if ins.opname in ("LOAD_GLOBAL", "LOAD_NAME") and ins.argval in _READ_ALL_LOCALS:
             return list(names)
         if ins.opname in _READS:

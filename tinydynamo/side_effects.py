@@ -33,7 +33,7 @@ from typing import Any
 from tinydynamo.codegen import PyCodegen
 from tinydynamo.exc import Unsupported, unimplemented
 from tinydynamo.variables.base import VariableTracker
-from tinydynamo.variables.dicts import DictVariable
+from tinydynamo.variables.dicts import DictVariable, key_code
 from tinydynamo.variables.tensor import TensorVariable
 
 
@@ -174,10 +174,15 @@ class SideEffects:
             if key[0] == "items":
                 target = entry.reconstruct(codegen)
                 if isinstance(entry, DictVariable):
-                    new = ", ".join(f"{codegen.constant(k)}: {v.reconstruct(codegen)}" for k, v in entry.items.items())
+                    new = ", ".join(f"{key_code(codegen, k)}: {v.reconstruct(codegen)}" for k, v in entry.items.items())
                     lines.append(f"{target}.clear()")
                     if entry.items:
                         lines.append(f"{target}.update({{{new}}})")
+                elif isinstance(entry.items, dict):  # a set: its elements are the keys
+                    new = ", ".join(key_code(codegen, k) for k in entry.items)
+                    lines.append(f"{target}.clear()")
+                    if entry.items:
+                        lines.append(f"{target}.update(({new},))")
                 else:
                     lines.append(f"{target}[:] = [{', '.join(v.reconstruct(codegen) for v in entry.items)}]")
             elif key[0] == "attr":

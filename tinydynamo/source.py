@@ -8,7 +8,7 @@ registered in the :class:`SourceScope`.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, Callable
 
 
 class Source:
@@ -142,6 +142,35 @@ class GetItemSource(Source):
 
 
 @dataclasses.dataclass(frozen=True)
+class DictKeySource(Source):
+    """The ``index``-th key of a dict, ``list(base)[index]``: a key that is not a constant (a tensor,
+    an object) has no literal to index the dict with, so it and its value are read by position."""
+
+    base: Source
+    index: int
+
+    def name(self) -> str:
+        return f"list({self.base.name()})[{self.index}]"
+
+    def code(self) -> str:
+        return f"list({self.base.code()})[{self.index}]"
+
+
+@dataclasses.dataclass(frozen=True)
+class DictValueSource(Source):
+    """The ``index``-th value of a dict, ``list(base.values())[index]`` (see :class:`DictKeySource`)."""
+
+    base: Source
+    index: int
+
+    def name(self) -> str:
+        return f"list({self.base.name()}.values())[{self.index}]"
+
+    def code(self) -> str:
+        return f"list({self.base.code()}.values())[{self.index}]"
+
+
+@dataclasses.dataclass(frozen=True)
 class BaseMethodSource(Source):
     """``dict.get(base, key)``: a read-only method of a builtin base class on a subclass instance
     (what ``super().get(key)`` reads), bypassing the subclass's overrides."""
@@ -213,6 +242,34 @@ class ConstSource(Source):
         return self.scope_name
 
 
+def source_reader(lines: list[str], prefix: str,
+                  bind: Callable[[Source], bool] = lambda source: True) -> Callable[[Source], str]:
+    """A function ``source -> expression`` for generated code that reads many sources, each
+    parent once. A source that ``bind`` accepts is read into a temporary (``<prefix>0 = L['self']``,
+    appended to ``lines`` on first use) and its children are read through it
+    (``<prefix>0._modules['fc1']``), so a walk shared by many sources is done once.
+
+    The guard check binds every source (each is read by several conditions); a compiled frame's
+    input reads bind only the parents that several inputs go through."""
+    names: dict[str, str] = {}
+
+    def read(source: Source) -> str:
+        key = source.name()
+        if key in names:
+            return names[key]
+        base = getattr(source, "base", None)
+        code = source.code()
+        if base is not None:
+            code = code.replace(base.code(), read(base), 1)
+        if not bind(source):
+            return code
+        names[key] = f"{prefix}{len(names)}"
+        lines.append(f"{names[key]} = {code}")
+        return names[key]
+
+    return read
+
+
 class SourceScope:
     """Names that generated guard/fetch code may use besides ``L`` and ``G`` (``___G1``, ``___c0``...)."""
 
@@ -220,6 +277,7 @@ class SourceScope:
         self.f_globals = f_globals
         self.names: dict[str, Any] = {}
         self._globals_roots: dict[int, str] = {}
+        self._constants: dict[tuple[int, str], str] = {}  # (id, hint) -> name: reuse without a scan
 
     def globals_root(self, globals_dict: dict) -> str:
         if globals_dict is self.f_globals:
@@ -232,13 +290,18 @@ class SourceScope:
         return self._globals_roots[key]
 
     def constant(self, value: Any, hint: str = "c") -> str:
-        """A scope name bound to ``value`` (reused for the same object)."""
-        for name, v in self.names.items():
-            same = v is value or (type(v) is type(value) and type(value).__name__ == "device" and v == value)
-            if same and name.startswith(f"___{hint}"):
-                return name
+        """A scope name bound to ``value`` (reused for the same object, and for an equal device).
+        Found by identity in a dict: a big model's guards bind thousands of constants."""
+        name = self._constants.get((id(value), hint))
+        if name is not None and self.names.get(name) is value:
+            return name
+        if type(value).__name__ == "device":
+            for name, v in self.names.items():
+                if type(v) is type(value) and v == value and name.startswith(f"___{hint}"):
+                    return name
         name = f"___{hint}{len(self.names)}"
         self.names[name] = value
+        self._constants[(id(value), hint)] = name
         return name
 
     def evaluate(self, source: Source, L: dict, G: dict) -> Any:

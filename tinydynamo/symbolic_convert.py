@@ -25,7 +25,7 @@ import torch
 
 from tinydynamo import bytecode as bc, config, logs
 from tinydynamo.bytecode import Instruction
-from tinydynamo.exc import ObservedException, Unsupported, unimplemented
+from tinydynamo.exc import ObservedException, Unsupported, raise_observed, unimplemented
 from tinydynamo.output_graph import OutputGraph
 from tinydynamo.registry import swap
 from tinydynamo.resume import enclosing_blocks
@@ -467,7 +467,7 @@ def BUILD_LIST(tx: T, inst): tx.push(ListVariable(tx.popn(inst.argval)))
 @_handler
 def BUILD_MAP(tx: T, inst):
     items = tx.popn(2 * inst.argval)
-    tx.push(DictVariable({k.as_python_constant(): v for k, v in zip(items[::2], items[1::2])}))
+    tx.push(DictVariable.from_pairs(tx, list(zip(items[::2], items[1::2]))))
 
 
 @_handler
@@ -660,6 +660,8 @@ def CALL_FUNCTION_EX(tx: T, inst):
         if not isinstance(call.star_kwargs, DictVariable):
             unimplemented(f"**kwargs from {call.star_kwargs}")
         kwargs = dict(call.star_kwargs.items)
+        if not all(isinstance(k, str) for k in kwargs):
+            raise_observed(TypeError, "keywords must be strings")
     tx.push(tx.call(call.fn, call.args + call.star_args.unpack_var_sequence(tx), kwargs))
 
 

@@ -98,6 +98,16 @@ def current_policy() -> bool | None:
     return None
 
 
+def update_frame_state(before: tuple | None, now: tuple) -> tuple:
+    """The sizes remembered for one input after a compile at sizes ``now``: each dim's size while it
+    has stayed the same, ``None`` (dynamic from then on) once it changed; every dim once the rank changed."""
+    if before is None:
+        return tuple(now)
+    if len(before) != len(now):
+        return (None,) * len(now)
+    return tuple(None if b != s else s for b, s in zip(before, now))
+
+
 def dynamic_dims(value: torch.Tensor, source: Source, frame_state: dict | None) -> tuple[list, list, list[str]]:
     """``(dynamic_sizes, constraint_sizes, reasons)`` for one tensor input: per dim a DimDynamic, a
     constraint (for ``mark_dynamic``: specialising it is an error) and why it is dynamic.
@@ -115,13 +125,7 @@ def dynamic_dims(value: torch.Tensor, source: Source, frame_state: dict | None) 
         key = source.name()
         before = frame_state.get(key)
         now = tuple(value.shape)
-        if before is None:
-            merged = now
-        elif len(before) != len(now):  # the rank changed: every dim is dynamic
-            merged = (None,) * len(now)
-        else:
-            merged = tuple(None if b is None or b != s else s for b, s in zip(before, now))
-        frame_state[key] = merged
+        merged = frame_state[key] = update_frame_state(before, now)
         if config.automatic_dynamic_shapes:
             changed = {i for i, s in enumerate(merged) if s is None}
             if before is not None and len(before) == len(now):

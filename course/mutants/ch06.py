@@ -59,4 +59,12 @@ MUTANTS = [
            "outputs, grads = flat[:num_outputs + 1], flat[num_outputs + 1:]"),
     Mutant("6.4", "saves only forward outputs", "return [n for n in backward if n in forward]",
            "return [n for n in backward if n in outputs]"),
+    Mutant("6.4", "walks back only from the first output (a second output's forward taken for backward)",
+           "forward = ancestors(outputs, set()) | set(primals)", "forward = ancestors(outputs[:1], set()) | set(primals)"),
+    Mutant("6.4", "walks back only from the first gradient (a second input's backward reads nothing)",
+           "backward = ancestors(grads, forward | set(tangents))", "backward = ancestors(grads[:1], forward | set(tangents))"),
+    Mutant("6.4", "follows only positional node arguments (a node inside a list or a keyword argument is missed)",
+           "todo.extend(n.all_input_nodes)", "todo.extend(a for a in n.args if isinstance(a, fx.Node))"),
+    Mutant("6.4", "assumes one forward output", "outputs, grads = flat[:num_outputs], flat[num_outputs:]",
+           "outputs, grads = flat[:1], flat[1:]"),
 ]

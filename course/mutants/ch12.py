@@ -30,4 +30,44 @@ MUTANTS = [
            "ready = total_backward"),
     Mutant("12.3", "the step ends with the backward (communication forgotten)",
            "return max(compute_end, comm_end)", "return compute_end"),
+    # written from the reference answers and the notebook, one per input class the concept has
+    Mutant("12.1", "no parameters give one empty bucket",
+           "    buckets: list[list[str]] = []\n    size = 0\n    for name, nbytes in reversed(params):\n"
+           "        cap = first_bucket_cap if len(buckets) <= 1 else bucket_cap\n        if not buckets or size >= cap:",
+           "    buckets: list[list[str]] = [[]]\n    size = 0\n    for name, nbytes in reversed(params):\n"
+           "        cap = first_bucket_cap if len(buckets) <= 1 else bucket_cap\n        if size >= cap:"),
+    Mutant("12.1", "a parameter of 0 bytes is left out of the buckets", "        buckets[-1].append(name)\n",
+           "        if nbytes == 0:\n            continue\n        buckets[-1].append(name)\n"),
+    Mutant("12.1", "the second bucket also uses the first bucket's cap", "if len(buckets) <= 1 else bucket_cap",
+           "if len(buckets) <= 2 else bucket_cap"),
+    Mutant("12.1", "the size is not reset when a bucket opens", "            buckets.append([])\n            size = 0\n",
+           "            buckets.append([])\n"),
+    Mutant("12.2", "a graph without parameters loses its only piece", "if len(pieces) > 1 and sizes[-1] == 0:",
+           "if sizes[-1] == 0:"),
+    Mutant("12.2", "a parameter the graph never uses is looked up anyway",
+           'if p.op == "placeholder" and p.name in param_bytes and p.users:',
+           'if p.op == "placeholder" and p.name in param_bytes:'),
+    Mutant("12.2", "a tied parameter counted at every use",
+           "            first_use.setdefault(min(p.users, key=order.__getitem__), []).append(p.name)",
+           "            for user in p.users:\n                first_use.setdefault(user, []).append(p.name)"),
+    Mutant("12.2", "a node that uses two parameters counts only one",
+           "first_use.setdefault(min(p.users, key=order.__getitem__), []).append(p.name)",
+           "first_use[min(p.users, key=order.__getitem__)] = [p.name]"),
+    Mutant("12.2", "get_attr nodes get no piece", 'nodes = [n for n in gm.graph.nodes if n.op not in ("placeholder", "output")]',
+           'nodes = [n for n in gm.graph.nodes if n.op.startswith("call")]'),
+    Mutant("12.3", "an all-reduce may start before its piece's backward is done",
+           "        compute_end += bw\n        ready = compute_end if split else total_backward\n",
+           "        ready = compute_end if split else total_backward\n        compute_end += bw\n"),
+    Mutant("12.3", "communication never waits for a gradient", "comm_end = max(comm_end, ready) + ar",
+           "comm_end = comm_end + ar"),
+    Mutant("12.3", "a step with no pieces fails (the step ends at the latest all-reduce end, max of an empty list)",
+           "    for bw, ar in zip(reversed(backward_ms), reversed(allreduce_ms)):\n"
+           "        compute_end += bw\n        ready = compute_end if split else total_backward\n"
+           "        comm_end = max(comm_end, ready) + ar\n    return max(compute_end, comm_end)",
+           "    ends = []\n"
+           "    for bw, ar in zip(reversed(backward_ms), reversed(allreduce_ms)):\n"
+           "        compute_end += bw\n        ready = compute_end if split else total_backward\n"
+           "        comm_end = max(comm_end, ready) + ar\n        ends.append(comm_end)\n    return max(compute_end, max(ends))"),
+    Mutant("12.3", "without the split the all-reduces overlap each other", "comm_end = max(comm_end, ready) + ar",
+           "comm_end = max(comm_end, ready) + ar if split else max(comm_end, ready + ar)"),
 ]

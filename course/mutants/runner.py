@@ -20,6 +20,7 @@ from pathlib import Path
 
 from course.loader import ROOT
 from course.mutants import CHAPTERS, Mutant, apply, mutants_of
+from course.warm import warm_imports
 
 
 @dataclasses.dataclass
@@ -28,32 +29,6 @@ class Outcome:
     status: str  # "killed", "survived", "error"
     detail: str = ""
     seconds: float = 0.0
-
-
-def _warm_imports() -> None:
-    """Import what every graded test imports, once, before forking."""
-    if "TRITON_INTERPRET" not in os.environ:
-        try:
-            import torch
-            cuda = torch.cuda.is_available()
-        except ImportError:
-            cuda = False
-        if not cuda:
-            os.environ["TRITON_INTERPRET"] = "1"
-    from importlib.metadata import entry_points
-
-    import pytest  # noqa: F401
-    import torch  # noqa: F401
-    import torch.fx  # noqa: F401
-
-    plugins = [e.value.split(":")[0] for e in entry_points(group="pytest11")]  # pytest loads them in each child
-    for name in ("hypothesis", "tinydynamo", "tininductor", "course.testing", "torch._dynamo",
-                 "torch.fx.experimental.proxy_tensor", "tinydynamo.symbolic_convert", "tinydynamo.tracer",
-                 *plugins):
-        try:
-            __import__(name)
-        except ImportError:
-            pass
 
 
 def _test_file(chapter: str) -> Path:
@@ -118,7 +93,7 @@ def run_mutants(chapters: list[str], jobs: int = 1, timeout: int = 120, only_tas
     """Run every mutant of ``chapters`` (all by default); return their outcomes in order."""
     chapters = chapters or CHAPTERS
     todo = [m for c in chapters for m in mutants_of(c) if only_task is None or m.task == only_task]
-    _warm_imports()
+    warm_imports()
     outcomes: list[Outcome | None] = [None] * len(todo)
     running: dict[int, tuple[int, Path, float]] = {}
     base = Path(tempfile.mkdtemp(prefix="course-mutants-"))

@@ -181,6 +181,35 @@ def test_default_saved_values_match_the_package():
     expect_equal(yours.saved_bytes, expected.saved_bytes, "saved bytes")
 
 
+def _two_outputs(x, w):
+    return (x @ w).relu(), (x * w.sum()).sin()
+
+
+def _list_argument(a, b):
+    return torch.cat([a.exp(), b.exp()]) * 2
+
+
+def _input_without_grad(x, c):
+    return (x * c).tanh() + c
+
+
+SAVED_CASES = [  # (fn, input shapes, which inputs need grad, what it tries)
+    (_two_outputs, [(3, 4), (4, 4)], [True, True], "two outputs, each with a forward of its own"),
+    (_list_argument, [(3,), (2,)], [True, True], "forward values inside a list argument (cat)"),
+    (_input_without_grad, [(3,), (3,)], [True, False], "an input that needs no grad"),
+]
+
+
+@pytest.mark.ch06_4
+@pytest.mark.parametrize("fn, shapes, needs_grad, what", SAVED_CASES, ids=[c[0].__name__[1:] for c in SAVED_CASES])
+def test_default_saved_values_on_more_joint_graphs(fn, shapes, needs_grad, what):
+    torch.manual_seed(0)
+    inputs = [torch.randn(shape, requires_grad=grad) for shape, grad in zip(shapes, needs_grad)]
+    joint = _joint(fn, inputs)
+    expect_equal(sorted(_your_partition(joint).saved), sorted(default_partition(joint).saved),
+                 f"saved values of {fn.__name__[1:]} ({what}; {joint.num_outputs} outputs)", context=joint.gm.code)
+
+
 @pytest.mark.ch06_4
 def test_training_with_your_partition_matches_eager():
     torch.manual_seed(0)

@@ -74,6 +74,10 @@ def test_permute_reindex_on_symbols():
     s0 = sym("s0")  # a symbolic size (chapter 10): no Python comparison can say whether it is > 1
     expect_equal(ch.expand_reindex([1, 3], [s0, 3])([a, b]), [0, b], "expand [1, 3] -> [s0, 3] of [a, b]")
     expect_equal(ch.expand_reindex([s0, 1], [s0, 5])([a, b]), [a, 0], "expand [s0, 1] -> [s0, 5] of [a, b]")
+    expect_equal(ch.permute_reindex((-1, 0, 1))([a, b, c]), [b, c, a],
+                 "permute (-1, 0, 1) of [a, b, c] (a negative dim counts from the end, as in x.permute(-1, 0, 1))")
+    expect_equal(ch.expand_reindex([1], [1, 5])([a, b]), [0],
+                 "expand [1] -> [1, 5] of [a, b] (the size-1 dim grows to new's last dim, 5, not its first)")
 
 
 @pytest.mark.ch07_2
@@ -153,6 +157,25 @@ def test_fusion_check_rejects_mismatched_sizes_and_indices():
                  "x + w then x.sum(1) in one pointwise kernel (the second node, a reduction, fits no kind)")
     alone = package_scheduler.FusedGroup(b.get_device(), a.get_numel(), 1, False, [b])
     expect_equal(ch.fusion_is_legal(alone), False, "a reduction alone in a pointwise kernel (no kind fits, even for one node)")
+
+
+def _reads_after_a_legal_one(x, w):
+    y = x + w
+    for _ in range(11):  # stored once (see _transposed_read)
+        y = (y * 0.9).sin()
+    return y, x * y.permute(1, 0), y * 3  # the middle node reads x, then y transposed; the last reads y as written
+
+
+@pytest.mark.ch07_3
+def test_fusion_check_reads_every_read_of_every_node():
+    torch.manual_seed(0)
+    x, w = randn(8, 8), randn(8)
+    graph, _ = lower_and_schedule(_reads_after_a_legal_one, [x, w], decompose=False)
+    y, middle, last = [b for b in graph.buffers if hasattr(b, "data")][:3]
+    bad = package_scheduler.FusedGroup(y.get_device(), y.get_numel(), 1, False, [y, middle, last])
+    expect_equal(ch.fusion_is_legal(bad), False,
+                 "y, then x * y.permute(1, 0), then y * 3 in one kernel: the middle node's second read "
+                 "(y transposed) is illegal, though its first read and the last node's reads are fine")
 
 
 # --------------------------------------------------------------------------- 7.4

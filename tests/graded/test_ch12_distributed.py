@@ -46,6 +46,15 @@ def test_ddp_buckets_close_at_the_cap_exactly():
                  "a parameter larger than the cap closes its bucket")
 
 
+@pytest.mark.ch12_1
+def test_ddp_buckets_without_parameters_and_with_an_empty_one():
+    expect_equal(ch.ddp_buckets([], 100, 100), [], "ddp_buckets([], 100, 100): a model without parameters has no bucket")
+    params = [("a", 100), ("empty", 0), ("b", 100)]
+    # reversed: b fills the first bucket; the 0-byte parameter still has a gradient to all-reduce: it opens the next
+    expect_equal(ch.ddp_buckets(params, 100, 100), [["b"], ["empty", "a"]],
+                 f"ddp_buckets({params}, 100, 100): a parameter of 0 bytes is in a bucket too")
+
+
 class MLP(nn.Module):
     def __init__(self):
         super().__init__()
@@ -117,6 +126,42 @@ def test_split_points_match_the_ddp_optimizer(model, inputs, cap, first):
                  f"the pieces of {model.__name__} (bucket_cap={cap}, first_bucket_cap={first})", context=gm.code)
 
 
+class NoParams(nn.Module):
+    def forward(self, x):
+        return (x * 2).relu() + 1
+
+
+def _hand_built():
+    """A graph tinydynamo does not make from a module: a constant read with get_attr, one node that uses
+    two parameters, and a parameter placeholder that no node uses."""
+    root = nn.Module()
+    root.scale = torch.full((4,), 0.5)
+    graph = torch.fx.Graph()
+    x, w, unused, b = (graph.placeholder(name) for name in ("x", "w", "unused", "b"))
+    scale = graph.get_attr("scale")
+    y = graph.call_function(torch.mul, (x, scale))
+    z = graph.call_function(torch.relu, (graph.call_function(F.linear, (y, w, b)),))
+    graph.output(graph.call_function(torch.add, (z, 1)))
+    torch.manual_seed(0)
+    inputs = [torch.randn(2, 4), nn.Parameter(torch.randn(4, 4)), nn.Parameter(torch.randn(8)),
+              nn.Parameter(torch.randn(4))]
+    return torch.fx.GraphModule(root, graph), inputs
+
+
+@pytest.mark.ch12_2
+@pytest.mark.parametrize("case, cap, first", [("no parameters", 1, 1), ("hand-built", 1, 1), ("hand-built", 1 * KB, 8)])
+def test_split_points_without_parameters_unused_ones_and_get_attr(case, cap, first):
+    gm, example_inputs = _captured(NoParams(), torch.randn(2, 3)) if case == "no parameters" else _hand_built()
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    param_bytes = {n.name: x.numel() * x.element_size() for n, x in zip(placeholders, example_inputs)
+                   if isinstance(x, nn.Parameter)}
+    buckets = DDPOptimizer(cap, None, first).split_points(gm, example_inputs)
+    expected = {n.name: i for i, b in enumerate(buckets) for n in b.nodes}
+    expect_equal(ch.split_points(gm, param_bytes, cap, first), expected,
+                 f"the pieces of a {case} graph (bucket_cap={cap}, first_bucket_cap={first}, parameters {param_bytes})",
+                 context=gm.code)
+
+
 @pytest.mark.ch12_3
 @pytest.mark.parametrize("backward, allreduce, split, expected", [
     ([2, 2, 2], [1, 1, 1], True, 7),     # communication hidden behind the next piece's backward
@@ -126,6 +171,8 @@ def test_split_points_match_the_ddp_optimizer(model, inputs, cap, first):
     ([5, 1, 1], [0.5, 0.5, 4], True, 7.5),   # uneven: the last piece (backward first) has the big bucket
     ([5, 1, 1], [0.5, 0.5, 4], False, 12),
     ([4], [2], True, 6),
+    ([], [], True, 0),   # a model without parameters: no piece, nothing to wait for
+    ([], [], False, 0),
 ])
 def test_step_time(backward, allreduce, split, expected):
     expect_close(float(ch.step_time(backward, allreduce, split)), float(expected),

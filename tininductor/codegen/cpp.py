@@ -656,20 +656,44 @@ class CppKernelRunner:
             self.fn(*[t.data_ptr() for t in tensors], *sizes)
         else:
             self.fn(*[t.data_ptr() for t in tensors])
+        self.raise_index_error()
+
+    def raise_index_error(self) -> None:
+        """Raise the IndexError the last call recorded (prelude: ``tiny_check_index``), if any."""
         if self._index_error is not None and self._index_error[0]:
             value, size = self._index_error[1], self._index_error[2]
             self._index_error[0] = 0
-
             raise IndexOutOfBounds(f"index {value} is out of bounds for dimension with size {size} (in kernel {self.name})")
+
+    def launcher(self) -> Callable[..., None]:
+        """A plain function with one parameter per argument that passes their pointers straight on.
+
+        What the generated wrapper calls once per kernel per call: on the small kernels of a small
+        model the Python around the C call (``*args``, a list of pointers, the arity check) costs
+        as much as the call itself, so each kernel gets a function of its own arity. It is
+        ``self``'s ``__call__`` without the generality (TorchInductor's CPU kernels are Python
+        extension functions for the same reason); ``launcher.runner`` is this runner.
+        """
+        params = [f"a{i}" for i in range(len(self.arg_order))] + [f"s{i}" for i in range(self.nsizes)]
+        pointers = [f"a{i}.data_ptr()" for i in range(len(self.arg_order))] + params[len(self.arg_order):]
+        lines = [f"def {self.name}({', '.join(params)}):", f"    fn({', '.join(pointers)})"]
+        if self._index_error is not None:
+            lines += ["    if error[0]:", "        runner.raise_index_error()"]
+        scope = {"fn": self.fn, "error": self._index_error, "runner": self}
+        exec(compile("\n".join(lines) + "\n", f"<cpp launcher {self.name}>", "exec"), scope)
+        launch = scope[self.name]
+        launch.runner = self
+        return launch
 
     def __repr__(self) -> str:
         return f"<CppKernelRunner {self.name}({', '.join(self.arg_order)})>"
 
 
-def load_cpp_kernel(name: str, nargs: int, source: str, nsizes: int = 0) -> CppKernelRunner:
-    """What generated wrapper modules call: compile (or fetch from the code cache) and load.
-    ``nsizes``: how many int64 size arguments follow the ``nargs`` pointers (dynamic shapes)."""
-    return CppKernelRunner(name, source, nargs, nsizes)
+def load_cpp_kernel(name: str, nargs: int, source: str, nsizes: int = 0) -> Callable[..., None]:
+    """What generated wrapper modules call: compile (or fetch from the code cache) and load; returns
+    the runner's :meth:`~CppKernelRunner.launcher`. ``nsizes``: how many int64 size arguments
+    follow the ``nargs`` pointers (dynamic shapes)."""
+    return CppKernelRunner(name, source, nargs, nsizes).launcher()
 
 
 _build_pool = None

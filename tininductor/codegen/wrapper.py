@@ -184,6 +184,8 @@ class WrapperCodeGen:
         if isinstance(buf, ir.MultiOutput):
             calls.writeline(f"{buf.get_name()} = {buf.parent.get_name()}[{buf.index}]")
             return
+        if buf.header is not None:  # a runtime helper, imported by the module
+            self.headers.append(buf.header)
         args = [value_repr(a) for a in buf.args] + [f"{k}={value_repr(v)}" for k, v in buf.kwargs.items()]
         calls.writeline(f"{buf.get_name()} = {buf.kernel}({', '.join(args)})  # {buf.reason}")
 

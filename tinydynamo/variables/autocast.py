@@ -12,7 +12,7 @@ with the same arguments, and the resume function enters that one again (see tiny
 Tracing never leaves the real autocast state changed: the modes it entered are exited when the
 frame's trace ends, whatever the outcome (``OutputGraph.autocast_modes``).
 
-Layer: above constant.
+Layer: above misc_ctx and constant.
 """
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ from torch.amp.autocast_mode import _enter_autocast, _exit_autocast
 from tinydynamo.exc import unimplemented
 from tinydynamo.variables.base import VariableTracker
 from tinydynamo.variables.constant import ConstantVariable
+from tinydynamo.variables.misc_ctx import ContextManagerVariable
 
 #: the context manager classes (torch.autocast is torch.amp.autocast; the old per-device names subclass it)
 AUTOCAST_CLASSES = (torch.amp.autocast, torch.cpu.amp.autocast, torch.cuda.amp.autocast)
@@ -38,7 +39,7 @@ def make_autocast(tx, cls: type, args: list, kwargs: dict) -> "AutocastModeVaria
     return AutocastModeVariable.of(cls(*cargs, **ckwargs))
 
 
-class AutocastModeVariable(VariableTracker):
+class AutocastModeVariable(ContextManagerVariable):
     """An autocast context manager: its (device, dtype, enabled, cache_enabled), the graph node and
     real mode of its ``__enter__`` while the block is open."""
 
@@ -84,13 +85,6 @@ class AutocastModeVariable(VariableTracker):
             if any(m is self.real_mode for m in output.autocast_modes):
                 output.autocast_modes.remove(self.real_mode)
         self.real_mode = None
-
-    def call_method(self, tx, name, args, kwargs):
-        if name == "__enter__":
-            return self.enter(tx)
-        if name == "__exit__":
-            return self.exit(tx)
-        return super().call_method(tx, name, args, kwargs)
 
     def reconstruct(self, codegen) -> str:
         """A fresh, not yet entered ``torch.autocast`` with the same arguments (for a resume function)."""

@@ -106,6 +106,12 @@ class VariableTracker:
         """``bool(value)``, for jumps; a value only known at run time cannot answer."""
         unimplemented(f"truth value of {self}")
 
+    def key_identity(self) -> Any:
+        """The object this value hashes by as a dict key or set element when it is not a constant
+        (a tensor, a module, a plain user object hash by identity), or None: not usable as a key
+        at trace time (see ``dicts.dict_key``)."""
+        return None
+
     # ---- graph plumbing -------------------------------------------------------------------------
     def as_node_arg(self) -> Any:
         """This value as an argument of an FX node (nodes for tensors, plain values otherwise)."""

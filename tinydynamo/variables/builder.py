@@ -27,7 +27,7 @@ from torch import nn
 from tinydynamo import trace_rules
 from tinydynamo.exc import unimplemented
 from tinydynamo.polyfills import constant_object_types, np, numpy_constant_types, typing_types
-from tinydynamo.source import AttrSource, GetItemSource, Source
+from tinydynamo.source import AttrSource, DictKeySource, DictValueSource, GetItemSource, Source
 from tinydynamo.variables import polyfilled, torch_function
 from tinydynamo.variables.autocast import AUTOCAST_CLASSES, AutocastModeVariable
 from tinydynamo.variables.base import VariableTracker, register_construction
@@ -40,7 +40,7 @@ from tinydynamo.variables.ctx_manager import (
     GradModeVariable,
     unwrap_grad_mode_decorator,
 )
-from tinydynamo.variables.dicts import DictVariable
+from tinydynamo.variables.dicts import DictVariable, dict_key
 from tinydynamo.variables.functions import (
     DisabledFunctionVariable,
     SkippedFunctionVariable,
@@ -48,7 +48,13 @@ from tinydynamo.variables.functions import (
     UserMethodVariable,
     is_library_function,
 )
-from tinydynamo.variables.iter import PartialVariable, PureFunctionVariable, SetVariable
+from tinydynamo.variables.iter import (
+    DefaultDictVariable,
+    OrderedDictVariable,
+    PartialVariable,
+    PureFunctionVariable,
+    SetVariable,
+)
 from tinydynamo.variables.lists import ListIteratorVariable, ListVariable, SizeVariable, TupleVariable
 from tinydynamo.variables.misc import EnvironVariable, PythonModuleVariable
 from tinydynamo.variables.nn_module import NNModuleVariable
@@ -106,7 +112,8 @@ class VariableBuilder:
             else:
                 self.guard("CONSTANT_MATCH", value)
             return ConstantVariable(value, src)
-        if type(value) in (list, dict, collections.OrderedDict) and src is not None and self.tx is not None:
+        if type(value) in (list, dict, collections.OrderedDict, collections.defaultdict, set) and src is not None \
+                and self.tx is not None:
             # a mutable container from outside: one tracker per real object, so mutations made in the
             # frame are seen by every later read (and replayed after the graph: tinydynamo.side_effects)
             return self.tx.output.side_effects.track_object_existing(value, src, lambda: self._wrap_container(value))
@@ -140,12 +147,30 @@ class VariableBuilder:
             if type(value) is list:
                 return ListVariable(items, src)
             return TupleVariable(items, src, tuple_cls=None if type(value) is tuple else type(value))
-        if type(value) in (dict, collections.OrderedDict):
-            if not all(isinstance(k, (str, int)) for k in value):
-                unimplemented("dict with non-str/int keys as an input")
-            self.guard("DICT_KEYS", (type(value), tuple(value)))
-            return DictVariable({k: VariableBuilder(self.tx, GetItemSource(src, k) if src else None).wrap(v)
-                                 for k, v in value.items()}, src)
+        if type(value) in (dict, collections.OrderedDict, collections.defaultdict):
+            make = functools.partial(DictVariable, source=src) if type(value) is dict else \
+                functools.partial(OrderedDictVariable, source=src) if type(value) is collections.OrderedDict else \
+                functools.partial(DefaultDictVariable, VariableBuilder(
+                    self.tx, AttrSource(src, "default_factory") if src else None).wrap(value.default_factory), source=src)
+            if all(type(k) in (str, int) for k in value):
+                self.guard("DICT_KEYS", (type(value), tuple(value)))
+                return make({k: VariableBuilder(self.tx, GetItemSource(src, k) if src else None).wrap(v)
+                             for k, v in value.items()})
+            # other keys (tensors, objects, tuples, torch.Size): keys and values read by position,
+            # each key guarded through its own source (a constant's type and value, a tensor's metadata)
+            self.guard("TYPE_MATCH", type(value))
+            self.guard("LENGTH", len(value))
+            pairs = [(VariableBuilder(self.tx, DictKeySource(src, i) if src else None).wrap(k),
+                      VariableBuilder(self.tx, DictValueSource(src, i) if src else None).wrap(v))
+                     for i, (k, v) in enumerate(value.items())]
+            new = make({})
+            new.add_pairs(self.tx, [(dict_key(k), v) for k, v in pairs])
+            return new
+        if type(value) is set and src is not None and all(type(v) in CONSTANT_TYPES for v in value):
+            # a set of constants from outside (changed in place in the frame: replayed); the guard holds
+            # a copy, as the set itself may change between calls
+            self.guard("CONSTANT_MATCH", set(value))
+            return SetVariable([ConstantVariable(v) for v in value], source=src)
         if isinstance(value, types.ModuleType):
             if src is not None and not value.__name__.startswith(("torch", "math", "operator")):
                 self.guard("ID_MATCH", value)

@@ -18,9 +18,10 @@ import torch
 
 from tinydynamo import polyfills
 from tinydynamo.exc import ObservedException, Unsupported, raise_folded, raise_observed, unimplemented
-from tinydynamo.variables.base import VariableTracker, register_construction
+from tinydynamo.variables.base import VariableTracker, constructor, register_construction
 from tinydynamo.variables.constant import ConstantVariable
-from tinydynamo.variables.dicts import DictVariable
+from tinydynamo.variables.dicts import DictVariable, pairs_of
+from tinydynamo.variables.exceptions import ExceptionVariable
 from tinydynamo.variables.functions import BaseUserFunctionVariable, UserFunctionVariable
 from tinydynamo.variables.lists import BaseListVariable, ListIteratorVariable, ListVariable, SizeVariable, TupleVariable
 from tinydynamo.variables.misc import GetAttrVariable
@@ -97,6 +98,16 @@ class BuiltinVariable(VariableTracker):
     def __repr__(self) -> str:
         return f"BuiltinVariable({getattr(self.fn, '__name__', self.fn)})"
 
+    def var_getattr(self, tx, name: str) -> VariableTracker:
+        """``dict.fromkeys``, ``int.from_bytes``: an attribute of a builtin class, looked up as on any class."""
+        if not isinstance(self.fn, type):
+            return super().var_getattr(tx, name)
+        try:
+            value = getattr(self.fn, name)
+        except AttributeError:
+            raise_observed(AttributeError, f"type object {self.fn.__name__!r} has no attribute {name!r}")
+        return constructor("class_attribute")(tx, ConstantVariable(self.fn), name, value)
+
     # ---- helpers reused by the translator ------------------------------------------------------
     @staticmethod
     def binop(tx, fn: Callable, a: VariableTracker, b: VariableTracker) -> VariableTracker:
@@ -155,6 +166,8 @@ class BuiltinVariable(VariableTracker):
         if fn in (operator.eq, operator.ne) and _identity_known(a) and _identity_known(b):
             same = _identity(a) is _identity(b)
             return ConstantVariable(same if fn is operator.eq else not same)
+        if fn in _SET_DUNDERS and all(_type_of(v) in (set, frozenset) for v in (a, b)):
+            return a.call_method(tx, _SET_DUNDERS[fn], [b], {})  # ``s | t``, ``s -= t``, ``s <= t``...
         unimplemented(f"{getattr(fn, '__name__', fn)} of {a} and {b}")
 
     @staticmethod
@@ -171,7 +184,7 @@ class BuiltinVariable(VariableTracker):
             return False  # an object made in the frame has one tracker: another tracker is another object
 
         if isinstance(a, TensorVariable) and isinstance(b, TensorVariable):
-            if a.node is b.node:
+            if a.node is b.node or a.example is b.example:  # (an in-place op hands back the same fake tensor)
                 return True
             if a.source is not None and b.source is not None:  # two distinct inputs: guard it stays so
                 tx.output.add_guard("ALIAS_MATCH", a.source, (b.source, False))
@@ -188,9 +201,14 @@ class BuiltinVariable(VariableTracker):
     def contains(tx, items: list[VariableTracker], needle: VariableTracker) -> ConstantVariable:
         if needle.is_python_constant() and all(i.is_python_constant() for i in items):
             return ConstantVariable(needle.as_python_constant() in [i.as_python_constant() for i in items])
-        if any(i is needle for i in items):
-            return ConstantVariable(True)
-        unimplemented(f"`in` on non-constant items ({needle})")
+        for i in items:  # as list.__contains__: ``i is needle or i == needle``, in order, up to the first hit
+            if i is needle:
+                return ConstantVariable(True)
+            if not (i.is_python_constant() and needle.is_python_constant()):
+                unimplemented(f"`in` on non-constant items ({needle} == {i} is not known at trace time)")
+            if i.as_python_constant() == needle.as_python_constant():
+                return ConstantVariable(True)
+        return ConstantVariable(False)
 
     # ---- calls -------------------------------------------------------------------------------
     def call_function(self, tx, args, kwargs):
@@ -345,15 +363,11 @@ class BuiltinVariable(VariableTracker):
         return item
 
     def call_dict(self, tx, args, kwargs):
-        items = dict(args[0].items) if args and isinstance(args[0], DictVariable) else {}
-        if args and not isinstance(args[0], (DictVariable, BaseListVariable, ListIteratorVariable)):
-            unimplemented(f"dict() of {args[0]}")  # a mapping (keys() + []) or an iterable of pairs not modelled
-        if args and isinstance(args[0], (BaseListVariable, ListIteratorVariable)):
-            for pair in args[0].unpack_var_sequence(tx):
-                k, v = pair.unpack_var_sequence(tx)
-                items[k.as_python_constant()] = v
-        items.update(kwargs)
-        return DictVariable(items)
+        if len(args) > 1:
+            raise_observed(TypeError, f"dict expected at most 1 argument, got {len(args)}")
+        new = DictVariable.from_pairs(tx, pairs_of(tx, args[0]) if args else [])
+        new.add_pairs(tx, list(kwargs.items()))
+        return new
 
     def call_sorted(self, tx, args, kwargs):
         if len(args) != 1 or kwargs:
@@ -429,6 +443,16 @@ class BuiltinVariable(VariableTracker):
             return None
         return ConstantVariable(_on_class(cls, "__call__"))
 
+    def call_str(self, tx, args, kwargs):
+        """``str(exc)`` of an exception built in the frame from constant arguments: what
+        ``BaseException.__str__`` gives (nothing, the one argument, or the tuple of them)."""
+        if len(args) == 1 and not kwargs and isinstance(args[0], ExceptionVariable) \
+                and args[0].python_type().__str__ is BaseException.__str__:
+            exc_args = args[0].var_getattr(tx, "args")
+            if exc_args.is_python_constant():
+                return ConstantVariable(str(BaseException(*exc_args.as_python_constant())))
+        return None
+
     def _scalar_unary(self, tx, args, kwargs):
         """``abs(n)``, ``int(n)``, ``float(n)`` of a captured ``.item()`` number: stays a graph number."""
         if len(args) == 1 and not kwargs and isinstance(args[0], ScalarNodeVariable):
@@ -453,6 +477,7 @@ BUILTIN_HANDLERS: dict[Any, Callable] = {
     min: BuiltinVariable.call_min_or_max, max: BuiltinVariable.call_min_or_max,
     abs: BuiltinVariable.call_abs, int: BuiltinVariable.call_int_or_float, float: BuiltinVariable.call_int_or_float,
     bool: BuiltinVariable.call_bool, type: BuiltinVariable.call_type, callable: BuiltinVariable.call_callable,
+    str: BuiltinVariable.call_str,
 }
 #: handled only where constant folding could not (non-constant items); the others run before folding
 HANDLED_AFTER_FOLDING = set(BUILTIN_HANDLERS) - {setattr, isinstance, len, getattr, hasattr}
@@ -511,6 +536,25 @@ def _on_class(cls: type, name: str) -> bool:
     return any(name in vars(k) for k in getattr(cls, "__mro__", (cls,)))
 
 
+#: set operators -> the set method that implements them
+_SET_DUNDERS = {
+    operator.or_: "__or__", operator.and_: "__and__", operator.sub: "__sub__", operator.xor: "__xor__",
+    operator.ior: "__ior__", operator.iand: "__iand__", operator.isub: "__isub__", operator.ixor: "__ixor__",
+    operator.eq: "__eq__", operator.ne: "__ne__", operator.le: "__le__", operator.lt: "__lt__",
+    operator.ge: "__ge__", operator.gt: "__gt__",
+}
+
+
+def _type_of(v: VariableTracker):
+    try:
+        return v.python_type()
+    except Unsupported:
+        return None
+
+
+_HEAPTYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: a class made by a class statement, not a static C type
+
+
 def _attribute_absent(tx, obj: VariableTracker, name: str, error: Exception) -> bool:
     """Reading ``obj.name`` failed with ``error``: is the attribute absent (True), or present but not
     traceable (False, only for ``hasattr``: a class attribute every instance has, ``__call__`` of a
@@ -526,6 +570,8 @@ def _attribute_absent(tx, obj: VariableTracker, name: str, error: Exception) -> 
         cls = None
     if cls is not None and _on_class(cls, name):
         return False
+    if cls is not None and not cls.__flags__ & _HEAPTYPE and cls.__dictoffset__ == 0 and not hasattr(cls, "__getattr__"):
+        return True  # a static C type whose instances have no __dict__ (dict, tuple, torch.Size): only the class
 
     if isinstance(obj, TensorVariable) and not hasattr(torch.Tensor, name):
         # an attribute a user set on a tensor (``x.test = None``): an input is guarded to lack it,

@@ -19,7 +19,7 @@ Other context managers are not captured (the frame runs eagerly, with the reason
 A function decorated with ``@torch.no_grad()`` / ``@torch.enable_grad()`` is inlined between an
 enter and an exit (:class:`GradModeDecoratedFunctionVariable`).
 
-Layer: above functions and constant.
+Layer: above functions, misc_ctx and constant.
 """
 from __future__ import annotations
 
@@ -31,6 +31,7 @@ from tinydynamo.exc import unimplemented
 from tinydynamo.variables.base import VariableTracker
 from tinydynamo.variables.constant import ConstantVariable
 from tinydynamo.variables.functions import UserFunctionVariable
+from tinydynamo.variables.misc_ctx import ContextManagerVariable
 
 #: the grad-mode context manager classes; torch.inference_mode is recognised only to say that it
 #: is not captured (inference tensors behave differently from no_grad ones)
@@ -100,7 +101,7 @@ class GradModeClassVariable(VariableTracker):
         return f"GradModeClassVariable({self.cls.__name__})"
 
 
-class GradModeVariable(VariableTracker):
+class GradModeVariable(ContextManagerVariable):
     """A grad-mode context manager object: the mode it sets, and the mode its exit restores."""
 
     def __init__(self, target_mode: bool, initial_mode: bool | None = None, entered: bool = False, source=None):
@@ -131,13 +132,6 @@ class GradModeVariable(VariableTracker):
         if len(args) == 1 and not kwargs and not self.entered:
             return GradModeWrappedVariable(self.target_mode, args[0])
         return super().call_function(tx, args, kwargs)
-
-    def call_method(self, tx, name, args, kwargs):
-        if name == "__enter__":
-            return self.enter(tx)
-        if name == "__exit__":
-            return self.exit(tx)
-        return super().call_method(tx, name, args, kwargs)
 
     def reconstruct(self, codegen) -> str:
         """A fresh, not yet entered context manager with the same effect (for a resume function)."""

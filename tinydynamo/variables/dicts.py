@@ -1,16 +1,119 @@
-"""DictVariable: a dict with constant keys whose values are variables.
+"""DictVariable: a dict whose values are variables, keyed by constants or by hashable variables.
+
+A key is usually a constant (``"a"``, ``3``, ``torch.float32``), stored as itself. A tensor, a
+module or a plain user object is a key too: Python hashes those by identity, so the dict stores a
+:class:`HashableKey` that hashes by the same identity at trace time (a tensor's fake value, the
+module) and keeps the key's tracker, to give the key back (``keys()``, iteration) and to rebuild it
+after the graph. Two keys reached through different sources are distinct objects now; a guard keeps
+them so (an aliased call recompiles). A key tinydynamo cannot hash this way is a graph break.
 
 Layer: above lists; it registers ``DictVariable`` for functions (``**kwargs``, base.constructor).
 """
 from __future__ import annotations
 
 import copy
+from typing import Any
 
-from tinydynamo.exc import raise_folded, unimplemented
+from tinydynamo.exc import Unsupported, raise_observed, unimplemented
 from tinydynamo.variables.base import VariableTracker, constructor, register_construction
 from tinydynamo.variables.constant import ConstantVariable
 from tinydynamo.variables.lists import TupleVariable
 from tinydynamo.variables.misc import GetAttrVariable
+
+
+class HashableKey:
+    """A dict key (or set element) that is not a constant: hashes and compares as the real key would,
+    by the identity of ``vt.key_identity()`` (items of a tuple key compare item by item)."""
+
+    __slots__ = ("vt", "ident")
+
+    def __init__(self, vt: VariableTracker, ident: Any):
+        self.vt, self.ident = vt, ident
+
+    def __hash__(self) -> int:
+        return hash(self.ident)
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, HashableKey) and self.ident == other.ident
+
+    def __repr__(self) -> str:
+        return f"HashableKey({self.vt})"
+
+
+class _Identity:
+    """``obj`` compared by ``is`` (its own ``__eq__`` never runs: a tensor's is elementwise)."""
+
+    __slots__ = ("obj",)
+
+    def __init__(self, obj):
+        self.obj = obj
+
+    def __hash__(self) -> int:
+        return id(self.obj)
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, _Identity) and other.obj is self.obj
+
+
+def dict_key(v: VariableTracker) -> Any:
+    """The key ``v`` stands for: its value if it is a constant, else a :class:`HashableKey`."""
+    if v.is_python_constant():
+        key = v.as_python_constant()
+        try:
+            hash(key)
+        except TypeError:
+            raise_observed(TypeError, f"unhashable type: {type(key).__name__!r}")
+        return key
+    return HashableKey(v, _ident(v))
+
+
+def _ident(v: VariableTracker) -> Any:
+    if isinstance(v, TupleVariable) and v.python_type() is tuple:  # a tuple hashes by its items
+        return tuple(("const", dict_key(i)) if i.is_python_constant() else _ident(i) for i in v.items)
+    obj = v.key_identity()
+    if obj is None:
+        unimplemented(f"dict key or set element {v}: tinydynamo cannot hash it at trace time")
+    return _Identity(obj)
+
+
+def _leaves(v: VariableTracker) -> list[VariableTracker]:
+    """The non-constant parts of a key (a tuple key's items), each hashed by identity."""
+    if isinstance(v, TupleVariable) and v.python_type() is tuple:
+        return [leaf for i in v.items if not i.is_python_constant() for leaf in _leaves(i)]
+    return [v]
+
+
+def key_variable(key: Any) -> VariableTracker:
+    """The variable that a stored key stands for (the inverse of :func:`dict_key`)."""
+    return key.vt if isinstance(key, HashableKey) else ConstantVariable(key)
+
+
+def key_code(codegen, key: Any) -> str:
+    """An expression that rebuilds a stored key after the graph."""
+    return key.vt.reconstruct(codegen) if isinstance(key, HashableKey) else codegen.constant(key)
+
+
+def constant_keys(keys) -> bool:
+    return not any(isinstance(k, HashableKey) for k in keys)
+
+
+def guard_distinct_keys(tx, key: Any, keys) -> None:
+    """``key`` was told apart from the other ``keys`` by identity at trace time: where two of the
+    objects compared came from outside the frame (two sources), guard that they stay distinct
+    objects (an aliased call would merge the keys: it recompiles instead)."""
+    if not isinstance(key, HashableKey):
+        return
+    mine = [v for v in _leaves(key.vt) if v.source is not None]
+    if not mine:
+        return
+    for other in keys:
+        if not isinstance(other, HashableKey) or other is key:
+            continue
+        for a in mine:
+            for b in _leaves(other.vt):
+                if b.source is not None and b.source.name() != a.source.name() \
+                        and b.key_identity() is not a.key_identity():
+                    tx.output.add_guard("ALIAS_MATCH", a.source, (b.source, False))
 
 
 class DictVariable(VariableTracker):
@@ -18,46 +121,73 @@ class DictVariable(VariableTracker):
 
     def __init__(self, items: dict, source=None):
         super().__init__(source)
-        self.items = dict(items)  # constant key -> VariableTracker
+        self.items = dict(items)  # key (a constant or a HashableKey) -> VariableTracker
+
+    @classmethod
+    def from_pairs(cls, tx, pairs, **extra) -> "DictVariable":
+        """A new dict of ``(key variable or stored key, value)`` pairs, in order (a later key wins)."""
+        new = cls({}, **extra)
+        new.add_pairs(tx, [(k if not isinstance(k, VariableTracker) else dict_key(k), v) for k, v in pairs])
+        return new
+
+    def add_pairs(self, tx, pairs) -> None:
+        """Store ``(stored key, value)`` pairs (no side-effect journal: see ``call_method``'s update)."""
+        for k, v in pairs:
+            if k not in self.items:
+                guard_distinct_keys(tx, k, self.items)
+            self.items[k] = v
 
     def python_type(self):
         return dict
 
+    def _constant_keys(self) -> dict:
+        if not constant_keys(self.items):
+            unimplemented(f"{self}: a dict keyed by tensors or objects as a constant or graph argument")
+        return self.items
+
     def as_python_constant(self):
-        return {k: v.as_python_constant() for k, v in self.items.items()}
+        return {k: v.as_python_constant() for k, v in self._constant_keys().items()}
 
     def as_node_arg(self):
-        return {k: v.as_node_arg() for k, v in self.items.items()}
+        return {k: v.as_node_arg() for k, v in self._constant_keys().items()}
 
     def as_example(self):
-        return {k: v.as_example() for k, v in self.items.items()}
+        return {k: v.as_example() for k, v in self._constant_keys().items()}
 
     def var_getattr(self, tx, name: str):
         if callable(getattr(self.python_type(), name, None)):
-            return GetAttrVariable(self, name)  # a method: calling it goes to call_method
+            return GetAttrVariable(self, name)
         return super().var_getattr(tx, name)
 
     def truth(self, tx) -> bool:
         return bool(self.items)
 
     def unpack_var_sequence(self, tx):
-        return [ConstantVariable(k) for k in self.items]
+        return [key_variable(k) for k in self.items]
 
     def _key(self, v: VariableTracker):
-        if not v.is_python_constant():
-            unimplemented(f"dict key {v} is not a constant")
-        return v.as_python_constant()
+        return dict_key(v)
+
+    def lookup(self, tx, v: VariableTracker) -> tuple[Any, bool]:
+        """(the stored key ``v`` stands for, whether the dict has it); a miss on a key told apart
+        from the others by identity guards that they stay distinct."""
+        key = dict_key(v)
+        found = key in self.items
+        if not found:
+            guard_distinct_keys(tx, key, self.items)
+        return key, found
 
     def call_method(self, tx, name, args, kwargs):
         if name == "__getitem__":
-            key = self._key(args[0])
-            if key not in self.items:
-                raise_folded(KeyError(key), "dict[key]")
+            key, found = self.lookup(tx, args[0])
+            if not found:
+                raise_observed(KeyError, f"dict has no key {key!r}")
             return self.items[key]
         if name == "get":
-            return self.items.get(self._key(args[0]), args[1] if len(args) > 1 else ConstantVariable(None))
+            key, found = self.lookup(tx, args[0])
+            return self.items[key] if found else args[1] if len(args) > 1 else ConstantVariable(None)
         if name == "__contains__":
-            return ConstantVariable(self._key(args[0]) in self.items)
+            return ConstantVariable(self.lookup(tx, args[0])[1])
         if name == "__len__":
             return ConstantVariable(len(self.items))
         if name == "copy" and not args and not kwargs:  # a new dict of the same kind (a defaultdict keeps its factory)
@@ -66,30 +196,38 @@ class DictVariable(VariableTracker):
             return new
         if name in ("keys", "values", "items") and not args and not kwargs:
             return DictViewVariable(self, name)
-        if name in ("__setitem__", "update", "pop", "setdefault", "clear", "__delitem__"):
-            if name in ("pop", "__delitem__") and self._key(args[0]) not in self.items and len(args) < 2:
-                raise_folded(KeyError(self._key(args[0])), f"dict.{name}")  # the traced code's own KeyError
-            if name == "update" and args and not isinstance(args[0], DictVariable):
-                unimplemented(f"dict.update with {args[0]}")
-            if name == "setdefault" and self._key(args[0]) in self.items:
-                return self.items[self._key(args[0])]
+        if name in ("__setitem__", "update", "pop", "setdefault", "clear", "__delitem__", "popitem"):
+            if name in ("pop", "__delitem__", "setdefault", "__setitem__"):
+                key, found = self.lookup(tx, args[0])
+            if name in ("pop", "__delitem__") and not found and len(args) < 2:
+                raise_observed(KeyError, f"dict has no key {key!r}")
+            if name == "popitem" and not self.items:
+                raise_observed(KeyError, "popitem(): dictionary is empty")
+            if name == "setdefault" and found:
+                return self.items[key]
+            pairs = []
+            if name == "update":
+                if len(args) > 1:
+                    unimplemented(f"dict.update with {len(args)} arguments")
+                pairs = pairs_of(tx, args[0]) if args else []
             # journal the old contents (rollback at a graph break); a dict from outside the frame
             # (self.source) gets its new contents replayed after the graph (tinydynamo.side_effects)
             tx.output.side_effects.mutation(self)
             if name == "__delitem__":
-                del self.items[self._key(args[0])]
+                del self.items[key]
                 return ConstantVariable(None)
             if name == "__setitem__":
-                self.items[self._key(args[0])] = args[1]
+                self.items[key] = args[1]
             elif name == "update":
-                other = args[0] if args else None
-                if isinstance(other, DictVariable):
-                    self.items.update(other.items)
+                self.add_pairs(tx, pairs)
                 self.items.update(kwargs)
             elif name == "pop":
-                return self.items.pop(self._key(args[0]), *(args[1:2]))
+                return self.items.pop(key, *(args[1:2]))
+            elif name == "popitem":
+                k, v = self.items.popitem()
+                return TupleVariable([key_variable(k), v])
             elif name == "setdefault":
-                return self.items.setdefault(self._key(args[0]), args[1] if len(args) > 1 else ConstantVariable(None))
+                return self.items.setdefault(key, args[1] if len(args) > 1 else ConstantVariable(None))
             else:
                 self.items.clear()
             return ConstantVariable(None)
@@ -99,7 +237,7 @@ class DictVariable(VariableTracker):
         if self.source is not None:
             return codegen.source_expr(self.source)
         return codegen.shared(self, lambda: "{" + ", ".join(
-            f"{codegen.constant(k)}: {v.reconstruct(codegen)}" for k, v in self.items.items()) + "}")
+            f"{key_code(codegen, k)}: {v.reconstruct(codegen)}" for k, v in self.items.items()) + "}")
 
     def __repr__(self) -> str:
         return f"DictVariable({list(self.items)})"
@@ -119,15 +257,15 @@ class DictViewVariable(VariableTracker):
     def as_python_constant(self):
         if self.kind != "keys":  # values/items views compare by identity: not foldable as a copy
             return super().as_python_constant()
-        return dict.fromkeys(self.dict_var.items).keys()  # the keys are constants
+        return dict.fromkeys(self.dict_var._constant_keys()).keys()
 
     def unpack_var_sequence(self, tx):
         items = self.dict_var.items
         if self.kind == "keys":
-            return [ConstantVariable(k) for k in items]
+            return [key_variable(k) for k in items]
         if self.kind == "values":
             return list(items.values())
-        return [TupleVariable([ConstantVariable(k), v]) for k, v in items.items()]
+        return [TupleVariable([key_variable(k), v]) for k, v in items.items()]
 
     def truth(self, tx) -> bool:
         return bool(self.dict_var.items)
@@ -153,6 +291,30 @@ class DictViewVariable(VariableTracker):
 
     def __repr__(self) -> str:
         return f"DictViewVariable({self.kind}, {self.dict_var})"
+
+
+def _type_or_none(v: VariableTracker):
+    try:
+        return v.python_type()
+    except Unsupported:
+        return None
+
+
+def pairs_of(tx, v: VariableTracker) -> list[tuple[Any, VariableTracker]]:
+    """(key, value) pairs of what ``dict(v)`` / ``d.update(v)`` take: a dict, a mapping (an object with
+    ``keys()``, read through ``keys()`` and ``[]`` as Python does), or an iterable of pairs."""
+    if isinstance(v, DictVariable):
+        return list(v.items.items())
+    if not isinstance(v, DictViewVariable) and hasattr(_type_or_none(v), "keys"):
+        keys = v.var_getattr(tx, "keys").call_function(tx, [], {})
+        return [(dict_key(k), v.call_method(tx, "__getitem__", [k], {})) for k in keys.unpack_var_sequence(tx)]
+    pairs = []
+    for pair in v.unpack_var_sequence(tx):
+        kv = pair.unpack_var_sequence(tx)
+        if len(kv) != 2:
+            raise_observed(ValueError, f"dictionary update sequence element has length {len(kv)}; 2 is required")
+        pairs.append((dict_key(kv[0]), kv[1]))
+    return pairs
 
 
 register_construction(DictVariable=DictVariable)

@@ -28,7 +28,7 @@ from tinydynamo.exc import raise_observed, unimplemented
 from tinydynamo.variables.base import VariableTracker
 from tinydynamo.variables.builtin import BuiltinVariable, register_handlers_from_above
 from tinydynamo.variables.constant import ConstantVariable
-from tinydynamo.variables.dicts import DictVariable
+from tinydynamo.variables.dicts import DictVariable, constant_keys, dict_key, guard_distinct_keys, key_code
 from tinydynamo.variables.lists import ListIteratorVariable, ListVariable, TupleVariable
 from tinydynamo.variables.misc import GetAttrVariable
 
@@ -200,72 +200,101 @@ class PureFunctionVariable(VariableTracker):
 
 # ---- sets ---------------------------------------------------------------------------------------------------
 class SetVariable(VariableTracker):
-    """A set (or frozenset) of constants built in the frame; ``items`` maps each element to its variable."""
+    """A set (or frozenset): ``items`` maps each element, as a dict key (``dicts.dict_key``: a constant,
+    or a tensor / object hashed by identity), to its variable. Methods run on a real set of those keys."""
 
     version = 0
 
-    def __init__(self, items: list[VariableTracker], frozen: bool = False):
-        super().__init__(None)
+    def __init__(self, items: list[VariableTracker], frozen: bool = False, source=None):
+        super().__init__(source)
         self.frozen = frozen
         self.items: dict = {}
         for v in items:
-            self.items.setdefault(_element(v), v)
+            self.items.setdefault(dict_key(v), v)
 
     def python_type(self):
         return frozenset if self.frozen else set
 
     def as_python_constant(self):
+        if not constant_keys(self.items):
+            unimplemented(f"{self}: a set of tensors or objects as a constant")
         return self.python_type()(self.items)
 
     def truth(self, tx) -> bool:
         return bool(self.items)
 
     def unpack_var_sequence(self, tx):
-        return [ConstantVariable(k) for k in self.as_python_constant()]  # in the real set's order
+        if constant_keys(self.items):
+            return [ConstantVariable(k) for k in self.as_python_constant()]  # in the real set's order
+        return list(self.items.values())  # elements hashed by identity: in insertion order
 
     def var_getattr(self, tx, name: str):
         if callable(getattr(self.python_type(), name, None)):
             return GetAttrVariable(self, name)
-        unimplemented(f"set attribute {name!r}")
+        raise_observed(AttributeError, f"{self.python_type().__name__!r} object has no attribute {name!r}")
+
+    def _keys_of(self, tx, v: VariableTracker, variables: dict):
+        """``v`` (an element, or an iterable of them) as stored keys; ``variables`` collects key -> variable."""
+        elements = list(v.items.values()) if isinstance(v, SetVariable) else list(iterate(tx, v))
+        keys = []
+        for e in elements:
+            k = dict_key(e)
+            if k not in self.items:
+                guard_distinct_keys(tx, k, self.items)
+            variables.setdefault(k, e)
+            keys.append(k)
+        return keys
 
     def call_method(self, tx, name, args, kwargs):
-        if name in ("add", "update", "discard", "remove", "clear", "pop", "difference_update",
-                    "intersection_update", "symmetric_difference_update") and not self.frozen:
-            if name == "remove" and _element(args[0]) not in self.items:
-                unimplemented("set.remove of a missing element (a KeyError)")
-            tx.output.side_effects.mutation(self)
-            real = set(self.items)
-            result = getattr(real, name)(*[_constants(tx, a) for a in args])
-            self.items = {k: self.items.get(k, ConstantVariable(k)) for k in real}
-            return VariableTracker.build_constant(result)
-        if name == "__len__":
+        cls = self.python_type()
+        if name == "__len__" and not args:
             return ConstantVariable(len(self.items))
-        if name == "__contains__":
-            return ConstantVariable(_element(args[0]) in self.items)
+        if name == "__iter__" and not args:
+            return BuiltinVariable(iter).call_function(tx, [self], {})
+        method = getattr(cls, name, None)
+        if method is None or kwargs:
+            unimplemented(f"{cls.__name__}.{name}")
+        variables = dict(self.items)
+        if name in ("add", "discard", "remove", "__contains__"):  # one element
+            real_args = [self._keys_of(tx, TupleVariable(args[:1]), variables)[0]]
+        else:
+            real_args = [set(self._keys_of(tx, a, variables)) for a in args]
+        real = set(self.items) if not self.frozen else frozenset(self.items)
         try:
-            result = getattr(self.as_python_constant(), name)(*[_constants(tx, a) for a in args])
-        except Exception as e:
-            unimplemented(f"set.{name} raised {e!r} at trace time")
-        return VariableTracker.build_constant(result)
+            result = method(real, *real_args)
+        except KeyError as e:  # remove/pop of a missing element: the frame sees it
+            raise_observed(KeyError, str(e))
+        except TypeError as e:
+            raise_observed(TypeError, str(e))
+        if name in ("add", "update", "discard", "remove", "clear", "pop", "difference_update",
+                    "intersection_update", "symmetric_difference_update", "__ior__", "__iand__", "__isub__",
+                    "__ixor__"):
+            tx.output.side_effects.mutation(self)
+            self.items = {k: variables[k] for k in self.items if k in real}
+            self.items.update((k, variables[k]) for k in real if k not in self.items)
+            if name == "pop":
+                return variables[result]
+            return self if name.startswith("__i") else ConstantVariable(None)
+        if isinstance(result, (set, frozenset)):
+            order = list(self.items) + [k for a in real_args if isinstance(a, set) for k in a]
+            return SetVariable([variables[k] for k in dict.fromkeys(order) if k in result],
+                               frozen=type(result) is frozenset)
+        if isinstance(result, (bool, int)):
+            return ConstantVariable(result)
+        unimplemented(f"{cls.__name__}.{name} returned {type(result).__name__}")
 
     def reconstruct(self, codegen) -> str:
-        return codegen.constant(self.as_python_constant()) if self.frozen else \
-            codegen.shared(self, lambda: f"set({codegen.constant(tuple(self.items))})")
+        if self.source is not None:
+            return codegen.source_expr(self.source)
+        elements = ", ".join(key_code(codegen, k) for k in self.items)
+        if self.frozen and constant_keys(self.items):
+            return codegen.constant(self.as_python_constant())
+        if self.frozen:
+            return f"frozenset(({elements}{',' if len(self.items) == 1 else ''}))"
+        return codegen.shared(self, lambda: f"set(({elements}{',' if len(self.items) == 1 else ''}))")
 
     def __repr__(self) -> str:
-        return f"SetVariable({set(self.items)})"
-
-
-def _element(v: VariableTracker):
-    if not v.is_python_constant():
-        unimplemented(f"a set element that is not a constant ({v})")
-    return v.as_python_constant()
-
-
-def _constants(tx, v: VariableTracker):
-    if isinstance(v, SetVariable):
-        return v.as_python_constant()
-    return [_element(i) for i in v.unpack_var_sequence(tx)] if not v.is_python_constant() else v.as_python_constant()
+        return f"SetVariable({list(self.items)})"
 
 
 def set_(tx, args, kwargs):
@@ -388,10 +417,15 @@ class DefaultDictVariable(DictVariable):
     def python_type(self):
         return collections.defaultdict
 
+    def var_getattr(self, tx, name: str):
+        if name == "default_factory":
+            return self.factory
+        return super().var_getattr(tx, name)
+
     def call_method(self, tx, name, args, kwargs):
-        if name == "__getitem__" and self._key(args[0]) not in self.items:
+        if name == "__getitem__" and not self.lookup(tx, args[0])[1]:
             if self.factory.is_python_constant() and self.factory.as_python_constant() is None:
-                unimplemented(f"defaultdict without a factory has no key {self._key(args[0])!r}")
+                raise_observed(KeyError, f"defaultdict without a factory has no key {self._key(args[0])!r}")
             value = self.factory.call_function(tx, [], {})
             super().call_method(tx, "__setitem__", [args[0], value], {})
             return value
@@ -402,7 +436,7 @@ class DefaultDictVariable(DictVariable):
             return codegen.source_expr(self.source)
 
         def build():
-            inner = ", ".join(f"{codegen.constant(k)}: {v.reconstruct(codegen)}" for k, v in self.items.items())
+            inner = ", ".join(f"{key_code(codegen, k)}: {v.reconstruct(codegen)}" for k, v in self.items.items())
             return (f"{codegen.constant(collections.defaultdict, 'defaultdict')}"
                     f"({self.factory.reconstruct(codegen)}, {{{inner}}})")
 

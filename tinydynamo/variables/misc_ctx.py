@@ -1,6 +1,7 @@
-"""Context managers that change nothing the graph can see: ``torch.profiler.record_function``,
-``contextlib.nullcontext``. ``with`` blocks over them are traced straight through (TorchDynamo
-also ignores ``record_function`` in the graph, with a warning).
+"""Context managers: the base class of those the interpreter enters and exits itself, and those that
+change nothing the graph can see: ``torch.profiler.record_function``, ``contextlib.nullcontext``.
+``with`` blocks over the latter are traced straight through (TorchDynamo also ignores
+``record_function`` in the graph, with a warning).
 
 Layer: above constant.
 """
@@ -11,7 +12,26 @@ from tinydynamo.variables.base import VariableTracker
 from tinydynamo.variables.constant import ConstantVariable
 
 
-class NullContextVariable(VariableTracker):
+class ContextManagerVariable(VariableTracker):
+    """A context manager the interpreter knows how to enter and exit (TorchDynamo's
+    ``ContextWrappingVariable``): ``with`` calls :meth:`enter` and :meth:`exit`, and so do explicit
+    ``cm.__enter__()`` / ``cm.__exit__(...)`` calls."""
+
+    def enter(self, tx) -> VariableTracker:
+        raise NotImplementedError
+
+    def exit(self, tx) -> VariableTracker:
+        raise NotImplementedError
+
+    def call_method(self, tx, name, args, kwargs):
+        if name == "__enter__":
+            return self.enter(tx)
+        if name == "__exit__":
+            return self.exit(tx)
+        return super().call_method(tx, name, args, kwargs)
+
+
+class NullContextVariable(ContextManagerVariable):
     def __init__(self, what: str, enter_result: VariableTracker | None = None):
         super().__init__(None)
         self.what = what
@@ -23,12 +43,6 @@ class NullContextVariable(VariableTracker):
     def exit(self, tx) -> VariableTracker:
         return ConstantVariable(None)
 
-    def call_method(self, tx, name, args, kwargs):
-        if name == "__enter__":
-            return self.enter(tx)
-        if name == "__exit__":
-            return self.exit(tx)
-        return super().call_method(tx, name, args, kwargs)
 
     def __repr__(self) -> str:
         return f"NullContextVariable({self.what})"

@@ -50,6 +50,9 @@ class NNModuleVariable(VariableTracker):
     def truth(self, tx) -> bool:
         return True
 
+    def key_identity(self):
+        return self.module  # nn.Module hashes by identity (its NN_MODULE guard pins the object)
+
     def _child_source(self, name: str):
         if self.source is None:
             return None

@@ -38,7 +38,12 @@ from tinydynamo.variables.lists import TupleVariable
 from tinydynamo.variables.misc import GetAttrVariable
 from tinydynamo.variables.nn_module import NNModuleVariable
 from tinydynamo.variables.torch_function import default_torch_function_variable
-from tinydynamo.variables.user_defined import READ_ONLY_BASE_METHODS, BaseMethodVariable, UserDefinedObjectVariable
+from tinydynamo.variables.user_defined import (
+    READ_ONLY_BASE_METHODS,
+    BaseMethodVariable,
+    UserDefinedObjectVariable,
+    method_variable,
+)
 
 _HEAPTYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: a class defined in Python (not a C type)
 
@@ -196,7 +201,7 @@ class SuperVariable(VariableTracker):
                     return default_tf
                 return UserMethodVariable(attr.__func__, ConstantVariable(objtype))
             if isinstance(attr, types.FunctionType):
-                return UserFunctionVariable(attr) if obj_is_class else UserMethodVariable(attr, self.obj)
+                return UserFunctionVariable(attr) if obj_is_class else method_variable(attr, self.obj)
             if isinstance(attr, property) and attr.fget is not None and not obj_is_class:
                 return UserFunctionVariable(attr.fget).call_function(tx, [self.obj], {})
             if base is object and name in ("__init__", "__init_subclass__"):

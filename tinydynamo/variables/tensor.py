@@ -59,6 +59,14 @@ class TensorVariable(VariableTracker):
     def as_example(self):
         return self.example
 
+    def key_identity(self):
+        # a tensor hashes by identity; the fake example value follows it (an in-place op returns
+        # the same fake, a view a new one), and one input tensor reached twice is one placeholder
+        cls = self.python_type()
+        if cls.__hash__ is not torch.Tensor.__hash__ or cls.__eq__ is not torch.Tensor.__eq__:
+            return None  # a subclass with its own hashing
+        return self.example
+
     def as_python_constant(self):
         unimplemented(f"tensor {self.node.name} is not a constant")
 

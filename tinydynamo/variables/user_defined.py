@@ -12,6 +12,7 @@ import inspect
 import types
 from typing import Any
 
+from tinydynamo import polyfills
 from tinydynamo.exc import ObservedException, raise_observed, unimplemented
 from tinydynamo.source import AttrSource, BaseMethodSource, ClassSource, Source
 from tinydynamo.variables.base import VariableTracker, check_plain_setattr
@@ -50,6 +51,13 @@ class UserDefinedObjectVariable(VariableTracker):
 
     def python_type(self):
         return type(self.value)
+
+    def key_identity(self):
+        """A plain object hashes by identity (an object made in the frame has one tracker: itself)."""
+        cls = self.python_type()
+        if cls.__hash__ is object.__hash__ and cls.__eq__ is object.__eq__:
+            return self if self.made_in_frame else self.value
+        return None
 
     def truth(self, tx) -> bool:
         cls = self.python_type()
@@ -184,7 +192,7 @@ def class_attribute_variable(tx, obj: VariableTracker, cls: type, name: str, att
         decorated = unwrap_grad_mode_decorator(attr)  # @torch.no_grad() def forward(self, ...)
         if decorated is not None:
             return GradModeDecoratedFunctionVariable(*decorated, self_obj=obj)
-        return UserMethodVariable(attr, obj, cls_source)
+        return method_variable(attr, obj, cls_source)
     if isinstance(attr, functools._lru_cache_wrapper) and isinstance(getattr(attr, "__wrapped__", None),
                                                                        types.FunctionType):
         if real is not None and obj.source is not None:
@@ -193,6 +201,32 @@ def class_attribute_variable(tx, obj: VariableTracker, cls: type, name: str, att
     if hasattr(type(attr), "__get__") and not isinstance(attr, type):
         unimplemented(f"{cls.__name__}.{name} is a {type(attr).__name__} descriptor")
     return VariableTracker.build(tx, attr, source)
+
+
+def method_variable(fn: types.FunctionType, obj: VariableTracker, source=None) -> UserMethodVariable:
+    """``fn`` bound to ``obj``; a library method with a stand-in in ``polyfills.METHOD_POLYFILLS`` traces that."""
+    if fn in polyfills.METHOD_POLYFILLS:
+        return PolyfilledMethodVariable(fn, obj)
+    return UserMethodVariable(fn, obj, source)
+
+
+class PolyfilledMethodVariable(UserMethodVariable):
+    """A library method (``TestCase.assertRaises``) whose calls trace a stand-in, where the stand-in
+    covers the call's form; another form is a graph break, and the original method runs there."""
+
+    def __init__(self, original: types.FunctionType, obj: VariableTracker):
+        polyfill, self.min_args = polyfills.METHOD_POLYFILLS[original]
+        super().__init__(polyfill, obj)
+        self.original = original
+
+    def call_function(self, tx, args, kwargs):
+        if len(args) < self.min_args:
+            unimplemented(f"{self.original.__qualname__} in this form (a context manager)")
+        return super().call_function(tx, args, kwargs)
+
+    def reconstruct(self, codegen) -> str:
+        return f"{codegen.constant(types.MethodType, 'MethodType')}({codegen.constant(self.original, 'fn')}, " \
+               f"{self.obj.reconstruct(codegen)})"
 
 
 class LruCacheMethodVariable(VariableTracker):
