@@ -116,15 +116,46 @@ def test_item_stays_in_the_graph_with_capture_scalar_outputs():
     assert compare(scale_by_item, x) == (3, 3)  # off: a break at each .item()
 
 
-def test_captured_item_used_as_a_shape_is_a_clean_error():
+def test_captured_int_item_is_an_unbacked_size():
+    """An integer ``.item()`` is a symbol known only at run time: it may be a size, one graph serves
+    every value, and ``torch._check`` promises stay in the graph (a broken one raises as in eager)."""
     def f(x):
         n = (x.sum() > 0).long().item()
         return torch.zeros(n + 1)
 
+    def g(x, i):
+        k = i.item()
+        torch._check(k >= 0)
+        torch._check(k < x.shape[0])
+        return x[k] + x[:k].sum()
+
     tinydynamo.reset()
-    with tinydynamo.config.patch(capture_scalar_outputs=True), pytest.raises(tinydynamo.Unsupported):
-        tinydynamo.optimize(CompileCounter(), nopython=True)(f)(torch.ones(3))
+    cnt = CompileCounter()
+    with tinydynamo.config.patch(capture_scalar_outputs=True):
+        cf, cg = tinydynamo.optimize(cnt, nopython=True)(f), tinydynamo.optimize(cnt, nopython=True)(g)
+        for x in (torch.ones(3), -torch.ones(3)):
+            torch.testing.assert_close(cf(x), f(x))
+        x = torch.randn(4, 2)
+        for i in (0, 3):
+            torch.testing.assert_close(cg(x, torch.tensor(i)), g(x, torch.tensor(i)))
+        assert cnt.frame_count == 2
+        with pytest.raises(RuntimeError, match="Expected cond to be True"):
+            cg(x, torch.tensor(4))
+
+
+def test_branch_on_a_captured_item_is_a_clean_break():
+    def f(x):
+        n = x.argmax().item()
+        if n > 1:
+            return x * 2
+        return x - 1
+
+    tinydynamo.reset()
+    with tinydynamo.config.patch(capture_scalar_outputs=True), pytest.raises(tinydynamo.Unsupported,
+                                                                            match="data-dependent"):
+        tinydynamo.optimize(CompileCounter(), nopython=True)(f)(torch.arange(3.0))
     with tinydynamo.config.patch(capture_scalar_outputs=True):
         tinydynamo.reset()
         g = tinydynamo.optimize(CompileCounter())(f)
-        torch.testing.assert_close(g(torch.ones(3)), f(torch.ones(3)))
+        for x in (torch.arange(3.0), -torch.arange(3.0)):
+            torch.testing.assert_close(g(x), f(x))

@@ -174,3 +174,28 @@ def test_dtypes(dtype):
         return (x.to(torch.float32) * 2).to(x.dtype) + torch.ones(3, dtype=x.dtype)
 
     check_same(f, (r(3, dtype=dtype),), (r(3, dtype=dtype),))
+
+
+def unused_draws(x):
+    torch.rand(3)  # its numbers are unused, but eager draws them: the next draw depends on it
+    torch.nn.functional.dropout(x, 0.5, training=True)
+    x.sin()  # pure and unused: dropped
+    return x + torch.rand(3)
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+def test_unused_random_draws_stay_in_the_graph(backend):
+    x = torch.zeros(3)
+    torch.manual_seed(0)
+    expected = unused_draws(x)
+    tinydynamo.reset()
+    cnt = CompileCounter()
+    compiled = tinydynamo.optimize(cnt, nopython=True)(unused_draws)
+    torch.manual_seed(0)
+    got = compiled(x)
+    torch.testing.assert_close(got, expected)
+    assert cnt.op_count == 4  # rand, dropout, rand, add (not sin)
+    if backend == "aot_eager":  # the same through a backend that retraces the graph
+        tinydynamo.reset()
+        torch.manual_seed(0)
+        torch.testing.assert_close(tinydynamo.optimize(backend, nopython=True)(unused_draws)(x), expected)

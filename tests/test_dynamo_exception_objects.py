@@ -79,15 +79,47 @@ def user_subclass(x):
         return x + len(e.args[0])
 
 
+def folded_error_caught(x, n: int):
+    try:
+        x = x + 1 / n  # a Python error at trace time (n == 0) is the traced code's own
+    except ZeroDivisionError:
+        x = x - 1
+    try:
+        x = x + {"a": 1}["b"]
+    except KeyError:
+        x = x * 2
+    try:
+        x = x + [1][1]
+    except IndexError as e:
+        x = x * len(e.args)
+    return x
+
+
+def context_chain(x):
+    try:
+        try:
+            [][1]
+        except IndexError:
+            try:
+                raise KeyError("k")
+            except KeyError as e:  # raised while IndexError was handled: that is its __context__
+                assert isinstance(e.__context__, IndexError) and e.__cause__ is None
+                x = x + 1
+            raise  # re-raises IndexError, whose own __context__ is None
+    except IndexError as e:
+        assert e.__context__ is None
+        return x * 2
+
+
 @pytest.mark.parametrize("fn", [caught_from_a_callee, raise_from_none, bare_reraise, stop_iteration_value,
-                                user_subclass])
+                                user_subclass, folded_error_caught, context_chain])
 def test_exception_objects_in_one_graph(fn):
-    x = torch.randn(3)
+    args = (torch.randn(3), 0) if fn is folded_error_caught else (torch.randn(3),)
     tinydynamo.reset()
     cnt = CompileCounter()
     compiled = tinydynamo.optimize(cnt, nopython=True)(fn)
     for _ in range(2):
-        torch.testing.assert_close(compiled(x), fn(x))
+        torch.testing.assert_close(compiled(*args), fn(*args))
     assert cnt.frame_count == 1
 
 

@@ -25,6 +25,7 @@ LAYERS = (
     ("variables.iter",),         # lazy iterators, functools.partial, sets, collections containers
     ("variables.builtin",),      # builtins, operator and math functions over every kind below
     ("variables.nn_module", "variables.module_hooks"),  # nn.Modules, their forward inlined between hooks
+    ("variables.numpy",),        # NumPy arrays as tensor nodes, NumPy calls as torch._numpy ops
     ("variables.autograd_function", "variables.torch_function"),  # autograd.Function, __torch_function__
     ("variables.tensor", "variables.torch", "variables.user_defined", "variables.dicts", "variables.exceptions",
      "trace_rules"),

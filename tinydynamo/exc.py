@@ -53,6 +53,17 @@ def raise_observed(exc_type: type, message: str = ""):
     raise ObservedException(exc_type, message)
 
 
+def raise_folded(error: Exception, what: str):
+    """A call folded at trace time (on constants, as eager makes it) raised ``error``: a builtin exception
+    is the traced code's own (``1 / 0`` in a ``try`` is caught by its ``except``); any other kind is
+    Unsupported, so that the call runs natively and raises there."""
+    if type(error).__module__ == "builtins" and isinstance(error, Exception):
+        observed = ObservedException(type(error), str(error))
+        observed.real_args = error.args  # what ``e.args`` reads
+        raise observed
+    unimplemented(f"{what} raised {error!r} at trace time")
+
+
 class BackendCompilerFailed(TinyDynamoError):
     """The backend raised while compiling a captured graph (torch._dynamo's exception of that name).
 

@@ -26,6 +26,7 @@ from torch._dispatch.python import enable_python_dispatcher
 from torch._guards import TracingContext, tracing
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.amp.autocast_mode import _exit_autocast
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from tinydynamo import artifacts, distributed, logs, symbolic_shapes
 from tinydynamo.codegen import GraphBreakCodegen, PyCodegen
@@ -43,6 +44,7 @@ from tinydynamo.variables.ctx_manager import is_grad_mode_node
 from tinydynamo.variables.lists import specialized
 from tinydynamo.variables.sym_node import SymNodeVariable
 from tinydynamo.variables.tensor import TensorVariable
+from tinydynamo.variables.torch import RUNTIME_CHECKS
 
 CALL_OPS = ("call_function", "call_method", "call_module")
 #: operator functions that change their first argument (``z += y`` on a tensor, ``z[i] = v``)
@@ -85,6 +87,31 @@ def _writes_in_place(node: torch.fx.Node) -> bool:
     name = node.target if isinstance(node.target, str) else getattr(node.target, "__name__", "")
     return (name.endswith("_") and not name.endswith("__")) or "out" in node.kwargs or \
         node.target is operator.setitem
+
+
+class _RandomOpRecorder(TorchDispatchMode):
+    """Notes whether any ATen op that ran under it draws from a random generator."""
+
+    def __init__(self):
+        super().__init__()
+        self.seen = False
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.seen = self.seen or torch.Tag.nondeterministic_seeded in func.tags
+        return func(*args, **(kwargs or {}))
+
+
+def _has_numpy_array(values) -> bool:
+    """Is a NumPy array (variables/numpy.py) among ``values``, or in lists, tuples and dicts among them?"""
+    for v in values:
+        if getattr(v, "is_numpy_array", False):
+            return True
+        items = getattr(v, "items", None)
+        if isinstance(items, dict):
+            items = list(items.values())
+        if isinstance(items, list) and _has_numpy_array(items):
+            return True
+    return False
 
 
 def _node_name(source: Source) -> str:
@@ -239,6 +266,9 @@ class OutputGraph:
             # a tensor subclass's __torch_function__ decides what the op does (it is inlined)
             return torch_function.dispatch(self.current_tx, "call_function_keep" if keep else op, target, args, kwargs)
         name = target if isinstance(target, str) else getattr(target, "__name__", str(target))
+        if not getattr(target, "takes_numpy_arrays", False) and _has_numpy_array([*args, *kwargs.values()]):
+            # eager torch raises, or NumPy converts the tensor: whichever happens, it happens natively
+            unimplemented(f"a NumPy array passed to {name}", hint="convert it with torch.from_numpy(a) first")
         try:
             example = self._run_fake(op, target, args, kwargs)
         except Unsupported:
@@ -290,16 +320,35 @@ class OutputGraph:
     def _dead_code_elimination(self) -> None:
         """Drop ops whose results are unused, except those with effects: in-place ops (their result
         is often unused: ``alias = z; z += y`` reads the mutation through another name), setitem,
-        grad mode and autocast switches."""
+        grad mode and autocast switches, run-time checks (``torch._check``), random draws."""
         for node in reversed(list(self.graph.nodes)):
             if node.op not in CALL_OPS or node.users:
                 continue
             name = node.target if isinstance(node.target, str) else getattr(node.target, "__name__", "")
             if node.meta.get("mutates_args") or name.endswith("_") and not name.endswith("__") \
-                    or node.target in INPLACE_OPERATORS or is_grad_mode_node(node) \
-                    or node.target is _exit_autocast or "out" in node.kwargs or name.startswith("__i"):
+                    or node.target in INPLACE_OPERATORS or node.target in RUNTIME_CHECKS or is_grad_mode_node(node) \
+                    or node.target is _exit_autocast or "out" in node.kwargs or name.startswith("__i") \
+                    or self._draws_random_numbers(node):
                 continue
             self.graph.erase_node(node)
+
+    def _draws_random_numbers(self, node: torch.fx.Node) -> bool:
+        """Does the op advance a random generator (``torch.rand(3)``, its result unused)? Eager draws those
+        numbers, so the graph must too, or every later draw differs. Asked of the op itself, rerun on
+        its fake arguments with a recorder of the ATen ops it reaches (their ``nondeterministic_seeded``
+        tag); an op that cannot be rerun is kept."""
+        if node.op == "call_module":
+            return True
+        try:
+            args, kwargs = torch.fx.node.map_arg((node.args, node.kwargs), lambda n: n.meta["example_value"])
+            with self.fake_mode, _RandomOpRecorder() as recorder:
+                if node.op == "call_method":
+                    getattr(args[0], node.target)(*args[1:], **kwargs)
+                else:
+                    node.target(*args, **kwargs)
+        except Exception:  # noqa: BLE001 - not rerunnable: keep it
+            return True
+        return recorder.seen
 
     # ---- compile -----------------------------------------------------------------------------------
     def compile(self, return_value: VariableTracker | None, backend: Callable, graph_break=None,

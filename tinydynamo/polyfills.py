@@ -34,6 +34,8 @@ import unittest
 import torch
 import torch.utils.checkpoint
 
+from tinydynamo.exc import unimplemented
+
 try:
     import numpy as np
 except ImportError:  # numpy is optional (torch imports it when it is installed)
@@ -275,11 +277,29 @@ def numpy_scalar_types() -> tuple:
     return (np.float16, np.float32, np.float64, np.int8, np.int16, np.int32, np.int64, np.uint8, np.bool_)
 
 
+def numpy_constant_types() -> tuple:
+    """NumPy's dtype and type-limit objects (``np.dtype('float32')``, ``np.finfo(t)``): immutable, made
+    from constants, so folded at trace time."""
+    if np is None:
+        return ()
+    return (np.dtype, np.finfo, np.iinfo)
+
+
+def python_number(value):
+    """A NumPy number (``np.float64(1.5)``, from ``np.finfo(t).max``) as the Python number it holds;
+    any other value as it is. ``np.bool_`` is refused: torch ops promote it unlike ``True``."""
+    if np is None or not isinstance(value, np.generic):
+        return value
+    if isinstance(value, np.bool_):
+        unimplemented("a NumPy bool in a torch op (torch promotes it unlike a Python bool)")
+    return value.item()
+
+
 def constant_object_types() -> tuple:
     """Immutable library objects kept as constants of the trace (attributes and methods run at trace time)."""
 
     return (inspect.Signature, inspect.Parameter, types.MappingProxyType, dataclasses.Field, torch.finfo,
-            torch.iinfo) + typing_types() + numpy_scalar_types()
+            torch.iinfo) + typing_types() + numpy_scalar_types() + numpy_constant_types()
 
 
 def typing_types() -> tuple:

@@ -218,6 +218,21 @@ class PlainTensorSource(Source):
 
 
 @dataclasses.dataclass(frozen=True)
+class NumpyTensorSource(Source):
+    """A NumPy array input seen as the tensor sharing its memory (``torch.as_tensor(base)``, read through
+    the scope function ``fn_name``): what the graph takes for an ndarray argument."""
+
+    base: Source
+    fn_name: str
+
+    def name(self) -> str:
+        return f"torch.as_tensor({self.base.name()})"
+
+    def code(self) -> str:
+        return f"{self.fn_name}({self.base.code()})"
+
+
+@dataclasses.dataclass(frozen=True)
 class ConstSource(Source):
     """A value referred to by a scope name (e.g. a closure cell of an inlined function)."""
 

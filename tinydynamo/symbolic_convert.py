@@ -62,6 +62,7 @@ from tinydynamo.variables.misc_ctx import (
     NullContextVariable,
     UserContextManagerVariable,
 )
+from tinydynamo.variables.numpy import NumpyNdarrayVariable, numpy_unary
 from tinydynamo.variables.objects import SuperVariable, zero_arg_super
 from tinydynamo.variables.sym_node import SliceVariable, SymNodeVariable
 from tinydynamo.variables.tensor import ScalarNodeVariable
@@ -165,7 +166,11 @@ class InstructionTranslatorBase:
     def handle_observed_exception(self, inst: Instruction, exc: ObservedException) -> bool:
         """An exception raised by the traced code at ``inst``: jump to its handler, as CPython would (the
         exception table entry covering the instruction: cut the stack to its depth, push the exception).
-        False when no handler covers it (the caller's frame may catch it)."""
+        False when no handler covers it (the caller's frame may catch it). Raised while another one is
+        handled, it gets that one as its ``__context__`` (once: a re-raise keeps it), as in CPython."""
+        if not hasattr(exc, "context"):
+            handled = self.output.exc_stack[-1] if self.output.exc_stack else None
+            exc.context = handled if isinstance(handled, ExceptionVariable) and handled.exc is not exc else None
         for entry in getattr(dis.Bytecode(self.code), "exception_entries", ()):
             if entry.start <= inst.offset < entry.end:
                 del self.stack[entry.depth:]
@@ -405,6 +410,8 @@ def _unary(tx: T, inst):
         tx.push(ConstantVariable(fn(v.as_python_constant())))
     elif isinstance(v, (TensorVariable, SymNodeVariable)):
         tx.push(tx.output.create_node("call_function", fn, [v], {}))
+    elif isinstance(v, NumpyNdarrayVariable):
+        tx.push(numpy_unary(tx, fn, v))
     elif isinstance(v, ScalarNodeVariable) and inst.opname in ("UNARY_NEGATIVE", "UNARY_POSITIVE"):
         tx.push(v.unary(tx, fn))  # -n of a captured .item() value
     else:
@@ -418,7 +425,10 @@ for _name in bc.UNARY_OPS:
 @_handler
 def BINARY_SUBSCR(tx: T, inst):
     key, obj = tx.pop(), tx.pop()
-    if isinstance(obj, TensorVariable):
+    if isinstance(obj, TensorVariable) and isinstance(key, SymNodeVariable) and key.python_type() is int:
+        # ``x[n]`` with a symbolic n (an ``.item()`` value): Tensor.__getitem__ takes no SymInt, select does
+        tx.push(tx.output.create_node("call_method", "select", [obj, ConstantVariable(0), key], {}))
+    elif isinstance(obj, TensorVariable):
         tx.push(tx.output.create_node("call_function", operator.getitem, [obj, key], {}))
     elif obj.is_python_constant() and isinstance(obj.as_python_constant(), type) and key.is_python_constant() \
             and hasattr(obj.as_python_constant(), "__class_getitem__"):
@@ -749,10 +759,11 @@ def RAISE_VARARGS(tx: T, inst):
         if not tx.output.exc_stack or not isinstance(tx.output.exc_stack[-1], ExceptionVariable):
             unimplemented("bare `raise` outside a traced except block")
         raise tx.output.exc_stack[-1].exc
-    if inst.argval == 2:  # `raise exc from cause`: the cause only sets __cause__ (not modelled; unread here)
-        tx.pop()
+    cause = tx.pop() if inst.argval == 2 else None  # `raise exc from cause`
     exc = tx.pop()
     if isinstance(exc, ExceptionVariable):
+        if cause is not None:  # __cause__ (an exception, or None: `from None`), which hides __context__
+            exc.exc.cause, exc.exc.suppress_context = cause, True
         raise exc.exc
     value = exc.as_python_constant() if exc.is_python_constant() else None
     if isinstance(value, type) and issubclass(value, BaseException):

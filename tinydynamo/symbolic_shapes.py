@@ -184,9 +184,10 @@ def int_is_dynamic(value: int, source: Source, frame_state: dict | None) -> str 
 
 
 def new_shape_env() -> ShapeEnv:
-    """The ShapeEnv of one frame. Data-dependent output shapes (``nonzero``) and ``.item()`` stay
-    errors (they are graph breaks here), as they were without one."""
-    return ShapeEnv(allow_scalar_outputs=False, allow_dynamic_output_shape_ops=False)
+    """The ShapeEnv of one frame. Data-dependent output shapes (``nonzero``) stay errors (graph breaks);
+    so does a value read out of a tensor inside an op (``torch.empty(t)`` reads ``t.item()``) unless
+    ``config.capture_scalar_outputs``: then it is an unbacked symbol, as ``.item()`` itself is."""
+    return ShapeEnv(allow_scalar_outputs=config.capture_scalar_outputs, allow_dynamic_output_shape_ops=False)
 
 
 def symbolic_context(sizes: list, constraints: list) -> StatelessSymbolicContext:

@@ -10,7 +10,8 @@ modules are imported. Everything else stays torch's: ``CompileCounter``, ``same`
 Backend names map to tinydynamo's: "eager" and "aot_eager" are the same ideas; torch's compiler
 backends ("inductor", the default, and "aot_eager_decomp_partition") become tinydynamo's
 "eager", since these tests check the front end and tininductor's C++ builds would only slow
-them down. ``torch._dynamo.config`` patches reach torch's config only (tinydynamo has its own).
+them down. ``torch._dynamo.config`` patches reach torch's config; the settings tinydynamo has under the same name
+and meaning (:data:`MIRRORED_SETTINGS`) are copied to tinydynamo's config while a frame compiles.
 ``torch._dynamo.disable`` stays torch's (torch's own code calls it): tinydynamo honours its mark.
 """
 from __future__ import annotations
@@ -22,6 +23,7 @@ import torch._dynamo.test_case
 import torch._dynamo.testing
 
 import tinydynamo
+import tinydynamo.eval_frame
 
 #: torch backend name -> tinydynamo backend name
 BACKENDS = {"eager": "eager", "aot_eager": "aot_eager", "inductor": "eager",
@@ -29,6 +31,17 @@ BACKENDS = {"eager": "eager", "aot_eager": "aot_eager", "inductor": "eager",
             "eager_noexcept": "eager", "cudagraphs": "eager"}
 
 _torch_reset = torch._dynamo.reset
+
+#: torch._dynamo.config settings that mean the same in tinydynamo.config: a test's
+#: ``@torch._dynamo.config.patch(capture_scalar_outputs=True)`` holds for tinydynamo's compile too
+MIRRORED_SETTINGS = ("capture_scalar_outputs",)
+_tiny_convert_frame = tinydynamo.eval_frame.convert_frame
+
+
+def convert_frame(*args, **kwargs):
+    """tinydynamo's frame compiler, under the torch settings of :data:`MIRRORED_SETTINGS` as they are now."""
+    with tinydynamo.config.patch({name: getattr(torch._dynamo.config, name) for name in MIRRORED_SETTINGS}):
+        return _tiny_convert_frame(*args, **kwargs)
 
 
 def tiny_backend(b):
@@ -75,6 +88,7 @@ def install() -> None:
     for module in (torch._dynamo, torch._dynamo.testing, torch._dynamo.test_case):
         module.reset = reset
     torch._dynamo.run = tinydynamo.run
+    tinydynamo.eval_frame.convert_frame = convert_frame
     torch.compiler.reset = reset
 
 

@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 REGISTERED_BY = {
     "build": "builder", "build_constant": "builder", "build_fx": "builder",
     "call_class": "objects", "class_attribute": "objects",
-    "BuiltinVariable": "builtin", "DictVariable": "dicts", "TupleVariable": "lists",
+    "BuiltinVariable": "builtin", "tensor_numpy": "numpy", "DictVariable": "dicts", "TupleVariable": "lists",
 }
 _construction: dict[str, Callable[..., Any]] = {}
 

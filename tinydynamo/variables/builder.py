@@ -26,7 +26,7 @@ from torch import nn
 
 from tinydynamo import trace_rules
 from tinydynamo.exc import unimplemented
-from tinydynamo.polyfills import constant_object_types, typing_types
+from tinydynamo.polyfills import constant_object_types, np, numpy_constant_types, typing_types
 from tinydynamo.source import AttrSource, DictKeySource, DictValueSource, GetItemSource, Source
 from tinydynamo.variables import polyfilled, torch_function
 from tinydynamo.variables.autocast import AUTOCAST_CLASSES, AutocastModeVariable
@@ -58,6 +58,12 @@ from tinydynamo.variables.iter import (
 from tinydynamo.variables.lists import ListIteratorVariable, ListVariable, SizeVariable, TupleVariable
 from tinydynamo.variables.misc import EnvironVariable, PythonModuleVariable
 from tinydynamo.variables.nn_module import NNModuleVariable
+from tinydynamo.variables.numpy import (
+    NumpyFunctionVariable,
+    is_numpy_array_type,
+    torch_numpy_counterpart,
+    wrap_numpy_input,
+)
 from tinydynamo.variables.sym_node import SYM_TYPES, SymNodeVariable
 from tinydynamo.variables.tensor import TensorVariable
 from tinydynamo.variables.torch import TorchVariable, is_torch_callable
@@ -86,6 +92,8 @@ class VariableBuilder:
         if isinstance(value, nn.Module):
             self.guard("NN_MODULE", weakref.ref(value))  # weak: compiled code does not keep modules alive
             return NNModuleVariable(value, src)
+        if is_numpy_array_type(value) and self.tx is not None:  # held as the tensor over its memory
+            return wrap_numpy_input(self.tx, value, src)
         if type(value) is torch.Size:
             self.guard("CONSTANT_MATCH", value)
             return SizeVariable.of(value)
@@ -95,6 +103,14 @@ class VariableBuilder:
                 return symbolic
         if isinstance(value, CONSTANT_TYPES) and type(value) not in (tuple, list):
             self.guard("CONSTANT_MATCH", value)
+            return ConstantVariable(value, src)
+        if isinstance(value, numpy_constant_types()):  # np.dtype: by value; np.finfo / np.iinfo: by their dtype
+            if isinstance(value, (np.finfo, np.iinfo)):
+                self.guard("TYPE_MATCH", type(value))
+                if src is not None:
+                    self.tx.output.add_guard("CONSTANT_MATCH", AttrSource(src, "dtype"), value.dtype)
+            else:
+                self.guard("CONSTANT_MATCH", value)
             return ConstantVariable(value, src)
         if type(value) in (list, dict, collections.OrderedDict, collections.defaultdict, set) and src is not None \
                 and self.tx is not None:
@@ -106,12 +122,18 @@ class VariableBuilder:
     def _wrap_container(self, value: Any) -> VariableTracker:
         """Everything that is not a tensor, a constant or an nn.Module: the first of these wrappers
         that recognises ``value`` decides (their order matters: a partial is callable, a class a type)."""
+        var = None
         for wrap in (self._wrap_collection, self._wrap_marked_callable, self._wrap_context_or_torch,
                      self._wrap_function):
             var = wrap(value)
             if var is not None:
-                return var
-        return self._wrap_other(value)
+                break
+        var = var if var is not None else self._wrap_other(value)
+        counterpart = torch_numpy_counterpart(value)
+        if counterpart is not None:  # np.mean & co.: traced on arrays (torch._numpy), as before on constants
+            self.guard("ID_MATCH", value)
+            return NumpyFunctionVariable(value, counterpart, var, self.source)
+        return var
 
     def _wrap_collection(self, value: Any) -> VariableTracker | None:
         """Tuples, lists, named tuples, dicts (each item wrapped through its own source) and modules."""
@@ -242,7 +264,7 @@ class VariableBuilder:
             if is_library_function(value):
                 return SkippedFunctionVariable(value, src)
             return UserFunctionVariable(value, src)
-        if isinstance(value, types.MethodType):
+        if isinstance(value, types.MethodType) and isinstance(value.__func__, types.FunctionType):
             # a bound method: wrap its object, inline its function. Both are guarded through their own
             # sources (``obj.helper = MethodType(other, obj)`` keeps the type, changes ``__func__``), and
             # the function's defaults and closure through ``__func__`` as a plain function's are

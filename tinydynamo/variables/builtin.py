@@ -17,7 +17,7 @@ from typing import Any, Callable
 import torch
 
 from tinydynamo import polyfills
-from tinydynamo.exc import ObservedException, Unsupported, raise_observed, unimplemented
+from tinydynamo.exc import ObservedException, Unsupported, raise_folded, raise_observed, unimplemented
 from tinydynamo.variables.base import VariableTracker, constructor, register_construction
 from tinydynamo.variables.constant import ConstantVariable
 from tinydynamo.variables.dicts import DictVariable, pairs_of
@@ -26,6 +26,7 @@ from tinydynamo.variables.functions import BaseUserFunctionVariable, UserFunctio
 from tinydynamo.variables.lists import BaseListVariable, ListIteratorVariable, ListVariable, SizeVariable, TupleVariable
 from tinydynamo.variables.misc import GetAttrVariable
 from tinydynamo.variables.nn_module import NNModuleVariable
+from tinydynamo.variables.numpy import NumpyNdarrayVariable, numpy_binop, numpy_unary
 from tinydynamo.variables.sym_node import SymNodeVariable, wrap_size
 from tinydynamo.variables.tensor import ScalarNodeVariable, TensorVariable, TensorVariable as _T
 from tinydynamo.variables.torch import TorchVariable
@@ -114,6 +115,9 @@ class BuiltinVariable(VariableTracker):
         user = _user_binop(tx, fn, a, b)  # a user class's __add__ / __radd__ / __eq__ ...
         if user is not None:
             return user
+        array = numpy_binop(tx, fn, a, b)  # NumPy's operator on arrays (a torch._numpy graph op)
+        if array is not None:
+            return array
 
         for s, other in ((a, b), (b, a)):  # a captured .item() value with a tensor (config.capture_scalar_outputs)
             if isinstance(s, ScalarNodeVariable) and isinstance(other, _T) and fn in TENSOR_OPERATORS:
@@ -138,7 +142,7 @@ class BuiltinVariable(VariableTracker):
             try:
                 return VariableTracker.build_constant(fn(a.as_python_constant(), b.as_python_constant()))
             except Exception as e:
-                unimplemented(f"{fn.__name__}({a.as_python_constant()!r}, {b.as_python_constant()!r}) raised {e!r}")
+                raise_folded(e, f"{fn.__name__}({a.as_python_constant()!r}, {b.as_python_constant()!r})")
         if fn in (operator.add, operator.iadd) and (isinstance(a, BaseListVariable) or isinstance(b, BaseListVariable)):
             a, b = _as_sequence(a), _as_sequence(b)  # ``(-1,) + x.shape[1:]`` with symbolic sizes
         if isinstance(a, BaseListVariable) and isinstance(b, BaseListVariable) and fn in (operator.add, operator.iadd):
@@ -254,7 +258,7 @@ class BuiltinVariable(VariableTracker):
         try:
             return VariableTracker.build_constant(fn(*cargs, **ckw))
         except Exception as e:
-            unimplemented(f"{getattr(fn, '__name__', fn)}(...) raised {e!r} at trace time")
+            raise_folded(e, f"{getattr(fn, '__name__', fn)}(...)")
 
     # ---- handlers that read variables (before folding) -------------------------------------
     def call_operator(self, tx, args, kwargs):
@@ -263,6 +267,8 @@ class BuiltinVariable(VariableTracker):
             return self.binop(tx, self.fn, *args)
         if len(args) == 1 and isinstance(args[0], TensorVariable):
             return tx.output.create_node("call_function", self.fn, args, {})
+        if len(args) == 1 and isinstance(args[0], NumpyNdarrayVariable):
+            return numpy_unary(tx, self.fn, args[0])
         return None
 
     def call_setattr(self, tx, args, kwargs):
@@ -406,6 +412,8 @@ class BuiltinVariable(VariableTracker):
             return scalar
         if len(args) == 1 and isinstance(args[0], TensorVariable):
             return tx.output.create_node("call_function", torch.abs, args, {})
+        if len(args) == 1 and isinstance(args[0], NumpyNdarrayVariable):
+            return numpy_unary(tx, abs, args[0])
         return None
 
     def call_int_or_float(self, tx, args, kwargs):

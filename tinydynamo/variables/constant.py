@@ -14,7 +14,7 @@ from typing import Any
 import torch
 
 from tinydynamo.exc import raise_observed, unimplemented
-from tinydynamo.polyfills import constant_object_types
+from tinydynamo.polyfills import constant_object_types, python_number
 from tinydynamo.variables.base import VariableTracker, check_plain_setattr, constructor
 from tinydynamo.variables.misc import GetAttrVariable
 
@@ -47,6 +47,11 @@ class ConstantVariable(VariableTracker):
 
     def truth(self, tx) -> bool:
         return bool(self.value)
+
+    def as_node_arg(self) -> Any:
+        """The value in a graph node; a NumPy number as the Python number it holds (torch ops take both
+        alike, and the graph's code can only spell the latter)."""
+        return python_number(self.value)
 
     def var_setattr(self, tx, name: str, value) -> None:
         """``Cls.count += 1``: a store on a class from outside the frame, replayed after the graph."""

@@ -45,6 +45,9 @@ class ExceptionVariable(VariableTracker):
 
     def _args(self) -> list[VariableTracker]:
         args = getattr(self.exc, "arg_vars", None)
+        real = getattr(self.exc, "real_args", None)  # an operation folded at trace time raised it
+        if args is None and real is not None and all(isinstance(a, (str, int, float, bool, type(None))) for a in real):
+            args = self.exc.arg_vars = [ConstantVariable(a) for a in real]
         if args is None:
             unimplemented(f"the arguments of {self} (raised by an operation, not built in the frame)")
         return args
@@ -55,6 +58,16 @@ class ExceptionVariable(VariableTracker):
         if name == "value" and issubclass(self.exc.exc_type, StopIteration):
             args = self._args()
             return args[0] if args else ConstantVariable(None)
+        if name in ("__context__", "__cause__"):  # set where the traced code raised it (symbolic_convert)
+            linked = getattr(self.exc, "context" if name == "__context__" else "cause", None)
+            if isinstance(linked, ExceptionVariable) or (linked is not None and linked.is_python_constant()
+                                                         and linked.as_python_constant() is None):
+                return linked
+            if linked is None:
+                return ConstantVariable(None)
+            unimplemented(f"{name} of {self}: {linked} is not an exception object")
+        if name == "__suppress_context__":
+            return ConstantVariable(getattr(self.exc, "suppress_context", False))
         unimplemented(f"attribute {name!r} of the exception {self}")
 
     def reconstruct(self, codegen) -> str:

@@ -11,7 +11,7 @@ import types as _types
 import torch
 
 from tinydynamo import polyfills
-from tinydynamo.exc import unimplemented
+from tinydynamo.exc import raise_folded, unimplemented
 from tinydynamo.variables.base import VariableTracker, constructor, register_construction
 from tinydynamo.variables.constant import ConstantVariable
 from tinydynamo.variables.functions import UserFunctionVariable, UserMethodVariable
@@ -63,8 +63,8 @@ class BaseListVariable(VariableTracker):
             return self.rebuild(self.items[i])
         try:
             return self.items[i]
-        except (IndexError, TypeError) as e:
-            unimplemented(f"{self.container.__name__} index {i!r}: {e}")
+        except (IndexError, TypeError) as e:  # the traced code's own error (its except may catch it)
+            raise_folded(e, f"{self.container.__name__} index {i!r}")
 
     def rebuild(self, items: list[VariableTracker]) -> "BaseListVariable":
         return type(self)(items)

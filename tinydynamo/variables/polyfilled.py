@@ -91,7 +91,23 @@ def _class_handlers() -> dict:
         operator.itemgetter: _inline(polyfills.itemgetter), operator.attrgetter: _inline(polyfills.attrgetter),
         operator.methodcaller: _inline(polyfills.methodcaller),
         **{t: _numpy_scalar(t) for t in polyfills.numpy_scalar_types()},
+        **{t: _numpy_constant(t) for t in polyfills.numpy_constant_types()},
     }
+
+
+def _numpy_constant(t):
+    """``np.dtype('float')``, ``np.finfo(np.float32)`` over constants: folded to the constant object."""
+
+    def handler(tx, args, kwargs):
+        if not all(a.is_python_constant() for a in [*args, *kwargs.values()]):
+            unimplemented(f"numpy.{t.__name__}() of a value not known at trace time")
+        try:
+            return ConstantVariable(t(*[a.as_python_constant() for a in args],
+                                      **{k: v.as_python_constant() for k, v in kwargs.items()}))
+        except Exception as e:  # noqa: BLE001 - NumPy raises it again when the call runs natively
+            unimplemented(f"numpy.{t.__name__}(...) raised {e!r} at trace time")
+
+    return handler
 
 
 def _numpy_scalar(t):

@@ -18,8 +18,10 @@ import operator
 from typing import Any
 
 import torch
+from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode
 
 from tinydynamo import logs
+from tinydynamo.exc import unimplemented
 from tinydynamo.variables.base import VariableTracker, constructor
 from tinydynamo.variables.constant import ConstantVariable
 
@@ -65,7 +67,7 @@ class SymNodeVariable(VariableTracker):
         """Python needs the value itself (``range(n)``, a list index, ``math.sqrt(n)``): specialise
         the symbol to it, with a guard (``L['x'].size()[1] == 7``)."""
         expr = self.sym.node.expr
-        value = _concrete(self.sym)
+        value = _decided(_concrete, self.sym, "Python needs its value")
         if log.isEnabledFor(20) and expr.free_symbols:
             log.info("specializing %s (%s) = %s: Python needs its value", expr, self.node.name, value)
         return value
@@ -73,7 +75,7 @@ class SymNodeVariable(VariableTracker):
     def truth(self, tx) -> bool:
         """``if n > 4``: the ShapeEnv evaluates the SymBool at its example value and records the
         relation it relied on (not the exact size) as a guard."""
-        return bool(self.sym)
+        return _decided(bool, self.sym, "a branch on it")
 
     def call_method(self, tx, name: str, args, kwargs):
         binary = getattr(operator, name.strip("_"), None) if name.startswith("__") else None
@@ -88,6 +90,16 @@ class SymNodeVariable(VariableTracker):
 
     def __repr__(self) -> str:
         return f"SymNodeVariable({self.node.name}, {self.sym})"
+
+
+def _decided(ask, sym, why: str) -> Any:
+    """``ask(sym)`` (``bool``, :func:`_concrete`), or Unsupported where the answer is only known at run
+    time (an unbacked symbol from ``.item()``: the ShapeEnv cannot decide, and a guess could be wrong)."""
+    try:
+        return ask(sym)
+    except GuardOnDataDependentSymNode as e:
+        unimplemented(f"data-dependent value ({why}): {str(e).splitlines()[0]}",
+                      hint="keep the value in tensor ops, or promise what holds with torch._check(...)")
 
 
 def _concrete(sym) -> Any:

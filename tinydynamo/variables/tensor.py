@@ -18,17 +18,16 @@ from tinydynamo import config
 from tinydynamo.exc import unimplemented
 from tinydynamo.source import AttrSource
 from tinydynamo.utils import mutated_any, tensor_versions
-from tinydynamo.variables.base import VariableTracker
+from tinydynamo.variables.base import VariableTracker, constructor
 from tinydynamo.variables.constant import ConstantVariable
 from tinydynamo.variables.lists import SizeVariable, TupleVariable
 from tinydynamo.variables.misc import GetAttrVariable
-from tinydynamo.variables.sym_node import size_items, wrap_size
+from tinydynamo.variables.sym_node import SymNodeVariable, size_items, wrap_size
 
 #: methods that need the tensor's data; the graph must stop there (a graph break, later)
 DATA_DEPENDENT_METHODS = {
     "item": "Tensor.item() reads a value out of the tensor",
     "tolist": "Tensor.tolist() reads values out of the tensor",
-    "numpy": "Tensor.numpy() leaves PyTorch",
     "__bool__": "bool(tensor) depends on the tensor's value",
     "data_ptr": "Tensor.data_ptr() is a run-time address",
     "backward": "Tensor.backward() inside a compiled frame",
@@ -115,7 +114,11 @@ class TensorVariable(VariableTracker):
 
     def call_method(self, tx, name: str, args, kwargs) -> VariableTracker:
         if name == "item" and not args and not kwargs and _capture_scalars():
+            if _is_integral(self.example.dtype):
+                return unbacked_item(tx, self)
             return ScalarNodeVariable.item_of(tx, self)
+        if name == "numpy":  # an array over the same memory: NumPy calls on it are traced (variables/numpy.py)
+            return constructor("tensor_numpy")(tx, self, args, kwargs)
         if name in DATA_DEPENDENT_METHODS:
             unimplemented(DATA_DEPENDENT_METHODS[name])
         if name == "size" or name in METADATA_METHODS:
@@ -179,6 +182,24 @@ def _grad_of(tx, var: "TensorVariable") -> VariableTracker:
         unimplemented(f"Tensor.grad of {var.source.name()}, whose real tensor is not known")
     real = tx.output.example_inputs[names.index(var.source.name())]
     return VariableTracker.build(tx, real.grad, AttrSource(var.source, "grad"))
+
+
+def _is_integral(dtype: torch.dtype) -> bool:
+    return not (dtype.is_floating_point or dtype.is_complex or dtype == torch.bool)
+
+
+def unbacked_item(tx, t: TensorVariable) -> VariableTracker:
+    """``t.item()`` of an integer tensor kept in the graph as an *unbacked* symbol ``u0`` of the frame's
+    ShapeEnv: a SymInt whose value exists only at run time, so it may be a size (``torch.arange(n)``,
+    ``x[:n]``, ``x.repeat(n)``) and meet other sizes. ``torch._check(n >= 0)`` tells the ShapeEnv what
+    the code promises about it (and stays in the graph, checked at run time); a branch on it cannot be
+    decided at trace time: Unsupported."""
+    if t.example.numel() != 1:
+        unimplemented("Tensor.item() of a tensor with more than one element")
+    node = tx.output.graph.call_method("item", (t.node,))
+    sym = tx.output.fake_mode.shape_env.create_unbacked_symint()
+    node.meta["example_value"] = sym
+    return SymNodeVariable(node, sym)
 
 
 def _capture_scalars() -> bool:

@@ -71,6 +71,43 @@ def _takes_callable(args) -> bool:
     return False
 
 
+#: torch functions that take a NumPy array: ``from_numpy`` / ``as_tensor`` / ``asarray`` share its memory,
+#: ``tensor`` copies it
+NUMPY_TO_TENSOR = (torch.from_numpy, torch.as_tensor, torch.asarray, torch.tensor)
+
+
+def _tensor_from_numpy(tx, fn, args, kwargs) -> VariableTracker:
+    """``torch.from_numpy(a)`` of an array held as a tensor node (variables/numpy.py): that node seen
+    as a tensor again, copied for ``torch.tensor``, converted where ``dtype=`` / ``device=`` ask."""
+    array = args[0]
+    if array.scalar and fn is torch.from_numpy:
+        unimplemented("torch.from_numpy of a NumPy scalar (eager raises: it takes an ndarray)")
+    if len(args) > 1 or set(kwargs) - {"dtype", "device"}:
+        unimplemented(f"torch.{fn.__name__} of a NumPy array with arguments {sorted(kwargs)}")
+    tensor = array.as_tensor()
+    if fn is torch.tensor:
+        tensor = tx.output.create_node("call_method", "clone", [tensor], {})
+    if kwargs and fn is not torch.from_numpy:
+        tensor = tx.output.create_node("call_method", "to", [tensor], kwargs)
+    return tensor
+
+
+#: ``torch._check(cond)`` & co. over a value known only at run time (a symbol from ``.item()``): the
+#: ShapeEnv learns the promise at trace time, and the node stays in the graph, which raises as eager
+#: does when the promise is broken
+RUNTIME_CHECKS = frozenset({torch._check, torch._check_is_size, torch._check_index, torch._check_value,
+                            torch._check_type, torch._check_not_implemented})
+
+
+def _runtime_check(tx, fn, args, kwargs) -> VariableTracker:
+    """A kept check node; a message that is not a constant (a lambda building it) is left out: a broken
+    promise raises eager's exception type, with torch's default message."""
+    args = [a for i, a in enumerate(args) if i == 0 or a.is_python_constant()]
+    kwargs = {k: v for k, v in kwargs.items() if v.is_python_constant()}
+    tx.output.create_node("call_function", fn, args, kwargs, keep=True)
+    return ConstantVariable(None)
+
+
 class TorchVariable(VariableTracker):
     def __init__(self, fn, source=None):
         super().__init__(source)
@@ -104,6 +141,10 @@ class TorchVariable(VariableTracker):
             return args[0].call_method(tx, fn.__name__, list(args[1:]), kwargs)  # torch.Tensor.view(x, ...)
         if fn is torch.Size:
             return SizeVariable(args[0].unpack_var_sequence(tx) if args else [])
+        if fn in RUNTIME_CHECKS and not all(a.is_python_constant() for a in args[:1]):
+            return _runtime_check(tx, fn, args, kwargs)
+        if fn in NUMPY_TO_TENSOR and args and getattr(args[0], "is_numpy_array", False):
+            return _tensor_from_numpy(tx, fn, args, kwargs)
         if isinstance(fn, types.FunctionType) and _takes_callable(list(args) + list(kwargs.values())):
             # a torch helper written in Python that calls back into a function or module it is given
             # (torch.testing's wrapper_set_seed(op, ...)): a graph node cannot hold the callable, so trace
