@@ -15,10 +15,14 @@ of kernels. tiny's guard check alone is printed beside it.
 from __future__ import annotations
 
 import argparse
+import cProfile
+import io
 import os
+import pstats
 import sys
 import time
 import timeit
+from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -60,6 +64,24 @@ def guard_us(compiled, model: torch.nn.Module, inputs: tuple, calls: int) -> flo
         return min(timeit.repeat(lambda: check(L, G), number=calls, repeat=3)) / calls * 1e6
 
 
+def write_profile(compiled, inputs: tuple, args, path: Path) -> None:
+    """cProfile of ``args.calls`` cached calls: where tiny's host time goes, function by function."""
+    profiler = cProfile.Profile()
+    with torch.no_grad():
+        profiler.enable()
+        for _ in range(args.calls):
+            compiled(*inputs)
+        harness.synchronize(args.device)
+        profiler.disable()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    text = io.StringIO()
+    stats = pstats.Stats(profiler, stream=text)
+    text.write(f"{args.calls} cached calls\n")
+    stats.sort_stats("tottime").print_stats(45)
+    stats.sort_stats("cumulative").print_stats(45)
+    path.write_text(text.getvalue())
+
+
 def model_rows(args, names: list[str]) -> list[dict]:
     from bench.dashboard import BY_NAME
 
@@ -90,6 +112,8 @@ def model_rows(args, names: list[str]) -> list[dict]:
                                                        iters=args.calls, repeats=3) * 1e6
             if name == "tiny":
                 row["tiny guards us"] = guard_us(compiled, model, inputs, args.calls)
+                if args.profile_dir:
+                    write_profile(compiled, inputs, args, Path(args.profile_dir) / f"{model_name}.txt")
         for other in ("eager", "torch.compile"):
             if "tiny" in names and other in names:
                 row[f"tiny vs {other}"] = row[f"{other} us/call"] / row["tiny us/call"]
@@ -103,6 +127,8 @@ def main(argv=None) -> None:
     parser.add_argument("--calls", type=int, default=20000)
     parser.add_argument("--model", type=lambda s: [m for m in s.split(",") if m], default=None,
                         help="comma list of dashboard models (bench/dashboard.py) instead of the two functions")
+    parser.add_argument("--profile-dir", default=None,
+                        help="with --model: write a cProfile of tiny's cached calls per model into this folder")
     args = parser.parse_args(argv)
     device = args.device
     names = args.backends.split(",")
