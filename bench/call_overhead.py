@@ -107,7 +107,8 @@ def model_rows(args, names: list[str]) -> list[dict]:
                 start = time.perf_counter()
                 out = compiled(*inputs)
                 row[f"{name} first call s"] = time.perf_counter() - start
-                harness.check_close(name, out, expected, rtol=1e-3, atol=1e-3)
+                tol = 1e-3 if args.device == "cpu" else 3e-2  # cuDNN convolutions use TF32 by default
+                harness.check_close(name, out, expected, rtol=tol, atol=tol)
                 row[f"{name} us/call"] = harness.bench(compiled, inputs, args.device, warmup=3,
                                                        iters=args.calls, repeats=3) * 1e6
             if name == "tiny":
