@@ -5,6 +5,7 @@ import pytest
 import torch
 
 from tininductor.testing import compile_graph
+from tininductor.virtualized import PlainTextHandler, V, ops
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 BACKENDS = ["cpp", "triton"]
@@ -94,3 +95,21 @@ def test_cat_of_an_extern_result_and_gradients(backend):
     ref = torch.autograd.grad(f(*ref_args).sum(), ref_args)
     for g, r in zip(grads, ref):
         torch.testing.assert_close(g, r)
+
+
+def test_triton_reads_each_input_only_in_its_slice():
+    """On Triton every input's load is masked to the slice it fills (``ops.masked``): an element of
+    the output reads one input, not all of them (the memory traffic of a where-chain)."""
+    def f(a, b, c):
+        return torch.cat([a, b.exp(), c], 1).relu()
+
+    args = [torch.randn(2, n, 3) for n in (2, 3, 4)]
+    c = check(f, args, "triton")
+    loads = [line for line in c.source.splitlines() if "tl.load(" in line]
+    assert len(loads) == 3 and all("xmask & tmp" in line for line in loads), loads
+
+
+def test_masked_without_a_handler_of_its_own_is_a_where():
+    with V.set_ops_handler(PlainTextHandler()):
+        text = ops.masked("m", lambda: ops.load("buf0", 0), "other")
+    assert text == "where(m, load(buf0, 0), other)"

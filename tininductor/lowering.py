@@ -773,10 +773,12 @@ def cat(tensors, dim=0):
 
 def _pointwise_cat(parts, dim, size, dtype, device) -> ir.StorageBox:
     """``out[.., j, ..] = parts[k][.., j - start_k, ..]`` for the ``k`` whose slice holds ``j``: a
-    chain of ``where(j < end_k, ...)``. Every input is loaded at every element (``where`` evaluates
-    both sides), so its index along ``dim`` is kept inside its bounds by a modulo, exact where the
-    element is its own: ``(j + c) % n_k`` with ``c = -start_k`` modulo ``n_k`` (non-negative)."""
-    loaders, ends, start = [], [], sympy.Integer(0)
+    chain of ``masked(start_k <= j < end_k, load_k, ...)``. On Triton each input's loads are masked
+    to its own slice, so every element is read once; a backend without masked loads evaluates every
+    input at every element (a ``where``), so each index along ``dim`` is kept inside its bounds by a
+    modulo, exact where the element is its own: ``(j + c) % n_k`` with ``c = -start_k`` modulo
+    ``n_k`` (non-negative)."""
+    loaders, starts, ends, start = [], [], [], sympy.Integer(0)
     for t in parts:
         n = size_expr(t.get_size()[dim])
         shift = sympy.Integer(int(-start) % int(n)) if is_static(start) and is_static(n) else start * (n - 1)
@@ -787,14 +789,18 @@ def _pointwise_cat(parts, dim, size, dtype, device) -> ir.StorageBox:
             return cast(load(list(index[:dim]) + [local] + list(index[dim + 1:])), src, dtype)
 
         loaders.append(loader)
+        starts.append(start)
         start = size_expr(start + n)
         ends.append(start)
 
     def inner_fn(index):
         j = ops.index_expr(index[dim], torch.int64)
-        value = loaders[-1](index)
-        for load, end in zip(reversed(loaders[:-1]), reversed(ends[:-1])):
-            value = ops.where(ops.lt(j, _int_value(end)), load(index), value)
+        value = ops.constant(0, dtype)
+        for k in reversed(range(len(loaders))):
+            inside = ops.lt(j, _int_value(ends[k])) if k == 0 else \
+                ops.ge(j, _int_value(starts[k])) if k == len(loaders) - 1 else \
+                ops.logical_and(ops.ge(j, _int_value(starts[k])), ops.lt(j, _int_value(ends[k])))
+            value = ops.masked(inside, functools.partial(loaders[k], index), value)
         return value
 
     return ir.StorageBox(ir.Pointwise(device, dtype, inner_fn, size))

@@ -27,6 +27,11 @@ The ops every handler understands (the *ops protocol*, shared by all backends):
                                        still out of range (runtime/index_check.py)
 ``to_dtype(x, dtype)``                 an explicit cast (``prims.convert_element_type``)
 ``where(cond, a, b)``                  select
+``masked(mask, body, other)``          ``body()`` where ``mask`` holds, ``other`` elsewhere; the
+                                       loads inside need not touch memory in the other lanes
+                                       (Triton masks them). A handler without its own
+                                       ``masked`` gets ``where(mask, body(), other)``, so the
+                                       body's indices must stay in bounds in every lane.
 unary, binary: ``neg exp ... add mul ...``  one row each in ops_table.py (the op table), which
                                        also says how each prints for Triton and C++
 =====================================  =================================================
@@ -46,7 +51,7 @@ from .ops_table import OP_TABLE, OPS
 UNARY_OPS = [op.name for op in OP_TABLE if op.arity == 1]
 BINARY_OPS = [op.name for op in OP_TABLE if op.arity == 2]
 #: the ops that are not pointwise format strings: memory, reductions, constants, indexing, casts
-OTHER_OPS = "load store reduction constant index_expr indirect_indexing to_dtype".split()
+OTHER_OPS = "load store reduction constant index_expr indirect_indexing to_dtype masked".split()
 POINTWISE_OPS = frozenset(OPS)
 ALL_OPS = POINTWISE_OPS | frozenset(OTHER_OPS)
 
@@ -151,6 +156,8 @@ class _OpsProxy:
     def __getattr__(self, name: str):
         if name == "constant":
             return _constant
+        if name == "masked":
+            return _masked
 
         def call_current_handler(*args, **kwargs):
             return getattr(V.ops, name)(*args, **kwargs)
@@ -170,6 +177,16 @@ def _constant(value, dtype):
     if isinstance(value, sympy.Basic) and value.free_symbols:
         return symbolic_constant["fn"](value, dtype)
     return V.ops.constant(value, dtype)
+
+
+def _masked(mask, body, other):
+    """``ops.masked``: the handler's own (TorchInductor's masked subblock: Triton loads nothing in
+    the lanes outside ``mask``), else a ``where`` over the body evaluated in every lane."""
+    handler = V.ops
+    own = getattr(type(handler), "masked", None)
+    if own is not None:
+        return own(handler, mask, body, other)
+    return handler.where(mask, body(), other)
 
 
 ops = _OpsProxy()

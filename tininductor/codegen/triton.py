@@ -146,6 +146,7 @@ class TritonKernel:
         self.literals: set[str] = set()
         self.in_loop = False
         self.checks_indices = False  # a tl.device_assert bounds check: compile with debug=True
+        self.load_masks: list[str] = []  # the masks of the ``ops.masked`` bodies being generated
         self.graph_symbols = set(getattr(V.graph, "size_sources", ()))  # dynamic shapes: size symbols
         self.size_args: set = set()  # the size symbols this kernel's expressions use (its int arguments)
 
@@ -268,8 +269,20 @@ class TritonKernel:
             return self.cse.cache[key]
         self._note_sizes(index)
         ptr = self._arg(name, output=False)
-        mask = self._mask(index)
+        mask = " & ".join(m for m in [self._mask(index), *self.load_masks] if m) or None
+        if self.load_masks:  # a masked load holds 0 outside its mask: not the value for other uses
+            key = (*key, tuple(self.load_masks))
         return self.cse.generate(self.body, masked_load(ptr, pexpr(index), mask), key=key)
+
+    def masked(self, mask, body, other):
+        """``body()`` in the lanes where ``mask`` holds, ``other`` elsewhere; the body's loads are
+        masked too, so the other lanes read no memory (a ``cat``'s input is read only in its slice)."""
+        self.load_masks.append(mask)
+        try:
+            value = body()
+        finally:
+            self.load_masks.pop()
+        return self.cse.generate(self.body, f"tl.where({mask}, {value}, {other})")
 
     def store(self, name: str, index, value, mode=None):
         """Write ``value`` at ``index``; ``mode="atomic_add"`` adds it there atomically (a scatter-add:
