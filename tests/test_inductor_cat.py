@@ -71,7 +71,7 @@ def test_many_inputs_store_into_slices(backend):
         return torch.cat([a.sin(), b.sin(), c, d.sin(), e], 1)
 
     args = [torch.randn(3, n, 2) for n in (1, 2, 3, 4, 5)]
-    c = check(many, args, backend, max_pointwise_cat_inputs=2)
+    c = check(many, args, backend, max_pointwise_cat_inputs=2, max_pointwise_cat_inputs_masked=2)
     assert len(c.kernels) == 5, c.kernels
     assert "aten.empty" in c.source
 
@@ -107,6 +107,19 @@ def test_triton_reads_each_input_only_in_its_slice():
     c = check(f, args, "triton")
     loads = [line for line in c.source.splitlines() if "tl.load(" in line]
     assert len(loads) == 3 and all("xmask & tmp" in line for line in loads), loads
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_limit_of_a_pointwise_cat_depends_on_masked_loads(backend):
+    """A DenseNet-like cat of 12 feature maps read by a batch norm: on Triton (masked loads) one
+    kernel with its consumer; on C++ (a where-chain would load every input at every element) each
+    input is stored into its slice first."""
+    def f(scale, *feats):
+        return (torch.cat(feats, 1) * scale).relu()
+
+    args = [torch.randn(1, 12, 1, 1)] + [torch.randn(2, 1, 3, 3) for _ in range(12)]
+    c = check(f, args, backend)
+    assert len(c.kernels) == (1 if backend == "triton" else 13), c.kernels
 
 
 def test_masked_without_a_handler_of_its_own_is_a_where():

@@ -46,8 +46,12 @@ constant_folding_max_bytes: int = 16 * 2 ** 20
 
 #: ``cat`` of up to this many inputs is one Pointwise that picks its input per element (it fuses with
 #: the producers and the consumers); more inputs store into their slices of the output, one kernel
-#: each (lowering.py's ``cat``; TorchInductor's option of the same name).
+#: each (lowering.py's ``cat``; TorchInductor's option of the same name). A backend with masked
+#: loads (Triton) reads only the input an element comes from, so there the limit is
+#: ``max_pointwise_cat_inputs_masked``: DenseNet's concatenations of up to 25 feature maps stay
+#: fused with the batch norm that reads them instead of one copy kernel per input.
 max_pointwise_cat_inputs: int = 8
+max_pointwise_cat_inputs_masked: int = 32
 
 #: Pad matmul operands to sizes that are multiples of 16 bytes where it pays: CUDA, half precision,
 #: big matmuls (fx_passes/pad_mm.py; TorchInductor's ``shape_padding``). ``force_shape_padding``

@@ -766,7 +766,9 @@ def cat(tensors, dim=0):
         return full(size, 0, dtype=dtype, device=device)
     if len(parts) == 1:
         return to_dtype(clone(parts[0]), dtype)
-    if len(parts) <= config.max_pointwise_cat_inputs:
+    masked = getattr(get_scheduling(device), "masked_loads", False)
+    limit = config.max_pointwise_cat_inputs_masked if masked else config.max_pointwise_cat_inputs
+    if len(parts) <= limit:
         return _pointwise_cat(parts, dim, size, dtype, device)
     return _concat_kernel(parts, dim, size, dtype, device)
 

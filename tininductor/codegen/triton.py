@@ -592,6 +592,9 @@ class TritonScheduling:
     kind = "triton"
     #: ops.indirect_indexing (bounds-checked) and store(..., mode="atomic_add") work (common.py)
     supports_indirect_indexing = True
+    #: ops.masked loads nothing outside its mask, so a cat of many inputs stays one Pointwise
+    #: (each element reads its own input: lowering.py's ``cat``)
+    masked_loads = True
     #: op -> Triton format string (checked against the op table by register_backend)
     op_formats = TritonOverrides.ops
 
