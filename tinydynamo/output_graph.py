@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import itertools
 import operator
 import re
 from typing import Any, Callable
@@ -143,6 +144,9 @@ class OutputGraph:
         self.input_sources: list[Source] = []
         self.example_inputs: list[torch.Tensor] = []
         self._inputs: dict[str, TensorVariable] = {}
+        #: id of each tensor lifted as an input -> its variable (the tensor is kept alive by
+        #: example_inputs): a second source reaching the same tensor shares its placeholder
+        self._inputs_by_id: dict[int, TensorVariable] = {}
         self.instruction_count = 0
         self.generators: list = []  # generator objects made in the frame (LocalGeneratorObjectVariable)
         self.exc_stack: list = []  # exceptions being handled by traced except blocks, innermost last
@@ -170,12 +174,12 @@ class OutputGraph:
         key = source.name()
         if key in self._inputs:
             return self._inputs[key]
-        for other in self._inputs.values():  # the same tensor reached by two sources: one placeholder
-            if self.example_inputs[self.input_sources.index(other.source)] is value:
-                self.add_guard("ALIAS_MATCH", source, (other.source, True))
-                self._inputs[key] = other
-                return other
-        placeholders = [n for n in self.graph.nodes if n.op == "placeholder"]
+        other = self._inputs_by_id.get(id(value))
+        if other is not None:  # the same tensor reached by two sources: one placeholder
+            self.add_guard("ALIAS_MATCH", source, (other.source, True))
+            self._inputs[key] = other
+            return other
+        placeholders = self._placeholders()
         anchor = placeholders[-1].next if placeholders else next(iter(self.graph.nodes), None)
         if anchor is not None and anchor.op != "root":
             with self.graph.inserting_before(anchor):
@@ -191,9 +195,15 @@ class OutputGraph:
         var = TensorVariable(node, fake, source)
         var.py_type = type(value)
         self._inputs[key] = var
+        self._inputs_by_id[id(value)] = var
         self.input_sources.append(source)
         self.example_inputs.append(value)
         return var
+
+    def _placeholders(self) -> list[torch.fx.Node]:
+        """The graph's placeholders: they come first, so the scan stops at the first other node
+        (a model with hundreds of parameters lifts each one past the ones before, not the graph)."""
+        return list(itertools.takewhile(lambda n: n.op == "placeholder", self.graph.nodes))
 
     def _fake_input(self, value: torch.Tensor, source: Source, node: torch.fx.Node) -> torch.Tensor:
         """The input's fake value: static, or with symbols for its dynamic dims (the policy is
@@ -237,7 +247,7 @@ class OutputGraph:
         sym = env.create_unspecified_symint_and_symbol(value, symbolic_shapes.TorchSource(source),
                                                        symbolic_shapes.DimDynamic.DYNAMIC)
         symbolic_shapes.log.info("%s: dynamic int %s: %s -> %s", key, value, why, sym)
-        placeholders = [n for n in self.graph.nodes if n.op == "placeholder"]
+        placeholders = self._placeholders()
         anchor = placeholders[-1].next if placeholders else next(iter(self.graph.nodes), None)
         if anchor is not None and anchor.op != "root":
             with self.graph.inserting_before(anchor):
