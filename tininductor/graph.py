@@ -62,6 +62,7 @@ class GraphLowering(torch.fx.Interpreter):
         self.layout_optimization = _wants_channels_last(gm, is_inference)
         #: weight name -> its channels-last version (each weight converted once, however many convs read it)
         self.channels_last_weights: dict[str, ir.Buffer] = {}
+        self._nodes_by_name: dict[str, torch.fx.Node] = {}
 
     def preferred_order(self, data: ir.Loops) -> list[int] | None:
         """The order a realized 4-D Pointwise of a convolution graph is laid out in (layout
@@ -145,7 +146,9 @@ class GraphLowering(torch.fx.Interpreter):
     def origin_ops(self, origins) -> list[str]:
         """Op names (``add``, ``sin``) of FX nodes, for kernel names: each node's own op, or with
         ``config.descriptive_names == "original_aten"`` the op it was decomposed from."""
-        nodes = {n.name: n for n in self.module.graph.nodes}
+        nodes = self._nodes_by_name
+        if any(o not in nodes for o in origins):  # built once per graph (kernel names ask per node)
+            nodes = self._nodes_by_name = {n.name: n for n in self.module.graph.nodes}
         original = config.descriptive_names == "original_aten"
         return [op_name(original and nodes[o].meta.get("original_aten") or nodes[o].target)
                 for o in origins if o in nodes and nodes[o].op == "call_function"]

@@ -72,6 +72,7 @@ from __future__ import annotations
 
 import dataclasses
 import dis
+import functools
 import operator
 import sys
 import types
@@ -238,7 +239,13 @@ def _code_of(obj: Any) -> types.CodeType:
 
 def get_instructions(code_or_fn: Any) -> list[Instruction]:
     """Decode ``code_or_fn`` (a code object or function) into version-normalised instructions."""
-    code = _code_of(code_or_fn)
+    return list(_decode(_code_of(code_or_fn)))
+
+
+@functools.lru_cache(maxsize=4096)
+def _decode(code: types.CodeType) -> tuple[Instruction, ...]:
+    """The instructions of ``code``, decoded once: a model's forward methods and the library
+    functions they call are inlined many times while one frame is traced (instructions are frozen)."""
     if sys.version_info[:2] not in SUPPORTED_VERSIONS:
         raise RuntimeError(
             f"tinydynamo supports CPython {', '.join('%d.%d' % v for v in SUPPORTED_VERSIONS)}; "
@@ -386,10 +393,10 @@ def _resolve_jumps(out: list[tuple[dict[str, Any], int | None]], code: types.Cod
                     t += 1
         targets.append(t)
     jump_targets = {t for t in targets if t is not None}
-    return [
+    return tuple(
         Instruction(**fields, index=idx, target=targets[idx], is_jump_target=idx in jump_targets)
         for idx, (fields, _) in enumerate(out)
-    ]
+    )
 
 
 # ---------------------------------------------------------------------------------------------

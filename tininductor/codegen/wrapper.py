@@ -25,6 +25,7 @@ and one module (one code-cache entry) for every size.
 """
 from __future__ import annotations
 
+import collections
 import math
 import re
 
@@ -118,13 +119,15 @@ class WrapperCodeGen:
         for symbol, source in sorted(self.graph.size_sources.items(), key=lambda kv: str(kv[0])):
             if str(symbol) != source:  # dynamic shapes: each size symbol from an argument
                 calls.writeline(f"{symbol} = {source}")
-        last_use = self._last_uses()
+        dies_after: dict[int, list[str]] = collections.defaultdict(list)
+        for name, last in self._last_uses().items():
+            dies_after[last].append(name)
         for i, node in enumerate(self.scheduler.nodes):
             if isinstance(node, FusedGroup):
                 self._kernel(node, calls)
             else:
                 self._extern(node, calls)
-            dead = sorted(name for name, last in last_use.items() if last == i)  # stable source: nbval, code cache
+            dead = sorted(dies_after.get(i, ()))  # stable source: nbval, code cache
             if dead:
                 calls.writeline(f"del {', '.join(dead)}")
         outs = [value_repr(o) if isinstance(o, ir.IRNode) else repr(o) for o in self.graph.graph_outputs]
