@@ -8,6 +8,7 @@ from __future__ import annotations
 import torch
 
 import tinydynamo
+from tininductor.aot_autograd import aot_autograd
 from tininductor.runtime.cudagraphs import CUDAGraphRunner
 
 
@@ -36,3 +37,27 @@ def test_a_cpu_tensor_input_is_never_recorded():
         torch.testing.assert_close(out[0], torch.full((3,), value))
     assert runner.disabled and "cpu tensor" in runner.disabled
     assert runner.graph is None and runner.recordings == 0 and calls == [2.0, 3.0]
+
+
+def test_parameters_and_buffers_are_static_inputs_of_the_compiled_graphs():
+    """AOT autograd flags the module state's placeholders ``static_address``: a CUDA graph reads a
+    batch norm's running statistics and the weights in place instead of copying them in before
+    every replay (the user's input is still copied). Inference and training forward graphs."""
+    graphs = []
+
+    def spy(gm, example_inputs):
+        graphs.append(gm)
+        return gm
+
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4), torch.nn.ReLU())
+    x = torch.randn(2, 3, 6, 6)
+    for train in (False, True):
+        graphs.clear()
+        tinydynamo.reset()
+        model.train(train)
+        with torch.set_grad_enabled(train):
+            tinydynamo.compile(model, backend=aot_autograd(spy))(x)
+        placeholders = [n for n in graphs[0].graph.nodes if n.op == "placeholder"]
+        flags = [bool(n.meta.get("static_address")) for n in placeholders]
+        # conv weight and bias, BN weight, bias, running mean and var (and, training, the batch count)
+        assert flags.count(False) == 1 and sum(flags) == (7 if train else 6), (train, flags)

@@ -342,8 +342,26 @@ def _prepare(gm, example_inputs, example_fakes) -> _Prepared:
                      tensor_positions, grad_inside, AOTOutput(prim_gm))
 
 
+def _module_state_positions(prep: _Prepared) -> list[int]:
+    """The inputs that are parameters and buffers (lifted here, or marked by tinydynamo)."""
+    runtime = set(prep.tensor_positions)
+    return [i for i, x in enumerate(prep.all_inputs) if isinstance(x, torch.Tensor) and i not in runtime]
+
+
+def mark_static_inputs(gm: fx.GraphModule, positions: list[int]) -> None:
+    """Flag the placeholders at ``positions`` (parameters and buffers) ``meta["static_address"]``:
+    they keep their memory from call to call, so a CUDA graph reads them where they are instead of
+    copying them in before every replay (TorchInductor's static input indices; a moved one is
+    recorded again: runtime/cudagraphs.py)."""
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    for i in positions:
+        if i < len(placeholders):
+            placeholders[i].meta["static_address"] = True
+
+
 def _compile_inference(prep: _Prepared, compiler: Callable) -> Callable:
     """No input needs a gradient: compile the prims graph as it is."""
+    mark_static_inputs(prep.prim_gm, _module_state_positions(prep))
     if config.freezing:  # parameters and buffers as constants, folded (fx_passes/freezing.py)
         module_state = set(range(len(prep.all_inputs))) - set(prep.tensor_positions)
         freeze(prep.prim_gm, prep.all_inputs, sorted(module_state))
@@ -383,6 +401,7 @@ def _compile_training(prep: _Prepared, requires_grad: list[bool], fw_compiler: C
     artifacts.record("backward_graph", "backward graph (saved, tangents) -> grads",
                      _readable(part.bw_gm))
     prep.aot.joint, prep.aot.partition = joint, part
+    mark_static_inputs(part.fw_gm, _module_state_positions(prep))  # the forward takes the primals first
     runtime = _Runtime(
         compiled_fw=fw_compiler(part.fw_gm, _fake_vals(part.fw_gm, prep.fakes)),
         compiled_bw=bw_compiler(part.bw_gm, _fake_vals(part.bw_gm)),

@@ -257,7 +257,10 @@ def _compile_fx_inner(gm: torch.fx.GraphModule, example_inputs, cudagraphs: str 
 
     if cudagraphs:
         dynamic = bool(graph.size_sources) or any(isinstance(v, torch.SymInt) for v in graph.example_inputs)
-        compiled = cudagraphify(compiled, set(graph.device_types), kind=cudagraphs, dynamic=dynamic)
+        placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+        static = [i for i, n in enumerate(placeholders) if n.meta.get("static_address")]
+        compiled = cudagraphify(compiled, set(graph.device_types), kind=cudagraphs, dynamic=dynamic,
+                                static_input_idxs=static)
     compiled.source = source
     _compile_count[0] += 1
     compiled.seq = _compile_count[0]

@@ -9,7 +9,8 @@ private pool) once; one ``replay()`` then issues all of them at the cost of abou
 The price is that addresses are frozen at record time, so:
 
 * inputs are copied into static buffers before each replay, except those whose address is
-  stable: parameters (one that moved triggers a new recording), and tensors that are the static
+  stable: parameters and buffers (``static_input_idxs``: AOT autograd marks the module state; one
+  that moved triggers a new recording), and tensors that are the static
   outputs of another graph (a backward graph reads the activations its forward graph saved
   right where that graph wrote them);
 * outputs live in the graph's memory and are *overwritten by the next call*, exactly as with
@@ -74,8 +75,10 @@ class CUDAGraphRunner:
     recording is chosen by the inputs' sizes and scalar arguments on every call.
     """
 
-    def __init__(self, fn, kind: str = "inference", dynamic: bool = False):
+    def __init__(self, fn, kind: str = "inference", dynamic: bool = False, static_input_idxs=()):
         self.fn = fn  # the compiled graph: fn(*inputs) -> tuple/list of outputs
+        #: inputs that keep their address from call to call (parameters, buffers): read in place
+        self.static_input_idxs = frozenset(static_input_idxs)
         self.kind = kind
         self.dynamic = dynamic
         self.shape_key = None  # dynamic: the sizes the current recording is for
@@ -156,7 +159,7 @@ class CUDAGraphRunner:
         for i, a in enumerate(args):
             if not isinstance(a, torch.Tensor):
                 static.append(a)
-            elif isinstance(a, torch.nn.Parameter):
+            elif isinstance(a, torch.nn.Parameter) or i in self.static_input_idxs:
                 static.append(a)
                 self.param_ptrs.append((i, a.data_ptr()))
             elif a.data_ptr() in _static_output_ptrs:
@@ -191,9 +194,11 @@ class CUDAGraphRunner:
         return outputs
 
 
-def cudagraphify(fn, device_types: set[str], kind: str = "inference", dynamic: bool = False):
-    """Wrap a compiled graph in a :class:`CUDAGraphRunner` when it runs on CUDA alone."""
+def cudagraphify(fn, device_types: set[str], kind: str = "inference", dynamic: bool = False,
+                 static_input_idxs=()):
+    """Wrap a compiled graph in a :class:`CUDAGraphRunner` when it runs on CUDA alone;
+    ``static_input_idxs``: positions of the inputs that keep their address (parameters, buffers)."""
     if device_types != {"cuda"}:
         log.info("not using CUDA graphs: the graph runs on %s", sorted(device_types))
         return fn
-    return CUDAGraphRunner(fn, kind, dynamic)
+    return CUDAGraphRunner(fn, kind, dynamic, static_input_idxs)
