@@ -22,6 +22,7 @@ from __future__ import annotations
 import ast
 import contextlib
 import hashlib
+import importlib
 import json
 import os
 import signal
@@ -30,6 +31,7 @@ import subprocess
 import sys
 import sysconfig
 import tempfile
+import warnings
 from pathlib import Path
 
 from course.loader import ROOT
@@ -137,6 +139,23 @@ def warm_imports() -> None:
             __import__(name)
         except Exception:  # noqa: BLE001 - a missing optional module: the child imports (and reports) it
             pass
+    _collect_hypothesis_constants()
+
+
+#: Hypothesis draws examples from the constants in the source of every non-library module loaded (the
+#: compiler's and the course's, thousands of files): its first draw in a process scans them (0.4 s);
+#: the warm process scans once, so a graded run scans only the modules it loads itself
+HYPOTHESIS_CONSTANTS = ("hypothesis.internal.conjecture.providers", "_get_local_constants")
+
+
+def _collect_hypothesis_constants() -> None:
+    module, function = HYPOTHESIS_CONSTANTS
+    try:
+        with warnings.catch_warnings():  # "slow code in plugin": its pytest plugin is imported, not yet configured
+            warnings.simplefilter("ignore")
+            getattr(importlib.import_module(module), function)()
+    except Exception:  # noqa: BLE001 - another Hypothesis version: each run scans for itself, as without this
+        pass
 
 
 def _imports_of(path: Path) -> list[str]:
