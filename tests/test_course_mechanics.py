@@ -219,3 +219,18 @@ def test_graded_torch_references_written_down_are_what_torch_reports():
     for name, counts in graded.TORCH_EXPLAIN.items():
         for x in (torch.randn(5), torch.ones(3), -torch.ones(4)):  # either side of each branch
             assert graded.torch_explain_counts(getattr(graded, name), x) == counts, (name, x)
+
+
+def test_graded_kernel_counts_written_down_are_what_the_package_scheduler_makes():
+    """Chapter 7's graded tests compare kernel counts with ones written down for their own functions: they
+    must be what the package's scheduler makes (kernel_count), at the sizes the tests use and others."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("graded_ch07", ROOT / "tests" / "graded" / "test_ch07_loop_ir.py")
+    graded = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(graded)
+    assert graded.KERNELS
+    for name, count in graded.KERNELS.items():
+        for rows, cols in ((12, 12), (6, 8), (3, 5)):
+            args = [graded.randn(rows, cols), graded.randn(cols)]
+            assert graded.kernel_count(getattr(graded, name), args) == count, (name, rows, cols)
