@@ -42,9 +42,14 @@ CHECK_SECONDS = 30  # how often an idle warm process looks for changed code
 #: the environment that decides what the warm process imported (its Python path, torch's and Triton's
 #: switches); a run with other values gets a process of its own
 KEY_ENV_PREFIXES = ("PYTHON", "TORCH", "TRITON", "TINY", "CUDA", "OMP", "MKL", "LD_")
-#: modules the graded tests reach only while they run (a compile makes a ShapeEnv, which imports torch._dynamo)
+#: modules the graded tests reach only while they run (a compile makes a ShapeEnv, which imports torch._dynamo;
+#: torch.compile's first call imports distributed tensor's context parallelism, 0.35 s; generated Triton
+#: kernels run in the interpreter import Triton's code generator, 0.3 s, and sympy's combinatorics, 0.15 s)
 LATE_IMPORTS = ("torch._dynamo", "torch.fx.experimental.proxy_tensor", "torch._functorch.aot_autograd",
-                "tinydynamo.symbolic_convert", "tinydynamo.eval_frame", "tinydynamo.tracer", "sympy")
+                "tinydynamo.symbolic_convert", "tinydynamo.eval_frame", "tinydynamo.tracer", "sympy",
+                "torch.distributed.tensor.experimental", "torch._dynamo.backends.debugging", "torch.export._trace",
+                "triton.compiler.code_generator", "sympy.combinatorics", "tininductor.codegen.triton",
+                "tininductor.codegen.cpp", "pdb")
 
 #: True in a child of the warm process (it grades; it must not ask the warm process again)
 in_child = False
