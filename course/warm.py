@@ -22,6 +22,7 @@ from __future__ import annotations
 import ast
 import contextlib
 import hashlib
+import importlib
 import json
 import os
 import signal
@@ -30,6 +31,7 @@ import subprocess
 import sys
 import sysconfig
 import tempfile
+import warnings
 from pathlib import Path
 
 from course.loader import ROOT
@@ -40,9 +42,14 @@ CHECK_SECONDS = 30  # how often an idle warm process looks for changed code
 #: the environment that decides what the warm process imported (its Python path, torch's and Triton's
 #: switches); a run with other values gets a process of its own
 KEY_ENV_PREFIXES = ("PYTHON", "TORCH", "TRITON", "TINY", "CUDA", "OMP", "MKL", "LD_")
-#: modules the graded tests reach only while they run (a compile makes a ShapeEnv, which imports torch._dynamo)
+#: modules the graded tests reach only while they run (a compile makes a ShapeEnv, which imports torch._dynamo;
+#: torch.compile's first call imports distributed tensor's context parallelism, 0.35 s; generated Triton
+#: kernels run in the interpreter import Triton's code generator, 0.3 s, and sympy's combinatorics, 0.15 s)
 LATE_IMPORTS = ("torch._dynamo", "torch.fx.experimental.proxy_tensor", "torch._functorch.aot_autograd",
-                "tinydynamo.symbolic_convert", "tinydynamo.eval_frame", "tinydynamo.tracer", "sympy")
+                "tinydynamo.symbolic_convert", "tinydynamo.eval_frame", "tinydynamo.tracer", "sympy",
+                "torch.distributed.tensor.experimental", "torch._dynamo.backends.debugging", "torch.export._trace",
+                "triton.compiler.code_generator", "sympy.combinatorics", "tininductor.codegen.triton",
+                "tininductor.codegen.cpp", "pdb")
 
 #: True in a child of the warm process (it grades; it must not ask the warm process again)
 in_child = False
@@ -137,6 +144,23 @@ def warm_imports() -> None:
             __import__(name)
         except Exception:  # noqa: BLE001 - a missing optional module: the child imports (and reports) it
             pass
+    _collect_hypothesis_constants()
+
+
+#: Hypothesis draws examples from the constants in the source of every non-library module loaded (the
+#: compiler's and the course's, thousands of files): its first draw in a process scans them (0.4 s);
+#: the warm process scans once, so a graded run scans only the modules it loads itself
+HYPOTHESIS_CONSTANTS = ("hypothesis.internal.conjecture.providers", "_get_local_constants")
+
+
+def _collect_hypothesis_constants() -> None:
+    module, function = HYPOTHESIS_CONSTANTS
+    try:
+        with warnings.catch_warnings():  # "slow code in plugin": its pytest plugin is imported, not yet configured
+            warnings.simplefilter("ignore")
+            getattr(importlib.import_module(module), function)()
+    except Exception:  # noqa: BLE001 - another Hypothesis version: each run scans for itself, as without this
+        pass
 
 
 def _imports_of(path: Path) -> list[str]:

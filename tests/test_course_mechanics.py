@@ -113,8 +113,8 @@ def test_environment_yml_lists_the_same_packages_as_pyproject():
 
 
 def test_every_task_has_mutants_that_apply_and_hints():
-    """The mutation test's inputs: >= 3 wrong answers per task, each applying to its solution; >= 2 hint levels."""
-    from course.grade import all_tasks
+    """The mutation test's inputs: >= 4 wrong answers per task, each applying to its solution; >= 2 hint levels."""
+    from course.grade import MIN_MUTANTS, all_tasks
     from course.hints import HINTS, hint_text
     from course.loader import ROOT
     from course.mutants import CHAPTERS, apply, mutants_of
@@ -128,7 +128,8 @@ def test_every_task_has_mutants_that_apply_and_hints():
             assert mutant.chapter == chapter, mutant
             assert apply(mutant, text) != text, mutant
             by_task.setdefault(mutant.task, []).append(mutant)
-    assert {t: len(by_task.get(t, [])) for t in tasks if len(by_task.get(t, [])) < 3} == {}
+    assert MIN_MUTANTS >= 4
+    assert {t: len(by_task.get(t, [])) for t in tasks if len(by_task.get(t, [])) < MIN_MUTANTS} == {}
     assert sorted(HINTS) == sorted(tasks)
     assert all(len(levels) >= 2 for levels in HINTS.values())
     assert hint_text("ch02.1", 2).startswith("Hint 2/2 for Exercise 2.1: ")
@@ -202,3 +203,34 @@ def test_nbval_runs_a_notebook_in_the_environment_it_was_built_in(tmp_path):
                            "--nbval", "--nbval-current-env", str(path)],
                           cwd=ROOT, env={**env, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+
+
+def test_graded_torch_references_written_down_are_what_torch_reports():
+    """Chapter 4's graded tests compare with (graphs, breaks) of torch._dynamo.explain written down for their
+    own functions (a TorchDynamo trace per grading run costs a second): they must be what torch says."""
+    import importlib.util
+
+    import torch
+
+    spec = importlib.util.spec_from_file_location("graded_ch04", ROOT / "tests" / "graded" / "test_ch04_graph_breaks.py")
+    graded = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(graded)
+    assert graded.TORCH_EXPLAIN
+    for name, counts in graded.TORCH_EXPLAIN.items():
+        for x in (torch.randn(5), torch.ones(3), -torch.ones(4)):  # either side of each branch
+            assert graded.torch_explain_counts(getattr(graded, name), x) == counts, (name, x)
+
+
+def test_graded_kernel_counts_written_down_are_what_the_package_scheduler_makes():
+    """Chapter 7's graded tests compare kernel counts with ones written down for their own functions: they
+    must be what the package's scheduler makes (kernel_count), at the sizes the tests use and others."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("graded_ch07", ROOT / "tests" / "graded" / "test_ch07_loop_ir.py")
+    graded = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(graded)
+    assert graded.KERNELS
+    for name, count in graded.KERNELS.items():
+        for rows, cols in ((12, 12), (6, 8), (3, 5)):
+            args = [graded.randn(rows, cols), graded.randn(cols)]
+            assert graded.kernel_count(getattr(graded, name), args) == count, (name, rows, cols)

@@ -35,6 +35,7 @@ MUTANTS = [
            "    y = x.float().sin() + x.float().cos()\n    return torch.where"),
     Mutant("11.2", "decides on the last element", "torch.where(y.sum() > 0,", "torch.where(y.flatten()[-1] > 0,"),
     Mutant("11.2", "adds 2 on the negative branch", "y * 2, y - 2)", "y * 2, y + 2)"),
+    Mutant("11.2", "a sum of exactly 0 takes the positive branch", "torch.where(y.sum() > 0,", "torch.where(y.sum() >= 0,"),
     Mutant("11.3", "an exact multiple of the largest bucket goes one multiple up", "return math.ceil(n / largest) * largest",
            "return (n // largest + 1) * largest"),
     Mutant("11.3", "sorts the caller's bucket list in place", "    for size in sorted(buckets):", "    buckets.sort()\n    for size in buckets:"),

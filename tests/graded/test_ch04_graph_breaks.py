@@ -51,7 +51,19 @@ def looped(x, n):
     return acc
 
 
+#: (graphs, breaks) that torch._dynamo.explain reports for this file's own functions, on any input:
+#: written down because a TorchDynamo trace costs a second per grading run (tests/test_course_mechanics.py
+#: checks these against torch._dynamo.explain); a learner's function is still explained by torch here
+TORCH_EXPLAIN = {"branchy": (2, 1), "print_between": (2, 1), "item_branch": (2, 1)}
+
+
 def torch_counts(fn, *args):
+    if fn.__module__ == __name__ and fn.__name__ in TORCH_EXPLAIN:
+        return TORCH_EXPLAIN[fn.__name__]
+    return torch_explain_counts(fn, *args)
+
+
+def torch_explain_counts(fn, *args):
     torch._dynamo.reset()
     out = torch._dynamo.explain(fn)(*args)
     torch._dynamo.reset()

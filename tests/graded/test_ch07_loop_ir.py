@@ -119,16 +119,24 @@ def _transposed_read(x, w):
     return y, y.permute(1, 0) * 2  # the second kernel reads y transposed: must not fuse
 
 
+#: kernels the package's own scheduler makes for each function above, at any size (kernel_count is the
+#: reference; tests/test_course_mechanics.py checks these against it): written down, since lowering a
+#: function once more costs a grading run about a tenth of a second per function
+KERNELS = {"_chain": 1, "_softmax": 1, "_layernorm": 1, "_transposed_read": 2}
+
+
 @pytest.mark.ch07_3
 @pytest.mark.parametrize("fn", [_chain, _softmax, _layernorm, _transposed_read], ids=lambda f: f.__name__[1:])
 def test_fusion_check_in_scheduler(fn):
     torch.manual_seed(0)
     x, w = randn(12, 12), randn(12)
-    expected_kernels = kernel_count(fn, [x, w])
+    expected_kernels = KERNELS[fn.__name__]
     with use_fusion_check(ch.fusion_is_legal), patch_config(config.triton, max_xblock=32, max_reduction_block=32):
         compiled = compile_aten(fn, [x, w])
-        _, sched = lower_and_schedule(fn, [x, w], decompose=False)
-    expect_equal(len(compiled.kernels), expected_kernels, f"kernels for {fn.__name__[1:]}", context=str(sched))
+        # the schedule, to show what was fused, only when the count is wrong (it is a second lowering)
+        wrong = len(compiled.kernels) != expected_kernels
+        context = str(lower_and_schedule(fn, [x, w], decompose=False)[1]) if wrong else ""
+    expect_equal(len(compiled.kernels), expected_kernels, f"kernels for {fn.__name__[1:]}", context=context)
     expect_close(compiled(x, w), fn(x, w), f"{fn.__name__[1:]} with your fusion check (several programs)",
                  context=compiled.source)
 
@@ -210,7 +218,7 @@ def test_read_writes_match_package(fn):
 def test_read_writes_drive_the_scheduler(fn):
     torch.manual_seed(1)
     x, w = randn(12, 12), randn(12)
-    expected_kernels = kernel_count(fn, [x, w])
+    expected_kernels = KERNELS[fn.__name__]
     with use_read_writes(ch.ReadWritesHandler), patch_config(config.triton, max_xblock=32, max_reduction_block=32):
         compiled = compile_aten(fn, [x, w])
     expect_true(len(compiled.kernels) == expected_kernels,

@@ -1,6 +1,8 @@
 """Graded tests for chapter 11: ideal traffic, a break-free rewrite, shape bucketing."""
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -115,6 +117,10 @@ def test_rewrite_decides_on_the_sum_of_mixed_signs():
     compiled = tinydynamo.compile(ch.positive_branch, backend="eager", fullgraph=True)
     for x in (torch.linspace(-3, 3, 50), torch.linspace(-3.5, 1.0, 50), torch.tensor([0.5, -0.5, 3.0, -3.0])):
         expect_close(compiled(x), bad_fn(x), f"positive_branch on {len(x)} values in [{x.min():.1f}, {x.max():.1f}]")
+    boundary = torch.tensor([0.0, -math.pi / 2])  # y = [1.0, -1.0] exactly in float32: y's sum is exactly 0
+    expect_true(bad_fn(boundary).sum().item() < 0, "the boundary input should take bad_fn's negative branch")
+    expect_close(compiled(boundary), bad_fn(boundary), "positive_branch([0, -pi/2]), where y's sum is exactly 0 "
+                                                       "(bad_fn's `> 0` is False there)")
 
 
 @pytest.mark.ch11_3
