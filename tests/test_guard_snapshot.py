@@ -144,3 +144,25 @@ def test_switched_off_keeps_the_full_check():
         model, fn, cnt, x = compiled()
         cf = check_fn(fn)
         assert cf.fast_code is None and cf.check is cf.full_check
+
+
+def test_an_argument_that_is_a_new_equal_object_each_call_leaves_the_snapshot():
+    """A large int argument is a new object on every call: after one miss its guard goes back to its
+    own condition, instead of the full check running on every call."""
+    model, fn, cnt, x = compiled()
+    tinydynamo.reset()
+    cnt = CompileCounter()
+
+    def f(x, n):
+        return model(x) * n
+
+    g = tinydynamo.optimize(cnt, dynamic=False)(f)
+    for _ in range(5):
+        n = int("1000")  # equal, never the same object
+        torch.testing.assert_close(g(x, n), f(x, n))
+    cf = tinydynamo.cache_info(g).entries[0].check_fn
+    assert cnt.frame_count == 1
+    assert cf._respecialised == 1 and "L['n']" in cf._unstable
+    assert "L['n']" not in [a.name() for a in cf._snapshot.anchors]
+    g(x, 999)  # another value still recompiles
+    assert cnt.frame_count == 2

@@ -532,9 +532,11 @@ class Snapshot:
     covered: set[int]  # ids of the guards the anchors' identity covers
 
 
-def plan_snapshot(guards: list[Guard], scope: SourceScope, L: dict, G: dict) -> Snapshot | None:
+def plan_snapshot(guards: list[Guard], scope: SourceScope, L: dict, G: dict,
+                  exclude: frozenset[str] = frozenset()) -> Snapshot | None:
     """The snapshot of ``guards`` from the values in ``L``/``G`` (which have just passed every guard), or
-    None where it would replace fewer than ``config.cpp_tensor_guards_min`` guards."""
+    None where it would replace fewer than ``config.cpp_tensor_guards_min`` guards. Anchors named in
+    ``exclude`` (seen holding another, equal object since) keep their guards' own conditions."""
     if config.cpp_tensor_guards_min is None or not config.guard_snapshots:
         return None
     values: dict[str, Any] = {}
@@ -558,6 +560,8 @@ def plan_snapshot(guards: list[Guard], scope: SourceScope, L: dict, G: dict) -> 
             while isinstance(anchor, GetItemSource) and is_frozen(value(anchor.base)):
                 anchor = anchor.base
         except Exception:  # a source that cannot be read again here: keep its own guard
+            continue
+        if anchor.name() in exclude:
             continue
         anchors.setdefault(anchor.name(), anchor)
         covered.add(id(g))
@@ -586,7 +590,7 @@ def generate_check_code(guards: list[Guard], scope: SourceScope, snapshot: Snaps
     With a :class:`Snapshot` (the specialised check a :class:`CheckFunction` builds after its first
     pass), the guards it covers are replaced by one C-level identity test of their anchors
     (``all(map(is_, (<anchors>), <objects seen>))``); if that fails, the full check decides
-    (``___full_check``), so a changed attribute with an equal value (``m.eps = 1e-5`` again) still passes.
+    (``___snapshot_missed``), so a changed attribute with an equal value (``m.eps = 1e-5`` again) still passes.
     """
     body: list[str] = []
     ref_of = source_reader(body, "___v")  # each source read once, a nested one through its parent's local
@@ -654,7 +658,7 @@ def generate_check_code(guards: list[Guard], scope: SourceScope, snapshot: Snaps
                     "object that passed them (else the full check decides): "
                     + ", ".join(a.name() for a in snapshot.anchors[:4]) + (", ..." if len(snapshot.anchors) > 4 else ""))
         body.append(f"if not all(map({is_}, ({', '.join(ref_of(a) for a in snapshot.anchors)},), {seen})):")
-        body.append("    return ___full_check(L, G)")
+        body.append("    return ___snapshot_missed(L, G)")
     if batched:
         check = scope.constant(_tensor_guards([g.expected for _, g in batched]), "tensor_guards")
         body.append(f"# TENSOR_MATCH of {len(batched)} tensors in one C++ call: " + names(batched))
@@ -695,6 +699,9 @@ class CheckFunction:
         self.full_check: Callable[[dict, dict], bool] = namespace["___check_guards"]
         self.check: Callable[[dict, dict], bool] = self.full_check
         self.fast_code: str | None = None
+        self._snapshot: Snapshot | None = None
+        self._unstable: frozenset[str] = frozenset()
+        self._respecialised = 0
         if _codegen["generate"] is generate_check_code and config.guard_snapshots and \
                 any(g.kind in SNAPSHOT_KINDS for g in self.guards):
             self.check = self._check_and_specialise
@@ -702,20 +709,48 @@ class CheckFunction:
     def _generate(self) -> str:
         return _codegen["generate"](self.guards, self.scope)
 
+    #: how often a specialised check may be rebuilt (an anchor seen holding a new, equal object each
+    #: time, such as a large int argument) before the full check alone is used
+    max_respecialise = 4
+
     def _check_and_specialise(self, L: dict, G: dict) -> bool:
         """The full check; on its first pass, build the specialised one from the values that passed."""
         ok = self.full_check(L, G)
         if ok:
+            self._specialise(L, G)
+        return ok
+
+    def _specialise(self, L: dict, G: dict) -> None:
+        self.check = self.full_check
+        try:
+            snapshot = plan_snapshot(self.guards, self.scope, L, G, self._unstable)
+            if snapshot is not None:
+                self._snapshot = snapshot
+                self.fast_code = generate_check_code(self.guards, self.scope, snapshot)
+                namespace = {**self.scope.names, "___snapshot_missed": self._snapshot_missed}
+                exec(compile(self.fast_code, "<tinydynamo guards (specialised)>", "exec"), namespace)
+                self.check = namespace["___check_guards"]
+        except Exception:  # never worse than the full check
             self.check = self.full_check
-            try:
-                snapshot = plan_snapshot(self.guards, self.scope, L, G)
-                if snapshot is not None:
-                    self.fast_code = generate_check_code(self.guards, self.scope, snapshot)
-                    namespace = {**self.scope.names, "___full_check": self.full_check}
-                    exec(compile(self.fast_code, "<tinydynamo guards (specialised)>", "exec"), namespace)
-                    self.check = namespace["___check_guards"]
-            except Exception:  # never worse than the full check
+
+    def _snapshot_missed(self, L: dict, G: dict) -> bool:
+        """An anchor holds another object than the snapshot's: the full check decides. If it passes
+        (an equal value in a new object), the anchors that moved are left out of a rebuilt snapshot."""
+        ok = self.full_check(L, G)
+        if ok:
+            self._respecialised += 1
+            if self._respecialised > self.max_respecialise:
                 self.check = self.full_check
+                return ok
+            moved = set()
+            for anchor, seen in zip(self._snapshot.anchors, self._snapshot.values):
+                try:
+                    if self.scope.evaluate(anchor, L, G) is not seen:
+                        moved.add(anchor.name())
+                except Exception:
+                    moved.add(anchor.name())
+            self._unstable = self._unstable | moved
+            self._specialise(L, G)
         return ok
 
     def __call__(self, L: dict, G: dict) -> bool:
