@@ -496,6 +496,14 @@ def _modules_batchable(guards: list[Guard]) -> list[Guard]:
     return mods if len(mods) >= config.cpp_tensor_guards_min else []
 
 
+def _identity_batchable(guards: list[Guard]) -> list[Guard]:
+    """The ID_MATCH and TYPE_MATCH guards checked together in one C-level pass (same conditions as above)."""
+    if config.cpp_tensor_guards_min is None:
+        return []
+    found = [g for g in guards if g.kind in ("ID_MATCH", "TYPE_MATCH") and GUARD_KINDS[g.kind].code is _DEFAULT_CODE[g.kind]]
+    return found if len(found) >= config.cpp_tensor_guards_min else []
+
+
 def _contains_batchable(guards: list[Guard]) -> list[Guard]:
     """The DICT_CONTAINS guards checked together in one C-level pass (same conditions as above)."""
     if GUARD_KINDS["DICT_CONTAINS"].code is not _DICT_CONTAINS_CODE or config.cpp_tensor_guards_min is None:
@@ -603,6 +611,8 @@ def generate_check_code(guards: list[Guard], scope: SourceScope, snapshot: Snaps
     modules_batched = {id(g) for g in _modules_batchable(guards)}
     contains: list[tuple[str, Guard]] = []  # names present/absent in dicts, one C-level pass
     contains_batched = {id(g) for g in _contains_batchable(guards)}
+    identities: list[tuple[str, Guard]] = []  # objects and types pinned by identity, one C-level pass
+    identities_batched = {id(g) for g in _identity_batchable(guards)}
     covered = snapshot.covered if snapshot is not None else set()
     for g in guards:
         if id(g) in covered:
@@ -620,6 +630,9 @@ def generate_check_code(guards: list[Guard], scope: SourceScope, snapshot: Snaps
         if id(g) in contains_batched:
             contains.append((ref, g))
             continue
+        if id(g) in identities_batched:
+            identities.append((ref, g))
+            continue
         conds = GUARD_KINDS[g.kind].code(g, ref, scope)
         body.append(f"# {g.kind}: {g.readable()}")
         body.append(f"if not ({' and '.join(conds)}):")
@@ -629,6 +642,14 @@ def generate_check_code(guards: list[Guard], scope: SourceScope, snapshot: Snaps
         return ", ".join(g.name for _, g in items[:4]) + (", ..." if len(items) > 4 else "")
 
     is_, call = scope.constant(operator.is_, "fn"), scope.constant(operator.call, "fn")
+    for kind, read in (("ID_MATCH", "{}"), ("TYPE_MATCH", "type({})")):
+        group = [(ref, g) for ref, g in identities if g.kind == kind]
+        if group:
+            expected = scope.constant(tuple(g.expected for _, g in group), "objs" if kind == "ID_MATCH" else "types")
+            body.append(f"# {kind} of {len(group)} values in one C-level pass: " + names(group))
+            values = ", ".join(read.format(ref) for ref, _ in group)
+            body.append(f"if not all(map({is_}, ({values},), {expected})):")
+            body.append("    return False")
     if modules:
         refs = scope.constant(tuple(g.expected for _, g in modules), "mods")
         body.append(f"# NN_MODULE of {len(modules)} modules in one C-level pass (each is the module traced): "
