@@ -56,12 +56,7 @@ optimize_ddp: bool = True
 #: conditions stay readable (chapter 3 prints them). ``None``: Python for every tensor.
 cpp_tensor_guards_min: int | None = 4
 
-#: after a cache entry's guards first pass, specialise its check to the values that passed: the guards on
-#: immutable values (a module's strides, ``eps``, ``training``...) become one identity test per value,
-#: batched in C, with the full check deciding on a mismatch (tinydynamo.guards.Snapshot)
-guard_snapshots: bool = True
-
-_SETTINGS = ("optimize_ddp", "cpp_tensor_guards_min", "guard_snapshots", "automatic_dynamic_shapes", "assume_static_by_default", "force_parameter_static_shapes", "disable",
+_SETTINGS = ("optimize_ddp", "cpp_tensor_guards_min", "automatic_dynamic_shapes", "assume_static_by_default", "force_parameter_static_shapes", "disable",
              "capture_scalar_outputs", "traceable_tensor_subclasses", "recompile_limit", "accumulated_recompile_limit", "suppress_errors",
              "max_inline_depth", "max_instructions", "default_backend")
 _this = sys.modules[__name__]

@@ -25,7 +25,7 @@ from torch.nn.modules import module as module_mod
 
 from tinydynamo import config
 from tinydynamo.registry import swap
-from tinydynamo.source import GetItemSource, Source, SourceScope, source_reader
+from tinydynamo.source import Source, SourceScope, source_reader
 
 
 @dataclasses.dataclass(frozen=True)
@@ -482,103 +482,7 @@ def _hooks_batchable(guards: list[Guard]) -> list[Guard]:
     return hooks if len(hooks) >= config.cpp_tensor_guards_min else []
 
 
-#: each kind's own code (a kind swapped by the course keeps its readable per-guard conditions)
-_DEFAULT_CODE = {kind: k.code for kind, k in GUARD_KINDS.items()}
-_NN_MODULE_CODE, _DICT_CONTAINS_CODE = _DEFAULT_CODE["NN_MODULE"], _DEFAULT_CODE["DICT_CONTAINS"]
-
-
-def _modules_batchable(guards: list[Guard]) -> list[Guard]:
-    """The NN_MODULE guards (on weakly held modules) checked together in one C-level pass (none if the
-    kind's code was swapped, or below ``config.cpp_tensor_guards_min``)."""
-    if GUARD_KINDS["NN_MODULE"].code is not _NN_MODULE_CODE or config.cpp_tensor_guards_min is None:
-        return []
-    mods = [g for g in guards if g.kind == "NN_MODULE" and isinstance(g.expected, weakref.ref)]
-    return mods if len(mods) >= config.cpp_tensor_guards_min else []
-
-
-def _identity_batchable(guards: list[Guard]) -> list[Guard]:
-    """The ID_MATCH and TYPE_MATCH guards checked together in one C-level pass (same conditions as above)."""
-    if config.cpp_tensor_guards_min is None:
-        return []
-    found = [g for g in guards if g.kind in ("ID_MATCH", "TYPE_MATCH") and GUARD_KINDS[g.kind].code is _DEFAULT_CODE[g.kind]]
-    return found if len(found) >= config.cpp_tensor_guards_min else []
-
-
-def _contains_batchable(guards: list[Guard]) -> list[Guard]:
-    """The DICT_CONTAINS guards checked together in one C-level pass (same conditions as above)."""
-    if GUARD_KINDS["DICT_CONTAINS"].code is not _DICT_CONTAINS_CODE or config.cpp_tensor_guards_min is None:
-        return []
-    found = [g for g in guards if g.kind == "DICT_CONTAINS"]
-    return found if len(found) >= config.cpp_tensor_guards_min else []
-
-
-# ---- the snapshot: one identity test for a module tree's immutable attributes ------------------
-#: guard kinds whose outcome is a function of the guarded object alone, when that object is immutable
-#: (the same object then passes them again)
-SNAPSHOT_KINDS = frozenset({"CONSTANT_MATCH", "SEQUENCE_LENGTH", "TYPE_MATCH", "LENGTH", "ID_MATCH"})
-_FROZEN_SCALARS = (type(None), bool, int, float, complex, str, bytes, type(Ellipsis))
-
-
-def is_frozen(value: Any, depth: int = 0) -> bool:
-    """Immutable all the way down: a builtin scalar, or a tuple of such (a conv's ``stride``)."""
-    t = type(value)
-    if t in _FROZEN_SCALARS:
-        return True
-    return t is tuple and depth < 8 and all(is_frozen(v, depth + 1) for v in value)
-
-
-@dataclasses.dataclass
-class Snapshot:
-    """Which guards one identity test per *anchor* replaces, and the objects the anchors held when all
-    guards last passed. An anchor is a source whose value is immutable (``L['self'].conv1.stride``); the
-    guards on it and on its items (``...stride[0] == 2``) are functions of that object alone, so while
-    the anchor still holds the very same object they pass again. Every anchor is still read on each
-    call (nothing about the module tree is assumed); only the comparisons are batched."""
-
-    anchors: list[Source]
-    values: tuple
-    covered: set[int]  # ids of the guards the anchors' identity covers
-
-
-def plan_snapshot(guards: list[Guard], scope: SourceScope, L: dict, G: dict,
-                  exclude: frozenset[str] = frozenset()) -> Snapshot | None:
-    """The snapshot of ``guards`` from the values in ``L``/``G`` (which have just passed every guard), or
-    None where it would replace fewer than ``config.cpp_tensor_guards_min`` guards. Anchors named in
-    ``exclude`` (seen holding another, equal object since) keep their guards' own conditions."""
-    if config.cpp_tensor_guards_min is None or not config.guard_snapshots:
-        return None
-    values: dict[str, Any] = {}
-
-    def value(source: Source) -> Any:
-        key = source.name()
-        if key not in values:
-            values[key] = scope.evaluate(source, L, G)
-        return values[key]
-
-    anchors: dict[str, Source] = {}
-    covered: set[int] = set()
-    for g in guards:
-        if g.kind not in SNAPSHOT_KINDS or g.source is None or GUARD_KINDS[g.kind].code is not _DEFAULT_CODE[g.kind]:
-            continue
-        try:
-            if not is_frozen(value(g.source)):
-                continue
-            anchor = g.source
-            # climb through items of immutable containers: ``stride[0]`` is covered by ``stride``
-            while isinstance(anchor, GetItemSource) and is_frozen(value(anchor.base)):
-                anchor = anchor.base
-        except Exception:  # a source that cannot be read again here: keep its own guard
-            continue
-        if anchor.name() in exclude:
-            continue
-        anchors.setdefault(anchor.name(), anchor)
-        covered.add(id(g))
-    if len(covered) < config.cpp_tensor_guards_min:
-        return None
-    return Snapshot(list(anchors.values()), tuple(values[name] for name in anchors), covered)
-
-
-def generate_check_code(guards: list[Guard], scope: SourceScope, snapshot: Snapshot | None = None) -> str:
+def generate_check_code(guards: list[Guard], scope: SourceScope) -> str:
     """The source of ``___check_guards(L, G)``: every guard's conditions, cheapest path first.
 
     Each source is read once into a local (``___v0 = L['x']``); a nested source reuses its
@@ -592,13 +496,7 @@ def generate_check_code(guards: list[Guard], scope: SourceScope, snapshot: Snaps
     Python comparisons, and a ResNet's 300 tensors stop dominating the cached call. A tensor that
     needs more than that check (a subclass) keeps its Python conditions. Likewise the modules'
     NO_HOOKS: one ``any(chain(map(attrgetter(<hook dicts>), (m1, m2, ...))))``, a loop in C over
-    every module's four hook dicts, instead of four attribute reads and tests in Python each; the
-    modules' identities (NN_MODULE) and the absent names of their ``__dict__`` (DICT_CONTAINS) the same way.
-
-    With a :class:`Snapshot` (the specialised check a :class:`CheckFunction` builds after its first
-    pass), the guards it covers are replaced by one C-level identity test of their anchors
-    (``all(map(is_, (<anchors>), <objects seen>))``); if that fails, the full check decides
-    (``___snapshot_missed``), so a changed attribute with an equal value (``m.eps = 1e-5`` again) still passes.
+    every module's four hook dicts, instead of four attribute reads and tests in Python each.
     """
     body: list[str] = []
     ref_of = source_reader(body, "___v")  # each source read once, a nested one through its parent's local
@@ -607,16 +505,7 @@ def generate_check_code(guards: list[Guard], scope: SourceScope, snapshot: Snaps
     fast = {id(g) for g in _cpp_checkable(guards)}
     no_hooks: list[tuple[str, Guard]] = []  # modules whose hook dicts are checked in one C-level pass
     hooks_batched = {id(g) for g in _hooks_batchable(guards)}
-    modules: list[tuple[str, Guard]] = []  # module identities, one C-level pass
-    modules_batched = {id(g) for g in _modules_batchable(guards)}
-    contains: list[tuple[str, Guard]] = []  # names present/absent in dicts, one C-level pass
-    contains_batched = {id(g) for g in _contains_batchable(guards)}
-    identities: list[tuple[str, Guard]] = []  # objects and types pinned by identity, one C-level pass
-    identities_batched = {id(g) for g in _identity_batchable(guards)}
-    covered = snapshot.covered if snapshot is not None else set()
     for g in guards:
-        if id(g) in covered:
-            continue
         ref = ref_of(g.source) if g.source is not None else "None"
         if id(g) in fast:
             batched.append((ref, g))
@@ -624,65 +513,20 @@ def generate_check_code(guards: list[Guard], scope: SourceScope, snapshot: Snaps
         if id(g) in hooks_batched:
             no_hooks.append((ref, g))
             continue
-        if id(g) in modules_batched:
-            modules.append((ref, g))
-            continue
-        if id(g) in contains_batched:
-            contains.append((ref, g))
-            continue
-        if id(g) in identities_batched:
-            identities.append((ref, g))
-            continue
         conds = GUARD_KINDS[g.kind].code(g, ref, scope)
         body.append(f"# {g.kind}: {g.readable()}")
         body.append(f"if not ({' and '.join(conds)}):")
         body.append("    return False")
-
-    def names(items) -> str:
-        return ", ".join(g.name for _, g in items[:4]) + (", ..." if len(items) > 4 else "")
-
-    is_, call = scope.constant(operator.is_, "fn"), scope.constant(operator.call, "fn")
-    for kind, read in (("ID_MATCH", "{}"), ("TYPE_MATCH", "type({})")):
-        group = [(ref, g) for ref, g in identities if g.kind == kind]
-        if group:
-            expected = scope.constant(tuple(g.expected for _, g in group), "objs" if kind == "ID_MATCH" else "types")
-            body.append(f"# {kind} of {len(group)} values in one C-level pass: " + names(group))
-            values = ", ".join(read.format(ref) for ref, _ in group)
-            body.append(f"if not all(map({is_}, ({values},), {expected})):")
-            body.append("    return False")
-    if modules:
-        refs = scope.constant(tuple(g.expected for _, g in modules), "mods")
-        body.append(f"# NN_MODULE of {len(modules)} modules in one C-level pass (each is the module traced): "
-                    + names(modules))
-        body.append(f"if not all(map({is_}, ({', '.join(ref for ref, _ in modules)},), map({call}, {refs}))):")
-        body.append("    return False")
-    if contains:
-        contains_fn = scope.constant(operator.contains, "fn")
-        for present in (True, False):
-            group = [(ref, g) for ref, g in contains if bool(g.expected[1]) is present]
-            if group:
-                keys = scope.constant(tuple(g.expected[0] for _, g in group), "keys")
-                body.append(f"# DICT_CONTAINS: {len(group)} names {'present in' if present else 'absent from'} "
-                            f"their dicts, one C-level pass: " + names(group))
-                test = f"map({contains_fn}, ({', '.join(ref for ref, _ in group)},), {keys})"
-                body.append(f"if not all({test}):" if present else f"if any({test}):")
-                body.append("    return False")
     if no_hooks:
         chain, getter = scope.constant(itertools.chain.from_iterable, "fn"), scope.constant(_hook_dicts_of, "fn")
         body.append(f"# NO_HOOKS of {len(no_hooks)} modules in one C-level pass (any hook dict not empty): "
-                    + names(no_hooks))
+                    + ", ".join(g.name for _, g in no_hooks[:4]) + (", ..." if len(no_hooks) > 4 else ""))
         body.append(f"if any({chain}(map({getter}, ({', '.join(ref for ref, _ in no_hooks)},)))):")
         body.append("    return False")
-    if snapshot is not None:
-        seen = scope.constant(snapshot.values, "snapshot")
-        body.append(f"# SNAPSHOT: {len(covered)} guards on {len(snapshot.anchors)} immutable values, each still the "
-                    "object that passed them (else the full check decides): "
-                    + ", ".join(a.name() for a in snapshot.anchors[:4]) + (", ..." if len(snapshot.anchors) > 4 else ""))
-        body.append(f"if not all(map({is_}, ({', '.join(ref_of(a) for a in snapshot.anchors)},), {seen})):")
-        body.append("    return ___snapshot_missed(L, G)")
     if batched:
         check = scope.constant(_tensor_guards([g.expected for _, g in batched]), "tensor_guards")
-        body.append(f"# TENSOR_MATCH of {len(batched)} tensors in one C++ call: " + names(batched))
+        body.append(f"# TENSOR_MATCH of {len(batched)} tensors in one C++ call: "
+                    + ", ".join(g.name for _, g in batched[:4]) + (", ..." if len(batched) > 4 else ""))
         body.append(f"if not {check}.check({', '.join(ref for ref, _ in batched)}):")
         body.append("    return False")
     body.append("return True")
@@ -704,12 +548,7 @@ def use_check_codegen(fn: Callable[[list[Guard], SourceScope], str]) -> Iterator
 
 class CheckFunction:
     """The compiled guards of one cache entry: ``check(L, G) -> bool``, plus the slow ``failure_reason``
-    (PyTorch: ``CheckFunctionManager``'s ``check_fn`` / guard manager).
-
-    ``check`` starts as the full check (``code``). After its first pass it is replaced by a check
-    specialised to the values that passed (``fast_code``, see :class:`Snapshot`): a module's hundreds
-    of constant attributes (strides, paddings, ``eps``, ``training``) cost one identity test each, in C,
-    instead of a few Python comparisons each; a mismatch hands over to the full check."""
+    (PyTorch: ``CheckFunctionManager``'s ``check_fn`` / guard manager)."""
 
     def __init__(self, guards: list[Guard], scope: SourceScope):
         self.guards = list(guards)
@@ -717,62 +556,10 @@ class CheckFunction:
         self.code = self._generate()
         namespace = dict(scope.names)
         exec(compile(self.code, "<tinydynamo guards>", "exec"), namespace)
-        self.full_check: Callable[[dict, dict], bool] = namespace["___check_guards"]
-        self.check: Callable[[dict, dict], bool] = self.full_check
-        self.fast_code: str | None = None
-        self._snapshot: Snapshot | None = None
-        self._unstable: frozenset[str] = frozenset()
-        self._respecialised = 0
-        if _codegen["generate"] is generate_check_code and config.guard_snapshots and \
-                any(g.kind in SNAPSHOT_KINDS for g in self.guards):
-            self.check = self._check_and_specialise
+        self.check: Callable[[dict, dict], bool] = namespace["___check_guards"]
 
     def _generate(self) -> str:
         return _codegen["generate"](self.guards, self.scope)
-
-    #: how often a specialised check may be rebuilt (an anchor seen holding a new, equal object each
-    #: time, such as a large int argument) before the full check alone is used
-    max_respecialise = 4
-
-    def _check_and_specialise(self, L: dict, G: dict) -> bool:
-        """The full check; on its first pass, build the specialised one from the values that passed."""
-        ok = self.full_check(L, G)
-        if ok:
-            self._specialise(L, G)
-        return ok
-
-    def _specialise(self, L: dict, G: dict) -> None:
-        self.check = self.full_check
-        try:
-            snapshot = plan_snapshot(self.guards, self.scope, L, G, self._unstable)
-            if snapshot is not None:
-                self._snapshot = snapshot
-                self.fast_code = generate_check_code(self.guards, self.scope, snapshot)
-                namespace = {**self.scope.names, "___snapshot_missed": self._snapshot_missed}
-                exec(compile(self.fast_code, "<tinydynamo guards (specialised)>", "exec"), namespace)
-                self.check = namespace["___check_guards"]
-        except Exception:  # never worse than the full check
-            self.check = self.full_check
-
-    def _snapshot_missed(self, L: dict, G: dict) -> bool:
-        """An anchor holds another object than the snapshot's: the full check decides. If it passes
-        (an equal value in a new object), the anchors that moved are left out of a rebuilt snapshot."""
-        ok = self.full_check(L, G)
-        if ok:
-            self._respecialised += 1
-            if self._respecialised > self.max_respecialise:
-                self.check = self.full_check
-                return ok
-            moved = set()
-            for anchor, seen in zip(self._snapshot.anchors, self._snapshot.values):
-                try:
-                    if self.scope.evaluate(anchor, L, G) is not seen:
-                        moved.add(anchor.name())
-                except Exception:
-                    moved.add(anchor.name())
-            self._unstable = self._unstable | moved
-            self._specialise(L, G)
-        return ok
 
     def __call__(self, L: dict, G: dict) -> bool:
         try:
