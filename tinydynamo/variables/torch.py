@@ -96,7 +96,8 @@ def _tensor_from_numpy(tx, fn, args, kwargs) -> VariableTracker:
 #: ShapeEnv learns the promise at trace time, and the node stays in the graph, which raises as eager
 #: does when the promise is broken
 RUNTIME_CHECKS = frozenset({torch._check, torch._check_is_size, torch._check_index, torch._check_value,
-                            torch._check_type, torch._check_not_implemented})
+                            torch._check_type, torch._check_not_implemented,
+                            torch._assert_async})
 
 
 def _runtime_check(tx, fn, args, kwargs) -> VariableTracker:
