@@ -53,3 +53,46 @@ def test_assert_on_a_tensor_survives_autograd_and_codegen(backend):
     torch.testing.assert_close(g(x), assert_tensor_with_msg(x))
     with pytest.raises(RuntimeError, match="first element must be 3"):
         g(torch.tensor([5.0, 6.0, 7.0], requires_grad=True))
+
+
+# ---- Python's own exceptions, raised by traced code as eager raises them -------------------------------
+def iterate_a_number(x, n):
+    try:
+        for i in n:
+            x = x + i
+    except TypeError as e:
+        return x - 1, str(e)
+    return x, ""
+
+
+def test_iterating_over_a_number_raises_typeerror_in_traced_code():
+    x = torch.randn(3)
+    tinydynamo.reset()
+    cnt = CompileCounter()
+    g = tinydynamo.optimize(cnt, nopython=True)(iterate_a_number)
+    got, want = g(x, 3), iterate_a_number(x, 3)
+    torch.testing.assert_close(got[0], want[0])
+    assert got[1] == want[1] == "'int' object is not iterable" and cnt.frame_count == 1
+
+
+def double():
+    x = yield
+    yield x * 2
+
+
+def send_past_the_end(t):
+    gen = double()
+    next(gen)
+    a = gen.send(t)
+    b = gen.send(t)  # StopIteration
+    return a + b
+
+
+def test_an_uncaught_exception_escaping_a_generator_is_eagers_or_unsupported_under_fullgraph():
+    t = torch.randn(2)
+    tinydynamo.reset()
+    with pytest.raises(StopIteration):
+        tinydynamo.optimize("eager")(send_past_the_end)(t)
+    tinydynamo.reset()
+    with pytest.raises(tinydynamo.exc.Unsupported, match="Observed exception: StopIteration"):
+        tinydynamo.optimize("eager", nopython=True)(send_past_the_end)(t)

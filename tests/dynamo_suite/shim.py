@@ -19,11 +19,13 @@ from __future__ import annotations
 import torch
 import torch._dynamo
 import torch._dynamo.eval_frame
+import torch._dynamo.exc
 import torch._dynamo.test_case
 import torch._dynamo.testing
 
 import tinydynamo
 import tinydynamo.eval_frame
+import tinydynamo.exc
 
 #: torch backend name -> tinydynamo backend name
 BACKENDS = {"eager": "eager", "aot_eager": "aot_eager", "inductor": "eager",
@@ -39,9 +41,31 @@ _tiny_convert_frame = tinydynamo.eval_frame.convert_frame
 
 
 def convert_frame(*args, **kwargs):
-    """tinydynamo's frame compiler, under the torch settings of :data:`MIRRORED_SETTINGS` as they are now."""
+    """tinydynamo's frame compiler, under the torch settings of :data:`MIRRORED_SETTINGS` as they are now.
+    An Unsupported it raises (fullgraph) is also torch's ``Unsupported`` (:func:`as_torch_unsupported`)."""
     with tinydynamo.config.patch({name: getattr(torch._dynamo.config, name) for name in MIRRORED_SETTINGS}):
-        return _tiny_convert_frame(*args, **kwargs)
+        try:
+            return _tiny_convert_frame(*args, **kwargs)
+        except tinydynamo.exc.Unsupported as e:
+            raise as_torch_unsupported(e) from e.__cause__
+
+
+_TORCH_UNSUPPORTED: dict[type, type] = {}
+
+
+def as_torch_unsupported(e: "tinydynamo.exc.Unsupported") -> BaseException:
+    """``e`` as an instance of a class deriving from both its own class and ``torch._dynamo.exc.Unsupported``:
+    the tests' ``assertRaises(Unsupported)`` name torch's class for the same meaning (a construct the
+    compiler cannot capture, raised under fullgraph). Same message, attributes and traceback."""
+    cls = type(e)
+    if isinstance(e, torch._dynamo.exc.Unsupported):
+        return e
+    if cls not in _TORCH_UNSUPPORTED:
+        _TORCH_UNSUPPORTED[cls] = type(cls.__name__, (cls, torch._dynamo.exc.Unsupported), {"__module__": cls.__module__})
+    mapped = BaseException.__new__(_TORCH_UNSUPPORTED[cls], *e.args)
+    mapped.__dict__.update(e.__dict__)
+    mapped.msg = str(e)
+    return mapped.with_traceback(e.__traceback__)
 
 
 def tiny_backend(b):
