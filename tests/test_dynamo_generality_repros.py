@@ -96,3 +96,92 @@ def test_an_uncaught_exception_escaping_a_generator_is_eagers_or_unsupported_und
     tinydynamo.reset()
     with pytest.raises(tinydynamo.exc.Unsupported, match="Observed exception: StopIteration"):
         tinydynamo.optimize("eager", nopython=True)(send_past_the_end)(t)
+
+
+# ---- list subclasses with Python methods: a list's items, the subclass's methods ---------------------------
+class Pipeline(list):
+    def __call__(self, x):
+        for step in self:
+            x = step(x)
+        return x
+
+    def length_times_10(self):
+        return len(self) * 10
+
+    def append_twice(self, x):
+        self.extend([x, x])
+
+
+class NoClear(Pipeline):
+    def clear(self):  # overrides list.clear: the override runs
+        pass
+
+
+def build_a_pipeline(a, b):
+    p = Pipeline([torch.relu])
+    p.append(torch.sigmoid)
+    p.extend([torch.tanh])
+    p.pop(0)
+    n = p.length_times_10()
+    return p(a) + b + n + len(type(p).__name__) + isinstance(p, list)
+
+
+def test_a_list_subclass_made_in_the_frame():
+    assert compare(build_a_pipeline, torch.randn(4), torch.randn(4)) == (1, 1)
+
+
+def grow_and_return(a, b):
+    l1 = Pipeline([a + 1])
+    l2 = Pipeline([b + 2])
+    l1.extend(l2)
+    return l1
+
+
+def test_a_list_subclass_returned_keeps_its_type_and_items():
+    a, b = torch.randn(3), torch.randn(3)
+    tinydynamo.reset()
+    cnt = CompileCounter()
+    out = tinydynamo.optimize(cnt, nopython=True)(grow_and_return)(a, b)
+    assert type(out) is Pipeline and out.length_times_10() == 20 and cnt.frame_count == 1
+    torch.testing.assert_close(list(out), [a + 1, b + 2])
+
+
+def mutate_inputs(a, b):
+    a.extend(b)
+    a.append_twice(b[2] + 1)
+    a.clear()  # NoClear: nothing
+    a.append(b[3] + 2)
+    return b, len(a)
+
+
+def test_list_subclass_arguments_are_mutated_as_in_eager_through_aliases():
+    x, y = torch.randn(3), torch.randn(3)
+    tinydynamo.reset()
+    cnt = CompileCounter()
+    g = tinydynamo.optimize(cnt, nopython=True)(mutate_inputs)
+    got = NoClear([x, y])
+    want = NoClear([x, y])
+    out, n = g(got, got)
+    out_eager, n_eager = mutate_inputs(want, want)
+    assert out is got and type(got) is NoClear and n == n_eager == 7 and len(got) == len(want) == 7
+    assert got[0] is x and got[3] is y and got[5] is got[4]
+    torch.testing.assert_close(list(got), list(want))
+    assert cnt.frame_count == 1
+    # other lengths: a recompile (a length guard); b[2] out of range raises eager's IndexError
+    with pytest.raises(IndexError):
+        tinydynamo.optimize("eager")(mutate_inputs)(NoClear([x]), NoClear([y]))
+
+
+class Counted(list):
+    def __len__(self):  # changes the list protocol: not modelled as a list (the frame runs another way)
+        return 42
+
+
+def len_of(x, l):
+    return x + len(l)
+
+
+def test_a_list_subclass_that_changes_the_protocol_is_not_modelled_as_a_list():
+    x = torch.randn(2)
+    tinydynamo.reset()
+    torch.testing.assert_close(tinydynamo.optimize("eager")(len_of)(x, Counted([1])), x + 42)
