@@ -185,3 +185,14 @@ def test_a_list_subclass_that_changes_the_protocol_is_not_modelled_as_a_list():
     x = torch.randn(2)
     tinydynamo.reset()
     torch.testing.assert_close(tinydynamo.optimize("eager")(len_of)(x, Counted([1])), x + 42)
+
+
+def foreach_pow(**kwargs):
+    return torch._foreach_pow(**kwargs)
+
+
+def test_a_keyword_argument_named_self_reaches_the_compiled_function():
+    t = [torch.rand(2, 2)]
+    tinydynamo.reset()
+    got = tinydynamo.optimize("eager", nopython=True)(foreach_pow)(self=t, exponent=2.0)
+    torch.testing.assert_close(got, foreach_pow(self=t, exponent=2.0))

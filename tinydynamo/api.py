@@ -46,7 +46,7 @@ class RunOnlyFunction:
     def __init__(self, compiled):
         self._compiled = compiled
 
-    def __call__(self, *args, **kwargs):
+    def __call__(self, /, *args, **kwargs):
         c = self._compiled
         L = c._bind(args, kwargs)
         for entry in get_cache(c._code).entries:  # any backend: only cached code runs

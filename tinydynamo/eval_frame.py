@@ -184,7 +184,7 @@ class OptimizedFunction:
             L["___closure"] = closure
         return L
 
-    def __call__(self, *args, **kwargs):
+    def __call__(self, /, *args, **kwargs):  # (a keyword argument may be named self)
         return self._call(args, kwargs, None)
 
     def call_with_closure(self, closure: tuple, *args):
@@ -374,7 +374,7 @@ class OptimizedModule(nn.Module):
         """The original module's truth value (an empty ModuleList is false, compiled or not)."""
         return bool(self._orig_mod)
 
-    def __call__(self, *args, **kwargs):
+    def __call__(self, /, *args, **kwargs):
         # the wrapper adds nothing around forward: hooks (global ones too) run once, on the
         # original module, as ``m(*args)`` would run them
         if self._forward_hooks or self._forward_pre_hooks:
