@@ -196,3 +196,32 @@ def test_a_keyword_argument_named_self_reaches_the_compiled_function():
     tinydynamo.reset()
     got = tinydynamo.optimize("eager", nopython=True)(foreach_pow)(self=t, exponent=2.0)
     torch.testing.assert_close(got, foreach_pow(self=t, exponent=2.0))
+
+
+def _add_two(x):
+    return x + 2
+
+
+def test_disable_non_recursive_skips_only_the_frame_itself():
+    """``torch._dynamo.disable(f, recursive=False)``: f runs natively, the function it calls is compiled."""
+    log = []
+
+    @torch._dynamo.disable(recursive=False)
+    def f(x):
+        log.append("f ran")  # a side effect tinydynamo would otherwise replay: f itself is not traced
+        return _add_two(x)
+
+    tinydynamo.reset()
+    cnt = CompileCounter()
+    x = torch.randn(3)
+    torch.testing.assert_close(tinydynamo.optimize(cnt)(f)(x), x + 2)
+    assert (cnt.frame_count, cnt.op_count, log) == (1, 1, ["f ran"])
+
+    @torch._dynamo.disable
+    def g(x):
+        return _add_two(x)
+
+    tinydynamo.reset()
+    cnt = CompileCounter()
+    torch.testing.assert_close(tinydynamo.optimize(cnt)(g)(x), x + 2)
+    assert cnt.frame_count == 0  # recursive (the default): nothing below is compiled either
