@@ -225,3 +225,38 @@ def test_disable_non_recursive_skips_only_the_frame_itself():
     cnt = CompileCounter()
     torch.testing.assert_close(tinydynamo.optimize(cnt)(g)(x), x + 2)
     assert cnt.frame_count == 0  # recursive (the default): nothing below is compiled either
+
+
+# ---- a loop over a dict that sets values of keys it has (legal in Python: the loop reads them live) ------
+def rescale_in_place(x, d):
+    for k, v in d.items():
+        d[k] = v * 2
+        if k == "a":
+            d["b"] = d["b"] + 100  # read by the loop when it gets to "b"
+    total = x
+    for v in d.values():
+        total = total + v
+    for k in d:
+        d[k] = d[k] - 1
+    return total
+
+
+def grow_while_iterating(x, d):
+    for k in d:
+        d[k + "!"] = x  # a new key: Python raises RuntimeError
+    return x
+
+
+def test_a_loop_over_a_dict_that_sets_its_values():
+    x = torch.randn(3)
+    d_eager = {"a": torch.ones(3), "b": torch.zeros(3)}
+    d_tiny = {k: v.clone() for k, v in d_eager.items()}
+    tinydynamo.reset()
+    cnt = CompileCounter()
+    got = tinydynamo.optimize(cnt, nopython=True)(rescale_in_place)(x, d_tiny)
+    torch.testing.assert_close(got, rescale_in_place(x, d_eager))
+    torch.testing.assert_close(d_tiny, d_eager)
+    assert cnt.frame_count == 1
+    tinydynamo.reset()
+    with pytest.raises(RuntimeError, match="changed size during iteration"):
+        tinydynamo.optimize("eager")(grow_while_iterating)(x, {"a": x})

@@ -556,7 +556,10 @@ def GET_ITER(tx: T, inst):
             tx.push(it if isinstance(it, ListIteratorVariable) else ListIteratorVariable(it.unpack_var_sequence(tx)))
     else:  # remember a list/dict iterated over: changing it inside the loop is not unrolled
         origin = v if isinstance(v, (ListVariable, DictVariable)) else getattr(v, "dict_var", None)
-        tx.push(ListIteratorVariable(v.unpack_var_sequence(tx), origin))
+        it = ListIteratorVariable(v.unpack_var_sequence(tx), origin)
+        if isinstance(origin, DictVariable) and (v is origin or getattr(v, "kind", None) in ("keys", "values", "items")):
+            it.follow_dict_values(None if v is origin or v.kind == "keys" else v)
+        tx.push(it)
 
 
 OPCODE_HANDLERS["GET_YIELD_FROM_ITER"] = GET_ITER  # `yield from x`: iter(x), a generator stays itself
