@@ -22,6 +22,7 @@ import torch._dynamo.eval_frame
 import torch._dynamo.exc
 import torch._dynamo.test_case
 import torch._dynamo.testing
+import torch._dynamo.utils
 
 import tinydynamo
 import tinydynamo.eval_frame
@@ -42,12 +43,18 @@ _tiny_convert_frame = tinydynamo.eval_frame.convert_frame
 
 def convert_frame(*args, **kwargs):
     """tinydynamo's frame compiler, under the torch settings of :data:`MIRRORED_SETTINGS` as they are now.
-    An Unsupported it raises (fullgraph) is also torch's ``Unsupported`` (:func:`as_torch_unsupported`)."""
+    An Unsupported it raises (fullgraph) is also torch's ``Unsupported`` (:func:`as_torch_unsupported`);
+    torch's ``counters["frames"]`` count the frames tried (``total``) and compiled (``ok``), as torch's do."""
     with tinydynamo.config.patch({name: getattr(torch._dynamo.config, name) for name in MIRRORED_SETTINGS}):
+        frames = torch._dynamo.utils.counters["frames"]  # torch's frame counters: frames tried, frames compiled
+        frames["total"] += 1
         try:
-            return _tiny_convert_frame(*args, **kwargs)
+            entry = _tiny_convert_frame(*args, **kwargs)
         except tinydynamo.exc.Unsupported as e:
             raise as_torch_unsupported(e) from e.__cause__
+        if entry is not None:
+            frames["ok"] += 1
+        return entry
 
 
 _TORCH_UNSUPPORTED: dict[type, type] = {}
