@@ -260,3 +260,30 @@ def test_a_loop_over_a_dict_that_sets_its_values():
     tinydynamo.reset()
     with pytest.raises(RuntimeError, match="changed size during iteration"):
         tinydynamo.optimize("eager")(grow_while_iterating)(x, {"a": x})
+
+
+# ---- a parameter-free module built in the frame and returned: a new one per call, as in eager -----------
+class GELUActivation(torch.nn.Module):
+    def __init__(self, approximate="none"):
+        super().__init__()
+        self.act = torch.nn.functional.gelu
+        self.approximate = approximate
+
+    def forward(self, x):
+        return self.act(x, approximate=self.approximate)
+
+
+def make_activation(x):
+    act = GELUActivation("tanh")
+    return act, act(x) + 1
+
+
+def test_a_module_built_in_the_frame_is_returned_as_a_new_module_each_call():
+    x = torch.randn(4)
+    tinydynamo.reset()
+    cnt = CompileCounter()
+    g = tinydynamo.optimize(cnt, nopython=True)(make_activation)
+    (m1, y1), (m2, _) = g(x), g(x)
+    torch.testing.assert_close(y1, make_activation(x)[1])
+    assert type(m1) is GELUActivation and m1 is not m2 and m1.approximate == "tanh"
+    assert m1.act is torch.nn.functional.gelu and hasattr(m1, "_buffers") and cnt.frame_count == 1

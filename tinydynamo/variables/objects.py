@@ -309,7 +309,10 @@ def _new_module(tx, cls, args, kwargs, constant_args: bool) -> VariableTracker:
         unimplemented(f"building a {cls.__name__} with parameters inside the compiled frame "
                       "(new random weights on every call)", hint="build it in __init__")
     tx.output.side_effects._keepalive.append(module)
-    return NNModuleVariable(module, None)
+    var = NNModuleVariable(module, None)
+    var.construction = (cls, tuple(a.as_python_constant() for a in args),
+                        {k: v.as_python_constant() for k, v in kwargs.items()})  # to rebuild it if returned
+    return var
 
 
 class ObjectSetattrVariable(VariableTracker):
