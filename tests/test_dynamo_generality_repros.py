@@ -287,3 +287,33 @@ def test_a_module_built_in_the_frame_is_returned_as_a_new_module_each_call():
     torch.testing.assert_close(y1, make_activation(x)[1])
     assert type(m1) is GELUActivation and m1 is not m2 and m1.approximate == "tanh"
     assert m1.act is torch.nn.functional.gelu and hasattr(m1, "_buffers") and cnt.frame_count == 1
+
+
+@pytest.mark.parametrize("backend", ["aot_eager", "tininductor"])
+def test_saved_tensor_hooks_run_at_run_time_only(backend):
+    """Compiling (tracing, the backward graph, codegen) saves nothing through the user's pack hooks."""
+    calls = {"pack": 0, "unpack": 0}
+
+    def pack(t):
+        calls["pack"] += 1
+        return t
+
+    def unpack(t):
+        calls["unpack"] += 1
+        return t
+
+    def f(x, y):
+        return x * y
+
+    x, y = torch.ones(4, requires_grad=True), torch.ones(4)
+    tinydynamo.reset()
+    g = tinydynamo.compile(f, backend=backend)
+    counts = []
+    for _ in range(2):  # the first call compiles, the second runs the cached code: the same hook calls
+        calls.update(pack=0, unpack=0)
+        with torch.autograd.graph.saved_tensors_hooks(pack, unpack):
+            out = g(x, y)
+            assert calls["unpack"] == 0
+            out.sum().backward()
+        counts.append(dict(calls))
+    assert counts[0] == counts[1] and counts[0]["pack"] == counts[0]["unpack"] >= 1
