@@ -317,3 +317,20 @@ def test_saved_tensor_hooks_run_at_run_time_only(backend):
             out.sum().backward()
         counts.append(dict(calls))
     assert counts[0] == counts[1] and counts[0]["pack"] == counts[0]["unpack"] >= 1
+
+
+def new_leaf(x):
+    leaf = torch.ones(2, requires_grad=True)
+    return leaf, leaf * 2 + x.sum()
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager", "tininductor"])
+def test_a_new_leaf_that_requires_grad_gets_its_gradient(backend):
+    x = torch.arange(4.0).reshape(2, 2)
+    leaf, out = new_leaf(x)
+    out.sum().backward()
+    tinydynamo.reset()
+    leaf_c, out_c = tinydynamo.compile(new_leaf, backend=backend)(x)
+    out_c.sum().backward()
+    torch.testing.assert_close(leaf_c.grad, leaf.grad)
+    torch.testing.assert_close(out_c, out.detach())
