@@ -334,3 +334,22 @@ def test_a_new_leaf_that_requires_grad_gets_its_gradient(backend):
     out_c.sum().backward()
     torch.testing.assert_close(leaf_c.grad, leaf.grad)
     torch.testing.assert_close(out_c, out.detach())
+
+
+def branch_on_item(x):
+    x = x + 1
+    y = x.item()
+    if y > 2:
+        return x * 2
+    return x * 3
+
+
+def test_a_branch_on_a_captured_item_breaks_the_graph_and_resumes_on_either_side():
+    tinydynamo.reset()
+    cnt = CompileCounter()
+    with tinydynamo.config.patch(capture_scalar_outputs=True):
+        g = tinydynamo.optimize(cnt)(branch_on_item)
+        for v in (3.0, 0.5, 3.0, -1.0):
+            x = torch.tensor([v])
+            torch.testing.assert_close(g(x), branch_on_item(x))
+    assert cnt.frame_count == 3  # x + 1 and the item (one graph), then each side once
