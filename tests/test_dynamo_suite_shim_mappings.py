@@ -35,3 +35,27 @@ def test_frame_counters_and_fullgraph_errors_read_as_torchs(monkeypatch):
         tinydynamo.optimize("eager", nopython=True)(_stop)(x)
     assert dict(torch._dynamo.utils.counters["frames"]) == {"total": 2, "ok": 1}
     torch._dynamo.utils.counters.clear()
+
+
+def _checked(x):
+    b = x.sin()
+    if x.shape[0] != 3:
+        raise ValueError("3 elements")
+    return {"out": x.cos() + b, "n": 3}
+
+
+def _breaks(x):
+    print("", end="")
+    return x + 1
+
+
+def test_export_calls_the_exported_graph_like_the_function():
+    x = torch.randn(3)
+    gm, guards = shim.export(_checked)(x)
+    assert gm(x)["n"] == 3 and guards
+    torch.testing.assert_close(gm(x)["out"], _checked(x)["out"])
+    y = torch.randn(3)
+    torch.testing.assert_close(gm(y)["out"], _checked(y)["out"])  # the same graph, no guard checked
+    assert [n.op for n in gm.graph.nodes].count("placeholder") == 1
+    with pytest.raises(torch._dynamo.exc.Unsupported):
+        shim.export(_breaks)(x)

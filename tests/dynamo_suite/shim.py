@@ -109,6 +109,34 @@ def optimize_assert(backend, *, dynamic=None, **_ignored):
     return tinydynamo.optimize(tiny_backend(backend), nopython=True, dynamic=dynamic)
 
 
+class ExportedFunction:
+    """What ``torch._dynamo.export(f)(*args)`` returns first: called as ``f`` is (the exported graph and the
+    code rebuilding ``f``'s return value, :func:`tinydynamo.export`'s ``call_like_f``), the graph module's
+    attributes otherwise."""
+
+    def __init__(self, gm):
+        self.graph_module = gm
+
+    def __call__(self, *args, **kwargs):
+        return self.graph_module.meta["call_like_f"](*args, **kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self.graph_module, name)
+
+
+def export(f, *extra_args, aten_graph: bool = False, decomposition_table=None, **_ignored):
+    """``torch._dynamo.export`` with tinydynamo's: one graph (a break raises torch's ``Unsupported``)."""
+    def inner(*args, **kwargs):
+        try:
+            gm, guards = tinydynamo.export(f, aten_graph=aten_graph, decomposition_table=decomposition_table)(
+                *args, **kwargs)
+        except tinydynamo.exc.Unsupported as e:
+            raise as_torch_unsupported(e) from e.__cause__
+        return torch._dynamo.eval_frame.ExportResult(ExportedFunction(gm), guards)
+
+    return inner(*extra_args) if extra_args else inner
+
+
 def install() -> None:
     """Rebind the compile entry points (idempotent)."""
     torch.compile = compile
@@ -119,6 +147,7 @@ def install() -> None:
     for module in (torch._dynamo, torch._dynamo.testing, torch._dynamo.test_case):
         module.reset = reset
     torch._dynamo.run = tinydynamo.run
+    torch._dynamo.export = torch._dynamo.eval_frame.export = export
     tinydynamo.eval_frame.convert_frame = convert_frame
     torch.compiler.reset = reset
 
