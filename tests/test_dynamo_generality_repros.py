@@ -2,6 +2,8 @@
 matches eager, and compiles into as many graphs (and ops) as torch.compile does.
 
 PYTEST_DONT_REWRITE: the `assert` statements below must compile as Python compiles them."""
+import itertools
+
 import pytest
 import torch
 
@@ -353,3 +355,29 @@ def test_a_branch_on_a_captured_item_breaks_the_graph_and_resumes_on_either_side
             x = torch.tensor([v])
             torch.testing.assert_close(g(x), branch_on_item(x))
     assert cnt.frame_count == 3  # x + 1 and the item (one graph), then each side once
+
+
+# ---- itertools.tee: generators sharing one iterator, each buffering what the others read ahead -----------
+def tee_pairs(x):
+    a, b = itertools.tee(iter([x, x + 1, x + 2]))
+    first = next(a)
+    rest_b = list(b)  # b reads all three (a's buffer keeps two)
+    return first, rest_b, list(a)
+
+
+def test_itertools_tee_in_the_frame():
+    assert compare(tee_pairs, torch.randn(3)) == (1, 1)
+
+
+def deep_tee(t):
+    a, b = itertools.tee(iter(range(2000)))
+    total = sum(a)
+    return t + total + next(b)
+
+
+def test_itertools_tee_with_a_long_buffer():
+    tinydynamo.reset()
+    cnt = CompileCounter()
+    t = torch.randn(2)
+    torch.testing.assert_close(tinydynamo.optimize(cnt, nopython=True)(deep_tee)(t), deep_tee(t))
+    assert cnt.frame_count == 1
