@@ -381,3 +381,49 @@ def test_itertools_tee_with_a_long_buffer():
     t = torch.randn(2)
     torch.testing.assert_close(tinydynamo.optimize(cnt, nopython=True)(deep_tee)(t), deep_tee(t))
     assert cnt.frame_count == 1
+
+
+# ---- a zip over a generator, alive after the graph: rebuilt as zip of its iterators where they are -------
+def _three(t):
+    yield t + 1
+    yield t + 2
+    yield t + 3
+
+
+def zip_returned(t):
+    z = zip(range(3), _three(t))
+    first = next(z)
+    return z, first[1] * 2
+
+
+def zip_and_its_generator(t):
+    g = _three(t)
+    return zip([10, 20, 30], g), g
+
+
+def test_a_zip_over_a_generator_leaves_the_frame_where_it_was():
+    t = torch.randn(2)
+    tinydynamo.reset()
+    cnt = CompileCounter()
+    z, y = tinydynamo.optimize(cnt, nopython=True)(zip_returned)(t)
+    z_e, y_e = zip_returned(t)
+    torch.testing.assert_close(y, y_e)
+    torch.testing.assert_close(list(z), list(z_e))
+    z, g = tinydynamo.optimize(cnt, nopython=True)(zip_and_its_generator)(t)
+    z_e, g_e = zip_and_its_generator(t)
+    torch.testing.assert_close((next(g), list(z)), (next(g_e), list(z_e)))  # one generator, shared as in eager
+    assert cnt.frame_count == 2
+
+
+def same_iterators_twice(t):
+    g = _three(t)
+    it = iter([t, t * 2])
+    return g, g, it, it
+
+
+def test_an_iterator_held_twice_leaves_the_frame_as_one_object():
+    t = torch.randn(2)
+    tinydynamo.reset()
+    g1, g2, i1, i2 = tinydynamo.optimize("eager", nopython=True)(same_iterators_twice)(t)
+    assert g1 is g2 and i1 is i2
+    torch.testing.assert_close([next(g1), next(g2), next(i1), next(i2)], [t + 1, t + 2, t, t * 2])

@@ -300,7 +300,11 @@ class ListIteratorVariable(VariableTracker):
         self.items, self.index, self.origin = list(rest), len(rest), None
         return rest
 
-    def reconstruct(self, codegen) -> str:
+    def reconstruct(self, codegen) -> str:  # one iterator, however many places hold it
+        return codegen.shared(self, lambda: self.iter_expr(codegen))
+
+    def iter_expr(self, codegen) -> str:
+        """A new iterator over the remaining items."""
         return f"iter([{', '.join(v.reconstruct(codegen) for v in self._remaining())}])"
 
     def call_method(self, tx, name, args, kwargs):
