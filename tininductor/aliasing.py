@@ -180,11 +180,16 @@ def _run_on_fakes(fn, fakes: list, mode: FakeTensorMode, checker: "_InPlaceCheck
             saved_versions.setdefault(_storage(t), set()).add(t._version)
         return t
 
+    # (a compiling frame turns the user's saved-tensor hooks off, as TorchDynamo does: this one must run)
+    set_tracing = getattr(torch._C._autograd, "_saved_tensors_hooks_set_tracing", None)
+    prior = set_tracing(False) if set_tracing is not None else None
     try:
         with mode, checker, torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
             out = fn(*fakes)
     finally:
         torch._C._set_grad_enabled(grad_mode)  # the graph may end in another mode (tinydynamo restores it)
+        if set_tracing is not None:
+            set_tracing(prior)
     return out, saved, saved_versions
 
 

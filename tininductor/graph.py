@@ -386,6 +386,13 @@ class GraphLowering(torch.fx.Interpreter):
                 else:
                     results.append(t)
             return tuple(results)
+        if out is None and self.current_node is not None and not self.current_node.users:
+            # an op run for its effect alone (``aten._assert_async``: a check that raises): kept as a call
+            # with no output, in graph order (a MultiOutput parent's empty layout)
+            buf = ir.ExternKernel(None, None, kernel, args, kwargs, reason, fn=target)
+            buf.layout = ir.Layout(device, torch.uint8, [0], [1])
+            self.register_buffer(buf)
+            return None
         raise LoweringDeclined(f"{target} returned {type(out).__name__}")
 
     def _shape_env(self):

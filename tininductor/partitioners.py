@@ -94,9 +94,11 @@ def _ancestors(outputs, stop: set[fx.Node]) -> set[fx.Node]:
     return seen
 
 
-def extract_graph(joint_gm: fx.GraphModule, inputs: list[fx.Node], outputs: list) -> fx.GraphModule:
-    """Copy the part of the joint graph that computes ``outputs`` from ``inputs`` into a new module."""
-    needed = _ancestors(outputs, set(inputs))
+def extract_graph(joint_gm: fx.GraphModule, inputs: list[fx.Node], outputs: list,
+                  effects: list[fx.Node] = ()) -> fx.GraphModule:
+    """Copy the part of the joint graph that computes ``outputs`` from ``inputs`` into a new module,
+    with the ops in ``effects`` (run for their effect: ``aten._assert_async``) and what they read."""
+    needed = _ancestors([*outputs, *effects], set(inputs))
     graph = fx.Graph()
     env: dict[fx.Node, fx.Node] = {}
     for node in inputs:
@@ -118,7 +120,10 @@ def partition_with_saved(joint: JointGraph, saved: list[fx.Node]) -> Partition:
     roles = _roles(joint)
     order = {n: i for i, n in enumerate(joint.gm.graph.nodes)}
     saved = sorted(set(saved), key=order.__getitem__)
-    fw = extract_graph(joint.gm, roles.primals, roles.fw_outputs + saved)
+    # ops with an effect and no result (a check that raises) run in the forward, as in eager
+    effects = [n for n in joint.gm.graph.nodes if n.op == "call_function" and not n.users and n.is_impure()
+               and n not in roles.tangent_dependent]
+    fw = extract_graph(joint.gm, roles.primals, roles.fw_outputs + saved, effects)
     bw = extract_graph(joint.gm, saved + roles.tangents, roles.grad_outputs)
     return Partition(fw, bw, [n.name for n in saved], sum(nbytes(n) for n in saved))
 

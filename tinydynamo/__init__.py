@@ -27,7 +27,8 @@ LAYERS = (
     ("variables.nn_module", "variables.module_hooks"),  # nn.Modules, their forward inlined between hooks
     ("variables.numpy",),        # NumPy arrays as tensor nodes, NumPy calls as torch._numpy ops
     ("variables.autograd_function", "variables.torch_function"),  # autograd.Function, __torch_function__
-    ("variables.tensor", "variables.torch", "variables.user_defined", "variables.dicts", "variables.exceptions",
+    ("variables.tensor", "variables.torch", "variables.user_defined", "variables.list_subclass", "variables.dicts",
+     "variables.exceptions",
      "trace_rules"),
     ("variables.lists", "variables.ctx_manager"),  # sequences and iterators; grad-mode context managers
     ("variables.functions", "variables.sym_node", "variables.autocast", "variables.misc_ctx"),

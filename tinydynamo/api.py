@@ -46,7 +46,7 @@ class RunOnlyFunction:
     def __init__(self, compiled):
         self._compiled = compiled
 
-    def __call__(self, *args, **kwargs):
+    def __call__(self, /, *args, **kwargs):
         c = self._compiled
         L = c._bind(args, kwargs)
         for entry in get_cache(c._code).entries:  # any backend: only cached code runs
@@ -69,7 +69,8 @@ def export(f: Callable, *extra_args, aten_graph: bool = False, decomposition_tab
            **extra_kwargs):
     """``export(f)(*args)`` -> ExportResult(graph_module, guards): the whole of ``f`` as ONE graph (any
     graph break raises Unsupported, as fullgraph does). The graph's placeholders are the frame's inputs
-    (arguments, then lifted parameters/buffers), in the order ``graph_module.meta['input_sources']`` names.
+    (arguments, then lifted parameters/buffers), in the order ``graph_module.meta['input_sources']`` names;
+    ``graph_module.meta['call_like_f']`` calls it as ``f`` is called and returns what ``f`` returns.
 
     ``aten_graph=True`` (torch._dynamo.export's flag): the captured graph is traced once more with
     ``make_fx`` on fake copies of the inputs, so its nodes are ATen ops (``aten.mm.default``...), further
@@ -99,6 +100,9 @@ def export(f: Callable, *extra_args, aten_graph: bool = False, decomposition_tab
         if aten_graph:
             gm = _aten_graph(gm, captured.get("inputs", []), decomposition_table)
         gm.meta["input_sources"] = sources
+        # f's calling convention: arguments as f takes them, f's return value rebuilt from the graph's outputs
+        # (the guards are not checked: an exported graph is reused as it is)
+        gm.meta["call_like_f"] = lambda *a, **k: entry.run(wrapper._bind(a, k), wrapper._globals)
         return ExportResult(gm, list(entry.check_fn.guards))
 
     if extra_args or extra_kwargs:  # the old spelling export(f, *args)

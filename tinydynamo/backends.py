@@ -86,12 +86,18 @@ _strict: list[bool] = []
 
 @contextlib.contextmanager
 def compiling_frame(strict: bool) -> Iterator[None]:
-    """While a frame compiles (tinydynamo.convert_frame): ``strict`` says whether it asked for errors."""
+    """While a frame compiles (tinydynamo.convert_frame): ``strict`` says whether it asked for errors.
+    The user's saved-tensor hooks (``torch.autograd.graph.saved_tensors_hooks``) do not run on the values
+    the trace and the backend save: only the compiled code's saves at run time reach them, as in eager."""
     _strict.append(strict)
+    set_tracing = getattr(torch._C._autograd, "_saved_tensors_hooks_set_tracing", None)
+    prior = set_tracing(True) if set_tracing is not None else None
     try:
         yield
     finally:
         _strict.pop()
+        if set_tracing is not None:
+            set_tracing(prior)
 
 
 def errors_must_raise() -> bool:

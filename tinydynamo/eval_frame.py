@@ -29,7 +29,7 @@ from torch.utils._python_dispatch import any_torch_dispatch_mode_on_stack
 
 from tinydynamo import config, distributed, symbolic_shapes, trace_rules
 from tinydynamo.backends import lookup_backend, lookup_backend_with_options
-from tinydynamo.convert_frame import convert_frame, counters
+from tinydynamo.convert_frame import _eager_code_compiling_callees, convert_frame, counters
 from tinydynamo.output_graph import CompiledFrame
 from tinydynamo.registry import swap
 from tinydynamo.variables.functions import is_library_function, is_torch_internal
@@ -184,7 +184,7 @@ class OptimizedFunction:
             L["___closure"] = closure
         return L
 
-    def __call__(self, *args, **kwargs):
+    def __call__(self, /, *args, **kwargs):  # (a keyword argument may be named self)
         return self._call(args, kwargs, None)
 
     def call_with_closure(self, closure: tuple, *args):
@@ -196,6 +196,13 @@ class OptimizedFunction:
         eager = self._orig_fn if closure is None else \
             types.FunctionType(self._code, self._globals, self._code.co_name, None, closure)
         if config.disable or trace_rules.is_disabled(self._orig_fn):  # TINY_DISABLE=1 / disable(fn)
+            own_frame_only = None if config.disable else _nonrecursive_disabled(self._orig_fn)
+            if own_frame_only is not None:
+                _current_backend.append(self._backend)  # the backend its callees get
+                try:
+                    return own_frame_only(*args, **kwargs)
+                finally:
+                    _current_backend.pop()
             return eager(*args, **kwargs)
         if _dispatch_stack_len() and any_torch_dispatch_mode_on_stack():
             return eager(*args, **kwargs)  # a user's TorchDispatchMode is active: it sees eager's ops, as in TorchDynamo
@@ -246,6 +253,24 @@ class OptimizedFunction:
 
 
 _resume_wrappers: dict = {}
+_own_frame_only_codes: dict = {}
+
+
+def _nonrecursive_disabled(fn: Any) -> Callable | None:
+    """``torch._dynamo.disable(f, recursive=False)``: ``f``'s own frame runs natively, but the functions
+    and modules it calls are compiled (tinydynamo.skip_frame), as TorchDynamo skips only that frame.
+    None for any other function."""
+    orig = getattr(fn, "_torchdynamo_orig_callable", None)
+    if getattr(fn, "_torchdynamo_disable_recursive", True) is not False or not isinstance(orig, types.FunctionType):
+        return None
+    if orig.__code__ not in _own_frame_only_codes:
+        _own_frame_only_codes[orig.__code__] = _eager_code_compiling_callees(orig.__code__, wrap_for_resume)
+    code = _own_frame_only_codes[orig.__code__]
+    if code is None:
+        return orig
+    own = types.FunctionType(code, orig.__globals__, orig.__name__, orig.__defaults__, orig.__closure__)
+    own.__kwdefaults__ = orig.__kwdefaults__
+    return own
 
 
 def wrap_for_resume(fn: Any, backend: Any) -> Any:
@@ -374,7 +399,7 @@ class OptimizedModule(nn.Module):
         """The original module's truth value (an empty ModuleList is false, compiled or not)."""
         return bool(self._orig_mod)
 
-    def __call__(self, *args, **kwargs):
+    def __call__(self, /, *args, **kwargs):
         # the wrapper adds nothing around forward: hooks (global ones too) run once, on the
         # original module, as ``m(*args)`` would run them
         if self._forward_hooks or self._forward_pre_hooks:

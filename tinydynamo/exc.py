@@ -44,7 +44,7 @@ class ObservedException(Unsupported):
     (the translator follows the code's exception table, as CPython would); uncaught, it is Unsupported."""
 
     def __init__(self, exc_type: type, message: str = ""):
-        super().__init__(f"{exc_type.__name__} raised in traced code: {message}")
+        super().__init__(f"Observed exception: {exc_type.__name__} raised in traced code: {message}")
         self.exc_type = exc_type
         self.message = message
 

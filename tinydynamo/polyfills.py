@@ -109,6 +109,26 @@ def zip_longest(*iterables, fillvalue=None):
         yield tuple(s[i] if i < len(s) else fillvalue for s in seqs)
 
 
+def tee(iterable, n=2):
+    """``itertools.tee``: ``n`` generators over one iterator, each with a buffer of the values the others
+    have read ahead; the iterator advances only when a generator needs its next value, as tee's does."""
+    it = iter(iterable)
+    buffers = [[] for _ in range(n)]
+
+    def gen(mine):
+        while True:
+            if not mine:
+                try:
+                    value = next(it)
+                except StopIteration:
+                    return
+                for b in buffers:
+                    b.append(value)
+            yield mine.pop(0)
+
+    return tuple([gen(b) for b in buffers])
+
+
 def sorted_(iterable, /, *, key=None, reverse=False):
     items = list(iterable)
     keys = items if key is None else [key(x) for x in items]
@@ -253,6 +273,7 @@ FUNCTION_POLYFILLS = {
     functools.wraps: wraps,
     functools.reduce: reduce,
     itertools.chain.from_iterable: chain_from_iterable,
+    itertools.tee: tee,
     copy.copy: copy_copy,
     copy.deepcopy: deepcopy_,
     dict.fromkeys: dict_fromkeys,

@@ -18,6 +18,7 @@ import importlib
 import inspect
 import linecache
 import operator
+import sys
 import types
 from typing import Any, Callable, Iterator
 
@@ -555,7 +556,10 @@ def GET_ITER(tx: T, inst):
             tx.push(it if isinstance(it, ListIteratorVariable) else ListIteratorVariable(it.unpack_var_sequence(tx)))
     else:  # remember a list/dict iterated over: changing it inside the loop is not unrolled
         origin = v if isinstance(v, (ListVariable, DictVariable)) else getattr(v, "dict_var", None)
-        tx.push(ListIteratorVariable(v.unpack_var_sequence(tx), origin))
+        it = ListIteratorVariable(v.unpack_var_sequence(tx), origin)
+        if isinstance(origin, DictVariable) and (v is origin or getattr(v, "kind", None) in ("keys", "values", "items")):
+            it.follow_dict_values(None if v is origin or v.kind == "keys" else v)
+        tx.push(it)
 
 
 OPCODE_HANDLERS["GET_YIELD_FROM_ITER"] = GET_ITER  # `yield from x`: iter(x), a generator stays itself
@@ -606,8 +610,29 @@ def JUMP_FORWARD(tx: T, inst): tx.ip = inst.target
 OPCODE_HANDLERS["JUMP_BACKWARD"] = JUMP_FORWARD
 
 
+def assert_message(tx: T) -> str | None:
+    """The message of an ``assert`` whose failing path starts at the next instruction (``assert x`` or
+    ``assert x, "text"``: LOAD_ASSERTION_ERROR [LOAD_CONST str, CALL] RAISE_VARARGS), else None: an
+    assert with a computed message (an f-string, a tensor) is left to the normal jump."""
+    names = [i.opname for i in tx.instructions[tx.ip:tx.ip + 4]]
+    if names[:2] == ["LOAD_ASSERTION_ERROR", "RAISE_VARARGS"]:
+        return "assertion error"
+    message = tx.instructions[tx.ip + 1].argval if len(names) > 1 else None
+    if names == ["LOAD_ASSERTION_ERROR", "LOAD_CONST", "CALL", "RAISE_VARARGS"] and isinstance(message, str):
+        return message
+    return None
+
+
 @_handler
-def POP_JUMP_IF_TRUE(tx: T, inst): tx.jump_if(inst, tx.pop().truth(tx))
+def POP_JUMP_IF_TRUE(tx: T, inst):
+    value = tx.pop()
+    if isinstance(value, TensorVariable) and sys.flags.optimize == 0:  # `assert <tensor>[, "msg"]`
+        message = assert_message(tx)
+        if message is not None:  # checked when the graph runs, as TorchDynamo rewrites it
+            tx.output.create_node("call_function", torch._assert_async, [value, ConstantVariable(message)], {}, keep=True)
+            tx.ip = inst.target
+            return
+    tx.jump_if(inst, value.truth(tx))
 
 
 @_handler

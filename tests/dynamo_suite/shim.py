@@ -19,11 +19,14 @@ from __future__ import annotations
 import torch
 import torch._dynamo
 import torch._dynamo.eval_frame
+import torch._dynamo.exc
 import torch._dynamo.test_case
 import torch._dynamo.testing
+import torch._dynamo.utils
 
 import tinydynamo
 import tinydynamo.eval_frame
+import tinydynamo.exc
 
 #: torch backend name -> tinydynamo backend name
 BACKENDS = {"eager": "eager", "aot_eager": "aot_eager", "inductor": "eager",
@@ -39,9 +42,37 @@ _tiny_convert_frame = tinydynamo.eval_frame.convert_frame
 
 
 def convert_frame(*args, **kwargs):
-    """tinydynamo's frame compiler, under the torch settings of :data:`MIRRORED_SETTINGS` as they are now."""
+    """tinydynamo's frame compiler, under the torch settings of :data:`MIRRORED_SETTINGS` as they are now.
+    An Unsupported it raises (fullgraph) is also torch's ``Unsupported`` (:func:`as_torch_unsupported`);
+    torch's ``counters["frames"]`` count the frames tried (``total``) and compiled (``ok``), as torch's do."""
     with tinydynamo.config.patch({name: getattr(torch._dynamo.config, name) for name in MIRRORED_SETTINGS}):
-        return _tiny_convert_frame(*args, **kwargs)
+        frames = torch._dynamo.utils.counters["frames"]  # torch's frame counters: frames tried, frames compiled
+        frames["total"] += 1
+        try:
+            entry = _tiny_convert_frame(*args, **kwargs)
+        except tinydynamo.exc.Unsupported as e:
+            raise as_torch_unsupported(e) from e.__cause__
+        if entry is not None:
+            frames["ok"] += 1
+        return entry
+
+
+_TORCH_UNSUPPORTED: dict[type, type] = {}
+
+
+def as_torch_unsupported(e: "tinydynamo.exc.Unsupported") -> BaseException:
+    """``e`` as an instance of a class deriving from both its own class and ``torch._dynamo.exc.Unsupported``:
+    the tests' ``assertRaises(Unsupported)`` name torch's class for the same meaning (a construct the
+    compiler cannot capture, raised under fullgraph). Same message, attributes and traceback."""
+    cls = type(e)
+    if isinstance(e, torch._dynamo.exc.Unsupported):
+        return e
+    if cls not in _TORCH_UNSUPPORTED:
+        _TORCH_UNSUPPORTED[cls] = type(cls.__name__, (cls, torch._dynamo.exc.Unsupported), {"__module__": cls.__module__})
+    mapped = BaseException.__new__(_TORCH_UNSUPPORTED[cls], *e.args)
+    mapped.__dict__.update(e.__dict__)
+    mapped.msg = str(e)
+    return mapped.with_traceback(e.__traceback__)
 
 
 def tiny_backend(b):
@@ -78,6 +109,34 @@ def optimize_assert(backend, *, dynamic=None, **_ignored):
     return tinydynamo.optimize(tiny_backend(backend), nopython=True, dynamic=dynamic)
 
 
+class ExportedFunction:
+    """What ``torch._dynamo.export(f)(*args)`` returns first: called as ``f`` is (the exported graph and the
+    code rebuilding ``f``'s return value, :func:`tinydynamo.export`'s ``call_like_f``), the graph module's
+    attributes otherwise."""
+
+    def __init__(self, gm):
+        self.graph_module = gm
+
+    def __call__(self, *args, **kwargs):
+        return self.graph_module.meta["call_like_f"](*args, **kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self.graph_module, name)
+
+
+def export(f, *extra_args, aten_graph: bool = False, decomposition_table=None, **_ignored):
+    """``torch._dynamo.export`` with tinydynamo's: one graph (a break raises torch's ``Unsupported``)."""
+    def inner(*args, **kwargs):
+        try:
+            gm, guards = tinydynamo.export(f, aten_graph=aten_graph, decomposition_table=decomposition_table)(
+                *args, **kwargs)
+        except tinydynamo.exc.Unsupported as e:
+            raise as_torch_unsupported(e) from e.__cause__
+        return torch._dynamo.eval_frame.ExportResult(ExportedFunction(gm), guards)
+
+    return inner(*extra_args) if extra_args else inner
+
+
 def install() -> None:
     """Rebind the compile entry points (idempotent)."""
     torch.compile = compile
@@ -88,6 +147,7 @@ def install() -> None:
     for module in (torch._dynamo, torch._dynamo.testing, torch._dynamo.test_case):
         module.reset = reset
     torch._dynamo.run = tinydynamo.run
+    torch._dynamo.export = torch._dynamo.eval_frame.export = export
     tinydynamo.eval_frame.convert_frame = convert_frame
     torch.compiler.reset = reset
 

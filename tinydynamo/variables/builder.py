@@ -55,6 +55,7 @@ from tinydynamo.variables.iter import (
     PureFunctionVariable,
     SetVariable,
 )
+from tinydynamo.variables.list_subclass import ListSubclassVariable, is_traceable_list_subclass
 from tinydynamo.variables.lists import ListIteratorVariable, ListVariable, SizeVariable, TupleVariable
 from tinydynamo.variables.misc import EnvironVariable, PythonModuleVariable
 from tinydynamo.variables.nn_module import NNModuleVariable
@@ -112,12 +113,22 @@ class VariableBuilder:
             else:
                 self.guard("CONSTANT_MATCH", value)
             return ConstantVariable(value, src)
+        if is_traceable_list_subclass(type(value)) and src is not None and self.tx is not None:
+            return self.tx.output.side_effects.track_object_existing(value, src, lambda: self._wrap_list_subclass(value))
         if type(value) in (list, dict, collections.OrderedDict, collections.defaultdict, set) and src is not None \
                 and self.tx is not None:
             # a mutable container from outside: one tracker per real object, so mutations made in the
             # frame are seen by every later read (and replayed after the graph: tinydynamo.side_effects)
             return self.tx.output.side_effects.track_object_existing(value, src, lambda: self._wrap_container(value))
         return self._wrap_container(value)
+
+    def _wrap_list_subclass(self, value: list) -> VariableTracker:
+        """A list subclass from outside (tinydynamo.variables.list_subclass): its type and length guarded,
+        each item through its own source."""
+        self.guard("TYPE_MATCH", type(value))
+        self.guard("LENGTH", len(value))
+        items = [VariableBuilder(self.tx, GetItemSource(self.source, i)).wrap(v) for i, v in enumerate(value)]
+        return ListSubclassVariable(items, type(value), value, self.source)
 
     def _wrap_container(self, value: Any) -> VariableTracker:
         """Everything that is not a tensor, a constant or an nn.Module: the first of these wrappers

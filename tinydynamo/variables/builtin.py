@@ -54,6 +54,8 @@ SCALAR_ARITHMETIC = {
     operator.iadd: operator.add, operator.isub: operator.sub, operator.imul: operator.mul,
     operator.itruediv: operator.truediv, operator.ifloordiv: operator.floordiv, operator.imod: operator.mod,
     operator.ipow: operator.pow,
+    # comparisons: a bool node, whose ``if`` is a data-dependent branch (a graph break resuming on each side)
+    **{f: f for f in (operator.lt, operator.le, operator.gt, operator.ge, operator.eq, operator.ne)},
 }
 #: side effects or values the graph cannot hold
 UNSUPPORTED_BUILTINS = {

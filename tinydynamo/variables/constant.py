@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from tinydynamo.exc import raise_observed, unimplemented
+from tinydynamo.exc import raise_folded, raise_observed, unimplemented
 from tinydynamo.polyfills import constant_object_types, python_number
 from tinydynamo.variables.base import VariableTracker, check_plain_setattr, constructor
 from tinydynamo.variables.misc import GetAttrVariable
@@ -98,6 +98,8 @@ class ConstantVariable(VariableTracker):
     def unpack_var_sequence(self, tx):
         if isinstance(self.value, (range, tuple, str, frozenset, bytes)):
             return [ConstantVariable(v) for v in self.value]
+        if isinstance(self.value, (int, float, complex, type(None))):  # never iterable: eager's TypeError
+            raise_folded(TypeError(f"'{type(self.value).__name__}' object is not iterable"), "iter()")
         unimplemented(f"iterating over {type(self.value).__name__}")
 
     def __repr__(self) -> str:

@@ -245,8 +245,8 @@ class LocalGeneratorObjectVariable(LazyIteratorVariable):
         return super().unpack_var_sequence(tx)
 
     def reconstruct(self, codegen) -> str:
-        self.materialize()
-        return f"(___x for ___x in {ListIteratorVariable.reconstruct(self, codegen)})"
+        self.materialize()  # one generator object, however many places hold it
+        return codegen.shared(self, lambda: f"(___x for ___x in {ListIteratorVariable.iter_expr(self, codegen)})")
 
     def __repr__(self) -> str:
         return f"LocalGeneratorObjectVariable({self.name})"

@@ -317,10 +317,33 @@ def _builtin_set(fn):
     return handler
 
 
+class ZipIteratorVariable(LazyIteratorVariable):
+    """``zip(...)`` over a lazy iterator (a generator, a map...): lazy too, its items made when the loop asks.
+    Alive after the graph, it is rebuilt as ``zip`` of its iterators where they are (each rebuilt as itself:
+    a list's rest, a generator as LocalGeneratorObjectVariable rebuilds one), or as an empty iterator once
+    it has run out."""
+
+    def __init__(self, tx, args: list[VariableTracker]):
+        self.iterators = [a if isinstance(a, ListIteratorVariable) else ListIteratorVariable(a.unpack_var_sequence(tx))
+                          for a in args]
+        self.exhausted = False
+        super().__init__((TupleVariable(list(t)) for t in zip(*[iterate(tx, it) for it in self.iterators])), "zip")
+
+    def next_item(self) -> VariableTracker | None:
+        item = super().next_item()
+        self.exhausted = self.exhausted or item is None
+        return item
+
+    def reconstruct(self, codegen) -> str:
+        if self.exhausted:
+            return "iter(())"
+        return codegen.shared(self, lambda: f"zip({', '.join(it.reconstruct(codegen) for it in self.iterators)})")
+
+
 def _builtin_zip(tx, args, kwargs):
     """``zip`` over a lazy iterator: lazy too (its items are made when the loop asks)."""
     if any(isinstance(a, LazyIteratorVariable) for a in args) and not kwargs:  # generators too
-        return LazyIteratorVariable((TupleVariable(list(t)) for t in zip(*[iterate(tx, a) for a in args])), "zip")
+        return ZipIteratorVariable(tx, list(args))
     return None
 
 

@@ -249,6 +249,9 @@ class ListIteratorVariable(VariableTracker):
         self.index = 0
         self.origin = origin  # the list/dict iterated over, to notice it changing under the loop
         self.origin_version = getattr(origin, "version", 0)
+        # a loop over a dict or a view of it (``follow_dict_values``): its keys when the loop began, and the
+        # values/items view whose values are read live
+        self.origin_keys, self.dict_view = None, None
         self.reverse = reverse  # reversed(list): walks down from the last index at creation
         self.enumerate_start = enumerate_start  # enumerate(list, start): items are (start + i, list[i])
 
@@ -270,10 +273,21 @@ class ListIteratorVariable(VariableTracker):
                     for i in range(self.index, len(live))]
         return live[self.index:]
 
+    def follow_dict_values(self, view: VariableTracker | None) -> "ListIteratorVariable":
+        """Iterating over the dict ``self.origin`` (``view``: its values()/items() view, or None for its
+        keys): setting a value for a key it has does not stop the loop, which reads values live."""
+        self.origin_keys, self.dict_view = list(self.origin.items), view
+        return self
+
     def next_item(self) -> VariableTracker | None:
         if self.origin is not None and self._live_list() is None and \
                 getattr(self.origin, "version", 0) != self.origin_version:
-            unimplemented("a dict changed while a loop iterates over it (Python raises RuntimeError)")
+            if self.origin_keys is None or list(self.origin.items) != self.origin_keys:
+                unimplemented("a dict changed while a loop iterates over it (Python raises RuntimeError)")
+            # only values changed (``d[k] = v`` for a key it has): Python's loop goes on, reading them live
+            self.origin_version = self.origin.version
+            if self.dict_view is not None:
+                self.items = self.dict_view.unpack_var_sequence(None)
         rest = self._remaining()
         if not rest:  # exhausted stays exhausted, whatever the list does later
             self.items, self.index, self.origin = [], 0, None
@@ -286,7 +300,11 @@ class ListIteratorVariable(VariableTracker):
         self.items, self.index, self.origin = list(rest), len(rest), None
         return rest
 
-    def reconstruct(self, codegen) -> str:
+    def reconstruct(self, codegen) -> str:  # one iterator, however many places hold it
+        return codegen.shared(self, lambda: self.iter_expr(codegen))
+
+    def iter_expr(self, codegen) -> str:
+        """A new iterator over the remaining items."""
         return f"iter([{', '.join(v.reconstruct(codegen) for v in self._remaining())}])"
 
     def call_method(self, tx, name, args, kwargs):

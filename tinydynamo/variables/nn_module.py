@@ -187,14 +187,38 @@ class NNModuleVariable(VariableTracker):
             owner = getattr(owner, part)
         return VariableTracker.build(tx, value, source)
 
+    #: ``(cls, args, kwargs)`` of a module built in the frame from constants (objects.py), else None
+    construction = None
+
     def reconstruct(self, codegen) -> str:
+        if self.source is None and self.construction is not None:
+            return codegen.shared(self, lambda: self._reconstruct_construction(codegen))
         if self.source is None:
             unimplemented("returning a module with no source")
         return codegen.source_expr(self.source)
 
+    def _reconstruct_construction(self, codegen) -> str:
+        """A module built in the frame leaves it as a new one, built again by the same call (each call of
+        the frame makes its own, as in eager), if the trace left it as that call makes it."""
+        cls, args, kwargs = self.construction
+        if not _same_state(self.module, cls(*args, **kwargs)):
+            unimplemented(f"returning a {cls.__name__} built in the frame and changed since")
+        parts = [codegen.constant(a, "arg") for a in args] + [f"{k}={codegen.constant(v, 'arg')}" for k, v in kwargs.items()]
+        return f"{codegen.constant(cls, 'cls')}({', '.join(parts)})"
+
     def __repr__(self) -> str:
         return f"NNModuleVariable({type(self.module).__name__}, {self.source})"
 
+
+
+def _same_state(a: nn.Module, b: nn.Module) -> bool:
+    """Two modules with equal ``__dict__`` entries (no tensors: such a module has no parameters or buffers)."""
+    if vars(a).keys() != vars(b).keys():
+        return False
+    try:
+        return all(v is vars(b)[k] or bool(v == vars(b)[k]) for k, v in vars(a).items())
+    except Exception:  # noqa: BLE001 - values that do not compare: not known to be the same
+        return False
 
 
 class SequentialSliceVariable(VariableTracker):

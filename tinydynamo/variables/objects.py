@@ -34,6 +34,7 @@ from tinydynamo.variables.base import VariableTracker, register_construction
 from tinydynamo.variables.constant import ConstantVariable
 from tinydynamo.variables.exceptions import ExceptionVariable, builtin_construction
 from tinydynamo.variables.functions import UserFunctionVariable, UserMethodVariable, bind_arguments
+from tinydynamo.variables.list_subclass import ListSubclassVariable, is_traceable_list_subclass
 from tinydynamo.variables.lists import TupleVariable
 from tinydynamo.variables.misc import GetAttrVariable
 from tinydynamo.variables.nn_module import NNModuleVariable
@@ -282,6 +283,8 @@ def call_class(tx, cls_var: VariableTracker, args: list[VariableTracker], kwargs
         unimplemented(f"creating a {cls.__name__} (a Tensor subclass) in the frame")
     if isinstance(cls, type) and builtin_construction(cls) and not kwargs:  # ValueError("msg"), StopIteration(v)
         return ExceptionVariable.create(cls, args)
+    if is_traceable_list_subclass(cls) and not kwargs and len(args) <= 1:  # list.__init__ takes the items
+        return ListSubclassVariable(list(args[0].unpack_var_sequence(tx)) if args else [], cls)
     if is_plain_python_class(cls):
         if getattr(cls, "__abstractmethods__", None):
             unimplemented(f"{cls.__name__} is abstract (it cannot be instantiated: TypeError)")
@@ -306,7 +309,10 @@ def _new_module(tx, cls, args, kwargs, constant_args: bool) -> VariableTracker:
         unimplemented(f"building a {cls.__name__} with parameters inside the compiled frame "
                       "(new random weights on every call)", hint="build it in __init__")
     tx.output.side_effects._keepalive.append(module)
-    return NNModuleVariable(module, None)
+    var = NNModuleVariable(module, None)
+    var.construction = (cls, tuple(a.as_python_constant() for a in args),
+                        {k: v.as_python_constant() for k, v in kwargs.items()})  # to rebuild it if returned
+    return var
 
 
 class ObjectSetattrVariable(VariableTracker):

@@ -96,7 +96,8 @@ def _tensor_from_numpy(tx, fn, args, kwargs) -> VariableTracker:
 #: ShapeEnv learns the promise at trace time, and the node stays in the graph, which raises as eager
 #: does when the promise is broken
 RUNTIME_CHECKS = frozenset({torch._check, torch._check_is_size, torch._check_index, torch._check_value,
-                            torch._check_type, torch._check_not_implemented})
+                            torch._check_type, torch._check_not_implemented,
+                            torch._assert_async})
 
 
 def _runtime_check(tx, fn, args, kwargs) -> VariableTracker:
@@ -141,6 +142,11 @@ class TorchVariable(VariableTracker):
             return args[0].call_method(tx, fn.__name__, list(args[1:]), kwargs)  # torch.Tensor.view(x, ...)
         if fn is torch.Size:
             return SizeVariable(args[0].unpack_var_sequence(tx) if args else [])
+        grad_kwarg = kwargs.get("requires_grad")
+        if grad_kwarg is not None and grad_kwarg.is_python_constant() and grad_kwarg.as_python_constant() is True:
+            # a new autograd leaf: made natively, so that gradients reach the tensor the frame returns
+            # (inside a graph an AOT backend would make it an intermediate of its own autograd.Function)
+            unimplemented(f"{getattr(fn, '__name__', fn)}(..., requires_grad=True): a new autograd leaf in the frame")
         if fn in RUNTIME_CHECKS and not all(a.is_python_constant() for a in args[:1]):
             return _runtime_check(tx, fn, args, kwargs)
         if fn in NUMPY_TO_TENSOR and args and getattr(args[0], "is_numpy_array", False):
