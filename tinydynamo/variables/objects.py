@@ -32,7 +32,12 @@ from tinydynamo.variables import polyfilled
 from tinydynamo.variables.autograd_function import AutogradFunctionApplyVariable
 from tinydynamo.variables.base import VariableTracker, register_construction
 from tinydynamo.variables.constant import ConstantVariable
-from tinydynamo.variables.exceptions import ExceptionVariable, builtin_construction
+from tinydynamo.variables.exceptions import (
+    BaseExceptionInitVariable,
+    ExceptionVariable,
+    builtin_construction,
+    python_init_exception,
+)
 from tinydynamo.variables.functions import UserFunctionVariable, UserMethodVariable, bind_arguments
 from tinydynamo.variables.lists import TupleVariable
 from tinydynamo.variables.misc import GetAttrVariable
@@ -193,6 +198,8 @@ class SuperVariable(VariableTracker):
             if name not in vars(base):
                 continue
             attr = vars(base)[name]
+            if base is nn.Module and name == "__getattr__" and isinstance(self.obj, NNModuleVariable):
+                return ModuleGetattrVariable(self.obj)  # a custom __getattr__ deferring to nn.Module's
             if isinstance(attr, staticmethod):
                 return UserFunctionVariable(attr.__func__)
             if isinstance(attr, classmethod):
@@ -206,6 +213,8 @@ class SuperVariable(VariableTracker):
                 return UserFunctionVariable(attr.fget).call_function(tx, [self.obj], {})
             if base is object and name in ("__init__", "__init_subclass__"):
                 return ObjectInitVariable()
+            if name == "__init__" and isinstance(self.obj, ExceptionVariable) and issubclass(base, BaseException):
+                return BaseExceptionInitVariable(self.obj)  # Exception.__init__(self, *args): sets args
             if base is object and name == "__setattr__" and not obj_is_class:
                 return ObjectSetattrVariable(self.obj)
 
@@ -218,6 +227,19 @@ class SuperVariable(VariableTracker):
 
     def __repr__(self) -> str:
         return f"SuperVariable({self.cls.__name__}, {self.obj})"
+
+
+class ModuleGetattrVariable(VariableTracker):
+    """``super().__getattr__`` of a module: nn.Module's lookup in its parameter/buffer/submodule tables."""
+
+    def __init__(self, module: NNModuleVariable):
+        super().__init__(None)
+        self.module = module
+
+    def call_function(self, tx, args, kwargs):
+        if len(args) != 1 or kwargs or not args[0].is_python_constant():
+            unimplemented("nn.Module.__getattr__ with a name not known at trace time")
+        return self.module.module_getattr(tx, args[0].as_python_constant())
 
 
 class ObjectInitVariable(VariableTracker):
@@ -282,6 +304,8 @@ def call_class(tx, cls_var: VariableTracker, args: list[VariableTracker], kwargs
         unimplemented(f"creating a {cls.__name__} (a Tensor subclass) in the frame")
     if isinstance(cls, type) and builtin_construction(cls) and not kwargs:  # ValueError("msg"), StopIteration(v)
         return ExceptionVariable.create(cls, args)
+    if python_init_exception(cls):  # an exception class with its own Python __init__
+        return ExceptionVariable.create_user(tx, cls, args, kwargs)
     if is_plain_python_class(cls):
         if getattr(cls, "__abstractmethods__", None):
             unimplemented(f"{cls.__name__} is abstract (it cannot be instantiated: TypeError)")

@@ -38,7 +38,7 @@ from tinydynamo.variables.autocast import make_autocast
 from tinydynamo.variables.constant import ConstantVariable
 from tinydynamo.variables.functions import OpaqueCallVariable, UserFunctionVariable
 from tinydynamo.variables.iter import PartialVariable, PureFunctionVariable
-from tinydynamo.variables.misc_ctx import ContextManagerFunctionVariable
+from tinydynamo.variables.misc_ctx import ContextManagerDecoratorVariable, ContextManagerFunctionVariable
 from tinydynamo.variables.torch_function import DisableTorchFunctionSubclassVariable, default_torch_function_variable
 
 
@@ -159,6 +159,8 @@ def variable_for(value: Any, source) -> Any:
         return default_tf
     if value is polyfills.copy_other:
         return OpaqueCallVariable(value, "copy.copy of an object other than a list, dict, set or tuple")
+    if value is contextlib.contextmanager:
+        return ContextManagerDecoratorVariable()
     if getattr(value, "__code__", None) is _CONTEXTMANAGER_CODE and hasattr(value, "__wrapped__"):
         inner = UserFunctionVariable(value.__wrapped__, AttrSource(source, "__wrapped__") if source else None)
         return ContextManagerFunctionVariable(inner)  # @contextlib.contextmanager: its generator is inlined

@@ -35,7 +35,7 @@ DATA_DEPENDENT_METHODS = {
 }
 #: attributes computed from metadata only (answered at trace time)
 METADATA_ATTRS = ("dtype", "device", "ndim", "is_cuda", "is_cpu", "requires_grad", "layout", "is_sparse", "is_nested", "is_mps",
-                  "is_quantized", "is_meta", "is_floating_point", "is_complex")
+                  "is_quantized", "is_meta")
 #: methods computed from metadata only
 METADATA_METHODS = ("dim", "ndimension", "numel", "nelement", "element_size", "is_contiguous",
                     "is_floating_point", "is_complex", "get_device", "stride", "storage_offset")
@@ -138,6 +138,12 @@ class TensorVariable(VariableTracker):
             return ConstantVariable(tuple(result) if isinstance(result, tuple) else result)
         if name == "type" and not args and not kwargs:
             return ConstantVariable(self.example.type())
+        if name == "new" and args and (isinstance(args[0], SizeVariable) and len(args) == 1 or all(
+                a.is_python_constant() and type(a.as_python_constant()) is int for a in args)):
+            # ``x.new(torch.Size)`` / ``x.new(5, 8)`` give a tensor of that shape, but the graph holds a
+            # Size as a plain tuple, which ``new`` reads as data: ``new_empty`` says the same unambiguously
+            return tx.output.create_node("call_method", "new_empty", [self, TupleVariable(list(
+                args[0].items if isinstance(args[0], SizeVariable) else args))], kwargs)
         return tx.output.create_node("call_method", name, [self, *args], kwargs)
 
     def unpack_var_sequence(self, tx) -> list[VariableTracker]:

@@ -134,7 +134,8 @@ class TorchVariable(VariableTracker):
         if fn in (torch.get_default_dtype, torch.is_floating_point, torch.is_complex, torch.numel) or \
                 getattr(fn, "__name__", "") in ("is_autocast_enabled",):
             try:
-                return ConstantVariable(fn(*[a.as_example() for a in args]))
+                return ConstantVariable(fn(*[a.as_example() for a in args],
+                                           **{k: v.as_example() for k, v in kwargs.items()}))
             except Exception as e:
                 unimplemented(f"{fn.__name__}: {e}")
         if getattr(fn, "__objclass__", None) in (torch._C.TensorBase, torch.Tensor) and args:

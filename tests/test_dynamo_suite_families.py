@@ -1,0 +1,251 @@
+"""Families of constructs met in PyTorch's own dynamo tests (tests/dynamo_suite), each checked against
+eager: tensor metadata methods, builtins over tensors and numbers, exceptions through ``with``
+blocks and context managers, exception classes with their own ``__init__``, modules with a
+custom ``__getattr__``."""
+import contextlib
+import operator
+
+import pytest
+import torch
+
+import tinydynamo
+from tests.dynamo_utils import check_same
+
+
+def compiled(fn, **kw):
+    tinydynamo.reset()
+    return tinydynamo.compile(fn, fullgraph=True, **kw)
+
+
+# ---- tensor methods answered from metadata ------------------------------------------------------------
+def test_tensor_new_with_a_size_makes_that_shape():
+    """``x.new(torch.Size)`` is a tensor of that shape; ``x.new((5, 8))`` (a tuple) is one of that data."""
+
+    def fn(x):
+        y = torch.rand(5, 8)
+        return x.new(y.size()).shape, x.new(y.shape).shape, x.new(2, 3).shape, x.new((5, 8))
+
+    out = compiled(fn)(torch.randn(3))
+    assert out[:3] == (torch.Size([5, 8]), torch.Size([5, 8]), torch.Size([2, 3]))
+    torch.testing.assert_close(out[3], torch.tensor([5.0, 8.0]))
+
+
+def test_is_complex_and_is_floating_point_are_methods():
+    def fn(x):
+        y = x + 1
+        a = y + 1 if y.is_complex() else y - 1
+        return a, y.is_floating_point(), torch.is_floating_point(input=y), torch.is_floating_point(y)
+
+    check_same(fn, (torch.randn(3),), (torch.randn(3, dtype=torch.complex64),), frames=2)
+
+
+# ---- builtins over tensors and numbers -------------------------------------------------------------------
+def test_min_max_of_one_element_tensors_and_numbers():
+    def fn(a, b):
+        c = a + b
+        a, b = a.sum(), b.sum()
+        a = min(max(a, 0), 1)
+        b = max(0, min(1, b))
+        return max(a, b) - min(a, b) + c
+
+    check_same(fn, (torch.randn(4), torch.randn(4)), (torch.full((4,), 5.0), torch.full((4,), -5.0)))
+
+
+@pytest.mark.parametrize("fn", [lambda t: max(t, 0), lambda t: max(0, t), lambda t: min(t, 1.5),
+                                lambda t: min(2, t, 0.5)])
+@pytest.mark.parametrize("value", [float("nan"), 2.0, -1.0, 0.0])
+def test_min_max_pick_what_python_picks(fn, value):
+    """Python keeps the first item unless a later one compares greater/less: NaN and ties included."""
+    t = torch.tensor(value)
+    expected = torch.as_tensor(fn(t), dtype=torch.float32)
+    torch.testing.assert_close(compiled(fn)(t), expected, equal_nan=True)
+
+
+def test_min_max_of_a_many_element_tensor_is_not_traced():
+    """``max(t, 0)`` of a many-element tensor raises in eager (bool of a tensor): not traced as elementwise."""
+    with pytest.raises(tinydynamo.Unsupported):
+        compiled(lambda t: max(t, 0))(torch.randn(3))
+
+
+def test_number_times_list_and_operator_is():
+    def fn(x):
+        return sum(4 * [x]), operator.is_(-10, x), operator.is_not(-10, x), operator.is_(x, x)
+
+    check_same(fn, (torch.randn(3),))
+
+
+# ---- exceptions through `with` blocks --------------------------------------------------------------------
+def test_exception_leaving_a_no_grad_block_is_caught_outside():
+    def fn(x):
+        x = torch.cos(x)
+        try:
+            with torch.no_grad():
+                x = torch.sin(x)
+                raise NotImplementedError("no")
+        except NotImplementedError:
+            x = torch.sigmoid(x)
+        return x, torch.is_grad_enabled()
+
+    x = torch.randn(4, requires_grad=True)
+    out, mode = compiled(fn)(x)
+    ref, ref_mode = fn(x)
+    torch.testing.assert_close(out, ref)
+    assert mode is ref_mode is True and out.requires_grad == ref.requires_grad
+    assert torch.is_grad_enabled()
+
+
+class Suppress:
+    def __init__(self, kind):
+        self.kind = kind
+        self.seen = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, typ, value, tb):
+        self.seen = typ
+        return typ is not None and issubclass(typ, self.kind)
+
+
+def test_user_context_manager_exit_sees_and_suppresses_the_exception():
+    def fn(x):
+        with Suppress(KeyError) as s:
+            x = x + 1
+            raise KeyError("k")
+        try:
+            with Suppress(KeyError):
+                raise ValueError("v")
+        except ValueError:
+            x = x * 3
+        return x, s.seen is KeyError
+
+    check_same(fn, (torch.randn(3),))
+
+
+def test_contextmanager_defined_in_the_frame_translates_the_exception():
+    def fn(x):
+        @contextlib.contextmanager
+        def translate():
+            try:
+                yield
+            except BaseException:
+                raise ValueError  # noqa: B904
+
+        @contextlib.contextmanager
+        def passthrough():
+            try:
+                yield 2
+            finally:
+                pass
+
+        z = x
+        with passthrough() as two:
+            try:
+                with translate():
+                    raise IndexError
+            except ValueError:
+                z = z * two
+            except IndexError:
+                z = z - 100
+        try:
+            with passthrough():
+                raise KeyError("k")
+        except KeyError:
+            z = z + 1
+        return z
+
+    check_same(fn, (torch.randn(3),))
+
+
+def test_contextmanager_that_catches_suppresses():
+    @contextlib.contextmanager
+    def swallow():
+        try:
+            yield
+        except ZeroDivisionError:
+            pass
+
+    def fn(x):
+        with swallow():
+            x = x + 1
+            raise ZeroDivisionError
+        return x * 2
+
+    check_same(fn, (torch.randn(3),))
+
+
+# ---- exception classes with their own __init__ ---------------------------------------------------------
+class WithArgs(Exception):
+    def __init__(self, a, b=None):
+        self.a = a
+        self.b = b
+
+    def total(self):
+        return self.a + self.b
+
+
+class WithMessage(ValueError):
+    def __init__(self, code):
+        super().__init__(f"code {code}", code)
+        self.code = code
+
+
+def test_exception_with_python_init_is_built_in_the_frame():
+    def fn(t):
+        try:
+            raise WithArgs(2, b=t)
+        except ValueError:
+            return t * 0
+        except WithArgs as e:
+            return t * e.a + e.total(), e.args
+
+    check_same(fn, (torch.randn(2),))
+
+
+def test_exception_init_calling_super_sets_args():
+    def fn(t):
+        try:
+            raise WithMessage(7)
+        except ValueError as e:
+            return t + e.code, e.args, str(e)
+
+    t = torch.randn(2)
+    out, args, text = compiled(fn)(t)
+    torch.testing.assert_close(out, t + 7)
+    assert (args, text) == (("code 7", 7), str(WithMessage(7)))
+
+
+def test_exception_made_in_the_frame_escapes_with_its_attributes():
+    def fn(t):
+        return t + 1, WithArgs(3, b=4)
+
+    out, exc = compiled(fn)(torch.ones(2))
+    assert type(exc) is WithArgs and exc.args == (3,) and (exc.a, exc.b) == (3, 4)
+    torch.testing.assert_close(out, torch.full((2,), 2.0))
+
+
+# ---- modules with a custom __getattr__ -----------------------------------------------------------------
+class GetattrModule(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = torch.nn.Parameter(torch.ones(4) * 2)
+
+    def __getattr__(self, name):
+        try:
+            return super().__getattr__(name)
+        except AttributeError:
+            if name == "a_copy":
+                return self.a
+            raise
+
+    def forward(self, x):
+        return x * self.a * self.a_copy, hasattr(self, "missing")
+
+
+def test_module_getattr_deferring_to_nn_module_is_inlined():
+    mod = GetattrModule()
+    x = torch.randn(4)
+    out, missing = compiled(mod)(x)
+    ref, ref_missing = mod(x)
+    torch.testing.assert_close(out, ref)
+    assert missing is ref_missing is False
