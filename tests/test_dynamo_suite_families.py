@@ -249,3 +249,69 @@ def test_module_getattr_deferring_to_nn_module_is_inlined():
     ref, ref_missing = mod(x)
     torch.testing.assert_close(out, ref)
     assert missing is ref_missing is False
+
+
+# ---- user classes with their own __getattr__ / __setattr__ -----------------------------------------------
+class Prefixed:
+    """Stores every attribute under a prefixed name; reads of a missing name look the prefixed one up."""
+
+    def __setattr__(self, key, value):
+        super().__setattr__(f"pfx_{key}", value)
+
+    def __getattr__(self, key):
+        return self.__dict__[f"pfx_{key}"]
+
+
+PROBED = []
+
+
+class Probe:
+    def __init__(self, t):
+        self.t = t
+
+    def __getattr__(self, key):
+        PROBED.append(key)
+        raise AttributeError(key)
+
+
+def _prefixed(**attrs):
+    obj = Prefixed()
+    for k, v in attrs.items():
+        object.__setattr__(obj, k, v)
+    return obj
+
+
+def test_custom_setattr_and_getattr_of_an_outside_object_are_inlined():
+    def fn(obj):
+        obj.y = obj.x + 1
+        obj.z = obj.y * 2  # read back in the frame: the new value
+        return obj.z + obj.x
+
+    for start in ({"pfx_x": torch.ones(3)}, {"pfx_x": torch.ones(3), "pfx_y": torch.zeros(3)}):
+        eager, comp = _prefixed(**start), _prefixed(**start)
+        tinydynamo.reset()
+        out = tinydynamo.compile(fn, fullgraph=True)(comp)
+        torch.testing.assert_close(out, fn(eager))
+        assert eager.__dict__.keys() == comp.__dict__.keys()
+        for k in eager.__dict__:
+            torch.testing.assert_close(comp.__dict__[k], eager.__dict__[k])
+
+
+def test_wrapping_an_object_does_not_call_its_getattr():
+    """Recognising a value (is it a partial? a disabled function?) must not run the user's __getattr__."""
+    PROBED.clear()
+    tinydynamo.reset()
+    tinydynamo.compile(lambda o: o.t + 1, fullgraph=True)(Probe(torch.ones(2)))
+    assert PROBED == []
+
+
+def test_custom_setattr_of_an_object_made_in_the_frame():
+    def fn(x):
+        obj = Prefixed()
+        obj.x = x
+        obj.y = obj.x + 1
+        return obj, obj.__dict__["pfx_y"] * 2
+
+    obj, out = compiled(fn)(torch.ones(2))
+    assert obj.__dict__.keys() == {"pfx_x", "pfx_y"}
+    torch.testing.assert_close(out, torch.full((2,), 4.0))

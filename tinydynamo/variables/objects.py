@@ -28,10 +28,11 @@ from torch import nn
 
 from tinydynamo.exc import unimplemented
 from tinydynamo.source import AttrSource
-from tinydynamo.variables import polyfilled
+from tinydynamo.variables import iter as iter_variables, polyfilled
 from tinydynamo.variables.autograd_function import AutogradFunctionApplyVariable
 from tinydynamo.variables.base import VariableTracker, register_construction
 from tinydynamo.variables.constant import ConstantVariable
+from tinydynamo.variables.dicts import DictVariable
 from tinydynamo.variables.exceptions import (
     BaseExceptionInitVariable,
     ExceptionVariable,
@@ -127,6 +128,8 @@ class NewObjectVariable(UserDefinedObjectVariable):
         return AttrSource(self.cls_source, name) if self.cls_source is not None else None
 
     def var_getattr(self, tx, name: str) -> VariableTracker:
+        if name == "__dict__":
+            return ObjectDictVariable(self)
         attr, _ = lookup_class_attr(self.cls, name)
         if hasattr(type(attr), "__set__") and not isinstance(attr, (types.FunctionType, type)):
             return wrap_class_attr(tx, self, self.cls, attr, name)  # a data descriptor (property) wins
@@ -134,8 +137,6 @@ class NewObjectVariable(UserDefinedObjectVariable):
             return self.items[name]
         if name == "__class__":
             return ConstantVariable(self.cls, self.cls_source)
-        if name == "__dict__":
-            unimplemented("__dict__ of an object created in the frame")
         if attr is not None or any(name in vars(b) for b in self.cls.__mro__):
             return wrap_class_attr(tx, self, self.cls, attr, name, self._class_source(name))
         getattr_fn, _ = lookup_class_attr(self.cls, "__getattr__")
@@ -178,6 +179,29 @@ class NewObjectVariable(UserDefinedObjectVariable):
 
     def __repr__(self) -> str:
         return f"NewObjectVariable({self.cls.__name__})"
+
+
+class ObjectDictVariable(DictVariable):
+    """``obj.__dict__`` of an object made in the frame: a dict whose contents ARE the object's attributes
+    (reads and writes through either are seen by the other, as with the real ``__dict__``)."""
+
+    def __init__(self, obj: NewObjectVariable):
+        VariableTracker.__init__(self, None)
+        self.obj = obj
+
+    @property
+    def items(self) -> dict:
+        return self.obj.items
+
+    @items.setter
+    def items(self, value: dict) -> None:
+        self.obj.items = value
+
+    def reconstruct(self, codegen) -> str:
+        return f"{self.obj.reconstruct(codegen)}.__dict__"
+
+    def __repr__(self) -> str:
+        return f"ObjectDictVariable({self.obj})"
 
 
 class SuperVariable(VariableTracker):
@@ -304,6 +328,8 @@ def call_class(tx, cls_var: VariableTracker, args: list[VariableTracker], kwargs
         unimplemented(f"creating a {cls.__name__} (a Tensor subclass) in the frame")
     if isinstance(cls, type) and builtin_construction(cls) and not kwargs:  # ValueError("msg"), StopIteration(v)
         return ExceptionVariable.create(cls, args)
+    if iter_variables.plain_dict_subclass(cls):  # class Config(OrderedDict): pass
+        return iter_variables.dict_subclass(tx, cls, args, kwargs)
     if python_init_exception(cls):  # an exception class with its own Python __init__
         return ExceptionVariable.create_user(tx, cls, args, kwargs)
     if is_plain_python_class(cls):
@@ -346,7 +372,7 @@ class ObjectSetattrVariable(VariableTracker):
         if len(args) != 3 or kwargs or not args[1].is_python_constant():
             unimplemented("object.__setattr__ with unexpected arguments")
         obj, name, value = args
-        if isinstance(obj, NewObjectVariable):
+        if isinstance(obj, UserDefinedObjectVariable):  # made in the frame, or from outside: the plain store
             obj.store(tx, name.as_python_constant(), value)
         else:
             obj.var_setattr(tx, name.as_python_constant(), value)
