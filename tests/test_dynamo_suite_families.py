@@ -2,8 +2,13 @@
 eager: tensor metadata methods, builtins over tensors and numbers, exceptions through ``with``
 blocks and context managers, exception classes with their own ``__init__``, modules with a
 custom ``__getattr__``."""
+import collections
+import collections.abc
 import contextlib
+import dataclasses
+import itertools
 import operator
+import typing
 
 import pytest
 import torch
@@ -315,3 +320,123 @@ def test_custom_setattr_of_an_object_made_in_the_frame():
     obj, out = compiled(fn)(torch.ones(2))
     assert obj.__dict__.keys() == {"pfx_x", "pfx_y"}
     torch.testing.assert_close(out, torch.full((2,), 4.0))
+
+
+# ---- containers and records ---------------------------------------------------------------------------
+class TensorDict(collections.abc.MutableMapping):
+    def __init__(self):
+        self._dict = {}
+
+    def __getitem__(self, key):
+        return self._dict[key]
+
+    def __setitem__(self, key, value):
+        self._dict[key] = value
+
+    def __delitem__(self, key):
+        del self._dict[key]
+
+    def __iter__(self):
+        return iter(self._dict)
+
+    def __len__(self):
+        return len(self._dict)
+
+
+def test_user_mapping_views_dict_and_star_star():
+    td = TensorDict()
+    td["a"] = torch.ones(4) * 2
+    td["b"] = torch.ones(4) * 3
+
+    def gn(x, a=1, b=1):
+        return x * a - b
+
+    def fn(x):
+        copy = dict(td)
+        total = sum(v.sum() for v in td.values())
+        pairs = [len(k) for k, _ in td.items()]
+        return x * copy["a"], gn(x, **td), total, pairs, "a" in td.keys(), len(td.keys())
+
+    check_same(fn, (torch.randn(4),))
+
+
+class Config(collections.OrderedDict):
+    pass
+
+
+class Plain(dict):
+    tag = 3
+
+
+def test_plain_dict_subclasses_made_in_the_frame_keep_their_class():
+    def fn(x):
+        c = Config(sample=x)
+        p = Plain(b=x + 1)
+        p["c"] = Plain.tag
+        return c, p, c, isinstance(c, Config)
+
+    c, p, c2, is_config = compiled(fn)(torch.ones(2))
+    assert type(c) is Config and type(p) is Plain and c is c2 and is_config
+    assert list(p) == ["b", "c"] and p["c"] == 3
+
+
+def test_made_in_frame_ordered_dict_and_dataclass_are_one_object_each():
+    @dataclasses.dataclass
+    class Rec:
+        t: torch.Tensor
+        tags: list = dataclasses.field(default_factory=list)
+
+    def fn(x):
+        d = collections.OrderedDict(a=x)
+        r = Rec(x + 1)
+        r.tags.append(1)
+        return d, d, r, r
+
+    d1, d2, r1, r2 = compiled(fn)(torch.ones(2))
+    assert d1 is d2 and r1 is r2 and r1.tags == [1]
+
+
+def test_itertools_combinatorics():
+    def fn(a):
+        out = [torch.ones(size) * a.sum() for size in itertools.combinations((1, 2, 3), 2)]
+        out += [p[0] - p[1] for p in itertools.permutations([a, a + 1, a * 2], 2)]
+        out += [torch.tensor(c) + a for c in itertools.combinations_with_replacement((1, 2), 2)]
+        return out
+
+    check_same(fn, (torch.randn(2),))
+
+
+class Pair(typing.NamedTuple):
+    first: torch.Tensor
+    second: torch.Tensor
+
+    def add(self):
+        return self.first + self.second
+
+    @staticmethod
+    def one():
+        return 1
+
+    @classmethod
+    def name(cls):
+        return cls.__name__
+
+
+def test_named_tuple_static_and_class_methods():
+    def fn(a, b):
+        p = Pair(a, b)
+        return p.add() * p.one(), p.name()
+
+    out, name = compiled(fn)(torch.ones(2), torch.ones(2))
+    assert name == "Pair"
+    torch.testing.assert_close(out, torch.full((2,), 2.0))
+
+
+def test_deque_copy_is_a_deque():
+    def fn(a, b):
+        d = collections.deque([a, b])
+        d = d.copy()
+        d.append(d.popleft() * 2)
+        return list(d)
+
+    check_same(fn, (torch.randn(2), torch.randn(2)))
