@@ -440,3 +440,41 @@ def test_deque_copy_is_a_deque():
         return list(d)
 
     check_same(fn, (torch.randn(2), torch.randn(2)))
+
+
+# ---- tensors where an op takes a Scalar; small torch helpers ----------------------------------------------
+def test_foreach_ops_with_a_tensor_scalar_are_traced_item_by_item():
+    def lerp(xs, ys, w):
+        return torch._foreach_lerp_(xs, ys, w)
+
+    def pow_(base, exps):
+        return torch._foreach_pow(base, exps)
+
+    xs, ys, w = [torch.ones(2, 2) * 4.0, torch.ones(2, 2) * 3.0], [torch.ones(2, 2), torch.zeros(2, 2)], torch.tensor(0.5)
+    mine = [x.clone() for x in xs]
+    out = compiled(lerp)(mine, ys, w)
+    ref = lerp(xs, ys, w)
+    assert out is mine  # the in-place op returns its first list
+    torch.testing.assert_close(out, ref)
+    torch.testing.assert_close(compiled(pow_)(torch.tensor(0.8), [torch.tensor(3.4), torch.tensor(7.8)]),
+                               pow_(torch.tensor(0.8), [torch.tensor(3.4), torch.tensor(7.8)]))
+
+
+def test_addcmul_with_a_tensor_value():
+    def fn(x, y, z, s):
+        return x.addcmul_(y, z, value=s), x.addcdiv(y, z, value=s)
+
+    args = (torch.ones(2, 2), torch.ones(2, 2) + 1, torch.rand(2, 2) + 0.5, torch.tensor(0.3))
+    mine = [a.clone() for a in args]
+    torch.testing.assert_close(compiled(fn)(*mine), fn(*args))
+    torch.testing.assert_close(mine[0], args[0])
+
+
+def test_tensor_dunder_iter_and_jit_annotate():
+    def fn(x):
+        x = x.clone()
+        for row in x.__iter__():
+            row.add_(1.0)
+        return torch.jit.annotate(typing.Any, x + 1) + 2
+
+    check_same(fn, (torch.randn(3, 2),))

@@ -48,6 +48,7 @@ from tinydynamo.variables.functions import (
     UserFunctionVariable,
     UserMethodVariable,
     is_library_function,
+    is_torch_internal,
 )
 from tinydynamo.variables.iter import (
     DefaultDictVariable,
@@ -323,8 +324,9 @@ def _has_python_getattr(value: Any) -> bool:
     if isinstance(value, (type, types.FunctionType, types.MethodType, types.ModuleType, torch.nn.Module)):
         return False
     cls = type(value)
-    return any(isinstance(inspect.getattr_static(cls, name, None), types.FunctionType)
-               for name in ("__getattr__", "__getattribute__"))
+    hooks = [inspect.getattr_static(cls, name, None) for name in ("__getattr__", "__getattribute__")]
+    # (torch's own objects with one, such as torch.ops packets, are recognised by the wrappers as before)
+    return any(isinstance(fn, types.FunctionType) and not is_torch_internal(fn) for fn in hooks)
 
 
 def _is_builtin(value: Any) -> bool:
