@@ -478,3 +478,35 @@ def test_tensor_dunder_iter_and_jit_annotate():
         return torch.jit.annotate(typing.Any, x + 1) + 2
 
     check_same(fn, (torch.randn(3, 2),))
+
+
+class DefaultTensorMethod(torch.nn.Module):
+    def forward(self, x=torch.zeros((2, 2)), *, kw_x=torch.zeros((1, 2))):
+        x.add_(1)
+        kw_x.add_(1)
+        return x, kw_x
+
+
+class HoldsDefaultTensorMethod(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.m = DefaultTensorMethod()
+
+    def forward(self):
+        return self.m()
+
+
+def test_dynamic_size_of_a_method_default_is_read_through_the_class():
+    """A recompile with another shape makes the default's sizes symbols: their values are read at run
+    time through the class (a constant of the generated code), not by its module path."""
+    from unittest.mock import patch
+
+    tinydynamo.reset()
+    compiled_mod = tinydynamo.compile(HoldsDefaultTensorMethod())
+    compiled_mod()
+    for shape in ((3, 4, 5), (2, 3, 4)):
+        new = torch.ones(shape)
+        with patch.object(DefaultTensorMethod.forward, "__defaults__", (new,)):
+            x, _ = compiled_mod()
+        assert x is new
+        torch.testing.assert_close(x, torch.full(shape, 2.0))
