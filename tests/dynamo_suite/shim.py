@@ -13,12 +13,15 @@ backends ("inductor", the default, and "aot_eager_decomp_partition") become tiny
 them down. ``torch._dynamo.config`` patches reach torch's config; the settings tinydynamo has under the same name
 and meaning (:data:`MIRRORED_SETTINGS`) are copied to tinydynamo's config while a frame compiles.
 ``torch._dynamo.disable`` stays torch's (torch's own code calls it): tinydynamo honours its mark.
+``torch._dynamo.exc.Unsupported``, as the tests read it (``assertRaises(torch._dynamo.exc.Unsupported)``
+around a ``fullgraph=True`` call that cannot be captured), is tinydynamo's Unsupported.
 """
 from __future__ import annotations
 
 import torch
 import torch._dynamo
 import torch._dynamo.eval_frame
+import torch._dynamo.exc
 import torch._dynamo.test_case
 import torch._dynamo.testing
 
@@ -88,6 +91,7 @@ def install() -> None:
     for module in (torch._dynamo, torch._dynamo.testing, torch._dynamo.test_case):
         module.reset = reset
     torch._dynamo.run = tinydynamo.run
+    torch._dynamo.exc.Unsupported = tinydynamo.Unsupported  # what a fullgraph compile raises where it cannot capture
     tinydynamo.eval_frame.convert_frame = convert_frame
     torch.compiler.reset = reset
 
