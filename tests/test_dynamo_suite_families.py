@@ -510,3 +510,23 @@ def test_dynamic_size_of_a_method_default_is_read_through_the_class():
             x, _ = compiled_mod()
         assert x is new
         torch.testing.assert_close(x, torch.full(shape, 2.0))
+
+
+class CGetter:
+    """A property whose getter is not a Python function (as a pybind11 property's is not)."""
+
+    def __init__(self, flag):
+        self._flag = flag
+
+    flag = property(operator.attrgetter("_flag"))
+
+
+def test_property_with_a_c_getter_is_read_and_guarded():
+    def fn(x, obj):
+        if obj.flag:
+            return torch.cos(x)
+        return torch.sin(x)
+
+    x = torch.randn(4)
+    cnt = check_same(fn, (x, CGetter(True)), (x, CGetter(False)), frames=2)
+    assert cnt.frame_count == 2  # the value is guarded: the second object's False is a recompile

@@ -226,6 +226,15 @@ def class_attribute_variable(tx, obj: VariableTracker, cls: type, name: str, att
         return UserMethodVariable(attr.__func__, ConstantVariable(cls))
     if isinstance(attr, property):
         if not isinstance(attr.fget, types.FunctionType):
+            if real is not None and source is not None and isinstance(obj, UserDefinedObjectVariable) \
+                    and not obj.made_in_frame:
+                # a getter in C (a pybind11 property of an object from outside): read at trace time,
+                # its value guarded through ``obj.name`` (read again, and compared, on every call)
+                try:
+                    value = getattr(real, name)
+                except Exception as e:  # noqa: BLE001 - it raises natively too
+                    unimplemented(f"property {cls.__name__}.{name} raised {e!r} at trace time")
+                return VariableTracker.build(tx, value, source)
             unimplemented(f"property {cls.__name__}.{name} whose getter is not a Python function")
         fget_source = AttrSource(cls_source, "fget") if cls_source is not None else None
         return UserFunctionVariable(attr.fget, fget_source).call_function(tx, [obj], {})
