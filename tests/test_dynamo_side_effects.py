@@ -432,8 +432,9 @@ def test_unreplayable_mutations_break_cleanly():
     run_both(setattr_builtin)
     assert counts_equal_torch(setattr_builtin).graph_break_count == 0
     run_both(enumerate_while_mutating)
+    # a Python __setattr__ is inlined: its plain stores (object.__setattr__) and its list append replay
     out = tinydynamo.explain(custom_setattr)(torch.randn(3), Loud())
-    assert out.graph_break_count == 1 and "__setattr__" in out.break_reasons[0].reason
+    assert out.graph_break_count == 0, out.break_reasons
     run_both(custom_setattr, make_state=Loud)
     tinydynamo.reset()
     # a list that grows while a loop walks it is read live, as Python's list iterator does: one graph

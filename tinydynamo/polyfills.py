@@ -91,6 +91,34 @@ def product(*iterables, repeat=1):
         yield prod
 
 
+def _index_choices(n, r, next_indices):
+    """Every list of ``r`` indices below ``n``, in lexicographic order, each index drawn from
+    ``next_indices(chosen so far)``: the shared core of combinations and permutations."""
+    chosen = [[]]
+    for _ in range(r):
+        chosen = [c + [i] for c in chosen for i in next_indices(c, n)]
+    return chosen
+
+
+def combinations(iterable, r):
+    pool = tuple(iterable)
+    for c in _index_choices(len(pool), r, lambda c, n: range(c[-1] + 1 if c else 0, n)):
+        yield tuple([pool[i] for i in c])
+
+
+def combinations_with_replacement(iterable, r):
+    pool = tuple(iterable)
+    for c in _index_choices(len(pool), r, lambda c, n: range(c[-1] if c else 0, n)):
+        yield tuple([pool[i] for i in c])
+
+
+def permutations(iterable, r=None):
+    pool = tuple(iterable)
+    r = len(pool) if r is None else r
+    for c in _index_choices(len(pool), r, lambda c, n: [i for i in range(n) if i not in c]):
+        yield tuple([pool[i] for i in c])
+
+
 def starmap(function, iterable):
     for args in iterable:
         yield function(*args)

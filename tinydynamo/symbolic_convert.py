@@ -744,6 +744,16 @@ def BEFORE_WITH(tx: T, inst):
 
 # ---- exceptions raised and caught inside traced code (the handler path of try/except) --------------------
 @_handler
+def WITH_EXCEPT_START(tx: T, inst):
+    """A ``with`` block raised: call its ``__exit__(type, exc, tb)`` (four below the top, under the
+    saved ``lasti`` and the previous exception) and push the result; a true one suppresses the exception."""
+    exc, exit_fn = tx.stack[-1], tx.stack[-4]
+    if not isinstance(exc, ExceptionVariable):
+        unimplemented(f"a `with` block's exit on {exc}")
+    tx.push(exit_fn.call_function(tx, [ConstantVariable(exc.python_type()), exc, ConstantVariable(None)], {}))
+
+
+@_handler
 def PUSH_EXC_INFO(tx: T, inst):
     exc = tx.pop()
     tx.push(ConstantVariable(None))  # the previous "current exception" (sys.exc_info()), restored by POP_EXCEPT

@@ -209,7 +209,10 @@ class TorchSource(TorchGuardSource):
 
     @property
     def _name_template(self) -> str:
-        return self.ours.name()
+        # the expression generated code evaluates (a class attribute's source names the class by its
+        # module path, which the check function and the compiled frame cannot evaluate; code() uses
+        # the class as a constant of their scope)
+        return self.ours.code()
 
     @property
     def guard_source(self) -> GuardSource:
@@ -240,7 +243,7 @@ def produce_guards(shape_env: ShapeEnv, tracked: list[tuple], scope: SourceScope
                                      input_contexts=[t[3] for t in tracked])
     for value, source, _, _ in tracked:  # an int the trace specialised: guarded by its value
         if isinstance(value, torch.SymInt) and value.node.maybe_as_int() is not None:
-            exprs.append(f"{source.name()} == {value.node.maybe_as_int()}")
+            exprs.append(f"{source.code()} == {value.node.maybe_as_int()}")
     if exprs:
         # names the printed relations may use
         for name, value in (("math", math), ("torch", torch),

@@ -13,6 +13,8 @@ backends ("inductor", the default, and "aot_eager_decomp_partition") become tiny
 them down. ``torch._dynamo.config`` patches reach torch's config; the settings tinydynamo has under the same name
 and meaning (:data:`MIRRORED_SETTINGS`) are copied to tinydynamo's config while a frame compiles.
 ``torch._dynamo.disable`` stays torch's (torch's own code calls it): tinydynamo honours its mark.
+An Unsupported that tinydynamo raises (a ``fullgraph=True`` call that cannot be captured) is also an
+instance of ``torch._dynamo.exc.Unsupported``, the class the tests' ``assertRaises`` name.
 """
 from __future__ import annotations
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import collections
 import enum
 import functools
+import inspect
 import math
 import operator
 import os
@@ -47,6 +48,7 @@ from tinydynamo.variables.functions import (
     UserFunctionVariable,
     UserMethodVariable,
     is_library_function,
+    is_torch_internal,
 )
 from tinydynamo.variables.iter import (
     DefaultDictVariable,
@@ -134,8 +136,10 @@ class VariableBuilder:
         """Everything that is not a tensor, a constant or an nn.Module: the first of these wrappers
         that recognises ``value`` decides (their order matters: a partial is callable, a class a type)."""
         var = None
-        for wrap in (self._wrap_collection, self._wrap_marked_callable, self._wrap_context_or_torch,
-                     self._wrap_function):
+        wrappers = (self._wrap_collection, self._wrap_marked_callable, self._wrap_context_or_torch, self._wrap_function)
+        if _has_python_getattr(value):  # asking it for marks (``__wrapped__``, ``__func__``...) would run user code
+            wrappers = (self._wrap_collection,)
+        for wrap in wrappers:
             var = wrap(value)
             if var is not None:
                 break
@@ -323,6 +327,17 @@ class VariableBuilder:
         args = part("args", value.args).unpack_var_sequence(self.tx)
         keywords = part("keywords", value.keywords)
         return PartialVariable(part("func", value.func), list(args), dict(keywords.items))
+
+
+def _has_python_getattr(value: Any) -> bool:
+    """An instance of a user class with its own Python ``__getattr__`` / ``__getattribute__`` (not a
+    class, function or module): reading an attribute it lacks runs that code."""
+    if isinstance(value, (type, types.FunctionType, types.MethodType, types.ModuleType, torch.nn.Module)):
+        return False
+    cls = type(value)
+    hooks = [inspect.getattr_static(cls, name, None) for name in ("__getattr__", "__getattribute__")]
+    # (torch's own objects with one, such as torch.ops packets, are recognised by the wrappers as before)
+    return any(isinstance(fn, types.FunctionType) and not is_torch_internal(fn) for fn in hooks)
 
 
 def _is_builtin(value: Any) -> bool:

@@ -155,6 +155,8 @@ class BuiltinVariable(VariableTracker):
             if isinstance(a, SizeVariable):  # torch.Size + tuple is a torch.Size (tuple + Size a tuple)
                 return SizeVariable(a.items + b.items)
             return (ListVariable if a.container is list else TupleVariable)(a.items + b.items)
+        if isinstance(b, BaseListVariable) and fn is operator.mul and a.is_python_constant():
+            a, b = b, a  # ``4 * [x]`` is ``[x] * 4``
         if isinstance(a, BaseListVariable) and fn in (operator.mul,) and b.is_python_constant():
             return type(a)(a.items * b.as_python_constant()) if type(a) in (ListVariable, TupleVariable) \
                 else TupleVariable(a.items * b.as_python_constant())
@@ -406,6 +408,9 @@ class BuiltinVariable(VariableTracker):
             unimplemented(f"{fn.__name__}(key=...) with non-constant keys")
         if all(i.is_python_constant() for i in items):
             return ConstantVariable(fn(i.as_python_constant() for i in items))
+        if items and all(_one_element_tensor(i) or (i.is_python_constant() and type(i.as_python_constant())
+                                                    in (int, float, bool)) for i in items):
+            return _min_or_max_of_scalars(tx, fn, items)
         unimplemented(f"{fn.__name__}() of tensors compares values (use torch.maximum / torch.max)")
 
     def call_abs(self, tx, args, kwargs):
@@ -483,6 +488,26 @@ BUILTIN_HANDLERS: dict[Any, Callable] = {
 }
 #: handled only where constant folding could not (non-constant items); the others run before folding
 HANDLED_AFTER_FOLDING = set(BUILTIN_HANDLERS) - {setattr, isinstance, len, getattr, hasattr}
+
+
+def _one_element_tensor(v: VariableTracker) -> bool:
+    return isinstance(v, TensorVariable) and v.example.numel() == 1
+
+
+def _min_or_max_of_scalars(tx, fn, items: list[VariableTracker]) -> VariableTracker:
+    """``max(t, 0)``, ``min(a, b)`` over one-element tensors and numbers, as Python runs it: the first
+    item, replaced by each later one that compares greater (``max``) or less (``min``). A comparison
+    with a tensor is only known at run time, so each step is ``torch.where(item > best, item, best)``
+    (NaN and ties pick what Python picks); the result is a tensor where eager may give the number."""
+    compare = operator.gt if fn is max else operator.lt
+    best = items[0]
+    for item in items[1:]:
+        if best.is_python_constant() and item.is_python_constant():
+            best = item if compare(item.as_python_constant(), best.as_python_constant()) else best
+            continue
+        cond = BuiltinVariable.binop(tx, compare, item, best)
+        best = tx.output.create_node("call_function", torch.where, [cond, item, best], {})
+    return best
 
 
 def _sym_binop(tx, fn, a: VariableTracker, b: VariableTracker) -> VariableTracker | None:
@@ -735,6 +760,8 @@ def _call_extra(tx, fn, args, kwargs):
         return args[1] if item is None else item
     if fn is iter and len(args) == 1 and isinstance(args[0], ListIteratorVariable):
         return args[0]
+    if fn in (operator.is_, operator.is_not) and len(args) == 2 and not kwargs:  # as the IS_OP opcode
+        return ConstantVariable(BuiltinVariable.is_(tx, *args) == (fn is operator.is_))
     if fn is id and len(args) == 1:
         value = getattr(args[0], "module", None) or getattr(args[0], "value", None) or getattr(args[0], "fn", None)
         if value is not None and not isinstance(args[0], ConstantVariable):

@@ -27,7 +27,7 @@ import types
 
 import torch
 
-from tinydynamo.exc import unimplemented
+from tinydynamo.exc import ObservedException, unimplemented
 from tinydynamo.variables.base import VariableTracker
 from tinydynamo.variables.constant import ConstantVariable
 from tinydynamo.variables.functions import UserFunctionVariable
@@ -156,7 +156,11 @@ class GradModeWrappedVariable(VariableTracker):
     def call_function(self, tx, args, kwargs):
         ctx = GradModeVariable(self.mode)
         ctx.enter(tx)
-        result = self.fn.call_function(tx, args, kwargs)
+        try:
+            result = self.fn.call_function(tx, args, kwargs)
+        except ObservedException:  # raised through the decorated function: the mode is restored on the way
+            ctx.exit(tx)
+            raise
         ctx.exit(tx)
         return result
 
@@ -169,7 +173,17 @@ class WithExitFunctionVariable(VariableTracker):
         self.ctx = ctx
 
     def call_function(self, tx, args, kwargs):
-        return self.ctx.exit(tx)
+        """``__exit__(None, None, None)`` at the end of the block; ``__exit__(type, exc, tb)`` from
+        WITH_EXCEPT_START when the block raised: a context manager that can suppress the exception
+        (a user class, a ``@contextmanager`` generator) answers with its own ``exit_with_exception``;
+        the others leave as usual and let it propagate (False)."""
+        exc = args[1] if len(args) == 3 else None
+        if exc is None or (exc.is_python_constant() and exc.as_python_constant() is None):
+            return self.ctx.exit(tx)
+        if hasattr(self.ctx, "exit_with_exception"):
+            return self.ctx.exit_with_exception(tx, exc)
+        self.ctx.exit(tx)
+        return ConstantVariable(False)
 
     def reconstruct(self, codegen) -> str:
         return self.ctx.reconstruct(codegen)
@@ -212,7 +226,11 @@ class GradModeDecoratedFunctionVariable(VariableTracker):
         ctx.enter(tx)
         if self.self_obj is not None:
             args = [self.self_obj, *args]
-        result = tx.inline_user_function(UserFunctionVariable(self.fn), args, kwargs)
+        try:
+            result = tx.inline_user_function(UserFunctionVariable(self.fn), args, kwargs)
+        except ObservedException:  # raised through the decorated function: the mode is restored on the way
+            ctx.exit(tx)
+            raise
         ctx.exit(tx)
         return result
 

@@ -60,10 +60,14 @@ class DataclassVariable(VariableTracker):
                 unimplemented(f"{klass.__name__}() got an unexpected or repeated argument {k!r}")
             values[k] = v
         for f in dataclasses.fields(klass):
+            if not f.init and f.default_factory is not dataclasses.MISSING:
+                unimplemented(f"{klass.__name__}(): field {f.name!r} with init=False and a default_factory")
             if f.name in values or not f.init:
                 continue
             if f.default is not dataclasses.MISSING:
                 values[f.name] = ConstantVariable(f.default)
+            elif f.default_factory is not dataclasses.MISSING:  # field(default_factory=list): a new value per object
+                values[f.name] = VariableBuilder(tx, None).wrap(f.default_factory).call_function(tx, [], {})
             else:
                 unimplemented(f"{klass.__name__}(): field {f.name!r} without a constant default")
         var = cls(klass, {n: values[n] for n in names})
@@ -148,9 +152,12 @@ class DataclassVariable(VariableTracker):
         unimplemented(f"iterating over a {self.cls.__name__}")
 
     def reconstruct(self, codegen) -> str:
-        cls = codegen.constant(self.cls, "cls")
-        kwargs = ", ".join(f"{k}={v.reconstruct(codegen)}" for k, v in self.fields.items())
-        return f"{cls}({kwargs})"
+        def build():  # one object however many places hold it
+            cls = codegen.constant(self.cls, "cls")
+            kwargs = ", ".join(f"{k}={v.reconstruct(codegen)}" for k, v in self.fields.items())
+            return f"{cls}({kwargs})"
+
+        return codegen.shared(self, build)
 
     def __repr__(self) -> str:
         return f"DataclassVariable({self.cls.__name__})"

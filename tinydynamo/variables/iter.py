@@ -387,6 +387,8 @@ class DequeVariable(ListVariable):
                     k %= len(self.items)
                     self.items[:] = self.items[-k:] + self.items[:-k] if k else self.items
             return ConstantVariable(None)
+        if name == "copy" and not args and not kwargs:  # a new deque made in the frame, same items
+            return DequeVariable(list(self.items))
         return super().call_method(tx, name, args, kwargs)
 
     def rebuild(self, items):
@@ -421,13 +423,73 @@ class OrderedDictVariable(DictVariable):
     def reconstruct(self, codegen) -> str:
         if self.source is not None:
             return codegen.source_expr(self.source)
-        inner = DictVariable.reconstruct(self, codegen)
-        return f"{codegen.constant(collections.OrderedDict, 'OrderedDict')}({inner})"
+        def build():  # one object however many places hold it (as DictVariable's)
+            inner = ", ".join(f"{key_code(codegen, k)}: {v.reconstruct(codegen)}" for k, v in self.items.items())
+            return f"{codegen.constant(collections.OrderedDict, 'OrderedDict')}({{{inner}}})"
+
+        return codegen.shared(self, build)
 
 
 def ordered_dict(tx, args, kwargs):
     plain = BuiltinVariable(dict).call_function(tx, args, kwargs)
     return OrderedDictVariable(plain.items)
+
+
+#: what a class body defines without changing how its instances behave
+_INERT_CLASS_NAMES = {"__module__", "__qualname__", "__doc__", "__dict__", "__weakref__", "__annotations__",
+                      "__orig_bases__", "__parameters__", "__firstlineno__", "__static_attributes__"}
+
+
+def plain_dict_subclass(cls) -> bool:
+    """A Python subclass of ``dict`` / ``OrderedDict`` that adds no methods, properties or slots
+    (``class Config(OrderedDict): pass``): its instances behave as the base does."""
+    if not isinstance(cls, type) or type(cls) is not type or not issubclass(cls, dict) \
+            or issubclass(cls, (collections.defaultdict, collections.Counter)):
+        return False
+    base = collections.OrderedDict if issubclass(cls, collections.OrderedDict) else dict
+    if cls is base:
+        return False
+    for k in cls.__mro__[:cls.__mro__.index(base)]:
+        if not k.__flags__ & (1 << 9):  # Py_TPFLAGS_HEAPTYPE: another C base
+            return False
+        extra = set(vars(k)) - _INERT_CLASS_NAMES
+        if any(callable(vars(k)[n]) or hasattr(type(vars(k)[n]), "__get__") or n == "__slots__" for n in extra):
+            return False
+    return True
+
+
+class DictSubclassVariable(OrderedDictVariable):
+    """An instance of a :func:`plain_dict_subclass` made in the frame: a dict (an OrderedDict's
+    ``move_to_end`` where the class has it) whose type, and whose rebuilt object, is the subclass."""
+
+    def __init__(self, cls: type, items: dict, source=None):
+        super().__init__(items, source)
+        self.cls = cls
+
+    def python_type(self):
+        return self.cls
+
+    def as_python_constant(self):
+        return self.cls(super().as_python_constant())
+
+    def call_method(self, tx, name, args, kwargs):
+        if name == "move_to_end" and not issubclass(self.cls, collections.OrderedDict):
+            raise_observed(AttributeError, f"{self.cls.__name__!r} object has no attribute 'move_to_end'")
+        return super().call_method(tx, name, args, kwargs)
+
+    def reconstruct(self, codegen) -> str:
+        if self.source is not None:
+            return codegen.source_expr(self.source)
+        def build():
+            inner = ", ".join(f"{key_code(codegen, k)}: {v.reconstruct(codegen)}" for k, v in self.items.items())
+            return f"{codegen.constant(self.cls, 'cls')}({{{inner}}})"
+
+        return codegen.shared(self, build)
+
+
+def dict_subclass(tx, cls, args, kwargs):
+    plain = BuiltinVariable(dict).call_function(tx, args, kwargs)
+    return DictSubclassVariable(cls, plain.items)
 
 
 class DefaultDictVariable(DictVariable):

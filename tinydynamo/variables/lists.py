@@ -120,6 +120,11 @@ class TupleVariable(BaseListVariable):
             attr = next((vars(b)[name] for b in self.tuple_cls.__mro__ if name in vars(b)), None)
             if isinstance(attr, _types.FunctionType) and not name.startswith("_"):
                 return UserMethodVariable(attr, self)
+            if isinstance(attr, staticmethod) and isinstance(attr.__func__, _types.FunctionType):
+                return UserFunctionVariable(attr.__func__)
+            if isinstance(attr, classmethod) and isinstance(attr.__func__, _types.FunctionType) \
+                    and not name.startswith("_"):  # (namedtuple's own _make is a C-backed classmethod)
+                return UserMethodVariable(attr.__func__, ConstantVariable(self.tuple_cls))
             if isinstance(attr, property) and attr.fget is not None:
                 return UserFunctionVariable(attr.fget).call_function(tx, [self], {})
         if self.tuple_cls is not None:

@@ -7,7 +7,9 @@ Layer: above constant.
 """
 from __future__ import annotations
 
-from tinydynamo.exc import unimplemented
+import contextlib
+
+from tinydynamo.exc import ObservedException, unimplemented
 from tinydynamo.variables.base import VariableTracker
 from tinydynamo.variables.constant import ConstantVariable
 
@@ -71,6 +73,23 @@ class UserContextManagerVariable(VariableTracker):
         none = ConstantVariable(None)
         return self.obj.call_method(tx, "__exit__", [none, none, none], {})
 
+    def exit_with_exception(self, tx, exc: VariableTracker) -> VariableTracker:
+        """``__exit__(type, exc, None)`` for an exception raised in the block: a true result suppresses it."""
+        return self.obj.call_method(tx, "__exit__", [ConstantVariable(exc.python_type()), exc,
+                                                     ConstantVariable(None)], {})
+
+
+class ContextManagerDecoratorVariable(VariableTracker):
+    """``contextlib.contextmanager`` itself, applied in the frame (a ``@contextmanager`` on a local def)."""
+
+    def as_python_constant(self):
+        return contextlib.contextmanager
+
+    def call_function(self, tx, args, kwargs):
+        if len(args) != 1 or kwargs or not hasattr(args[0], "get_code"):
+            unimplemented(f"contextlib.contextmanager applied to {args} {kwargs or ''}")
+        return ContextManagerFunctionVariable(args[0])
+
 
 class ContextManagerFunctionVariable(VariableTracker):
     """A ``@contextlib.contextmanager`` function: calling it makes a GeneratorContextManagerVariable."""
@@ -92,6 +111,7 @@ class GeneratorContextManagerVariable(VariableTracker):
         super().__init__(None)
         self.gen_fn, self.args, self.kwargs = gen_fn, args, kwargs
         self.gen_tx = None
+        self.yield_inst = None  # the `yield` the generator is suspended at (where an exception is thrown in)
 
     def enter(self, tx) -> VariableTracker:
         self.gen_tx = tx.inlining_translator(self.gen_fn, self.gen_fn.bind(tx, self.args, self.kwargs))
@@ -99,6 +119,7 @@ class GeneratorContextManagerVariable(VariableTracker):
         self._run(stop_at_yield=True)
         if not self.gen_tx.generator_items:
             unimplemented("a @contextmanager generator that did not yield (RuntimeError)")
+        self.yield_inst = self.gen_tx.current_inst
         return self.gen_tx.generator_items[0]
 
     def exit(self, tx) -> VariableTracker:
@@ -106,6 +127,25 @@ class GeneratorContextManagerVariable(VariableTracker):
         if len(self.gen_tx.generator_items) > 1:
             unimplemented("a @contextmanager generator that yields twice (RuntimeError)")
         return ConstantVariable(None)
+
+    def exit_with_exception(self, tx, exc: VariableTracker) -> VariableTracker:
+        """The block raised ``exc``: thrown into the generator at its ``yield``, as ``contextlib`` does. If
+        the generator catches it and finishes, the exception is suppressed (True); if it lets it through
+        or re-raises it, it propagates (False); another exception it raises replaces it."""
+        g, thrown = self.gen_tx, exc.exc
+        g.pop()  # the value the `yield` would have received
+        if not g.handle_observed_exception(self.yield_inst, thrown):
+            return ConstantVariable(False)
+        n = len(g.generator_items)
+        try:
+            self._run(stop_at_yield=False)
+        except ObservedException as e:
+            if e is thrown:
+                return ConstantVariable(False)
+            raise
+        if len(g.generator_items) > n:
+            unimplemented("a @contextmanager generator that yields again after an exception (RuntimeError)")
+        return ConstantVariable(True)
 
     def _run(self, stop_at_yield: bool) -> None:
         g = self.gen_tx

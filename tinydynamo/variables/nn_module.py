@@ -22,6 +22,7 @@ from tinydynamo.exc import raise_observed, unimplemented
 from tinydynamo.source import AttrSource, ContainerItemSource, module_member_source
 from tinydynamo.variables.base import VariableTracker, check_plain_setattr
 from tinydynamo.variables.constant import ConstantVariable
+from tinydynamo.variables.functions import UserMethodVariable
 from tinydynamo.variables.lists import ListIteratorVariable, ListVariable, TupleVariable
 from tinydynamo.variables.misc import GetAttrVariable
 from tinydynamo.variables.module_hooks import call_with_hooks
@@ -89,12 +90,21 @@ class NNModuleVariable(VariableTracker):
             if isinstance(cls_attr, (types.FunctionType, staticmethod, classmethod)) or hasattr(type(cls_attr), "__get__"):
                 return class_attribute_variable(tx, self, cls, name, cls_attr)
             return self._wrap_child(tx, name, getattr(m, name))
+        if cls.__getattr__ is not nn.Module.__getattr__:
+            if not isinstance(cls.__getattr__, types.FunctionType):
+                unimplemented(f"{cls.__name__} defines its own __getattr__ (reading {name!r})")
+            # Python calls it for what the normal lookup did not find; its super().__getattr__ is
+            # module_getattr (the parameter, buffer and submodule tables)
+            return UserMethodVariable(cls.__getattr__, self).call_function(tx, [ConstantVariable(name)], {})
+        return self.module_getattr(tx, name)
+
+    def module_getattr(self, tx, name: str) -> VariableTracker:
+        """``nn.Module.__getattr__``: a parameter, buffer or submodule by name, else AttributeError."""
+        d = self.module.__dict__
         for table in ("_parameters", "_buffers", "_modules"):
             if name in d.get(table, {}):
                 return self._wrap_child(tx, name, d[table][name])
-        if cls.__getattr__ is not nn.Module.__getattr__:
-            unimplemented(f"{cls.__name__} defines its own __getattr__ (reading {name!r})")
-        raise_observed(AttributeError, f"{type(m).__name__} has no attribute {name!r}")
+        raise_observed(AttributeError, f"{type(self.module).__name__} has no attribute {name!r}")
 
     def var_setattr(self, tx, name: str, value: VariableTracker) -> None:
         """``self.count = ...`` / ``self.cache = t``: a plain attribute (or buffer), replayed after the

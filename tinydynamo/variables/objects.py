@@ -28,11 +28,17 @@ from torch import nn
 
 from tinydynamo.exc import unimplemented
 from tinydynamo.source import AttrSource
-from tinydynamo.variables import polyfilled
+from tinydynamo.variables import iter as iter_variables, polyfilled
 from tinydynamo.variables.autograd_function import AutogradFunctionApplyVariable
 from tinydynamo.variables.base import VariableTracker, register_construction
 from tinydynamo.variables.constant import ConstantVariable
-from tinydynamo.variables.exceptions import ExceptionVariable, builtin_construction
+from tinydynamo.variables.dicts import DictVariable
+from tinydynamo.variables.exceptions import (
+    BaseExceptionInitVariable,
+    ExceptionVariable,
+    builtin_construction,
+    python_init_exception,
+)
 from tinydynamo.variables.functions import UserFunctionVariable, UserMethodVariable, bind_arguments
 from tinydynamo.variables.list_subclass import ListSubclassVariable, is_traceable_list_subclass
 from tinydynamo.variables.lists import TupleVariable
@@ -123,6 +129,8 @@ class NewObjectVariable(UserDefinedObjectVariable):
         return AttrSource(self.cls_source, name) if self.cls_source is not None else None
 
     def var_getattr(self, tx, name: str) -> VariableTracker:
+        if name == "__dict__":
+            return ObjectDictVariable(self)
         attr, _ = lookup_class_attr(self.cls, name)
         if hasattr(type(attr), "__set__") and not isinstance(attr, (types.FunctionType, type)):
             return wrap_class_attr(tx, self, self.cls, attr, name)  # a data descriptor (property) wins
@@ -130,8 +138,6 @@ class NewObjectVariable(UserDefinedObjectVariable):
             return self.items[name]
         if name == "__class__":
             return ConstantVariable(self.cls, self.cls_source)
-        if name == "__dict__":
-            unimplemented("__dict__ of an object created in the frame")
         if attr is not None or any(name in vars(b) for b in self.cls.__mro__):
             return wrap_class_attr(tx, self, self.cls, attr, name, self._class_source(name))
         getattr_fn, _ = lookup_class_attr(self.cls, "__getattr__")
@@ -176,6 +182,29 @@ class NewObjectVariable(UserDefinedObjectVariable):
         return f"NewObjectVariable({self.cls.__name__})"
 
 
+class ObjectDictVariable(DictVariable):
+    """``obj.__dict__`` of an object made in the frame: a dict whose contents ARE the object's attributes
+    (reads and writes through either are seen by the other, as with the real ``__dict__``)."""
+
+    def __init__(self, obj: NewObjectVariable):
+        VariableTracker.__init__(self, None)
+        self.obj = obj
+
+    @property
+    def items(self) -> dict:
+        return self.obj.items
+
+    @items.setter
+    def items(self, value: dict) -> None:
+        self.obj.items = value
+
+    def reconstruct(self, codegen) -> str:
+        return f"{self.obj.reconstruct(codegen)}.__dict__"
+
+    def __repr__(self) -> str:
+        return f"ObjectDictVariable({self.obj})"
+
+
 class SuperVariable(VariableTracker):
     """``super()`` / ``super(cls, obj)``: attribute lookups start after ``cls`` in ``obj``'s MRO."""
 
@@ -194,6 +223,8 @@ class SuperVariable(VariableTracker):
             if name not in vars(base):
                 continue
             attr = vars(base)[name]
+            if base is nn.Module and name == "__getattr__" and isinstance(self.obj, NNModuleVariable):
+                return ModuleGetattrVariable(self.obj)  # a custom __getattr__ deferring to nn.Module's
             if isinstance(attr, staticmethod):
                 return UserFunctionVariable(attr.__func__)
             if isinstance(attr, classmethod):
@@ -207,6 +238,8 @@ class SuperVariable(VariableTracker):
                 return UserFunctionVariable(attr.fget).call_function(tx, [self.obj], {})
             if base is object and name in ("__init__", "__init_subclass__"):
                 return ObjectInitVariable()
+            if name == "__init__" and isinstance(self.obj, ExceptionVariable) and issubclass(base, BaseException):
+                return BaseExceptionInitVariable(self.obj)  # Exception.__init__(self, *args): sets args
             if base is object and name == "__setattr__" and not obj_is_class:
                 return ObjectSetattrVariable(self.obj)
 
@@ -219,6 +252,19 @@ class SuperVariable(VariableTracker):
 
     def __repr__(self) -> str:
         return f"SuperVariable({self.cls.__name__}, {self.obj})"
+
+
+class ModuleGetattrVariable(VariableTracker):
+    """``super().__getattr__`` of a module: nn.Module's lookup in its parameter/buffer/submodule tables."""
+
+    def __init__(self, module: NNModuleVariable):
+        super().__init__(None)
+        self.module = module
+
+    def call_function(self, tx, args, kwargs):
+        if len(args) != 1 or kwargs or not args[0].is_python_constant():
+            unimplemented("nn.Module.__getattr__ with a name not known at trace time")
+        return self.module.module_getattr(tx, args[0].as_python_constant())
 
 
 class ObjectInitVariable(VariableTracker):
@@ -285,6 +331,10 @@ def call_class(tx, cls_var: VariableTracker, args: list[VariableTracker], kwargs
         return ExceptionVariable.create(cls, args)
     if is_traceable_list_subclass(cls) and not kwargs and len(args) <= 1:  # list.__init__ takes the items
         return ListSubclassVariable(list(args[0].unpack_var_sequence(tx)) if args else [], cls)
+    if iter_variables.plain_dict_subclass(cls):  # class Config(OrderedDict): pass
+        return iter_variables.dict_subclass(tx, cls, args, kwargs)
+    if python_init_exception(cls):  # an exception class with its own Python __init__
+        return ExceptionVariable.create_user(tx, cls, args, kwargs)
     if is_plain_python_class(cls):
         if getattr(cls, "__abstractmethods__", None):
             unimplemented(f"{cls.__name__} is abstract (it cannot be instantiated: TypeError)")
@@ -328,7 +378,7 @@ class ObjectSetattrVariable(VariableTracker):
         if len(args) != 3 or kwargs or not args[1].is_python_constant():
             unimplemented("object.__setattr__ with unexpected arguments")
         obj, name, value = args
-        if isinstance(obj, NewObjectVariable):
+        if isinstance(obj, UserDefinedObjectVariable):  # made in the frame, or from outside: the plain store
             obj.store(tx, name.as_python_constant(), value)
         else:
             obj.var_setattr(tx, name.as_python_constant(), value)

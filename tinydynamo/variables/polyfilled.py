@@ -21,6 +21,7 @@ Layer: above iter (its class handlers make lazy iterators) and below objects (``
 from __future__ import annotations
 
 import collections
+import collections.abc
 import contextlib
 import functools
 import itertools
@@ -35,10 +36,12 @@ from tinydynamo.exc import unimplemented
 from tinydynamo.source import AttrSource
 from tinydynamo.variables import autocast, iter as iter_variables, misc_ctx
 from tinydynamo.variables.autocast import make_autocast
+from tinydynamo.variables.base import VariableTracker
 from tinydynamo.variables.constant import ConstantVariable
 from tinydynamo.variables.functions import OpaqueCallVariable, UserFunctionVariable
 from tinydynamo.variables.iter import PartialVariable, PureFunctionVariable
-from tinydynamo.variables.misc_ctx import ContextManagerFunctionVariable
+from tinydynamo.variables.lists import ListIteratorVariable, TupleVariable
+from tinydynamo.variables.misc_ctx import ContextManagerDecoratorVariable, ContextManagerFunctionVariable
 from tinydynamo.variables.torch_function import DisableTorchFunctionSubclassVariable, default_torch_function_variable
 
 
@@ -58,6 +61,51 @@ class PolyfilledFunctionVariable(UserFunctionVariable):
 
     def __repr__(self) -> str:
         return f"PolyfilledFunctionVariable({getattr(self.original, '__qualname__', self.original)})"
+
+
+class MappingViewVariable(VariableTracker):
+    """``KeysView(m)`` / ``ValuesView(m)`` / ``ItemsView(m)`` of ``collections.abc`` (what a user
+    ``Mapping``'s inherited ``keys()`` / ``values()`` / ``items()`` return): a live view, read through
+    the mapping's own ``__iter__``, ``__getitem__`` and ``__len__`` each time it is used, as the real
+    view does (its class has ``__slots__``, so it is not built as a plain object)."""
+
+    def __init__(self, kind: type, mapping: VariableTracker):
+        super().__init__(None)
+        self.kind = kind
+        self.mapping = mapping
+
+    def python_type(self):
+        return self.kind
+
+    def unpack_var_sequence(self, tx):
+        keys = self.mapping.unpack_var_sequence(tx)
+        if self.kind is collections.abc.KeysView:
+            return keys
+        values = [self.mapping.call_method(tx, "__getitem__", [k], {}) for k in keys]
+        if self.kind is collections.abc.ValuesView:
+            return values
+        return [TupleVariable([k, v]) for k, v in zip(keys, values)]
+
+    def call_method(self, tx, name, args, kwargs):
+        if name == "__len__" and not args and not kwargs:
+            return self.mapping.call_method(tx, "__len__", [], {})
+        if name == "__iter__" and not args and not kwargs:
+            return ListIteratorVariable(self.unpack_var_sequence(tx))
+        if name == "__contains__" and len(args) == 1 and self.kind is collections.abc.KeysView:
+            return self.mapping.call_method(tx, "__contains__", args, {})
+        return super().call_method(tx, name, args, kwargs)
+
+    def __repr__(self) -> str:
+        return f"MappingViewVariable({self.kind.__name__}, {self.mapping})"
+
+
+def _mapping_view(kind):
+    def handler(tx, args, kwargs):
+        if len(args) != 1 or kwargs:
+            unimplemented(f"{kind.__name__}() takes one mapping")
+        return MappingViewVariable(kind, args[0])
+
+    return handler
 
 
 def _partial_handler(tx, args, kwargs):
@@ -87,9 +135,13 @@ def _class_handlers() -> dict:
         collections.defaultdict: iter_variables.defaultdict, set: iter_variables.set_, frozenset: iter_variables.frozenset_,
         itertools.chain: _inline(polyfills.chain), itertools.product: _inline(polyfills.product),
         itertools.accumulate: _inline(polyfills.accumulate), itertools.starmap: _inline(polyfills.starmap),
+        itertools.combinations: _inline(polyfills.combinations), itertools.permutations: _inline(polyfills.permutations),
+        itertools.combinations_with_replacement: _inline(polyfills.combinations_with_replacement),
         itertools.pairwise: _inline(polyfills.pairwise), itertools.zip_longest: _inline(polyfills.zip_longest),
         operator.itemgetter: _inline(polyfills.itemgetter), operator.attrgetter: _inline(polyfills.attrgetter),
         operator.methodcaller: _inline(polyfills.methodcaller),
+        **{kind: _mapping_view(kind) for kind in (collections.abc.KeysView, collections.abc.ValuesView,
+                                                   collections.abc.ItemsView)},
         **{t: _numpy_scalar(t) for t in polyfills.numpy_scalar_types()},
         **{t: _numpy_constant(t) for t in polyfills.numpy_constant_types()},
     }
@@ -159,6 +211,8 @@ def variable_for(value: Any, source) -> Any:
         return default_tf
     if value is polyfills.copy_other:
         return OpaqueCallVariable(value, "copy.copy of an object other than a list, dict, set or tuple")
+    if value is contextlib.contextmanager:
+        return ContextManagerDecoratorVariable()
     if getattr(value, "__code__", None) is _CONTEXTMANAGER_CODE and hasattr(value, "__wrapped__"):
         inner = UserFunctionVariable(value.__wrapped__, AttrSource(source, "__wrapped__") if source else None)
         return ContextManagerFunctionVariable(inner)  # @contextlib.contextmanager: its generator is inlined

@@ -20,7 +20,7 @@ from tinydynamo.source import AttrSource
 from tinydynamo.utils import mutated_any, tensor_versions
 from tinydynamo.variables.base import VariableTracker, constructor
 from tinydynamo.variables.constant import ConstantVariable
-from tinydynamo.variables.lists import SizeVariable, TupleVariable
+from tinydynamo.variables.lists import ListIteratorVariable, SizeVariable, TupleVariable
 from tinydynamo.variables.misc import GetAttrVariable
 from tinydynamo.variables.sym_node import SymNodeVariable, size_items, wrap_size
 
@@ -35,7 +35,7 @@ DATA_DEPENDENT_METHODS = {
 }
 #: attributes computed from metadata only (answered at trace time)
 METADATA_ATTRS = ("dtype", "device", "ndim", "is_cuda", "is_cpu", "requires_grad", "layout", "is_sparse", "is_nested", "is_mps",
-                  "is_quantized", "is_meta", "is_floating_point", "is_complex")
+                  "is_quantized", "is_meta")
 #: methods computed from metadata only
 METADATA_METHODS = ("dim", "ndimension", "numel", "nelement", "element_size", "is_contiguous",
                     "is_floating_point", "is_complex", "get_device", "stride", "storage_offset")
@@ -138,6 +138,22 @@ class TensorVariable(VariableTracker):
             return ConstantVariable(tuple(result) if isinstance(result, tuple) else result)
         if name == "type" and not args and not kwargs:
             return ConstantVariable(self.example.type())
+        if name in ("addcmul_", "addcdiv_", "addcmul", "addcdiv") and isinstance(kwargs.get("value"), TensorVariable) \
+                and kwargs["value"].example.dim() == 0 and len(args) == 2:
+            # ``value=`` is a Scalar: a 0-d tensor there is read (item()) at run time, which a fake tensor
+            # cannot; ``self + value * (t1 op t2)`` keeps it a tensor in the graph
+            t1, t2 = args
+            part = tx.output.create_node("call_function", torch.mul if "mul" in name else torch.div, [t1, t2], {})
+            part = tx.output.create_node("call_function", torch.mul, [part, kwargs["value"]], {})
+            return tx.output.create_node("call_method", "add_" if name.endswith("_") else "add", [self, part], {})
+        if name == "__iter__" and not args and not kwargs:  # ``x.__iter__()``: the rows, as ``iter(x)`` gives
+            return ListIteratorVariable(self.unpack_var_sequence(tx))
+        if name == "new" and args and (isinstance(args[0], SizeVariable) and len(args) == 1 or all(
+                a.is_python_constant() and type(a.as_python_constant()) is int for a in args)):
+            # ``x.new(torch.Size)`` / ``x.new(5, 8)`` give a tensor of that shape, but the graph holds a
+            # Size as a plain tuple, which ``new`` reads as data: ``new_empty`` says the same unambiguously
+            return tx.output.create_node("call_method", "new_empty", [self, TupleVariable(list(
+                args[0].items if isinstance(args[0], SizeVariable) else args))], kwargs)
         return tx.output.create_node("call_method", name, [self, *args], kwargs)
 
     def unpack_var_sequence(self, tx) -> list[VariableTracker]:

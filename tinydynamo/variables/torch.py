@@ -18,7 +18,8 @@ from tinydynamo.exc import unimplemented
 from tinydynamo.variables.base import VariableTracker
 from tinydynamo.variables.constant import ConstantVariable
 from tinydynamo.variables.functions import UserFunctionVariable
-from tinydynamo.variables.lists import SizeVariable
+from tinydynamo.variables.lists import ListVariable, SizeVariable, TupleVariable
+from tinydynamo.variables.tensor import TensorVariable
 
 #: torch functions that are about global state or leave the graph, with the reason
 UNSUPPORTED_TORCH = {
@@ -109,6 +110,33 @@ def _runtime_check(tx, fn, args, kwargs) -> VariableTracker:
     return ConstantVariable(None)
 
 
+def _unrolled_foreach(tx, name: str, args: list, kwargs: dict) -> VariableTracker:
+    """``torch._foreach_<op>(lists..., scalar)`` where a scalar argument is a tensor (``weight=t``,
+    ``_foreach_pow(t, exponents)``): the op takes a Scalar there and would read the tensor's value,
+    which a fake tensor cannot give. A foreach op is its op applied list item by list item, so it is
+    traced as that: ``<op>(a[i], b[i], scalar)`` per item (in place: the ``<op>_`` method of the first)."""
+    op = name[len("_foreach_"):]
+    inplace = op.endswith("_")
+    lists = [a for a in [*args, *kwargs.values()] if isinstance(a, (ListVariable, TupleVariable))]
+    lengths = {len(a.items) for a in lists}
+    if len(lengths) != 1 or (inplace and not isinstance(args[0], (ListVariable, TupleVariable))) or \
+            (not inplace and not hasattr(torch, op)) or (inplace and not hasattr(torch.Tensor, op)):
+        unimplemented(f"torch.{name} with a tensor where it takes a Scalar")
+
+    def item(v, i):
+        return v.items[i] if isinstance(v, (ListVariable, TupleVariable)) else v
+
+    results = []
+    for i in range(lengths.pop()):
+        a = [item(v, i) for v in args]
+        kw = {k: item(v, i) for k, v in kwargs.items()}
+        if inplace:
+            tx.output.create_node("call_method", op, a, kw, keep=True)
+        else:
+            results.append(tx.output.create_node("call_function", getattr(torch, op), a, kw))
+    return args[0] if inplace else ListVariable(results)  # in place: the first list itself, as eager returns
+
+
 class TorchVariable(VariableTracker):
     def __init__(self, fn, source=None):
         super().__init__(source)
@@ -135,11 +163,17 @@ class TorchVariable(VariableTracker):
         if fn in (torch.get_default_dtype, torch.is_floating_point, torch.is_complex, torch.numel) or \
                 getattr(fn, "__name__", "") in ("is_autocast_enabled",):
             try:
-                return ConstantVariable(fn(*[a.as_example() for a in args]))
+                return ConstantVariable(fn(*[a.as_example() for a in args],
+                                           **{k: v.as_example() for k, v in kwargs.items()}))
             except Exception as e:
                 unimplemented(f"{fn.__name__}: {e}")
         if getattr(fn, "__objclass__", None) in (torch._C.TensorBase, torch.Tensor) and args:
             return args[0].call_method(tx, fn.__name__, list(args[1:]), kwargs)  # torch.Tensor.view(x, ...)
+        if getattr(fn, "__name__", "").startswith("_foreach_") and any(
+                isinstance(a, TensorVariable) for a in [*args, *kwargs.values()]):
+            return _unrolled_foreach(tx, fn.__name__, list(args), dict(kwargs))
+        if fn is torch.jit.annotate and len(args) == 2 and not kwargs:  # a TorchScript type hint: the value itself
+            return args[1]
         if fn is torch.Size:
             return SizeVariable(args[0].unpack_var_sequence(tx) if args else [])
         grad_kwarg = kwargs.get("requires_grad")

@@ -80,7 +80,9 @@ class UserDefinedObjectVariable(VariableTracker):
             return stored
         cls = type(self.value)
         source = AttrSource(self.source, name) if self.source else None
-        if cls.__getattribute__ is not object.__getattribute__ or hasattr(cls, "__getattr__"):
+        py_getattr = inspect.getattr_static(cls, "__getattr__", MISSING)
+        if cls.__getattribute__ is not object.__getattribute__ or (
+                py_getattr is not MISSING and not isinstance(py_getattr, types.FunctionType)):
             cls_attr = inspect.getattr_static(cls, name, MISSING)  # custom lookup: only methods are inlined
             if isinstance(cls_attr, (types.FunctionType, staticmethod, classmethod)):
                 return class_attribute_variable(tx, self, cls, name, cls_attr)
@@ -92,16 +94,55 @@ class UserDefinedObjectVariable(VariableTracker):
         cls_attr = inspect.getattr_static(cls, name, MISSING)
         instance_dict = getattr(self.value, "__dict__", {})
         if cls_attr is not MISSING and is_data_descriptor(cls_attr) and not isinstance(cls_attr, property):
+            if name == "__dict__" and any(k[0] == "attr" and k[1] == id(self.value)
+                                          for k in tx.output.side_effects.pending):
+                unimplemented(f"{cls.__name__}.__dict__ read after attributes were set in the frame")
             return VariableTracker.build(tx, getattr(self.value, name), source)  # __slots__ member, getset
-        if cls_attr is not MISSING and (isinstance(cls_attr, property) or name not in instance_dict):
+        tracked = self._tracked_dict(tx)  # its __dict__, read (and maybe changed) in the frame: that wins
+        if tracked is not None:
+            in_instance = name in tracked.items
+        else:
+            in_instance = name in instance_dict
+        if cls_attr is not MISSING and (isinstance(cls_attr, property) or not in_instance):
             return class_attribute_variable(tx, self, cls, name, cls_attr, source)
-        if name in instance_dict:
+        if in_instance:
+            if tracked is not None:
+                return tracked.items[name]
             return VariableTracker.build(tx, instance_dict[name], source)
+        if isinstance(py_getattr, types.FunctionType):  # Python calls it for what the lookup did not find
+            if self.source is not None and isinstance(instance_dict, dict):
+                tx.output.add_guard("DICT_CONTAINS", AttrSource(self.source, "__dict__"), (name, False))
+            getattr_fn = class_attribute_variable(tx, self, cls, "__getattr__", py_getattr)
+            return getattr_fn.call_function(tx, [ConstantVariable(name)], {})
         raise_observed(AttributeError, f"{cls.__name__} has no attribute {name!r}")
 
+    def _tracked_dict(self, tx):
+        """The tracker of this object's ``__dict__`` if the frame reached it (``self.__dict__[k]``)."""
+        real = getattr(self.value, "__dict__", None)
+        return tx.output.side_effects.id_to_variable.get(id(real)) if isinstance(real, dict) else None
+
     def var_setattr(self, tx, name: str, value: VariableTracker) -> None:
+        setattr_fn = inspect.getattr_static(type(self.value), "__setattr__", None)
+        if isinstance(setattr_fn, types.FunctionType):  # the class's own __setattr__, inlined
+            method = class_attribute_variable(tx, self, type(self.value), "__setattr__", setattr_fn)
+            method.call_function(tx, [ConstantVariable(name), value], {})
+            return
         check_plain_setattr(self.value, name, object.__setattr__)
+        tracked = self._tracked_dict(tx)
+        if tracked is not None:  # its __dict__ is read in the frame too: one place holds the new value
+            tracked.call_method(tx, "__setitem__", [ConstantVariable(name), value], {})
+            return
         tx.output.side_effects.store_attr(self, self.value, name, value)
+
+    def store(self, tx, name: str, value: VariableTracker) -> None:
+        """``object.__setattr__(obj, name, value)`` (a custom ``__setattr__`` calling its base's): a plain
+        store into the instance ``__dict__``, through the tracker of that dict (replayed after the graph)."""
+        cls_attr = inspect.getattr_static(type(self.value), name, MISSING)
+        if cls_attr is not MISSING and is_data_descriptor(cls_attr):
+            unimplemented(f"object.__setattr__ of {name!r} on a {type(self.value).__name__}: a descriptor of the class")
+        if not isinstance(getattr(self.value, "__dict__", None), dict) or self.source is None:
+            unimplemented(f"object.__setattr__ on a {type(self.value).__name__} without a __dict__ or a source")
+        self.var_getattr(tx, "__dict__").call_method(tx, "__setitem__", [ConstantVariable(name), value], {})
 
     def call_function(self, tx, args, kwargs):
         if _python_dunder(self.python_type(), "__call__") is not None:
@@ -185,6 +226,15 @@ def class_attribute_variable(tx, obj: VariableTracker, cls: type, name: str, att
         return UserMethodVariable(attr.__func__, ConstantVariable(cls))
     if isinstance(attr, property):
         if not isinstance(attr.fget, types.FunctionType):
+            if real is not None and source is not None and isinstance(obj, UserDefinedObjectVariable) \
+                    and not obj.made_in_frame:
+                # a getter in C (a pybind11 property of an object from outside): read at trace time,
+                # its value guarded through ``obj.name`` (read again, and compared, on every call)
+                try:
+                    value = getattr(real, name)
+                except Exception as e:  # noqa: BLE001 - it raises natively too
+                    unimplemented(f"property {cls.__name__}.{name} raised {e!r} at trace time")
+                return VariableTracker.build(tx, value, source)
             unimplemented(f"property {cls.__name__}.{name} whose getter is not a Python function")
         fget_source = AttrSource(cls_source, "fget") if cls_source is not None else None
         return UserFunctionVariable(attr.fget, fget_source).call_function(tx, [obj], {})
