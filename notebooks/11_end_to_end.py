@@ -523,10 +523,10 @@ if stored.exists() and "rows" in gpu["results"].get("gpt_train", {}):
 # comes from real models, not from one block. `bench/dashboard.py` runs torchvision, timm and
 # transformers models at their published sizes through eager, torch.compile and tiny in one
 # process, checks accuracy first and then times them, in the manner of PyTorch's compile
-# dashboard. Its stored H100 run (bf16 inference, 22 models):
+# dashboard. Its stored H200 run (bf16 inference, 26 models):
 
 # %%
-dash_file = Path("data/dashboard_h100.json")
+dash_file = Path("data/dashboard_h200.json")
 if dash_file.exists():
     dash = json.loads(dash_file.read_text())
     print(f"device: {dash['device']}   date: {dash['date']}   torch {dash['torch']}")
@@ -534,7 +534,7 @@ if dash_file.exists():
                                          "tiny vs torch.compile", "torch.compile first call s", "tiny first call s"])
     benchmark.print_table(dash["summary"], list(dash["summary"][0]), title="geomean over models")
 else:
-    print("no stored dashboard run in notebooks/data/dashboard_h100.json")
+    print("no stored dashboard run in notebooks/data/dashboard_h200.json")
 
 # %% [markdown]
 # Three graph-level passes decide most of the GPU time on these models, and each is a module of
