@@ -1,6 +1,7 @@
 """The course machinery: stub generation, sync checks, the dependency lists, the loader switch."""
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import subprocess
@@ -8,6 +9,7 @@ import sys
 import tomllib
 
 import pytest
+import torch
 
 from course import exercises, loader, notebooks
 from course.loader import ROOT
@@ -205,16 +207,18 @@ def test_nbval_runs_a_notebook_in_the_environment_it_was_built_in(tmp_path):
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
 
 
+def _graded_module(name: str):
+    """A graded test file loaded as a module (its written-down reference values and helpers)."""
+    spec = importlib.util.spec_from_file_location(name, ROOT / "tests" / "graded" / f"{name}.py")
+    graded = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(graded)
+    return graded
+
+
 def test_graded_torch_references_written_down_are_what_torch_reports():
     """Chapter 4's graded tests compare with (graphs, breaks) of torch._dynamo.explain written down for their
     own functions (a TorchDynamo trace per grading run costs a second): they must be what torch says."""
-    import importlib.util
-
-    import torch
-
-    spec = importlib.util.spec_from_file_location("graded_ch04", ROOT / "tests" / "graded" / "test_ch04_graph_breaks.py")
-    graded = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(graded)
+    graded = _graded_module("test_ch04_graph_breaks")
     assert graded.TORCH_EXPLAIN
     for name, counts in graded.TORCH_EXPLAIN.items():
         for x in (torch.randn(5), torch.ones(3), -torch.ones(4)):  # either side of each branch
@@ -224,11 +228,7 @@ def test_graded_torch_references_written_down_are_what_torch_reports():
 def test_graded_kernel_counts_written_down_are_what_the_package_scheduler_makes():
     """Chapter 7's graded tests compare kernel counts with ones written down for their own functions: they
     must be what the package's scheduler makes (kernel_count), at the sizes the tests use and others."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("graded_ch07", ROOT / "tests" / "graded" / "test_ch07_loop_ir.py")
-    graded = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(graded)
+    graded = _graded_module("test_ch07_loop_ir")
     assert graded.KERNELS
     for name, count in graded.KERNELS.items():
         for rows, cols in ((12, 12), (6, 8), (3, 5)):

@@ -9,6 +9,7 @@ import dataclasses
 import itertools
 import operator
 import typing
+from unittest.mock import patch
 
 import pytest
 import torch
@@ -499,7 +500,6 @@ class HoldsDefaultTensorMethod(torch.nn.Module):
 def test_dynamic_size_of_a_method_default_is_read_through_the_class():
     """A recompile with another shape makes the default's sizes symbols: their values are read at run
     time through the class (a constant of the generated code), not by its module path."""
-    from unittest.mock import patch
 
     tinydynamo.reset()
     compiled_mod = tinydynamo.compile(HoldsDefaultTensorMethod())

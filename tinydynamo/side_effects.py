@@ -174,10 +174,9 @@ class SideEffects:
             if key[0] == "items":
                 target = entry.reconstruct(codegen)
                 if isinstance(entry, DictVariable):
-                    new = ", ".join(f"{key_code(codegen, k)}: {v.reconstruct(codegen)}" for k, v in entry.items.items())
                     lines.append(f"{target}.clear()")
                     if entry.items:
-                        lines.append(f"{target}.update({{{new}}})")
+                        lines.append(f"{target}.update({entry.literal(codegen)})")
                 elif isinstance(entry.items, dict):  # a set: its elements are the keys
                     new = ", ".join(key_code(codegen, k) for k in entry.items)
                     lines.append(f"{target}.clear()")

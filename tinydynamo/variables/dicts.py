@@ -233,11 +233,14 @@ class DictVariable(VariableTracker):
             return ConstantVariable(None)
         unimplemented(f"dict.{name}")
 
+    def literal(self, codegen) -> str:
+        """A dict display ``{k: v, ...}`` of the current items (subclasses pass it to their class)."""
+        return "{" + ", ".join(f"{key_code(codegen, k)}: {v.reconstruct(codegen)}" for k, v in self.items.items()) + "}"
+
     def reconstruct(self, codegen) -> str:
         if self.source is not None:
             return codegen.source_expr(self.source)
-        return codegen.shared(self, lambda: "{" + ", ".join(
-            f"{key_code(codegen, k)}: {v.reconstruct(codegen)}" for k, v in self.items.items()) + "}")
+        return codegen.shared(self, lambda: self.literal(codegen))
 
     def __repr__(self) -> str:
         return f"DictVariable({list(self.items)})"

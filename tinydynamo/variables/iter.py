@@ -423,11 +423,9 @@ class OrderedDictVariable(DictVariable):
     def reconstruct(self, codegen) -> str:
         if self.source is not None:
             return codegen.source_expr(self.source)
-        def build():  # one object however many places hold it (as DictVariable's)
-            inner = ", ".join(f"{key_code(codegen, k)}: {v.reconstruct(codegen)}" for k, v in self.items.items())
-            return f"{codegen.constant(collections.OrderedDict, 'OrderedDict')}({{{inner}}})"
-
-        return codegen.shared(self, build)
+        # one object however many places hold it (as DictVariable's)
+        return codegen.shared(self, lambda: f"{codegen.constant(collections.OrderedDict, 'OrderedDict')}"
+                                            f"({self.literal(codegen)})")
 
 
 def ordered_dict(tx, args, kwargs):
@@ -480,11 +478,7 @@ class DictSubclassVariable(OrderedDictVariable):
     def reconstruct(self, codegen) -> str:
         if self.source is not None:
             return codegen.source_expr(self.source)
-        def build():
-            inner = ", ".join(f"{key_code(codegen, k)}: {v.reconstruct(codegen)}" for k, v in self.items.items())
-            return f"{codegen.constant(self.cls, 'cls')}({{{inner}}})"
-
-        return codegen.shared(self, build)
+        return codegen.shared(self, lambda: f"{codegen.constant(self.cls, 'cls')}({self.literal(codegen)})")
 
 
 def dict_subclass(tx, cls, args, kwargs):
@@ -519,13 +513,8 @@ class DefaultDictVariable(DictVariable):
     def reconstruct(self, codegen) -> str:
         if self.source is not None:
             return codegen.source_expr(self.source)
-
-        def build():
-            inner = ", ".join(f"{key_code(codegen, k)}: {v.reconstruct(codegen)}" for k, v in self.items.items())
-            return (f"{codegen.constant(collections.defaultdict, 'defaultdict')}"
-                    f"({self.factory.reconstruct(codegen)}, {{{inner}}})")
-
-        return codegen.shared(self, build)
+        return codegen.shared(self, lambda: f"{codegen.constant(collections.defaultdict, 'defaultdict')}"
+                                            f"({self.factory.reconstruct(codegen)}, {self.literal(codegen)})")
 
 
 def defaultdict(tx, args, kwargs):
