@@ -39,12 +39,13 @@ def chain4(a, b, c, d):
     return (a * b + c).sin() * d
 
 
-def tiny_input(x):
-    """Batch 1 of a dashboard input: a 32x32 image, or 16 tokens (host time, not kernels, dominates)."""
+def tiny_input(x, full_images: bool = False):
+    """Batch 1 of a dashboard input: a 32x32 image (its full size where the model takes only that one,
+    as a ViT's patch embedding does), or 16 tokens (host time, not kernels, dominates)."""
     if not isinstance(x, torch.Tensor):
         return x
     if x.is_floating_point() and x.dim() == 4:
-        return torch.randn(1, x.shape[1], 32, 32)
+        return x[:1].clone() if full_images else torch.randn(1, x.shape[1], 32, 32)
     return x[:1, :16].contiguous()
 
 
@@ -95,10 +96,16 @@ def model_rows(args, names: list[str]) -> list[dict]:
             continue
         model, inputs = made
         model = model.eval().to(args.device)
-        inputs = tuple(tiny_input(x) if x is None or not isinstance(x, torch.Tensor) else tiny_input(x).to(args.device)
-                       for x in inputs)
+        full = tuple(inputs)
+        inputs = tuple(tiny_input(x) if not isinstance(x, torch.Tensor) else tiny_input(x).to(args.device)
+                       for x in full)
         with torch.no_grad():
-            expected = model(*inputs)
+            try:
+                expected = model(*inputs)
+            except (ValueError, RuntimeError):  # the model takes images of one size only: batch 1 of those
+                inputs = tuple(tiny_input(x, full_images=True) if not isinstance(x, torch.Tensor)
+                               else tiny_input(x, full_images=True).to(args.device) for x in full)
+                expected = model(*inputs)
         harness.reset_compilers()
         row = {"model": model_name}
         for name, make in harness.compilers(names, args.mode).items():

@@ -8,7 +8,10 @@ training step) and dtype, by every backend:
    (training) are compared with eager's; a backend that fails is not timed;
 2. then the **time per call** (device synchronised, first call excluded), the **speedup over
    eager**, the **first call** (compile included) and the **peak memory** of the backend's run
-   (``torch.cuda.max_memory_allocated`` on CUDA; on the CPU it is not measured).
+   (``torch.cuda.max_memory_allocated`` on CUDA; on the CPU it is not measured). The backends that
+   passed are timed in turns (``course.benchmark.bench_interleaved``: each round times every one),
+   so that a noisy host or a drifting clock weighs on all of them alike: timed one after the other,
+   two runs of the same model have differed by 2x on a shared host.
 
 Tolerance: the error relative to the tensor's norm, ``|a - e| / |e|``, at most 1e-3 in fp32 and
 3e-2 in bf16 (bf16 keeps 8 bits of mantissa, and a fused kernel rounds at other places than
@@ -269,13 +272,20 @@ def compiler(name: str, mode: str) -> Callable[[torch.nn.Module], torch.nn.Modul
     return harness.compilers([name], mode)[name]
 
 
-def run_backend(name: str, zoo_model: torch.nn.Module, inputs: tuple, suite: str, args, device: str) -> dict:
-    """One backend on a deep copy of the model: first call, accuracy snapshot, timing, peak memory."""
+def run_backend(name: str, zoo_model: torch.nn.Module, inputs: tuple, suite: str, args, device: str,
+                base_bytes: int = 0) -> tuple[dict, Callable]:
+    """One backend on a deep copy of the model: first call, accuracy snapshot, peak memory; returns the
+    row and the step, which :func:`run_model` times later, in turns with the other backends'.
+
+    Peak memory counts the model and inputs (``base_bytes``, allocated before any backend ran) plus
+    what this backend allocated at its peak, not the memory other backends' steps still hold."""
+    cuda = device.startswith("cuda")
+    held_by_others = torch.cuda.memory_allocated() - base_bytes if cuda else 0
     model = copy.deepcopy(zoo_model)
     compiled = compiler(name, args.mode)(model) if name != "eager" else model
     step = make_step(compiled, suite)
     # gradients land on ``model``'s parameters (compiled wraps it)
-    if device.startswith("cuda"):
+    if cuda:
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
     start = time.perf_counter()
@@ -285,11 +295,10 @@ def run_backend(name: str, zoo_model: torch.nn.Module, inputs: tuple, suite: str
     out = step(*inputs)  # the second call: cached code (and, under reduce-overhead, a replay)
     row["snapshot"] = snapshot(model, suite, out)
     del out
-    if not args.accuracy_only:
-        row["ms"] = harness.bench(step, inputs, device, warmup=args.warmup, iters=args.iters, repeats=args.repeats) * 1e3
-    if device.startswith("cuda"):
-        row["peak MB"] = torch.cuda.max_memory_allocated() / 2**20
-    return row
+    if cuda:
+        harness.synchronize(device)
+        row["peak MB"] = (torch.cuda.max_memory_allocated() - held_by_others) / 2**20
+    return row, step
 
 
 def run_model(entry: DashboardModel, suite: str, dtype_name: str, args) -> dict:
@@ -303,11 +312,12 @@ def run_model(entry: DashboardModel, suite: str, dtype_name: str, args) -> dict:
     _no_dropout(model)
     model = model.to(device, dtype).train(suite == "training")
     inputs = tuple(_cast(x, dtype, device) for x in inputs)
-    results, statuses = {}, {}
+    results, statuses, steps = {}, {}, {}
+    harness.reset_compilers()  # once: each backend's compiled step stays alive until all are timed
+    base_bytes = torch.cuda.memory_allocated() if device.startswith("cuda") else 0
     for name in args.backends:
-        harness.reset_compilers()
         try:
-            results[name] = run_backend(name, model, inputs, suite, args, device)
+            results[name], steps[name] = run_backend(name, model, inputs, suite, args, device, base_bytes)
             statuses[name] = "ok"
         except TimeLimit as e:
             statuses[name] = f"timeout: {e}"
@@ -328,12 +338,28 @@ def run_model(entry: DashboardModel, suite: str, dtype_name: str, args) -> dict:
             if problems:
                 statuses[name] = "WRONG: " + "; ".join(problems[:3])
         res.pop("snapshot", None)
-        if not statuses[name].startswith("ok"):
-            res.pop("ms", None)  # a wrong backend's time means nothing
-        for key, value in res.items():
-            row[f"{name} {key}"] = value
     if "eager" in results:
         results["eager"].pop("snapshot", None)
+    timed = {name: steps[name] for name in results if statuses[name] == "ok"}  # a wrong backend is not timed
+    if timed and not args.accuracy_only:
+        # in turns (every round times each backend once): host noise and clock drift hit all alike
+        try:
+            per_call = harness.bench_interleaved(timed, inputs, device, warmup=args.warmup, iters=args.iters,
+                                                 repeats=args.repeats)
+        except TimeLimit:
+            raise
+        except Exception as e:  # noqa: BLE001  (a later call failed: recorded like a first-call failure)
+            per_call = {}
+            for name in timed:
+                statuses[name] = f"error while timing: {type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}"
+            row.setdefault("traces", {})["timing"] = traceback.format_exc()[-2000:]
+        for name, seconds in per_call.items():
+            results[name]["ms"] = seconds * 1e3
+    steps.clear()
+    timed.clear()
+    for name, res in results.items():
+        for key, value in res.items():
+            row[f"{name} {key}"] = value
     row["statuses"] = statuses
     row["status"] = "ok" if all(s == "ok" for s in statuses.values()) else "failed"
     eager_ms = row.get("eager ms")
@@ -394,7 +420,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--accuracy-only", action="store_true", help="check accuracy, time nothing")
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--iters", type=int, default=10)
-    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--repeats", type=int, default=7)
     p.add_argument("--timeout", type=float, default=600, help="seconds per model and backend (0: none)")
     p.add_argument("--out", type=Path, default=None, help="JSON file (default bench/results/dashboard-...)")
     p.add_argument("--plot", type=Path, default=None, help="PNG of the speedups")
