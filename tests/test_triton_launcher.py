@@ -61,6 +61,7 @@ def test_first_call_goes_through_triton_then_direct(fast_launcher):
     a, b = torch.randn(64), torch.empty(64)
     launcher.run(a, b, 64)
     assert len(jit.front_door) == 1 and jit.front_door[0][2] == {"RBLOCK": 32, "XBLOCK": 8}
+    assert "run" in vars(launcher), "after the first launch, run is the launcher's generated function"
     launcher.run(a, b, 64)
     launcher.run(b, a, 64)
     assert len(jit.front_door) == 1, "later calls with the same alignment must skip Triton's front door"
@@ -82,6 +83,18 @@ def test_new_alignment_is_compiled_by_triton(fast_launcher):
     launcher.run(shifted, out, 64)
     assert len(jit.front_door) == 2
     assert [len(c.calls) for c in jit.compiled.values()] == [0, 1]
+
+
+def test_generated_run_keys_each_pointer_by_its_position(fast_launcher):
+    """The generated ``run`` computes the same key as the general one: (aligned, shifted) and
+    (shifted, aligned) are two variants, each compiled once and then found again."""
+    jit, launcher = fast_launcher
+    storage = torch.randn(65)
+    aligned, shifted = storage[:64], storage[1:]
+    for first, second in [(aligned, aligned), (aligned, shifted), (shifted, aligned), (shifted, shifted)] * 2:
+        launcher.run(first, second, 64)
+    assert len(jit.front_door) == 4 and len(jit.compiled) == 4
+    assert [len(c.calls) for c in jit.compiled.values()] == [1, 1, 1, 1]
 
 
 def test_launch_hooks_keep_the_front_door(fast_launcher, monkeypatch):
