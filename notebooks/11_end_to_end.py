@@ -548,12 +548,15 @@ else:
 #   by a 768 x 50257 weight, and an odd width sends the library to a slow kernel; padding it to a
 #   multiple of 8 took that matmul from 3.36 to 0.45 ms.
 #
-# With them tiny's GPU time per call equals torch.compile's on ResNet-50 (1.70 vs 1.71 ms). Where
-# tiny still trails, on deep module trees like Swin-T, the difference is the host: every cached
-# call checks guards over hundreds of parameters and runs a Python wrapper over hundreds of
-# kernels. The guard check of the parameters is one call of torch's C++ tensor check, as in
-# TorchDynamo; `mode="reduce-overhead"` replays the kernels as a CUDA graph and takes the wrapper
-# out of the picture.
+# With them tiny's GPU time per call equals torch.compile's on ResNet-50 (1.70 vs 1.71 ms). At
+# these sizes most calls are bound by the host, not the GPU (MobileNetV2 at batch 16: about 0.6 ms
+# of kernels in a 2.5-4 ms call): every cached call checks guards over hundreds of parameters and
+# runs a Python wrapper over hundreds of kernels. So the host decides the ratios, and a busy host
+# moves them; the dashboard times the three backends in turns, round after round, so that the
+# noise falls on all of them alike. The guard check of the parameters is one call of torch's C++
+# tensor check, as in TorchDynamo; each kernel launch is one generated Python function around
+# torch's prebuilt launcher; `mode="reduce-overhead"` replays the kernels as a CUDA graph and takes
+# the wrapper out of the picture.
 
 # %% [markdown]
 # ## 6. What to take away
