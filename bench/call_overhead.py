@@ -7,7 +7,8 @@ device is synchronised once at the end, so this measures the host side.
 ``--model`` does the same for dashboard models (bench/dashboard.py: the architectures at their
 published sizes) on a tiny input, batch 1 (a 32x32 image, 16 tokens), inference: a big module
 tree's cached call, where the guards read hundreds of parameters and the wrapper runs hundreds
-of kernels. tiny's guard check alone is printed beside it.
+of kernels. tiny's guard check alone is printed beside it. The backends are timed in turns (each
+round times every one), so that a busy host weighs on all of them alike.
 
     python bench/call_overhead.py --calls 20000
     python bench/call_overhead.py --model swin_t,resnet50,llama,bert --calls 200
@@ -83,6 +84,13 @@ def write_profile(compiled, inputs: tuple, args, path: Path) -> None:
     path.write_text(text.getvalue())
 
 
+def no_grad(fn):
+    def call(*args):
+        with torch.no_grad():
+            return fn(*args)
+    return call
+
+
 def model_rows(args, names: list[str]) -> list[dict]:
     from bench.dashboard import BY_NAME
 
@@ -108,6 +116,7 @@ def model_rows(args, names: list[str]) -> list[dict]:
                 expected = model(*inputs)
         harness.reset_compilers()
         row = {"model": model_name}
+        steps = {}
         for name, make in harness.compilers(names, args.mode).items():
             compiled = make(model)
             with torch.no_grad():
@@ -116,12 +125,16 @@ def model_rows(args, names: list[str]) -> list[dict]:
                 row[f"{name} first call s"] = time.perf_counter() - start
                 tol = 1e-3 if args.device == "cpu" else 3e-2  # cuDNN convolutions use TF32 by default
                 harness.check_close(name, out, expected, rtol=tol, atol=tol)
-                row[f"{name} us/call"] = harness.bench(compiled, inputs, args.device, warmup=3,
-                                                       iters=args.calls, repeats=3) * 1e6
+            steps[name] = no_grad(compiled)
             if name == "tiny":
                 row["tiny guards us"] = guard_us(compiled, model, inputs, args.calls)
                 if args.profile_dir:
                     write_profile(compiled, inputs, args, Path(args.profile_dir) / f"{model_name}.txt")
+        # in turns, round after round: a busy host slows every backend alike
+        per_call = harness.bench_interleaved(steps, inputs, args.device, warmup=3, iters=args.calls, repeats=5)
+        for name, seconds in per_call.items():
+            row[f"{name} us/call"] = seconds * 1e6
+        steps.clear()
         for other in ("eager", "torch.compile"):
             if "tiny" in names and other in names:
                 row[f"tiny vs {other}"] = row[f"{other} us/call"] / row["tiny us/call"]
