@@ -54,7 +54,9 @@ def test_eval_batch_norm_fuses_with_relu_and_add(backend):
         torch.testing.assert_close(c(x), m(x), rtol=1e-4, atol=1e-5)
     assert c.fallback_reasons == [], c.fallback_reasons
     assert "batch_norm" not in c.source
-    assert len(c.kernels) == 1, c.kernels  # normalise + add + relu: one kernel after the convolution
+    # normalise + add + relu: one kernel after the convolution (besides, under layout optimization,
+    # the copies of its input and weight into channels-last, named after the convolution)
+    assert len([k for k in c.kernels if "convolution" not in k]) == 1, c.kernels
 
 
 def test_eval_batch_norm_is_a_fallback_with_the_pass_off():
@@ -146,7 +148,9 @@ def test_freezing_folds_batch_norm_into_the_convolution(backend):
     assert any(n.target is torch.ops.aten.rsqrt.default for n in plain.aot.prim_gm.graph.nodes)
     convs = [n for n in prim.graph.nodes if n.target is torch.ops.aten.convolution.default]
     assert all(n.args[1].op == "get_attr" and n.args[2].op == "get_attr" for n in convs), prim.code
-    assert len(frozen.kernels) == 2, frozen.kernels  # relu; add + relu: the batch norms are gone
+    # relu; add + relu: the batch norms are gone (besides, under layout optimization, the input's
+    # copy into channels-last, named after the convolution; frozen weights are converted once)
+    assert len([k for k in frozen.kernels if "convolution" not in k]) == 2, frozen.kernels
 
 
 def test_freezing_bfloat16_matches_eager():

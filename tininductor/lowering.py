@@ -890,6 +890,15 @@ def pooling_output_size(size: int, kernel: int, stride: int, padding: int, dilat
     return out
 
 
+def _window_reuse(x, kernel: Sequence[int]) -> None:
+    """A window op reads each input element up to ``kh * kw`` times, so an inlined producer would be
+    recomputed that often: a cheap one (a ReLU) stays inlined, a costly one (a batch norm's five
+    reads) is realized first, by the rule for a producer with that many users (``mark_reuse``).
+    TorchInductor's pooling lowerings ask the same of their input (``realize_hint``)."""
+    if isinstance(x, ir.StorageBox):
+        x.mark_reuse(prod(kernel))
+
+
 def _window_element(load, index, k, size, out_hw, stride, padding, dilation):
     """Element ``k = (kh, kw)`` of the pooling window of output ``index = (..., i, j)``: its load, and a
     bool op saying whether it lies inside the input (None where it does for every output). A read in
@@ -919,8 +928,9 @@ def max_pool2d_with_indices(x, kernel_size, stride=(), padding=0, dilation=1, ce
 
     Two nodes share that body: the maxima, and the indices (the flat position ``h * W + w`` of each
     maximum in its input plane, which the backward op reads); an inference graph uses only the
-    maxima, so the indices are never computed. The maxima fuse with their neighbours (the batch
-    norm and ReLU before a ResNet's max pool, the convolution input after it)."""
+    maxima, so the indices are never computed. The maxima fuse with their neighbours: a cheap
+    producer (a ReLU) is inlined into the window, a costly one (a ResNet's batch norm) is stored
+    first (:func:`_window_reuse`); the consumer after it (a residual add) reads the maxima inline."""
     if len(x.get_size()) not in (3, 4) or not all(is_static(n) for n in x.get_size()):
         raise LoweringDeclined("max pooling of a 3-D or 4-D input of static size only")
     kernel, padding, dilation = _pair(kernel_size, "kernel_size"), _pair(padding, "padding"), _pair(dilation, "dilation")
@@ -929,6 +939,7 @@ def max_pool2d_with_indices(x, kernel_size, stride=(), padding=0, dilation=1, ce
     out_hw = [pooling_output_size(n, k, s, p, d, ceil_mode)
               for n, k, s, p, d in zip((height, width), kernel, stride, padding, dilation)]
     dtype, acc = x.get_dtype(), _acc_dtype(x.get_dtype())
+    _window_reuse(x, kernel)
     load = x.make_loader()
 
     def window_max(index, with_indices: bool):
@@ -1022,6 +1033,7 @@ def avg_pool2d(x, kernel_size, stride=(), padding=0, ceil_mode=False, count_incl
     out_hw = [pooling_output_size(n, k, s, p, 1, ceil_mode)
               for n, k, s, p in zip((height, width), kernel, stride, padding)]
     dtype, acc = x.get_dtype(), _acc_dtype(x.get_dtype())
+    _window_reuse(x, kernel)
     load = x.make_loader()
 
     def int_(value):
