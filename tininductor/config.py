@@ -65,7 +65,8 @@ pad_mm_max_growth: float = 0.1
 #: ``addmm``, the bias added in the matmul's epilogue, instead of a kernel of its own (fx_passes/mm_bias.py).
 mm_bias_epilogue: bool = os.environ.get("TINY_MM_BIAS_EPILOGUE", "1") != "0"
 
-#: Inference graphs with convolutions on CUDA give their convolutions channels-last inputs, and each
+#: Inference graphs with convolutions on CUDA (cuDNN) or on the CPU with oneDNN
+#: (``torch.backends.mkldnn``) give their convolutions channels-last inputs, and each
 #: 4-D pointwise buffer the memory order of what it reads (graph.py's ``preferred_order``;
 #: TorchInductor's options of the same names). ``force_layout_optimization``:
 #: every convolution graph, on any device (tests).
