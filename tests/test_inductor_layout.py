@@ -1,6 +1,7 @@
 """Layout optimization (``config.layout_optimization``; forced here, where there is no GPU): a
 convolution graph keeps its 4-D intermediates channels-last and its pointwise kernels walk them in
-that order. Values and gradients against eager, on the C++ backend and the Triton interpreter."""
+that order. Values and gradients against eager, on the C++ backend and the Triton interpreter.
+Unforced, it is on for inference graphs whose convolutions cuDNN or oneDNN runs."""
 import copy
 
 import pytest
@@ -47,6 +48,24 @@ def test_channels_last_intermediates_inference(backend):
     channels_last = "(240, 1, 48, 8)"  # (N, C, H, W) = (2, 8, 5, 6) laid out as (N, H, W, C)
     assert channels_last in c.source, c.source
     assert channels_last not in plain.source
+
+
+def test_cpu_inference_runs_channels_last_where_onednn_runs_the_convolutions():
+    """As TorchInductor decides: on the CPU with oneDNN (``torch.backends.mkldnn``) an inference
+    graph's convolutions get channels-last inputs; without oneDNN, or in a training graph, NCHW."""
+    m = Bottleneck().eval()
+    x = torch.randn(2, 8, 5, 6)
+    channels_last = "(240, 1, 48, 8)"
+    with torch.no_grad():
+        default = compile_graph(m, [x], "cpp")
+        with torch.backends.mkldnn.flags(enabled=False):
+            without_onednn = compile_graph(m, [x], "cpp")
+        torch.testing.assert_close(default(x), m(x), rtol=1e-4, atol=1e-5)
+    training = compile_graph(copy.deepcopy(m).train(), [x.clone().requires_grad_()], "cpp")
+    if torch.backends.mkldnn.is_available():
+        assert channels_last in default.source, default.source
+    assert channels_last not in without_onednn.source
+    assert all(channels_last not in g.source for g in training.compiled_graphs)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

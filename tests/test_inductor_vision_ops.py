@@ -118,6 +118,24 @@ def test_max_pool2d_inference_computes_no_indices():
     torch.testing.assert_close(c(x, y), f(x, y))
 
 
+@pytest.mark.parametrize("pool_fn", [lambda t: F.max_pool2d(t, 3, 2, 1), lambda t: F.avg_pool2d(t, 3, 2, 1)],
+                         ids=["max", "avg"])
+def test_pool_stores_a_costly_producer_first(pool_fn):
+    """A window reads each element up to kh * kw times: a batch norm (five reads) feeding a 3x3 pool
+    is stored by a kernel of its own instead of being recomputed nine times per output, while the
+    ReLU of the test above stays inlined (StorageBox.mark_reuse, as for a producer with 9 users)."""
+    mean, var, w, b = torch.randn(3), torch.rand(3) + 0.5, torch.randn(3), torch.randn(3)
+
+    def f(x):
+        return pool_fn(torch.relu(F.batch_norm(x, mean, var, w, b, False, 0.1, 1e-5)))
+
+    x = torch.randn(2, 3, 9, 8)
+    with torch.no_grad():
+        c = compile_graph(f, [x], "cpp")
+        torch.testing.assert_close(c(x), f(x))
+    assert c.fallback_reasons == [] and len(c.kernels) == 2, c.kernels
+
+
 @pytest.mark.parametrize("pool", sorted(POOLS))
 def test_max_pool2d_gradient(pool):
     """Training: the forward computes the indices the backward op reads, and the backward op is a
