@@ -84,15 +84,8 @@ def write_profile(compiled, inputs: tuple, args, path: Path) -> None:
     path.write_text(text.getvalue())
 
 
-def no_grad(fn):
-    def call(*args):
-        with torch.no_grad():
-            return fn(*args)
-    return call
-
-
 def model_rows(args, names: list[str]) -> list[dict]:
-    from bench.dashboard import BY_NAME
+    from bench.dashboard import BY_NAME, make_step
 
     rows = []
     torch.set_num_threads(1)  # host time, not kernels: one thread also keeps OpenMP's spinning out of it
@@ -105,14 +98,17 @@ def model_rows(args, names: list[str]) -> list[dict]:
         model, inputs = made
         model = model.eval().to(args.device)
         full = tuple(inputs)
-        inputs = tuple(tiny_input(x) if not isinstance(x, torch.Tensor) else tiny_input(x).to(args.device)
-                       for x in full)
+
+        def batch_one(full_images: bool) -> tuple:
+            return tuple(x if not isinstance(x, torch.Tensor) else tiny_input(x, full_images).to(args.device)
+                         for x in full)
+
+        inputs = batch_one(False)
         with torch.no_grad():
             try:
                 expected = model(*inputs)
             except (ValueError, RuntimeError):  # the model takes images of one size only: batch 1 of those
-                inputs = tuple(tiny_input(x, full_images=True) if not isinstance(x, torch.Tensor)
-                               else tiny_input(x, full_images=True).to(args.device) for x in full)
+                inputs = batch_one(True)
                 expected = model(*inputs)
         harness.reset_compilers()
         row = {"model": model_name}
@@ -125,7 +121,7 @@ def model_rows(args, names: list[str]) -> list[dict]:
                 row[f"{name} first call s"] = time.perf_counter() - start
                 tol = 1e-3 if args.device == "cpu" else 3e-2  # cuDNN convolutions use TF32 by default
                 harness.check_close(name, out, expected, rtol=tol, atol=tol)
-            steps[name] = no_grad(compiled)
+            steps[name] = make_step(compiled, "inference")
             if name == "tiny":
                 row["tiny guards us"] = guard_us(compiled, model, inputs, args.calls)
                 if args.profile_dir:

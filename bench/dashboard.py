@@ -355,8 +355,6 @@ def run_model(entry: DashboardModel, suite: str, dtype_name: str, args) -> dict:
             row.setdefault("traces", {})["timing"] = traceback.format_exc()[-2000:]
         for name, seconds in per_call.items():
             results[name]["ms"] = seconds * 1e3
-    steps.clear()
-    timed.clear()
     for name, res in results.items():
         for key, value in res.items():
             row[f"{name} {key}"] = value
