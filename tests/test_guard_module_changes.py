@@ -140,3 +140,83 @@ def test_an_equal_int_argument_in_a_new_object_does_not_recompile():
     assert cnt.frame_count == 1
     g(x, 999)  # another value recompiles
     assert cnt.frame_count == 2
+
+
+class Config:
+    """A Hugging Face style config: one object that every layer holds."""
+
+    def __init__(self):
+        self.scale = 2.0
+        self.act = "relu"
+
+
+class Layer(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        self.config = config
+        self.fc = nn.Linear(4, 4)
+
+    def forward(self, x):
+        y = self.fc(x) * self.config.scale
+        return torch.relu(y) if self.config.act == "relu" else torch.tanh(y)
+
+
+class Stack(nn.Module):
+    def __init__(self, n=3):
+        super().__init__()
+        self.config = Config()
+        self.layers = nn.ModuleList(Layer(self.config) for _ in range(n))
+        self.tied = self.layers[0]  # one module reached by two paths
+
+    def forward(self, x):
+        for layer in self.layers:
+            x = layer(x)
+        return self.tied(x) + self.config.scale
+
+
+def compiled_stack():
+    tinydynamo.reset()
+    torch.manual_seed(0)
+    model = Stack()
+    cnt = CompileCounter()
+    fn = tinydynamo.optimize(cnt)(model)
+    x = torch.randn(2, 4)
+    for _ in range(2):
+        torch.testing.assert_close(fn(x), model(x))
+    return model, fn, cnt, x
+
+
+def test_an_object_shared_by_many_paths_is_guarded_once():
+    model, fn, cnt, x = compiled_stack()
+    guards = tinydynamo.cache_info(fn).entries[0].check_fn.guards
+    on_scale = [g for g in guards if g.name.endswith("config.scale")]
+    assert len(on_scale) == 1, [g.name for g in on_scale]  # through the first path, not once per layer
+    paths = {"L['self'].config", *(f"L['self'].layers[{i}].config" for i in range(3))}
+    same = {g.name for g in guards if g.kind == "ALIAS_MATCH"} | {g.expected[0].name() for g in guards
+                                                                 if g.kind == "ALIAS_MATCH"}
+    assert same >= paths  # every other path is checked to reach that same object
+    assert cnt.frame_count == 1
+
+
+@pytest.mark.parametrize("change", [
+    lambda m: setattr(m.config, "scale", 3.0),                   # the shared object changed
+    lambda m: setattr(m.layers[1], "config", Config()),          # one path now reaches an equal copy
+    lambda m: setattr(m.layers[2].config, "act", "tanh"),        # changed through a second path
+    lambda m: setattr(m, "tied", Layer(m.config)),               # the two paths part
+    lambda m: setattr(m.layers[0].fc, "bias", None),             # a change under the shared module
+])
+def test_a_change_through_any_path_of_a_shared_object_recompiles(change):
+    model, fn, cnt, x = compiled_stack()
+    change(model)
+    torch.testing.assert_close(fn(x), model(x))
+    assert cnt.frame_count == 2, tinydynamo.cache_info(fn).last_reason
+
+
+def test_shared_guards_can_be_turned_off():
+    tinydynamo.reset()
+    model, cnt = Stack(), CompileCounter()
+    with tinydynamo.config.patch(share_aliased_guards=False):
+        fn = tinydynamo.optimize(cnt)(model)
+        fn(torch.randn(2, 4))
+    guards = tinydynamo.cache_info(fn).entries[0].check_fn.guards
+    assert sum(g.name.endswith("config.scale") for g in guards) == 5  # layers[0..2], tied, the stack

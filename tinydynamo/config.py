@@ -56,7 +56,12 @@ optimize_ddp: bool = True
 #: conditions stay readable (chapter 3 prints them). ``None``: Python for every tensor.
 cpp_tensor_guards_min: int | None = 4
 
-_SETTINGS = ("optimize_ddp", "cpp_tensor_guards_min", "automatic_dynamic_shapes", "assume_static_by_default", "force_parameter_static_shapes", "disable",
+#: guards on one object reached by several paths (a Hugging Face model's one config object, read
+#: by every attention module) are checked once, through the first path, plus one identity check
+#: per other path (``guards.share_aliased_objects``). ``False``: every path keeps its own guards.
+share_aliased_guards: bool = True
+
+_SETTINGS = ("optimize_ddp", "cpp_tensor_guards_min", "share_aliased_guards", "automatic_dynamic_shapes", "assume_static_by_default", "force_parameter_static_shapes", "disable",
              "capture_scalar_outputs", "traceable_tensor_subclasses", "recompile_limit", "accumulated_recompile_limit", "suppress_errors",
              "max_inline_depth", "max_instructions", "default_backend")
 _this = sys.modules[__name__]

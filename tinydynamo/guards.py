@@ -344,9 +344,9 @@ register_guard_kind(
 # ---- ALIAS_MATCH: two sources are (or are not) the same object --------------------------------
 
 
-def _alias_code(g: Guard, ref: str, scope: SourceScope) -> list[str]:
+def _alias_code(g: Guard, ref: str, scope: SourceScope, other_ref: str | None = None) -> list[str]:
     other, same = g.expected
-    return [f"({ref} is {other.code()}) is {same!r}"]
+    return [f"{ref} {'is' if same else 'is not'} {other_ref or other.code()}"]
 
 
 register_guard_kind(
@@ -513,7 +513,10 @@ def generate_check_code(guards: list[Guard], scope: SourceScope) -> str:
         if id(g) in hooks_batched:
             no_hooks.append((ref, g))
             continue
-        conds = GUARD_KINDS[g.kind].code(g, ref, scope)
+        if g.kind == "ALIAS_MATCH" and GUARD_KINDS[g.kind].code is _alias_code:  # the other source read once too
+            conds = _alias_code(g, ref, scope, ref_of(g.expected[0]))
+        else:
+            conds = GUARD_KINDS[g.kind].code(g, ref, scope)
         body.append(f"# {g.kind}: {g.readable()}")
         body.append(f"if not ({' and '.join(conds)}):")
         body.append("    return False")
@@ -599,6 +602,83 @@ class CheckFunction:
         return self.code
 
 
+def _guard_key(kind: str, source: Source | None, expected: Any) -> tuple:
+    """What makes two guards the same guard (a trace installs many twice)."""
+    key = (kind, source.name() if source is not None else "")
+    if kind in ("HASATTR", "DICT_CONTAINS"):  # one per (object, name)
+        key += (expected[0],)
+    elif kind == "ID_MATCH":  # two classes of one name (local classes) are two guards
+        key += (id(expected),)
+    elif kind == "SHAPE_ENV":  # one per relation
+        key += (expected,)
+    return key
+
+
+#: values whose identity says nothing (equal ones are often one object) or that are guarded otherwise
+_NOT_SHARED = (type(None), bool, int, float, complex, str, bytes, tuple, frozenset, torch.Tensor,
+               torch.dtype, torch.device)
+
+
+def share_aliased_objects(guards: list[Guard], L: dict, G: dict, scope: SourceScope) -> list[Guard]:
+    """Guards on one object reached by several paths, made once (``L['self'].encoder.config`` and
+    ``L['self'].encoder.layer[3].attention.config`` are one config object in a Hugging Face model).
+
+    Every source is rewritten through the first path that reached its object: the guards under
+    the second path move under the first and merge with the ones already there, and one
+    ``ALIAS_MATCH`` (``second is first``) keeps what made that valid. Reading an attribute of one
+    object twice gives the same value, so the check is as strict as before; a model whose 24
+    attention modules each read ``config._attn_implementation`` checks it once. Only objects
+    with an identity of their own count (modules, configs, classes, functions): equal ints,
+    strings or tuples are often one object by chance, and tensors have ALIAS_MATCH already."""
+    namespace = {**scope.names, "L": L, "G": G}
+    values: dict[str, Any] = {}
+    first: dict[int, Source] = {}  # id(object) -> the first source that reached it
+    canonical: dict[str, Source] = {}  # source name -> the source to read instead
+    aliases: list[Guard] = []
+
+    def value_of(source: Source) -> Any:
+        key = source.name()
+        if key not in values:
+            values[key] = eval(source.code(), namespace)
+        return values[key]
+
+    def through_canonical_bases(source: Source) -> Source:
+        base = getattr(source, "base", None)
+        return source if base is None else dataclasses.replace(source, base=canonical_base(base))
+
+    def canonical_base(source: Source) -> Source:
+        """``source`` as a base of other sources: the first path to its object."""
+        key = source.name()
+        if key not in canonical:
+            moved = canonical[key] = through_canonical_bases(source)
+            try:
+                value = value_of(moved)
+            except Exception:  # not readable now (a guard that expects it missing)
+                return moved
+            if not isinstance(value, _NOT_SHARED):
+                seen = first.setdefault(id(value), moved)
+                if seen.name() != moved.name():
+                    aliases.append(Guard("ALIAS_MATCH", moved, (seen, True)))
+                    canonical[key] = seen
+        return canonical[key]
+
+    out: dict[tuple, Guard] = {}
+    for g in guards:
+        if g.kind == "TENSOR_MATCH":  # a tensor is not shared (ALIAS_MATCH covers two paths to one)
+            g = dataclasses.replace(g, source=through_canonical_bases(g.source))
+        elif g.kind == "ALIAS_MATCH":
+            source, (other, same) = through_canonical_bases(g.source), g.expected
+            other = through_canonical_bases(other)
+            # two paths to one tensor that became one path: nothing left to check
+            g = None if same and source.name() == other.name() else Guard(g.kind, source, (other, same))
+        elif g.source is not None and g.kind not in ("STORAGE_OVERLAP", "SHAPE_ENV"):
+            g = dataclasses.replace(g, source=canonical_base(g.source))
+        for kept in ([g] if g is not None else []) + aliases:  # a new ALIAS_MATCH right after the guard that needed it
+            out.setdefault(_guard_key(kept.kind, kept.source, kept.expected), kept)
+        aliases.clear()
+    return list(out.values())
+
+
 class GuardBuilder:
     """Collects the guards a trace installs (deduplicated, in order) and builds the CheckFunction."""
 
@@ -609,19 +689,17 @@ class GuardBuilder:
     def add(self, kind: str, source: Source | None, expected: Any = None) -> None:
         if kind not in GUARD_KINDS:
             raise ValueError(f"unknown guard kind {kind!r}; registered: {sorted(GUARD_KINDS)}")
-        key = (kind, source.name() if source is not None else "")
-        if kind in ("HASATTR", "DICT_CONTAINS"):  # one per (object, name)
-            key += (expected[0],)
-        elif kind == "ID_MATCH":  # two classes of one name (local classes) are two guards
-            key += (id(expected),)
-        elif kind == "SHAPE_ENV":  # one per relation
-            key += (expected,)
-        self.guards.setdefault(key, Guard(kind, source, expected))
+        self.guards.setdefault(_guard_key(kind, source, expected), Guard(kind, source, expected))
 
     def replace(self, kind: str, source: Source, expected: Any) -> None:
         """Change what an installed guard expects (in place: its position in the check stays)."""
         key = (kind, source.name())
         self.guards[key] = Guard(kind, source, expected)
 
-    def build(self) -> CheckFunction:
-        return CheckFunction(list(self.guards.values()), self.scope)
+    def build(self, frame_values: tuple[dict, dict] | None = None) -> CheckFunction:
+        """The check function; given the frame's ``(L, G)``, guards on an object reached by several
+        paths are made once (:func:`share_aliased_objects`)."""
+        guards = list(self.guards.values())
+        if frame_values is not None and config.share_aliased_guards:
+            guards = share_aliased_objects(guards, *frame_values, self.scope)
+        return CheckFunction(guards, self.scope)

@@ -141,6 +141,7 @@ class OutputGraph:
         self.tracked_fakes: list[tuple[torch.Tensor, Source, torch.Tensor, Any]] = []
         self.scope = SourceScope(f_globals)
         self.guard_builder = GuardBuilder(self.scope)
+        self.frame_values: tuple[dict, dict] | None = None  # (L, G) of the traced frame, set by its translator
         self.input_sources: list[Source] = []
         self.example_inputs: list[torch.Tensor] = []
         self._inputs: dict[str, TensorVariable] = {}
@@ -423,7 +424,7 @@ class OutputGraph:
                 self.guard_builder.replace("TENSOR_MATCH", source, TensorMeta.of(value, fake))
         for relation in symbolic_shapes.produce_guards(self.fake_mode.shape_env, self.tracked_fakes, self.scope):
             self.add_guard("SHAPE_ENV", None, relation)
-        check_fn = self.guard_builder.build()
+        check_fn = self.guard_builder.build(self.frame_values)
         artifacts.record("guards", self.frame_name, check_fn.code)
         logs.get_logger("guards").info("GUARDS %s\n%s", self.frame_name,
                                        "\n".join(str(g) for g in check_fn.guards))
