@@ -172,6 +172,21 @@ def test_static_launcher_passes_what_the_cubin_takes(fast_launcher, monkeypatch)
         ("cu-function", 7, 1, 1, 4, 256, "OOiO", (a, b, 64, None), 1234),
         ("cu-function", 7, 1, 1, 4, 256, "OOiO", (b, a, 64, None), 1234),
     ]
+    # the generated run launches by itself (no closure call) for the first call's alignment...
+    launcher._launchers.update({k: None for k in launcher._launchers})
+    launcher.run(a, b, 64, 1)
+    assert static.launches[-1] == ("cu-function", 7, 1, 1, 4, 256, "OOiO", (a, b, 64, None), 1234)
+    # ...and a pointer of another alignment goes to the general path, which compiles its variant
+    shifted = torch.randn(65)[1:]
+    launcher.run(shifted, b, 64, 1)
+    assert len(warmups) == 2 and static.launches[-1][7] == (shifted, b, 64, None)
+    # a profiler's launch hook, set after the run was generated, sees the launch (Triton calls it)
+    launcher._launchers.clear()
+    knobs = triton_launcher._runtime_knobs()
+    monkeypatch.setattr(knobs, "launch_enter_hook", lambda metadata: None)
+    n = len(static.launches)
+    launcher.run(a, b, 64, 1)
+    assert len(static.launches) == n and len(mixed.front_door) == 1
 
 
 def test_interpreter_and_constexpr_order_disable_the_fast_path(monkeypatch):

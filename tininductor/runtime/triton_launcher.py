@@ -225,22 +225,42 @@ class TritonLauncher:
         else:  # not a compiled kernel (an unexpected Triton): stay on the front door
             self.fast = False
         if self.fast and grid is None and "run" not in vars(self):
-            self.run = self._specialized_run()
+            self.run = self._specialized_run(key, len(args))
 
-    def _specialized_run(self):
+    def _specialized_run(self, key: int, n_args: int):
         """``run`` for this kernel's arguments, generated once their pointer positions are known:
-        the alignment key as one expression (no loop, no attribute lookups), the launch from the
-        same dict. A new alignment pattern goes through :meth:`run` (which compiles its variant).
-        The saving is per launch, so it counts on models of hundreds of kernels, whose cached
-        calls are bound by the host."""
+        the alignment key as one expression (no loop, no attribute lookups). Where the first
+        launch went through torch's prebuilt launcher, that launch is written into ``run`` itself
+        for the first call's alignment (one Python frame per launch, everything else a constant);
+        another alignment, or a profiler's launch hook, goes through :meth:`run`. The saving is
+        per launch, so it counts on models of hundreds of kernels, whose cached calls are bound
+        by the host."""
         bits = [f"((args[{i}].data_ptr() & 15) == 0) << {len(self._pointer_positions) - 1 - j}"
                 for j, i in enumerate(self._pointer_positions)]
-        source = ("def run(*args):\n"
-                  f"    launch = get({' | '.join(bits) or '0'})\n"
-                  "    if launch is None:\n"
-                  "        return general(self, *args)\n"
-                  "    launch(args)\n")
+        key_expr = " | ".join(bits) or "0"
         scope = {"get": self._launchers.get, "general": TritonLauncher.run, "self": self}
+        parts = getattr(self._launchers.get(key), "static_parts", None)
+        knobs = _runtime_knobs()
+        enter, exit = knobs.launch_enter_hook, knobs.launch_exit_hook
+        if parts is not None and not _hook_set(enter) and not _hook_set(exit):
+            scope.update(parts, enter=enter, exit=exit)
+            kept = "".join(f"args[{i}], " for i in (parts["keep"] if parts["keep"] is not None else range(n_args)))
+            gx, gy, gz = self.grid
+            # a profiler's hook: a new hook object, or (Triton 3.9) one added to the empty HookChain
+            hooked = "knobs.launch_enter_hook is not enter or knobs.launch_exit_hook is not exit"
+            hooked += "".join(f" or {name}.calls" for name, hook in (("enter", enter), ("exit", exit))
+                              if hasattr(hook, "calls"))
+            source = ("def run(*args):\n"
+                      f"    if ({key_expr}) != {key} or {hooked}:\n"
+                      "        return general(self, *args)\n"
+                      f"    c_launch(function, {gx}, {gy}, {gz}, warps, shared, types, ({kept}*extra),"
+                      " get_stream(get_device()))\n")
+        else:
+            source = ("def run(*args):\n"
+                      f"    launch = get({key_expr})\n"
+                      "    if launch is None:\n"
+                      "        return general(self, *args)\n"
+                      "    launch(args)\n")
         exec(compile(source, f"<launcher {self.fn.__name__}>", "exec"), scope)
         return scope["run"]
 
@@ -269,6 +289,10 @@ class TritonLauncher:
                     args = tuple(args[i] for i in keep)
                 c_launch(function, gx, gy, gz, warps, shared, types, (*args, *extra), get_stream(get_device()))
 
+            # what _specialized_run writes into a generated run (the launch without this frame)
+            launch.static_parts = {"c_launch": c_launch, "function": function, "warps": warps, "shared": shared,
+                                   "types": types, "keep": keep, "extra": extra, "knobs": knobs,
+                                   "get_stream": get_stream, "get_device": get_device}
             return launch
         if static_only:
             return None
