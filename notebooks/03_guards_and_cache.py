@@ -256,6 +256,42 @@ n = 20000
 print(f"guard check: {min(timeit.repeat(lambda: check(L, four.__globals__), number=n, repeat=3)) / n * 1e6:.2f} us per call")
 
 # %% [markdown]
+# A big model's check is long because a module tree is wide, and because one object is often
+# reached by many paths: every attention layer of a Hugging Face model holds the model's one
+# config, and reads `config._attn_implementation` through it. Guarded path by path, the same
+# attribute of the same object is checked once per layer (and a config's attribute read runs
+# Python: its class defines `__getattribute__`). The check function guards such an object once,
+# through the first path that reached it, and every other path with one identity check
+# (`ALIAS_MATCH: second is first`): if they are still the same object, what was read through one
+# holds for the other (`guards.share_aliased_objects`; `config.share_aliased_guards=False` turns
+# it off):
+
+# %%
+class Config:
+    scale = 2.0
+
+
+class Layer(torch.nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        self.config, self.fc = config, torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        return self.fc(x) * self.config.scale
+
+
+shared = Config()
+stack = torch.nn.Sequential(*[Layer(shared) for _ in range(6)])
+for share in (False, True):
+    tinydynamo.reset()
+    with tinydynamo.config.patch(share_aliased_guards=share):
+        cs = tinydynamo.optimize("eager")(stack)
+        cs(torch.randn(2, 4))
+    guards = tinydynamo.cache_info(cs).entries[0].check_fn.guards
+    print(f"share_aliased_guards={share}: {sum(g.name.endswith('config.scale') for g in guards)} guard(s) on "
+          f"config.scale, {sum(g.kind == 'ALIAS_MATCH' for g in guards)} identity checks")
+
+# %% [markdown]
 # **What you built.** Guards turn "this graph was traced for these inputs" into code that checks
 # it in microseconds; the cache keeps several graphs per function and says why it needed each new
 # one. Next (chapter 4): what to do when tracing cannot continue — graph breaks.
