@@ -25,7 +25,7 @@ from torch.nn.modules import module as module_mod
 
 from tinydynamo import config
 from tinydynamo.registry import swap
-from tinydynamo.source import Source, SourceScope, source_reader
+from tinydynamo.source import AttrSource, Source, SourceScope, source_reader
 
 
 @dataclasses.dataclass(frozen=True)
@@ -439,8 +439,8 @@ register_guard_kind(
     lambda g: f"{g.name} has no forward/backward hooks",
 )
 
-#: a module's four hook dicts in one C call (the batched NO_HOOKS check below)
-_hook_dicts_of = operator.attrgetter(*_HOOK_DICTS)
+#: a module's four hook dicts, read from its instance dict in one C call (the batched NO_HOOKS check)
+_hook_dicts_in = operator.itemgetter(*_HOOK_DICTS)
 
 
 register_guard_kind(  # the module-global hook dicts are mutated in place: hold them as constants
@@ -495,8 +495,10 @@ def generate_check_code(guards: list[Guard], scope: SourceScope) -> str:
     TorchDynamo runs for them too. Per tensor that is a fraction of a microsecond instead of six
     Python comparisons, and a ResNet's 300 tensors stop dominating the cached call. A tensor that
     needs more than that check (a subclass) keeps its Python conditions. Likewise the modules'
-    NO_HOOKS: one ``any(chain(map(attrgetter(<hook dicts>), (m1, m2, ...))))``, a loop in C over
-    every module's four hook dicts, instead of four attribute reads and tests in Python each.
+    NO_HOOKS: one ``any(chain(map(itemgetter(<hook dicts>), (m1.__dict__, m2.__dict__, ...))))``, a
+    loop in C over every module's four hook dicts, read from the instance dicts that the
+    ``'forward' not in m.__dict__`` guards have read already, instead of four attribute reads and
+    tests in Python each.
     """
     body: list[str] = []
     ref_of = source_reader(body, "___v")  # each source read once, a nested one through its parent's local
@@ -521,10 +523,12 @@ def generate_check_code(guards: list[Guard], scope: SourceScope) -> str:
         body.append(f"if not ({' and '.join(conds)}):")
         body.append("    return False")
     if no_hooks:
-        chain, getter = scope.constant(itertools.chain.from_iterable, "fn"), scope.constant(_hook_dicts_of, "fn")
+        chain, getter = scope.constant(itertools.chain.from_iterable, "fn"), scope.constant(_hook_dicts_in, "fn")
+        # each module's __dict__: most are read already (its DICT_CONTAINS 'forward' guard)
+        dicts = [ref_of(AttrSource(g.source, "__dict__")) for _, g in no_hooks]
         body.append(f"# NO_HOOKS of {len(no_hooks)} modules in one C-level pass (any hook dict not empty): "
                     + ", ".join(g.name for _, g in no_hooks[:4]) + (", ..." if len(no_hooks) > 4 else ""))
-        body.append(f"if any({chain}(map({getter}, ({', '.join(ref for ref, _ in no_hooks)},)))):")
+        body.append(f"if any({chain}(map({getter}, ({', '.join(dicts)},)))):")
         body.append("    return False")
     if batched:
         check = scope.constant(_tensor_guards([g.expected for _, g in batched]), "tensor_guards")
