@@ -537,6 +537,28 @@ else:
     print("no stored dashboard run in notebooks/data/dashboard_h200.json")
 
 # %% [markdown]
+# Two more stored runs of the same models: with CUDA graphs on both sides (`--mode reduce-overhead`,
+# where a replay takes the wrapper's Python out of the picture), and the host time of one cached
+# call at batch 1 (`bench/call_overhead.py --model`: kernels nearly free, so what is left is guards,
+# the wrapper and the launches):
+
+# %%
+for name, columns in (("dashboard_h200_reduce_overhead.json", ["model", "eager ms", "torch.compile speedup",
+                                                               "tiny speedup", "tiny vs torch.compile"]),
+                      ("call_overhead_h200_models.json", ["model", "torch.compile us/call", "tiny us/call",
+                                                          "tiny vs torch.compile", "tiny guards us"])):
+    path = Path("data") / name
+    if not path.exists():
+        print(f"no stored run in notebooks/data/{name}")
+        continue
+    run = json.loads(path.read_text())
+    benchmark.print_table(run["rows"], columns, title=f"{name} ({run['device']}, torch {run['torch']})")
+    if "summary" in run:
+        benchmark.print_table(run["summary"], list(run["summary"][0]), title="geomean over models")
+    else:
+        print(f"geomean tiny vs torch.compile: {run['geomean tiny vs torch.compile']:.2f}x")
+
+# %% [markdown]
 # Three graph-level passes decide most of the GPU time on these models, and each is a module of
 # tininductor you can switch off to see its effect (`bench/model_passes.py`):
 #
@@ -556,7 +578,8 @@ else:
 # runs a Python wrapper over hundreds of kernels. So the host decides the ratios, and a busy host
 # moves them; the dashboard times the three backends in turns, round after round, so that the
 # noise falls on all of them alike. The guard check of the parameters is one call of torch's C++
-# tensor check, as in TorchDynamo; each kernel launch is one generated Python function around
+# tensor check, as in TorchDynamo; an object that many modules hold (a Hugging Face config) is
+# guarded once (chapter 3); each kernel launch is one generated Python function around
 # torch's prebuilt launcher; `mode="reduce-overhead"` replays the kernels as a CUDA graph and takes
 # the wrapper out of the picture.
 
