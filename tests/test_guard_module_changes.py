@@ -220,3 +220,29 @@ def test_shared_guards_can_be_turned_off():
         fn(torch.randn(2, 4))
     guards = tinydynamo.cache_info(fn).entries[0].check_fn.guards
     assert sum(g.name.endswith("config.scale") for g in guards) == 5  # layers[0..2], tied, the stack
+
+
+class Reshaper(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.shape = (2, 3)  # a tuple of constants: one TUPLE_MATCH, not a length plus one guard per item
+
+    def forward(self, x):
+        return x * self.shape[0] + self.shape[1]
+
+
+def test_a_tuple_of_constants_is_one_guard_as_strict_as_its_items():
+    tinydynamo.reset()
+    model, cnt = Reshaper(), CompileCounter()
+    fn = tinydynamo.optimize(cnt)(model)
+    x = torch.randn(6, 4)
+    torch.testing.assert_close(fn(x), model(x))
+    guards = tinydynamo.cache_info(fn).entries[0].check_fn.guards
+    assert [(g.kind, g.expected) for g in guards if "shape" in g.name] == [("TUPLE_MATCH", (2, 3))]
+    model.shape = tuple([2, 3])  # equal, another object: still a hit
+    torch.testing.assert_close(fn(x), model(x))
+    assert cnt.frame_count == 1
+    for changed in [(True, 3), (2, 3.0), (2, 3, 1), [2, 3], (3, 2)]:  # equal as numbers is not enough
+        model.shape = changed
+        torch.testing.assert_close(fn(x), model(x))
+    assert cnt.frame_count == 6, tinydynamo.cache_info(fn).last_reason

@@ -25,7 +25,7 @@ from torch.nn.modules import module as module_mod
 
 from tinydynamo import config
 from tinydynamo.registry import swap
-from tinydynamo.source import AttrSource, Source, SourceScope, source_reader
+from tinydynamo.source import AttrSource, GetItemSource, Source, SourceScope, source_reader
 
 
 @dataclasses.dataclass(frozen=True)
@@ -291,6 +291,62 @@ register_guard_kind(
                   None if len(v) == g.expected[1] else f"len({g.name}) == {g.expected[1]} failed: actual {len(v)}"),
     lambda g: f"type({g.name}) is {g.expected[0].__name__} and len({g.name}) == {g.expected[1]}",
 )
+
+def _tuple_code(g: Guard, ref: str, scope: SourceScope) -> list[str]:
+    """The tuple object the trace read (a convolution's ``stride``) is usually still the one there:
+    one identity test; another tuple must be equal with every element of the same type (``(1, 1)``
+    is not ``(True, 1)``)."""
+    value = g.expected
+    types = tuple(map(type, value))
+    types = _TYPE_TUPLES.setdefault(types, types)  # one constant per pattern, (int, int)
+    return [f"{ref} is {scope.constant(value, 'c')} or type({ref}) is tuple and {ref} == {value!r}"
+            f" and tuple(map(type, {ref})) == {scope.constant(types, 'c')}"]
+
+
+_TYPE_TUPLES: dict[tuple, tuple] = {}
+
+
+register_guard_kind(
+    "TUPLE_MATCH",
+    _tuple_code,
+    lambda g, v: None if type(v) is tuple and v == g.expected and tuple(map(type, v)) == tuple(map(type, g.expected))
+    else f"{g.name} == {g.expected!r} failed: actual {v!r}",
+    lambda g: f"{g.name} == {g.expected!r}",
+)
+
+#: constants a TUPLE_MATCH compares with ``==`` and their types (no floats: -0.0 == 0.0, nan != nan)
+_PLAIN_CONSTANTS = (int, bool, str, bytes, type(None))
+
+
+def merge_constant_tuples(guards: list[Guard], L: dict, G: dict, scope: SourceScope) -> list[Guard]:
+    """A tuple whose length and every element are guarded as constants (a convolution's
+    ``stride``, ``padding``, ``dilation``: three guards each) becomes one ``TUPLE_MATCH``: on a
+    cached call the module still holds the same tuple object, and one identity test covers it."""
+    elements: dict[str, dict[int, Guard]] = {}
+    for g in guards:
+        if g.kind == "CONSTANT_MATCH" and isinstance(g.source, GetItemSource) and type(g.source.index) is int \
+                and type(g.expected) in _PLAIN_CONSTANTS:
+            elements.setdefault(g.source.base.name(), {})[g.source.index] = g
+    namespace = None
+    merged: dict[int, Guard] = {}  # id(SEQUENCE_LENGTH guard) -> its TUPLE_MATCH
+    dropped: set[int] = set()
+    for g in guards:
+        if g.kind != "SEQUENCE_LENGTH" or g.expected[0] is not tuple:
+            continue
+        items = elements.get(g.source.name(), {})
+        if sorted(items) != list(range(g.expected[1])):  # an element not read, or not a plain constant
+            continue
+        namespace = namespace or {**scope.names, "L": L, "G": G}
+        try:
+            value = eval(g.source.code(), namespace)  # the object itself: the identity fast path
+        except Exception:
+            continue
+        if type(value) is not tuple or tuple(items[i].expected for i in range(len(value))) != value:
+            continue
+        merged[id(g)] = Guard("TUPLE_MATCH", g.source, value)
+        dropped.update(id(e) for e in items.values())
+    return [merged.get(id(g), g) for g in guards if id(g) not in dropped]
+
 
 register_guard_kind(
     "LENGTH",
@@ -702,8 +758,11 @@ class GuardBuilder:
 
     def build(self, frame_values: tuple[dict, dict] | None = None) -> CheckFunction:
         """The check function; given the frame's ``(L, G)``, guards on an object reached by several
-        paths are made once (:func:`share_aliased_objects`)."""
+        paths are made once (:func:`share_aliased_objects`) and a tuple of constants is one guard
+        (:func:`merge_constant_tuples`)."""
         guards = list(self.guards.values())
         if frame_values is not None and config.share_aliased_guards:
             guards = share_aliased_objects(guards, *frame_values, self.scope)
+        if frame_values is not None:
+            guards = merge_constant_tuples(guards, *frame_values, self.scope)
         return CheckFunction(guards, self.scope)
