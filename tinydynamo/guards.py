@@ -292,6 +292,9 @@ register_guard_kind(
     lambda g: f"type({g.name}) is {g.expected[0].__name__} and len({g.name}) == {g.expected[1]}",
 )
 
+# ---- TUPLE_MATCH: a tuple of constants, one guard (made from SEQUENCE_LENGTH + CONSTANT_MATCHes) -
+
+
 def _tuple_code(g: Guard, ref: str, scope: SourceScope) -> list[str]:
     """The tuple object the trace read (a convolution's ``stride``) is usually still the one there:
     one identity test; another tuple must be equal with every element of the same type (``(1, 1)``
@@ -318,7 +321,22 @@ register_guard_kind(
 _PLAIN_CONSTANTS = (int, bool, str, bytes, type(None))
 
 
-def merge_constant_tuples(guards: list[Guard], L: dict, G: dict, scope: SourceScope) -> list[Guard]:
+def frame_value_reader(scope: SourceScope, L: dict, G: dict) -> Callable[[Source], Any]:
+    """``source -> the value it had in the traced frame`` (each evaluated once): what the passes
+    over the finished guard list (:func:`share_aliased_objects`, :func:`merge_constant_tuples`) look at."""
+    namespace = {**scope.names, "L": L, "G": G}
+    values: dict[str, Any] = {}
+
+    def value_of(source: Source) -> Any:
+        key = source.name()
+        if key not in values:
+            values[key] = eval(source.code(), namespace)
+        return values[key]
+
+    return value_of
+
+
+def merge_constant_tuples(guards: list[Guard], value_of: Callable[[Source], Any]) -> list[Guard]:
     """A tuple whose length and every element are guarded as constants (a convolution's
     ``stride``, ``padding``, ``dilation``: three guards each) becomes one ``TUPLE_MATCH``: on a
     cached call the module still holds the same tuple object, and one identity test covers it."""
@@ -327,7 +345,6 @@ def merge_constant_tuples(guards: list[Guard], L: dict, G: dict, scope: SourceSc
         if g.kind == "CONSTANT_MATCH" and isinstance(g.source, GetItemSource) and type(g.source.index) is int \
                 and type(g.expected) in _PLAIN_CONSTANTS:
             elements.setdefault(g.source.base.name(), {})[g.source.index] = g
-    namespace = None
     merged: dict[int, Guard] = {}  # id(SEQUENCE_LENGTH guard) -> its TUPLE_MATCH
     dropped: set[int] = set()
     for g in guards:
@@ -336,9 +353,8 @@ def merge_constant_tuples(guards: list[Guard], L: dict, G: dict, scope: SourceSc
         items = elements.get(g.source.name(), {})
         if sorted(items) != list(range(g.expected[1])):  # an element not read, or not a plain constant
             continue
-        namespace = namespace or {**scope.names, "L": L, "G": G}
         try:
-            value = eval(g.source.code(), namespace)  # the object itself: the identity fast path
+            value = value_of(g.source)  # the object itself: the identity fast path
         except Exception:
             continue
         if type(value) is not tuple or tuple(items[i].expected for i in range(len(value))) != value:
@@ -679,7 +695,7 @@ _NOT_SHARED = (type(None), bool, int, float, complex, str, bytes, tuple, frozens
                torch.dtype, torch.device)
 
 
-def share_aliased_objects(guards: list[Guard], L: dict, G: dict, scope: SourceScope) -> list[Guard]:
+def share_aliased_objects(guards: list[Guard], value_of: Callable[[Source], Any]) -> list[Guard]:
     """Guards on one object reached by several paths, made once (``L['self'].encoder.config`` and
     ``L['self'].encoder.layer[3].attention.config`` are one config object in a Hugging Face model).
 
@@ -690,17 +706,9 @@ def share_aliased_objects(guards: list[Guard], L: dict, G: dict, scope: SourceSc
     attention modules each read ``config._attn_implementation`` checks it once. Only objects
     with an identity of their own count (modules, configs, classes, functions): equal ints,
     strings or tuples are often one object by chance, and tensors have ALIAS_MATCH already."""
-    namespace = {**scope.names, "L": L, "G": G}
-    values: dict[str, Any] = {}
-    first: dict[int, Source] = {}  # id(object) -> the first source that reached it
+    first: dict[int, Source] = {}  # id(object) -> the first source that reached it (values stay alive in value_of)
     canonical: dict[str, Source] = {}  # source name -> the source to read instead
     aliases: list[Guard] = []
-
-    def value_of(source: Source) -> Any:
-        key = source.name()
-        if key not in values:
-            values[key] = eval(source.code(), namespace)
-        return values[key]
 
     def through_canonical_bases(source: Source) -> Source:
         base = getattr(source, "base", None)
@@ -761,8 +769,9 @@ class GuardBuilder:
         paths are made once (:func:`share_aliased_objects`) and a tuple of constants is one guard
         (:func:`merge_constant_tuples`)."""
         guards = list(self.guards.values())
-        if frame_values is not None and config.share_aliased_guards:
-            guards = share_aliased_objects(guards, *frame_values, self.scope)
         if frame_values is not None:
-            guards = merge_constant_tuples(guards, *frame_values, self.scope)
+            value_of = frame_value_reader(self.scope, *frame_values)
+            if config.share_aliased_guards:
+                guards = share_aliased_objects(guards, value_of)
+            guards = merge_constant_tuples(guards, value_of)
         return CheckFunction(guards, self.scope)
