@@ -11,12 +11,34 @@ import dataclasses
 from typing import Any, Callable
 
 
+def _computed_once(method: Callable[[Any], str], slot: str) -> Callable[[Any], str]:
+    """``method`` with its result kept on the instance: a source is frozen, and a deep one's name
+    is a walk over all its bases, asked for again and again while guards are built."""
+    def once(self) -> str:
+        try:
+            return self.__dict__[slot]
+        except KeyError:
+            value = method(self)
+            object.__setattr__(self, slot, value)  # past the frozen dataclass's __setattr__
+            return value
+
+    once.__name__, once.__doc__, once.__qualname__ = method.__name__, method.__doc__, method.__qualname__
+    return once
+
+
 class Source:
     """Base class: ``name()`` is the expression (``L['x']``, ``L['self'].fc1.weight``).
 
     ``code()`` is the expression generated code evaluates: the same value, sometimes read a
     faster way (see :class:`ModuleMemberSource`); ``name()`` is what guards and logs show.
+    Sources are immutable, so each computes both strings once.
     """
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        for method in ("name", "code"):
+            if method in cls.__dict__:
+                setattr(cls, method, _computed_once(cls.__dict__[method], f"_{method}_once"))
 
     def name(self) -> str:
         raise NotImplementedError
