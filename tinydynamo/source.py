@@ -8,12 +8,14 @@ registered in the :class:`SourceScope`.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any, Callable
 
 
 def _computed_once(method: Callable[[Any], str], slot: str) -> Callable[[Any], str]:
     """``method`` with its result kept on the instance: a source is frozen, and a deep one's name
     is a walk over all its bases, asked for again and again while guards are built."""
+    @functools.wraps(method)
     def once(self) -> str:
         try:
             return self.__dict__[slot]
@@ -22,7 +24,6 @@ def _computed_once(method: Callable[[Any], str], slot: str) -> Callable[[Any], s
             object.__setattr__(self, slot, value)  # past the frozen dataclass's __setattr__
             return value
 
-    once.__name__, once.__doc__, once.__qualname__ = method.__name__, method.__doc__, method.__qualname__
     return once
 
 
