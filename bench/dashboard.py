@@ -8,7 +8,8 @@ training step) and dtype, by every backend:
    (training) are compared with eager's; a backend that fails is not timed;
 2. then the **time per call** (device synchronised, first call excluded), the **speedup over
    eager**, the **first call** (compile included) and the **peak memory** of the backend's run
-   (``torch.cuda.max_memory_allocated`` on CUDA; on the CPU it is not measured). The backends that
+   (``torch.cuda.max_memory_allocated`` on CUDA; on the CPU it is not measured). The first call is a
+   cold compile: the run points the compile caches on disk at fresh directories. The backends that
    passed are timed in turns (``course.benchmark.bench_interleaved``: each round times every one),
    so that a noisy host or a drifting clock weighs on all of them alike: timed one after the other,
    two runs of the same model have differed by 2x on a shared host.
@@ -31,13 +32,16 @@ their published sizes (224x224 images, 128-512 tokens).
 from __future__ import annotations
 
 import argparse
+import atexit
 import contextlib
 import copy
 import dataclasses
 import math
 import os
+import shutil
 import signal
 import sys
+import tempfile
 import time
 import traceback
 from collections.abc import Callable
@@ -422,6 +426,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--timeout", type=float, default=600, help="seconds per model and backend (0: none)")
     p.add_argument("--out", type=Path, default=None, help="JSON file (default bench/results/dashboard-...)")
     p.add_argument("--plot", type=Path, default=None, help="PNG of the speedups")
+    p.add_argument("--warm-caches", action="store_true",
+                   help="keep the on-disk compile caches (default when timing: fresh empty ones for this run)")
     args = p.parse_args(argv)
     if "eager" not in args.backends:
         p.error("--backends must include eager: it is the reference every backend is checked against")
@@ -433,8 +439,25 @@ def parse_args(argv=None) -> argparse.Namespace:
     return args
 
 
+#: the on-disk compile caches: TorchInductor's (FX graphs, autotuning), Triton's kernels, tininductor's
+COMPILE_CACHES = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "TINY_CACHE_DIR")
+
+
+def use_fresh_caches() -> str:
+    """Point every compile cache at a new empty directory, so that the first call of each backend is a
+    cold compile: a kernel or graph cached by an earlier run would make that backend's compile look
+    seconds faster than a user's first run is. Read when a compiler first looks: set before any runs."""
+    root = tempfile.mkdtemp(prefix="dashboard_caches_")
+    for var in COMPILE_CACHES:
+        os.environ[var] = os.path.join(root, var.lower())
+    atexit.register(shutil.rmtree, root, ignore_errors=True)
+    return root
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
+    if not args.accuracy_only and not args.warm_caches:
+        print(f"compile caches: fresh, in {use_fresh_caches()} (--warm-caches keeps them)", file=sys.stderr)
     if args.device.startswith("cuda"):
         torch.backends.cuda.matmul.allow_tf32 = False  # fp32 means fp32
         torch.backends.cudnn.allow_tf32 = False

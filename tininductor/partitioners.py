@@ -27,6 +27,12 @@ from tininductor.joint_graph import JointGraph
 RECOMPUTABLE = frozenset(
     P.POINTWISE_UNARY + P.POINTWISE_BINARY + P.POINTWISE_OTHER + P.VIEWS + P.CREATION)
 
+#: Ops that read their inputs inside a fused kernel (a recomputed input is computed in registers
+#: there); any other consumer (a matmul, a convolution, indexing) reads a buffer in memory.
+FUSIBLE = RECOMPUTABLE | frozenset(P.REDUCTIONS)
+
+_VIEWS = frozenset(P.VIEWS)
+
 
 @dataclasses.dataclass
 class Partition:
@@ -65,6 +71,57 @@ class _Roles:
     fw_outputs: list            # nodes (or constants) the forward returns
     grad_outputs: list[fx.Node]
     tangent_dependent: set[fx.Node]   # computed from a tangent: backward-only by nature
+
+
+def _packet(node: fx.Node):
+    return getattr(node.target, "overloadpacket", None) if node.op == "call_function" else None
+
+
+def is_materialized_backwards(node: fx.Node, backward: set[fx.Node]) -> bool:
+    """Whether the backward reads ``node`` (directly or through views) with an op that cannot fuse
+    it (a matmul, a convolution): recomputed there, it is written to memory and read back, not
+    computed in the registers of the kernel that needs it (``is_materialized_backwards`` in
+    torch/_functorch/partitioners.py)."""
+    if _packet(node) in _VIEWS:
+        return False
+    todo = [node]
+    while todo:
+        current = todo.pop()
+        for user in current.users:
+            if user in backward and _packet(user) not in FUSIBLE:
+                return True
+            if _packet(user) in _VIEWS:
+                todo.append(user)
+    return False
+
+
+def chained_materializations(recomputable: set[fx.Node], backward: set[fx.Node]) -> set[fx.Node]:
+    """The values the backward would materialise whose recomputation needs another such value
+    recomputed first: these are not recomputed (the min-cut saves them or what they feed).
+
+    Without this rule a chain of them is recomputed end to end. A transformer's residual stream is
+    one: each layer norm's output feeds a matmul in the backward and, through the next residual add,
+    the next layer norm. Recomputed, the backward's first kernel rebuilds every layer's norm, one
+    after the other, with a hundred inputs and outputs (BERT-base: 9 s of Triton compile for that
+    one kernel). Cutting each link saves one value per link. PyTorch's min-cut goes further and
+    never recomputes a materialised value (``ban_recompute_materialized_backward``), which saves
+    more memory than this: BERT-base's GELU outputs and attention heads would be saved as well.
+    """
+    materialized = {n for n in recomputable if is_materialized_backwards(n, backward)}
+    chained = set()
+    for node in materialized:
+        todo, seen = list(node.all_input_nodes), set()
+        while todo:
+            current = todo.pop()
+            if current in seen:
+                continue
+            seen.add(current)
+            if current in materialized:
+                chained.add(node)
+                break
+            if current in recomputable:  # recomputed too: what it reads is needed as well
+                todo.extend(current.all_input_nodes)
+    return chained
 
 
 def _roles(joint: JointGraph) -> _Roles:
@@ -177,10 +234,14 @@ def min_cut_partition(joint: JointGraph) -> Partition:
     capacity is its size (cutting it = saving it); data edges are uncuttable. The source feeds
     the primals and every op the forward must run anyway and that cannot be recomputed
     (matmuls, reductions); every value the backward reads flows to the sink. Any cut then
-    leaves the backward able to recompute what it needs from the saved values alone.
+    leaves the backward able to recompute what it needs from the saved values alone. A value
+    the backward materialises, whose recomputation would need another one recomputed first
+    (:func:`chained_materializations`), is fed from the source too: the cut saves it or what it feeds.
     """
     roles = _roles(joint)
     forward = _ancestors(roles.fw_outputs, set())
+    recomputable = {n for n in forward if is_recomputable(n) and n not in roles.tangent_dependent}
+    chained = chained_materializations(recomputable, roles.tangent_dependent)
     net = nx.DiGraph()  # edges without a capacity are uncuttable (infinite)
     for node in joint.gm.graph.nodes:
         if node in roles.tangent_dependent or node.op == "output":
@@ -190,7 +251,7 @@ def min_cut_partition(joint: JointGraph) -> Partition:
         is_size = isinstance(node.meta.get("val"), torch.SymInt)
         net.add_edge((node, "in"), (node, "out"),
                      capacity=nbytes(node) if is_tensor else 1 if is_size else math.inf)
-        if node.op == "placeholder" or (node in forward and not is_recomputable(node)):
+        if node.op == "placeholder" or (node in forward and (not is_recomputable(node) or node in chained)):
             net.add_edge("source", (node, "in"))
         if node in roles.grad_outputs:
             net.add_edge((node, "out"), "sink")
