@@ -180,6 +180,27 @@ def test_zero_dim_cpu_tensor_joins_a_cuda_kernel(backend):
         torch.testing.assert_close(g, ref)
 
 
+def shift_right(ids, x):
+    """BART's ``shift_tokens_right``: ``out[:, 0] = 2`` lifts the 2 as a 0-dim CPU constant; a CPU
+    constant also joins a CUDA kernel (``where``)."""
+    out = ids.new_zeros(ids.shape)
+    out[:, 1:] = ids[:, :-1].clone()
+    out[:, 0] = 2
+    return out * 3, torch.where(x > 0, x, torch.tensor(-1.5))
+
+
+def test_cpu_scalar_constants_keep_the_graph_a_cuda_graph():
+    tinydynamo.reset()
+    f = tinydynamo.compile(shift_right, mode="reduce-overhead", fullgraph=True)
+    for _ in range(4):
+        ids, x = torch.randint(3, 100, (4, 16), device="cuda"), torch.randn(4, 16, device="cuda")
+        got, want = f(ids, x), shift_right(ids, x)
+        torch.testing.assert_close(got, want)
+    runner = compile_fx_module.compiled_graphs[-1]
+    assert type(runner).__name__ == "CUDAGraphRunner" and runner.disabled is None
+    assert runner.recordings == 1 and runner.replays == 4
+
+
 def test_a_kernel_that_does_not_compile_falls_back_at_compile_time(monkeypatch):
     """A Triton compile error (raised in the background compile) fails the graph's compile, which
     falls back to eager with a warning, instead of raising at the first call."""

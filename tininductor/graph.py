@@ -41,6 +41,33 @@ def op_name(target) -> str:
     return name.split(".")[0].lstrip("_") or "op"
 
 
+def _scalar_destination(node: torch.fx.Node) -> torch.device | None:
+    """Where a 0-dim CPU constant may live instead: the one device of every op its value reaches
+    (through other 0-dim CPU values: an alias, a copy), or None where it reaches the graph's output
+    or a CPU op.
+
+    ``ids[:, 0] = 2`` lifts the 2 as such a constant, and eager reads it as a number on the host
+    whatever the device of the op. Kept on the CPU, it would make a CUDA graph a graph of two devices
+    (its alias is a CPU buffer), which runs without CUDA graphs; moved to the device once, at
+    compile time, it is read there. TorchInductor moves CPU tensor constructors whose users are all
+    on CUDA to CUDA for the same reason (its ``move_constructors_to_cuda`` pass).
+    """
+    devices: set[torch.device] = set()
+    todo = list(node.users)
+    while todo:
+        user = todo.pop()
+        value = user.meta.get("val")
+        if user.op != "call_function" or not isinstance(value, torch.Tensor):
+            return None
+        if value.device.type != "cpu":
+            devices.add(value.device)
+        elif value.dim() == 0:
+            todo.extend(user.users)
+        else:
+            return None
+    return devices.pop() if len(devices) == 1 else None
+
+
 class GraphLowering(torch.fx.Interpreter):
     def __init__(self, gm: torch.fx.GraphModule, example_inputs, is_inference: bool = False):
         super().__init__(gm, garbage_collect_values=False)
@@ -230,6 +257,10 @@ class GraphLowering(torch.fx.Interpreter):
         if not isinstance(value, torch.Tensor):
             return value
         name = "_const_" + target.replace(".", "_")
+        if value.dim() == 0 and value.device.type == "cpu":
+            device = _scalar_destination(self.current_node)
+            if device is not None:
+                value = value.to(device)  # copied once, here
         self.constants[name] = value
         return self._input_buffer(name, value)
 
