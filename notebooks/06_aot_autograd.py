@@ -360,6 +360,16 @@ else:
 # So `tininductor.compile_fx` uses the min-cut, as TorchInductor does
 # (`tininductor.config.partitioner = "default"` switches back).
 #
+# Fewest bytes is not the whole story. A value that the backward feeds to a matmul is written to
+# memory there whether it was saved or recomputed, so recomputing it saves memory but no traffic.
+# Worse, in a post-norm transformer (BERT) each LayerNorm output feeds the next layer's residual
+# add: recomputed from the layer before, which is recomputed from the one before that, the whole
+# residual stream becomes one backward kernel with a hundred inputs (9 s of Triton compile on
+# BERT-base). The real partitioner cuts such chains: a value the backward materialises is not
+# recomputed from another one (`chained_materializations`), at the price of one saved value per
+# layer. PyTorch's min-cut bans recomputing every materialised value
+# (`ban_recompute_materialized_backward`), which saves more.
+#
 # ## 7. The runtime: a `torch.autograd.Function`
 #
 # `tininductor.aot_autograd.aot_autograd(fw_compiler, bw_compiler, partition_fn)` puts it all
