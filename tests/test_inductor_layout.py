@@ -156,3 +156,38 @@ def test_convolution_bias_added_by_the_consumer(backend):
     assert len(calls) == 2 and all(", None, [1, 1]" in line for line in calls), calls
     # the depthwise bias joins the LayerNorm's kernel; the last one, a graph output, is a kernel of its own
     assert len(c.kernels) == 5, c.kernels
+
+
+class DenseLayers(nn.Module):
+    """DenseNet's pattern: each layer normalises the concatenation of every earlier feature map and
+    convolves it; the cat is the next convolution's input."""
+
+    def __init__(self, c=8, layers=4):
+        super().__init__()
+        self.stem = nn.Conv2d(3, c, 3, padding=1)
+        self.norms = nn.ModuleList(nn.BatchNorm2d(c * (i + 1)) for i in range(layers))
+        self.convs = nn.ModuleList(nn.Conv2d(c * (i + 1), c, 3, padding=1) for i in range(layers))
+        self.transition = nn.Conv2d(c * (layers + 1), c, 1)
+
+    def forward(self, x):
+        features = [self.stem(x)]
+        for norm, conv in zip(self.norms, self.convs):
+            features.append(conv(torch.relu(norm(torch.cat(features, 1)))))
+        block = torch.cat(features, 1)  # read twice: stored once, by a kernel of its own
+        return self.transition(block), block.amax([2, 3])
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_cat_of_channels_last_tensors_is_channels_last(backend):
+    """A cat reads each input at ``(j - start) % n`` along the joined dim; that walks memory as ``j``
+    does, so the cat of channels-last convolution outputs is laid out channels-last too: its kernel
+    reads and writes in memory order, and the next convolution takes it without a copy."""
+    m = DenseLayers().eval()
+    x = torch.randn(2, 3, 5, 6)
+    with torch.no_grad():
+        c = compile_graph(m, [x], backend, force_layout_optimization=True)
+        torch.testing.assert_close(c(x), m(x), rtol=1e-4, atol=1e-5)
+    # the block's cat of 5 feature maps, (2, 40, 5, 6), stored once, as (N, H, W, C): not in NCHW
+    # and then copied to channels-last for the transition's convolution
+    stored = [line for line in c.source.splitlines() if "empty_strided" in line and "(2, 40, 5, 6)" in line]
+    assert len(stored) == 1 and "(1200, 1, 240, 40)" in stored[0], stored

@@ -26,7 +26,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.utils._pytree import tree_flatten, tree_map
 
 from . import config, ir
-from .indexing import size_expr, sym
+from .indexing import ModularIndexing, size_expr, sym
 from .lowering import EXTERN_OPS, KERNEL_DTYPES, LoweringDeclined, lookup
 from .runtime.conv_weights import channels_last_weight
 from .scheduler import ReadWrites
@@ -483,8 +483,11 @@ def _read_order(data: ir.Pointwise) -> list[int] | None:
     """The memory order of what ``data``'s body reads: of the loads that walk a whole tensor of its
     size (an affine index with a nonzero step along every dim longer than 1), the first one not in
     the logical order, else the first; its dims from the largest step to the smallest (dims of
-    size 1 keep their place). None when no load qualifies (an index computed through a reshape's
-    divisions, a broadcast, an indirect index)."""
+    size 1 keep their place). A modulo steps as its argument does: a ``cat`` reads each input at
+    ``(j - start) % n`` along the joined dim (exact inside that input's slice), so a cat of
+    channels-last inputs is written channels-last, where it would otherwise walk its inputs across
+    the channels. None when no load qualifies (an index computed through a reshape's divisions, a
+    broadcast, an indirect index)."""
     handler = ReadWrites()
     ranges = data.get_size()
     loop_vars = [sym(f"i{d}") for d in range(len(ranges))]
@@ -493,6 +496,7 @@ def _read_order(data: ir.Pointwise) -> list[int] | None:
     long_dims = [d for d, n in enumerate(ranges) if n != 1]
     orders = []
     for _, index in handler.reads:
+        index = index.replace(lambda e: isinstance(e, ModularIndexing), lambda e: e.args[0])
         steps = [index.coeff(v) for v in loop_vars]
         if not all(isinstance(c, sympy.Integer) for c in steps) or any(steps[d] == 0 for d in long_dims):
             continue
