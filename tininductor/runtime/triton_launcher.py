@@ -98,7 +98,9 @@ class TritonLauncher:
         self._launchers: dict[int, object] = {}
         self._pointer_positions: tuple[int, ...] | None = None
         self._int_positions: tuple[int, ...] | None = None  # run_grid: the int arguments (sizes)
-        # compile now, in the background, with the graph's other kernels (see precompile below)
+        # what the kernel is compiled for: a torch dtype per pointer, the sizes (see precompile below)
+        self.example_args = example_args
+        # compile now, in the background, with the graph's other kernels
         self._precompiled = None
         if example_args is not None and self.fast and self.autotune is None:
             self._precompiled = precompile(self, example_args)
