@@ -9,7 +9,9 @@ training step) and dtype, by every backend:
 2. then the **time per call** (device synchronised, first call excluded), the **speedup over
    eager**, the **first call** (compile included) and the **peak memory** of the backend's run
    (``torch.cuda.max_memory_allocated`` on CUDA; on the CPU it is not measured). The first call is a
-   cold compile: the run points the compile caches on disk at fresh directories. The backends that
+   cold compile: the run points the compile caches on disk at fresh directories; tiny's is split by
+   phase in the JSON (``tinydynamo.utils.compile_times``: trace, decompose, lowering, the wait for
+   Triton, ...). The backends that
    passed are timed in turns (``course.benchmark.bench_interleaved``: each round times every one),
    so that a noisy host or a drifting clock weighs on all of them alike: timed one after the other,
    two runs of the same model have differed by 2x on a shared host.
@@ -292,10 +294,18 @@ def run_backend(name: str, zoo_model: torch.nn.Module, inputs: tuple, suite: str
     if cuda:
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
+    if name == "tiny":  # where its first call goes, by phase (nested: compile_frame holds the rest)
+        from tinydynamo.utils import reset_compile_times
+
+        reset_compile_times()
     start = time.perf_counter()
     out = step(*inputs)
     harness.synchronize(device)
     row = {"first call s": time.perf_counter() - start}
+    if name == "tiny":
+        from tinydynamo.utils import compile_times
+
+        row["first call phases s"] = {phase: round(total, 4) for phase, (_, total) in compile_times(repr="dict").items()}
     out = step(*inputs)  # the second call: cached code (and, under reduce-overhead, a replay)
     row["snapshot"] = snapshot(model, suite, out)
     del out
