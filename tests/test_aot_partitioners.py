@@ -139,3 +139,97 @@ def test_min_cut_breaks_chains_of_recomputed_materialized_values():
         partitioners.chained_materializations = original
     # and the rule costs one saved value per link, not every materialised value
     assert part.saved_bytes <= default_partition(joint).saved_bytes
+
+
+def _pre_norm_stack(layers: int):
+    """A pre-norm residual stream (GPT-2's): every layer adds its output to the stream."""
+    def f(x, *ws):
+        h = x
+        for w in ws:
+            h = h + torch.tanh(torch.nn.functional.layer_norm(h, (h.shape[-1],)) @ w)
+        return h.sum()
+    inputs = [torch.randn(8, 16, dtype=torch.float64, requires_grad=True)] + [
+        torch.randn(16, 16, dtype=torch.float64, requires_grad=True) / 4 for _ in range(layers)]
+    return f, inputs
+
+
+def _recomputed(part):
+    """The backward's ops that recompute forward values (they read no tangent), and the graph's nodes in order."""
+    nodes = list(part.bw_gm.graph.nodes)
+    placeholders = [n for n in nodes if n.op == "placeholder"]
+    grads = set(placeholders[len(part.saved):])
+    for node in nodes:
+        if node.op == "call_function" and any(a in grads for a in node.all_input_nodes):
+            grads.add(node)
+    return [n for n in nodes if n.op == "call_function" and n not in grads], grads, nodes
+
+
+def _longest_recompute_run(part) -> int:
+    """The most cheap ops (pointwise, not views) the backward recomputes one after another."""
+    from tininductor.partitioners import _VIEWS, _packet
+
+    recomputed, _, nodes = _recomputed(part)
+    recomputed, run = {n for n in recomputed if is_recomputable(n)}, {}
+    for node in nodes:
+        if node in recomputed:
+            below = max((run.get(a, 0) for a in node.all_input_nodes), default=0)
+            run[node] = below + (_packet(node) not in _VIEWS)
+    return max(run.values(), default=0)
+
+
+def test_min_cut_bounds_the_chains_it_recomputes():
+    """Cut only by bytes, a pre-norm residual stream is recomputed in the backward from every layer's
+    output, one add after another through all the layers (GPT-2 small: one 117-input kernel, 6.8 s
+    of Triton compile); the min cut keeps every recomputed chain within MAX_RECOMPUTE_DEPTH ops."""
+    import tininductor.partitioners as partitioners
+
+    f, inputs = _pre_norm_stack(24)
+    fakes, mode = fake_inputs(inputs)
+    joint = create_joint(decompose(f, fakes), fakes, [True] * len(inputs), mode)
+    part = min_cut_partition(joint)
+    assert _longest_recompute_run(part) <= partitioners.MAX_RECOMPUTE_DEPTH
+    fw = part.fw_gm(*inputs)
+    grads = part.bw_gm(*fw[joint.num_outputs:], torch.ones(()))
+    torch.testing.assert_close(list(grads), list(torch.autograd.grad(f(*inputs), inputs)))
+    original = partitioners.long_recompute_chains
+    partitioners.long_recompute_chains = lambda *args, **kwargs: set()
+    try:
+        assert _longest_recompute_run(min_cut_partition(joint)) > partitioners.MAX_RECOMPUTE_DEPTH
+    finally:
+        partitioners.long_recompute_chains = original
+
+
+def test_backward_recomputes_each_value_just_before_it_is_needed():
+    """As the autograd engine would run it: the gradient ops in order, each recomputed value placed
+    right before the first gradient op that needs it, not the whole recomputation up front (where the
+    scheduler would fuse every layer's into one kernel, alive for the whole backward)."""
+    import tininductor.partitioners as partitioners
+
+    f, inputs = _pre_norm_stack(4)
+    fakes, mode = fake_inputs(inputs)
+    joint = create_joint(decompose(f, fakes), fakes, [True] * len(inputs), mode)
+
+    def misplaced(part) -> list[str]:
+        recomputed, grads, nodes = _recomputed(part)
+        position = {n: i for i, n in enumerate(nodes)}
+        late = []
+        for node in recomputed:
+            needs = [u for u in node.users if u in grads or u.op == "output"]
+            first_use = min((position[u] for u in node.users), default=len(nodes))
+            gradient_ops_between = [n for n in nodes[position[node] + 1:first_use] if n in grads]
+            if needs and gradient_ops_between:
+                late.append(node.name)
+        return late
+
+    part = min_cut_partition(joint)
+    assert _recomputed(part)[0], "expected the backward to recompute something"
+    assert misplaced(part) == []
+    fw = part.fw_gm(*inputs)
+    grads = part.bw_gm(*fw[joint.num_outputs:], torch.ones(()))
+    torch.testing.assert_close(list(grads), list(torch.autograd.grad(f(*inputs), inputs)))
+    original = partitioners.recompute_where_used
+    partitioners.recompute_where_used = lambda gm, num_saved: gm
+    try:
+        assert misplaced(min_cut_partition(joint)), "without the reordering, recomputation runs up front"
+    finally:
+        partitioners.recompute_where_used = original

@@ -124,6 +124,37 @@ def chained_materializations(recomputable: set[fx.Node], backward: set[fx.Node])
     return chained
 
 
+#: The longest run of ops (views not counted) a backward recomputes one after another from saved values.
+MAX_RECOMPUTE_DEPTH = 16
+
+
+def long_recompute_chains(graph: fx.Graph, recomputable: set[fx.Node], computed: set[fx.Node],
+                          limit: int | None = None) -> set[fx.Node]:
+    """The values where a chain of recomputable ops grows past ``limit`` (default
+    :data:`MAX_RECOMPUTE_DEPTH`) counted from values the forward computes anyway (``computed``, and
+    every op that is not recomputable): these are computed in the forward too, so the min cut saves
+    them or what they feed, and no backward kernel recomputes more than ``limit`` ops in a row.
+
+    A pre-norm transformer's residual stream is such a chain (GPT-2: every layer adds to it). Cut
+    only by bytes, it is recomputed in the backward from each layer's outputs, and the scheduler
+    fuses the whole stream, through every layer, into one kernel: GPT-2 small's had 117 inputs and
+    took Triton 6.8 s to compile. A layer's own recomputation (a LayerNorm, a GELU) is shorter.
+    """
+    limit = MAX_RECOMPUTE_DEPTH if limit is None else limit
+    depth: dict[fx.Node, int] = {}
+    cut = set()
+    for node in graph.nodes:
+        if node not in recomputable or node in computed:
+            depth[node] = 0
+            continue
+        steps = max((depth.get(a, 0) for a in node.all_input_nodes), default=0) + (_packet(node) not in _VIEWS)
+        if steps > limit:
+            cut.add(node)
+            steps = 0
+        depth[node] = steps
+    return cut
+
+
 def _roles(joint: JointGraph) -> _Roles:
     graph = joint.gm.graph
     placeholders = [n for n in graph.nodes if n.op == "placeholder"]
@@ -181,8 +212,49 @@ def partition_with_saved(joint: JointGraph, saved: list[fx.Node]) -> Partition:
     effects = [n for n in joint.gm.graph.nodes if n.op == "call_function" and not n.users and n.is_impure()
                and n not in roles.tangent_dependent]
     fw = extract_graph(joint.gm, roles.primals, roles.fw_outputs + saved, effects)
-    bw = extract_graph(joint.gm, saved + roles.tangents, roles.grad_outputs)
+    bw = recompute_where_used(extract_graph(joint.gm, saved + roles.tangents, roles.grad_outputs),
+                              len(saved))
     return Partition(fw, bw, [n.name for n in saved], sum(nbytes(n) for n in saved))
+
+
+def recompute_where_used(bw_gm: fx.GraphModule, num_saved: int) -> fx.GraphModule:
+    """Order the backward graph as the autograd engine runs it: the gradient ops (those that read a
+    tangent) in their order, each value the backward recomputes placed just before the first op
+    that needs it (PyTorch's ``reordering_to_mimic_autograd_engine``).
+
+    The joint graph lists every forward op before any gradient op, so a backward graph cut out of it
+    starts with all of its recomputation, of every layer. The scheduler fuses ops over the same
+    elements into one kernel, so that would be one kernel recomputing every layer's values, slow to
+    compile, all of them alive from the backward's start. Placed where they are used, each layer's
+    recomputation fuses into that layer's gradient kernels instead.
+    """
+    graph = bw_gm.graph
+    placeholders = [n for n in graph.nodes if n.op == "placeholder"]
+    anchors = set(placeholders[num_saved:])  # the tangents, then everything computed from them
+    for node in graph.nodes:
+        if node.op != "placeholder" and any(a in anchors for a in node.all_input_nodes):
+            anchors.add(node)
+    new, env = fx.Graph(), {}
+    for node in placeholders:
+        env[node] = new.placeholder(node.name)
+        env[node].meta = dict(node.meta)
+
+    def place(node: fx.Node) -> None:
+        todo = [node]
+        while todo:
+            current = todo[-1]
+            missing = [a for a in current.all_input_nodes if a not in env]
+            if missing:
+                todo.extend(missing)
+                continue
+            todo.pop()
+            if current not in env:
+                env[current] = new.node_copy(current, lambda n: env[n])
+
+    for node in graph.nodes:
+        if node.op == "output" or node in anchors or not node.users:
+            place(node)
+    return fx.GraphModule(bw_gm, new)
 
 
 def default_partition(joint: JointGraph) -> Partition:
@@ -237,11 +309,16 @@ def min_cut_partition(joint: JointGraph) -> Partition:
     leaves the backward able to recompute what it needs from the saved values alone. A value
     the backward materialises, whose recomputation would need another one recomputed first
     (:func:`chained_materializations`), is fed from the source too: the cut saves it or what it feeds.
+    So is a value where a chain of recomputation would grow too long (:func:`long_recompute_chains`).
     """
     roles = _roles(joint)
     forward = _ancestors(roles.fw_outputs, set())
     recomputable = {n for n in forward if is_recomputable(n) and n not in roles.tangent_dependent}
     chained = chained_materializations(recomputable, roles.tangent_dependent)
+    # the backward also recomputes tangent-independent values the forward never needed (a transpose
+    # of a weight, a term only a gradient uses): they lengthen its chains too
+    chained |= long_recompute_chains(joint.gm.graph, {n for n in joint.gm.graph.nodes if is_recomputable(n)
+                                                      and n not in roles.tangent_dependent}, chained)
     net = nx.DiGraph()  # edges without a capacity are uncuttable (infinite)
     for node in joint.gm.graph.nodes:
         if node in roles.tangent_dependent or node.op == "output":
@@ -251,7 +328,7 @@ def min_cut_partition(joint: JointGraph) -> Partition:
         is_size = isinstance(node.meta.get("val"), torch.SymInt)
         net.add_edge((node, "in"), (node, "out"),
                      capacity=nbytes(node) if is_tensor else 1 if is_size else math.inf)
-        if node.op == "placeholder" or (node in forward and (not is_recomputable(node) or node in chained)):
+        if node.op == "placeholder" or node in chained or (node in forward and not is_recomputable(node)):
             net.add_edge("source", (node, "in"))
         if node in roles.grad_outputs:
             net.add_edge((node, "out"), "sink")
