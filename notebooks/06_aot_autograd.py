@@ -370,6 +370,14 @@ else:
 # layer. PyTorch's min-cut bans recomputing every materialised value
 # (`ban_recompute_materialized_backward`), which saves more.
 #
+# Two more rules keep the recomputation local. A pre-norm transformer (GPT-2) adds every layer's
+# output to its residual stream; cut by bytes alone, the backward rebuilds the stream add after
+# add through all the layers, so no chain of recomputed ops may be longer than
+# `MAX_RECOMPUTE_DEPTH` (the cut saves a value inside a longer one). And the backward graph is
+# ordered as the autograd engine would run it (`recompute_where_used`): a backward cut out of the
+# joint graph would start with all of its recomputation, which the scheduler would fuse into one
+# kernel; placed just before the op that needs it, each value is recomputed in that op's kernel.
+#
 # ## 7. The runtime: a `torch.autograd.Function`
 #
 # `tininductor.aot_autograd.aot_autograd(fw_compiler, bw_compiler, partition_fn)` puts it all
