@@ -179,7 +179,7 @@ def _longest_recompute_run(part) -> int:
 
 def test_min_cut_bounds_the_chains_it_recomputes():
     """Cut only by bytes, a pre-norm residual stream is recomputed in the backward from every layer's
-    output, one add after another through all the layers (GPT-2 small: one 117-input kernel, 6.8 s
+    output, one add after another through all the layers (GPT-2 small: one 117-input kernel, 3.5 s
     of Triton compile); the min cut keeps every recomputed chain within MAX_RECOMPUTE_DEPTH ops."""
     import tininductor.partitioners as partitioners
 
