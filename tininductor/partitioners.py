@@ -314,11 +314,11 @@ def min_cut_partition(joint: JointGraph) -> Partition:
     roles = _roles(joint)
     forward = _ancestors(roles.fw_outputs, set())
     recomputable = {n for n in forward if is_recomputable(n) and n not in roles.tangent_dependent}
-    chained = chained_materializations(recomputable, roles.tangent_dependent)
+    kept = chained_materializations(recomputable, roles.tangent_dependent)  # computed in the forward
     # the backward also recomputes tangent-independent values the forward never needed (a transpose
     # of a weight, a term only a gradient uses): they lengthen its chains too
-    chained |= long_recompute_chains(joint.gm.graph, {n for n in joint.gm.graph.nodes if is_recomputable(n)
-                                                      and n not in roles.tangent_dependent}, chained)
+    kept |= long_recompute_chains(joint.gm.graph, {n for n in joint.gm.graph.nodes if is_recomputable(n)
+                                                   and n not in roles.tangent_dependent}, kept)
     net = nx.DiGraph()  # edges without a capacity are uncuttable (infinite)
     for node in joint.gm.graph.nodes:
         if node in roles.tangent_dependent or node.op == "output":
@@ -328,7 +328,7 @@ def min_cut_partition(joint: JointGraph) -> Partition:
         is_size = isinstance(node.meta.get("val"), torch.SymInt)
         net.add_edge((node, "in"), (node, "out"),
                      capacity=nbytes(node) if is_tensor else 1 if is_size else math.inf)
-        if node.op == "placeholder" or node in chained or (node in forward and not is_recomputable(node)):
+        if node.op == "placeholder" or node in kept or (node in forward and not is_recomputable(node)):
             net.add_edge("source", (node, "in"))
         if node in roles.grad_outputs:
             net.add_edge((node, "out"), "sink")
