@@ -57,6 +57,7 @@ import torch
 from course import benchmark as harness
 from tests import model_zoo
 from tests.model_zoo import first_tensor, flat_tensors
+from tinydynamo.utils import compile_times, reset_compile_times
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 TOLERANCE = {torch.float32: 1e-3, torch.bfloat16: 3e-2}  # relative error in norm
@@ -295,16 +296,12 @@ def run_backend(name: str, zoo_model: torch.nn.Module, inputs: tuple, suite: str
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
     if name == "tiny":  # where its first call goes, by phase (nested: compile_frame holds the rest)
-        from tinydynamo.utils import reset_compile_times
-
         reset_compile_times()
     start = time.perf_counter()
     out = step(*inputs)
     harness.synchronize(device)
     row = {"first call s": time.perf_counter() - start}
     if name == "tiny":
-        from tinydynamo.utils import compile_times
-
         row["first call phases s"] = {phase: round(total, 4) for phase, (_, total) in compile_times(repr="dict").items()}
     out = step(*inputs)  # the second call: cached code (and, under reduce-overhead, a replay)
     row["snapshot"] = snapshot(model, suite, out)

@@ -1,9 +1,9 @@
 """Triton compile time of every kernel a model's graphs generate, for a GPU, measured on any machine.
 
 A first call waits for its slowest kernel: kernels compile side by side in worker processes, one
-core each, so one huge fused kernel can take longer than all the others together (BERT-base's
-training step once had a 125-input backward kernel that took Triton 9 s on an H200's host). This
-script finds such kernels without a GPU:
+core each, so one huge fused kernel can take longer than all the others together (a transformer's
+residual stream recomputed end to end in one backward kernel: 125 inputs, 9 s of Triton compile
+for BERT-base on an H200's host). This script finds such kernels without a GPU:
 
 1. a child process traces a dashboard model (bench/dashboard.py, real sizes) on the CPU with
    tinydynamo and compiles its graphs with tininductor on the CPU's Triton path
@@ -29,6 +29,13 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import torch
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+
+import tinydynamo
+from bench import dashboard
+from tininductor.runtime.triton_launcher import TritonLauncher
 
 TRITON_TYPES = {torch.bfloat16: "*bf16", torch.float16: "*fp16", torch.float32: "*fp32", torch.float64: "*fp64",
                 torch.int64: "*i64", torch.int32: "*i32", torch.int16: "*i16", torch.int8: "*i8",
@@ -37,9 +44,6 @@ TRITON_TYPES = {torch.bfloat16: "*bf16", torch.float16: "*fp16", torch.float32: 
 
 def generate(name: str, suite: str, dtype_name: str) -> list[str]:
     """(In the child.) The files of the modules tininductor generates for the model's graphs."""
-    import tinydynamo
-    from bench import dashboard
-
     compile_fx_module = importlib.import_module("tininductor.compile_fx")  # the module, not the backend
     model, inputs = dashboard.BY_NAME[name].make("real")
     dashboard._no_dropout(model)
@@ -66,9 +70,6 @@ def generate(name: str, suite: str, dtype_name: str) -> list[str]:
 
 def compile_for_gpu(launcher, target) -> float:
     """Seconds Triton takes to compile ``launcher``'s kernel to a cubin for ``target``."""
-    import triton
-    from triton.compiler import ASTSource
-
     fn = launcher.fn
     constants = {k: v for k, v in launcher.constants.items() if k in fn.arg_names}
     runtime = [p for p in fn.arg_names if p not in constants]
@@ -83,8 +84,6 @@ def compile_for_gpu(launcher, target) -> float:
 
 def kernel_times(files: list[str], target) -> list[tuple[float, str]]:
     """Compile time of each kernel of the generated modules ``files``, slowest first."""
-    from tininductor.runtime.triton_launcher import TritonLauncher
-
     times = []
     for i, path in enumerate(files):
         spec = importlib.util.spec_from_file_location(f"generated_{i}", path)
@@ -105,8 +104,6 @@ def _child(args: list[str], env: dict) -> object:
 
 
 def main(argv=None) -> int:
-    from bench import dashboard
-
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--model", choices=list(dashboard.BY_NAME))
     p.add_argument("--suite", choices=("inference", "training"), default="inference")
@@ -120,15 +117,14 @@ def main(argv=None) -> int:
         print(json.dumps(generate(args.model, args.suite, args.dtype)))
         return 0
     if args.compile_modules is not None:
-        from triton.backends.compiler import GPUTarget
-
         print(json.dumps(kernel_times(args.compile_modules, GPUTarget("cuda", args.target, 32))))
         return 0
     if args.model is None:
         p.error("--model is required")
 
     # each step in a process of its own: whether a kernel is interpreted or compiled is decided when the
-    # module defining it is loaded (TRITON_INTERPRET), for the kernel and every Triton helper it calls
+    # module defining it is loaded (TRITON_INTERPRET), for the kernel and every Triton helper it calls;
+    # each child gets its environment at start, before this script's imports run there
     cache = tempfile.mkdtemp(prefix="triton_compile_times_")
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     files = _child(["--emit-modules", "--model", args.model, "--suite", args.suite, "--dtype", args.dtype],
