@@ -38,10 +38,12 @@ import atexit
 import contextlib
 import copy
 import dataclasses
+import json
 import math
 import os
 import shutil
 import signal
+import subprocess
 import sys
 import tempfile
 import time
@@ -54,6 +56,11 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import torch
 
+# both compilers' modules are imported before any first call is timed, so that neither first call
+# pays imports a process pays once (in a run of many models only the first model's would)
+import torch._inductor.compile_fx  # noqa: F401
+
+import tininductor.compile_fx  # noqa: F401
 from course import benchmark as harness
 from tests import model_zoo
 from tests.model_zoo import first_tensor, flat_tensors
@@ -435,7 +442,13 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--plot", type=Path, default=None, help="PNG of the speedups")
     p.add_argument("--warm-caches", action="store_true",
                    help="keep the on-disk compile caches (default when timing: fresh empty ones for this run)")
+    p.add_argument("--jobs", type=int, default=1,
+                   help="run N models at a time, each in a process of its own (on CUDA: one GPU each); one table")
     args = p.parse_args(argv)
+    if args.jobs < 1:
+        p.error(f"--jobs {args.jobs}: give at least 1")
+    if args.jobs > 1 and args.device.startswith("cuda") and args.jobs > torch.cuda.device_count():
+        p.error(f"--jobs {args.jobs}: each job takes a GPU of its own and there are {torch.cuda.device_count()}")
     if "eager" not in args.backends:
         p.error("--backends must include eager: it is the reference every backend is checked against")
     for name in ("warmup", "iters", "repeats"):
@@ -461,15 +474,77 @@ def use_fresh_caches() -> str:
     return root
 
 
+def _child_argv(argv: list[str], job: tuple[str, str, str], out: Path) -> list[str]:
+    """This run's command line for one job: its model, suite and dtype, its own JSON file, one GPU."""
+    drop = {"--models", "--suite", "--dtype", "--out", "--plot", "--jobs"}
+    kept, skip = [], False
+    for a in argv:
+        if skip:
+            skip = False
+            continue
+        if a.split("=")[0] in drop:
+            skip = "=" not in a
+            continue
+        kept.append(a)
+    name, suite, dtype = job
+    return [sys.executable, os.path.abspath(__file__), *kept, "--models", name, "--suite", suite, "--dtype", dtype,
+            "--out", str(out)]
+
+
+def run_in_processes(args, argv: list[str], jobs: list[tuple[str, str, str]]) -> list[dict]:
+    """Each job in a process of its own, ``args.jobs`` at a time, on CUDA each process on one GPU
+    (``CUDA_VISIBLE_DEVICES``); a slot takes the next job when its last one ends. Each process has
+    its own fresh compile caches and its own time limit, as a run of one model would."""
+    tmp = Path(tempfile.mkdtemp(prefix="dashboard_jobs_"))
+    atexit.register(shutil.rmtree, tmp, ignore_errors=True)
+    pending, running, rows = list(enumerate(jobs)), {}, [None] * len(jobs)
+    free = list(range(args.jobs))
+    while pending or running:
+        while pending and free:
+            i, job = pending.pop(0)
+            gpu = free.pop(0)
+            env = {**os.environ, "CUDA_VISIBLE_DEVICES": str(gpu)} if args.device.startswith("cuda") else None
+            proc = subprocess.Popen(_child_argv(argv, job, tmp / f"{i}.json"), env=env,
+                                    stdout=open(tmp / f"{i}.log", "w"), stderr=subprocess.STDOUT)
+            running[proc] = (i, job, gpu, time.perf_counter())
+        time.sleep(0.5)
+        for proc in [p for p in running if p.poll() is not None]:
+            i, (name, suite, dtype), gpu, start = running.pop(proc)
+            free.append(gpu)
+            try:
+                rows[i] = json.loads((tmp / f"{i}.json").read_text())["rows"][0]
+            except Exception as e:  # noqa: BLE001  (the process died: its log's end says why)
+                tail = (tmp / f"{i}.log").read_text()[-2000:]
+                rows[i] = {"model": name, "suite": suite, "dtype": dtype, "statuses": {}, "traces": {"process": tail},
+                           "status": f"failed: process exited {proc.returncode} ({type(e).__name__})"}
+            rows[i]["wall s"] = time.perf_counter() - start
+            _report(sum(r is not None for r in rows), len(jobs), rows[i], f", slot {gpu}")
+            if args.out is not None:
+                harness.save("dashboard", args.device, [r for r in rows if r is not None], meta={"partial": True},
+                             path=args.out)
+    return rows
+
+
+def _report(done: int, total: int, row: dict, where: str = "") -> None:
+    detail = "; ".join(f"{k}: {v}" for k, v in row.get("statuses", {}).items() if v != "ok")
+    speed = " ".join(f"{k} {v:.3g}" for k, v in row.items() if k.endswith(("speedup", "torch.compile"))
+                     and isinstance(v, float))
+    print(f"[{done}/{total}] {row['model']} {row['suite']} {row['dtype']}: {row['status']} ({row['wall s']:.0f}s{where}) "
+          f"{speed} {detail}", file=sys.stderr, flush=True)
+
+
 def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
     args = parse_args(argv)
+    jobs = [(m, s, d) for m in args.models for s in args.suite for d in args.dtype]
+    if args.jobs > 1:
+        return finish(args, run_in_processes(args, argv, jobs))
     if not args.accuracy_only and not args.warm_caches:
         print(f"compile caches: fresh, in {use_fresh_caches()} (--warm-caches keeps them)", file=sys.stderr)
     if args.device.startswith("cuda"):
         torch.backends.cuda.matmul.allow_tf32 = False  # fp32 means fp32
         torch.backends.cudnn.allow_tf32 = False
     rows = []
-    jobs = [(m, s, d) for m in args.models for s in args.suite for d in args.dtype]
     for i, (name, suite, dtype) in enumerate(jobs):
         start = time.perf_counter()
         try:
@@ -482,13 +557,14 @@ def main(argv=None) -> int:
                    "status": f"failed: {type(e).__name__}: {str(e)[:300]}", "traces": {"build": traceback.format_exc()[-2000:]}}
         row["wall s"] = time.perf_counter() - start
         rows.append(row)
-        detail = "; ".join(f"{k}: {v}" for k, v in row.get("statuses", {}).items() if v != "ok")
-        speed = " ".join(f"{k} {v:.3g}" for k, v in row.items() if k.endswith(("speedup", "torch.compile"))
-                         and isinstance(v, float))
-        print(f"[{i + 1}/{len(jobs)}] {name} {suite} {dtype}: {row['status']} ({row['wall s']:.0f}s) {speed} {detail}",
-              file=sys.stderr, flush=True)
+        _report(i + 1, len(jobs), row)
         if args.out is not None:  # after every model, so that a run stopped by its time limit keeps its rows
             harness.save("dashboard", args.device, rows, meta={"partial": True}, path=args.out)
+    return finish(args, rows)
+
+
+def finish(args, rows: list[dict]) -> int:
+    """The table, the geomeans, the JSON (and the plot) of a run's rows; 1 if a model failed."""
     columns = ["model", "suite", "dtype", "status", "eager ms"]
     for name in args.backends:
         if name != "eager":

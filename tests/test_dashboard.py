@@ -87,6 +87,18 @@ def test_a_failing_model_is_recorded_and_the_run_goes_on(tmp_path, monkeypatch):
     assert rows["bert"]["status"] in ("ok", "skipped (transformers missing)")
 
 
+def test_jobs_run_each_model_in_its_own_process_into_one_table(tmp_path):
+    """``--jobs 2``: the models run two at a time, a process each, and their rows come back in the
+    order asked for, as one run's table and JSON."""
+    out = tmp_path / "d.json"
+    code = _dashboard().main(["--device", "cpu", "--sizes", "small", "--models", "squeezenet,resnet18,bert", "--jobs", "2",
+                              "--suite", "inference", "--backends", "eager,tiny", "--accuracy-only", "--out", str(out)])
+    result = json.loads(out.read_text())
+    assert [r["model"] for r in result["rows"]] == ["squeezenet", "resnet18", "bert"]
+    assert "summary" in result and "partial" not in result
+    _assert_all_pass(code, result["rows"])
+
+
 @pytest.mark.parametrize("argv, said", [
     (["--models", "resnet18,nope"], "--models"),
     (["--models", ""], "--models"),
@@ -97,6 +109,7 @@ def test_a_failing_model_is_recorded_and_the_run_goes_on(tmp_path, monkeypatch):
     (["--backends", "tiny"], "--backends"),
     (["--backends", "eager,inductor"], "--backends"),
     (["--iters", "0"], "--iters"),
+    (["--jobs", "0"], "--jobs"),
 ])
 def test_dashboard_refuses_bad_arguments(argv, said, capsys):
     with pytest.raises(SystemExit) as exit_info:
