@@ -227,6 +227,14 @@ def _bart(tr):
     return tr.BartModel(cfg), (_tokens(),)
 
 
+def _bart_cache(tr):
+    """BART as ``BartModel(config)`` gives it: ``use_cache`` on, so the decoder builds its key/value
+    cache (transformers copies the config for it and renames the decoder's keys on the copy)."""
+    model, inputs = _bart(tr)
+    model.config.use_cache = True
+    return model, inputs
+
+
 def _vit_hf(tr):
     cfg = tr.ViTConfig(image_size=32, patch_size=8, num_channels=3, **{k: v for k, v in _TINY.items()
                                                                          if k not in ("vocab_size", "max_position_embeddings")})
@@ -255,6 +263,7 @@ MODELS: list[ZooModel] = [
     ZooModel("llama", "transformers", _llama),
     ZooModel("t5", "transformers", _t5),
     ZooModel("bart", "transformers", _bart),
+    ZooModel("bart_cache", "transformers", _bart_cache, train=False),
     ZooModel("vit_hf", "transformers", _vit_hf),
     ZooModel("whisper", "transformers", _whisper),
 ]

@@ -531,3 +531,107 @@ def test_list_in_a_closure_cell_of_an_inlined_function():
     torch.testing.assert_close(outs, [torch.full((1,), 4.0), torch.full((1,), 6.0)])
     torch.testing.assert_close(INNER_ACC, [torch.full((1,), 2.0)] * 2)
     assert "__closure__[0].cell_contents" in tinydynamo.cache_info(compiled).entries[0].code
+
+
+# ---- deleting attributes -------------------------------------------------------------------------------------
+class Defaults(State):
+    count = 100  # a class attribute: what ``s.count`` reads once the instance's own is deleted
+
+
+def attr_delete_toggles(x, s):
+    """``del`` on an outside object, replayed after the graph; every other call the attribute is back."""
+    if hasattr(s, "cache"):
+        del s.cache
+        return x + 1
+    s.cache = x
+    return x - 1
+
+
+def attr_delete_then_class_attribute(x, s):
+    had = s.count  # the instance's own (0, 1, ...)
+    delattr(s, "count")
+    return x * had + s.count  # the class attribute now
+
+
+def attr_delete_missing_caught(x, s):
+    try:
+        del s.nothing
+    except AttributeError:
+        return x + 1
+    return x
+
+
+def test_attribute_deletions_replayed_equal_eager():
+    run_both(attr_delete_toggles, calls=4)
+    run_both(attr_delete_missing_caught)
+    run_both(lambda x, s: attr_delete_then_class_attribute(x, s) + (s.__dict__.setdefault("count", 0) * 0),
+             make_state=Defaults)
+
+
+@pytest.mark.parametrize("fn", [attr_delete_toggles, attr_delete_missing_caught], ids=lambda f: f.__name__)
+def test_attribute_deletions_in_one_graph_like_torchdynamo(fn):
+    ours = counts_equal_torch(fn)
+    assert ours.graph_count == 1 and ours.graph_break_count == 0
+
+
+def test_deleting_an_attribute_replays_a_pop_after_the_graph():
+    _, compiled = run_both(attr_delete_toggles, calls=1)
+    code = tinydynamo.cache_info(compiled).entries[0].code
+    assert ".__dict__.pop('cache', None)" in code
+
+
+class Point:
+    def __init__(self, x):
+        self.x = x
+        self.y = x + 1
+
+
+def test_deleting_an_attribute_of_an_object_made_in_the_frame():
+    def fn(x):
+        p = Point(x)
+        del p.y
+        return x + hasattr(p, "y"), p
+
+    tinydynamo.reset()
+    cnt = CompileCounter()
+    out, p = tinydynamo.optimize(cnt)(fn)(torch.ones(2))
+    assert cnt.frame_count == 1
+    torch.testing.assert_close(out, torch.ones(2))
+    assert vars(p).keys() == {"x"}  # the escaping object is rebuilt without it
+
+
+class Config:
+    """A model config: encoder_*/decoder_* keys that a copy renames (transformers' ``get_text_config``)."""
+
+    def __init__(self):
+        self.decoder_layers = 3
+        self.scale = 2.0
+
+    def to_dict(self):
+        return dict(self.__dict__)
+
+
+CONFIG = Config()
+
+
+def renamed_copy_of_a_config(x):
+    c = copy.deepcopy(CONFIG)
+    for key in c.to_dict():
+        if key.startswith("decoder_"):
+            value = getattr(c, key)
+            delattr(c, key)
+            setattr(c, "num_" + key[len("decoder_"):], value)
+    return x * c.num_layers * c.scale + hasattr(c, "decoder_layers")
+
+
+def test_a_deep_copy_of_a_config_is_changed_in_one_graph():
+    tinydynamo.reset()
+    cnt = CompileCounter()
+    compiled = tinydynamo.optimize(cnt)(renamed_copy_of_a_config)
+    for _ in range(2):
+        torch.testing.assert_close(compiled(torch.ones(2)), renamed_copy_of_a_config(torch.ones(2)))
+    assert cnt.frame_count == 1
+    assert vars(CONFIG) == {"decoder_layers": 3, "scale": 2.0}  # the original is untouched
+    ours = tinydynamo.explain(renamed_copy_of_a_config)(torch.ones(2))
+    theirs = torch._dynamo.explain(renamed_copy_of_a_config)(torch.ones(2))
+    assert (ours.graph_count, ours.graph_break_count) == (theirs.graph_count, theirs.graph_break_count) == (1, 0)

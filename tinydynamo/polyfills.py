@@ -246,7 +246,9 @@ def deepcopy_(x, memo=None):
 
 
 def _deepcopy_atom(x):
-    """Constants deep-copy to themselves; anything else (a tensor, an object) is Unsupported."""
+    """Folded at trace time over constants and objects from outside (a model's config): the copy is a
+    new object that only the trace holds (``FRESH_RESULTS``), so the frame may set and delete its
+    attributes, which happen on it at once. A tensor is not a constant: Unsupported."""
     return copy.deepcopy(x)
 
 
@@ -310,6 +312,8 @@ FUNCTION_POLYFILLS = {
 }
 
 # ---- 1. pure functions over constants ---------------------------------------------------------------------
+#: pure functions whose result is a new object nothing else refers to (``SideEffects.track_private``)
+FRESH_RESULTS = {_deepcopy_atom}
 PURE_FUNCTIONS = {
     argsort, _deepcopy_atom, dataclasses.fields, dataclasses.is_dataclass,  # (not asdict: it reads values)
     inspect.isclass, inspect.getmro,  # (signature/isfunction/ismethod: functions.FOLDABLE_LIBRARY_FUNCTIONS,

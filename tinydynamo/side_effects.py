@@ -17,6 +17,7 @@ OutputGraph owns a ``SideEffects`` tracker:
       ___s0 = L['xs']
       ___s0[:] = [___o[0], ___o[1]]           # xs.append(y); xs.append(z)
       setattr(___s1, 'count', 4)              # self.count += 1
+      ___s2.__dict__.pop('cache', None)       # del self.cache
       G['STEP'] = 3
 
 Sources are read into temporaries (``___s0``) before any replayed store, so a store that
@@ -32,7 +33,7 @@ from typing import Any
 
 from tinydynamo.codegen import PyCodegen
 from tinydynamo.exc import Unsupported, unimplemented
-from tinydynamo.variables.base import VariableTracker
+from tinydynamo.variables.base import DELETED, VariableTracker
 from tinydynamo.variables.dicts import DictVariable, key_code
 from tinydynamo.variables.tensor import TensorVariable
 
@@ -53,6 +54,9 @@ class SideEffects:
         self._journaled: set[int] = set()
         self._pending_saved: dict | None = None
         self.effect_count = 0  # effects recorded so far (a generator rebuilt after the graph checks none ran)
+        # real objects the trace made itself (a deep copy folded at trace time): nothing outside the trace
+        # holds them, so the trace changes them in place and nothing is replayed (see :meth:`track_private`)
+        self._private: dict[int, Any] = {}
 
     # ---- one tracker per real object ---------------------------------------------------------------
     def track_object_existing(self, value: Any, source, build) -> VariableTracker:
@@ -96,6 +100,16 @@ class SideEffects:
                     done.add(pair)
                     self.output.add_guard("ALIAS_MATCH", source, (other_source, False))
 
+    def track_private(self, value: Any) -> None:
+        """``value`` was made at trace time by the trace itself (``copy.deepcopy`` of an object, folded):
+        no other reference to it exists, so its attributes are set and deleted on it directly while
+        tracing. It is rebuilt after the graph only if it could be (it cannot: it has no source), so an
+        object that escapes the frame stays a graph break, as any sourceless object does."""
+        self._private[id(value)] = value
+
+    def is_private(self, value: Any) -> bool:
+        return self._private.get(id(value)) is value
+
     # ---- recording -----------------------------------------------------------------------------------
     def mutation(self, var: VariableTracker) -> None:
         """Call before changing ``var.items`` in place: journals the old contents (for rollback)
@@ -117,8 +131,17 @@ class SideEffects:
         self.effect_count += 1
         self.pending[("attr", id(obj), name)] = (obj_var, name, value, obj)
 
+    def delete_attr(self, obj_var: VariableTracker, obj: Any, name: str) -> None:
+        """``del obj.name`` on a real object from outside the frame: later reads in the frame find no
+        instance attribute (:data:`DELETED`), and the deletion is replayed after the graph."""
+        if obj_var.source is None:
+            unimplemented(f"deleting attribute {name!r} of {obj_var}, which has no source to replay it on")
+        self.effect_count += 1
+        self.pending[("attr", id(obj), name)] = (obj_var, name, DELETED, obj)
+
     def load_attr(self, obj_var: VariableTracker, obj: Any, name: str) -> VariableTracker | None:
-        """The value stored earlier in this frame by ``obj.name = ...``, if any."""
+        """The value stored earlier in this frame by ``obj.name = ...``, if any (:data:`DELETED` after
+        ``del obj.name``)."""
         entry = self.pending.get(("attr", id(obj), name))
         if entry is None:
             return None
@@ -186,7 +209,10 @@ class SideEffects:
                     lines.append(f"{target}[:] = [{', '.join(v.reconstruct(codegen) for v in entry.items)}]")
             elif key[0] == "attr":
                 obj_var, name, value, _ = entry
-                lines.append(f"setattr({obj_var.reconstruct(codegen)}, {name!r}, {value.reconstruct(codegen)})")
+                if value is DELETED:  # (a pop: the attribute may not have existed before the frame set it)
+                    lines.append(f"{obj_var.reconstruct(codegen)}.__dict__.pop({name!r}, None)")
+                else:
+                    lines.append(f"setattr({obj_var.reconstruct(codegen)}, {name!r}, {value.reconstruct(codegen)})")
             else:
                 root, name, value = entry
                 lines.append(f"{root}[{name!r}] = {value.reconstruct(codegen)}")

@@ -340,6 +340,11 @@ def STORE_ATTR(tx: T, inst):
 
 
 @_handler
+def DELETE_ATTR(tx: T, inst):
+    tx.pop().var_delattr(tx, inst.argval)  # a side effect too: ``__dict__.pop`` replayed after the graph
+
+
+@_handler
 def STORE_GLOBAL(tx: T, inst):
     tx.output.side_effects.store_global(tx.f_globals, inst.argval, tx.pop())
 
@@ -810,7 +815,7 @@ _UNSUPPORTED_OPS = {
     "LOAD_ASSERTION_ERROR": "assert statement failing path",
     "SETUP_ANNOTATIONS": "annotations",
     "YIELD_VALUE": "generators", "RETURN_GENERATOR": "generators", "GET_AWAITABLE": "async code",
-    "BUILD_SET": "set displays", "DELETE_ATTR": "del obj.attr",
+    "BUILD_SET": "set displays",
 "CALL_INTRINSIC_1": "intrinsic", "STORE_SLICE": "slice assignment",
 }
 for _name, _reason in _UNSUPPORTED_OPS.items():
@@ -904,7 +909,7 @@ def LOAD_SUPER_ATTR(tx: T, inst):
 
 #: instructions a graph break can split a frame at (run natively, then resume after them)
 BREAKABLE = ("CALL", "CALL_FUNCTION_EX", "POP_JUMP_IF_FALSE", "POP_JUMP_IF_TRUE",
-             "STORE_ATTR", "STORE_SUBSCR", "STORE_GLOBAL", "DELETE_SUBSCR")
+             "STORE_ATTR", "DELETE_ATTR", "STORE_SUBSCR", "STORE_GLOBAL", "DELETE_SUBSCR")
 
 
 class GraphBreak:

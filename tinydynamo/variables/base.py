@@ -93,6 +93,10 @@ class VariableTracker:
         """``self.name = value`` (STORE_ATTR): recorded as a side effect where it can be replayed."""
         unimplemented(f"setting attribute {name!r} on {self} (a side effect outside the graph)")
 
+    def var_delattr(self, tx: "Tx", name: str) -> None:
+        """``del self.name`` / ``delattr(self, name)`` (DELETE_ATTR): a side effect, like a store."""
+        unimplemented(f"deleting attribute {name!r} of {self}")
+
     def call_function(self, tx: "Tx", args: list["VariableTracker"], kwargs: dict[str, "VariableTracker"]) -> "VariableTracker":
         unimplemented(f"call of {self}")
 
@@ -145,6 +149,20 @@ def check_plain_setattr(obj, name: str, expected_setattr) -> None:
         unimplemented(f"setting {name!r} on a {cls.__name__} (no __dict__: a C type or __slots__)")
     if hasattr(getattr(cls, name, None), "__set__"):
         unimplemented(f"setting {name!r} on a {cls.__name__}: it is a property/descriptor of the class")
+
+
+class DeletedAttribute(VariableTracker):
+    """What ``obj.name`` holds after ``del obj.name`` in the frame: nothing (a read finds the class
+    attribute or raises AttributeError); replayed after the graph as ``obj.__dict__.pop(name, None)``."""
+
+    def reconstruct(self, codegen) -> str:
+        raise AssertionError("a deleted attribute is replayed as a pop, never rebuilt")
+
+    def __repr__(self) -> str:
+        return "DeletedAttribute()"
+
+
+DELETED = DeletedAttribute()
 
 
 class NullVariable(VariableTracker):

@@ -18,7 +18,7 @@ import torch
 
 from tinydynamo import polyfills
 from tinydynamo.exc import ObservedException, Unsupported, raise_folded, raise_observed, unimplemented
-from tinydynamo.variables.base import VariableTracker, constructor, register_construction
+from tinydynamo.variables.base import DELETED, VariableTracker, constructor, register_construction
 from tinydynamo.variables.constant import ConstantVariable
 from tinydynamo.variables.dicts import DictVariable, pairs_of
 from tinydynamo.variables.exceptions import ExceptionVariable
@@ -63,7 +63,6 @@ UNSUPPORTED_BUILTINS = {
     input: "input() reads from the user",
     open: "open() touches the file system",
     id: "id() of a traced value is not known at trace time",
-    delattr: "delattr() on an object outside the graph",
     globals: "globals()",
 }
 #: builtins that read the calling frame's locals when called without a namespace: run at a graph
@@ -281,6 +280,12 @@ class BuiltinVariable(VariableTracker):
             return ConstantVariable(None)
         return None
 
+    def call_delattr(self, tx, args, kwargs):
+        if len(args) == 2 and not kwargs and args[1].is_python_constant():
+            args[0].var_delattr(tx, args[1].as_python_constant())  # a side effect, like DELETE_ATTR
+            return ConstantVariable(None)
+        return None
+
     def call_isinstance(self, tx, args, kwargs):
         if len(args) != 2:
             return None
@@ -474,7 +479,7 @@ class BuiltinVariable(VariableTracker):
 
 #: builtin -> its ``call_<name>`` handler (one method may serve two builtins: tuple/list, min/max)
 BUILTIN_HANDLERS: dict[Any, Callable] = {
-    setattr: BuiltinVariable.call_setattr, isinstance: BuiltinVariable.call_isinstance,
+    setattr: BuiltinVariable.call_setattr, delattr: BuiltinVariable.call_delattr, isinstance: BuiltinVariable.call_isinstance,
     len: BuiltinVariable.call_len, getattr: BuiltinVariable.call_getattr, hasattr: BuiltinVariable.call_hasattr,
     tuple: BuiltinVariable.call_tuple_or_list, list: BuiltinVariable.call_tuple_or_list,
     enumerate: BuiltinVariable.call_enumerate, zip: BuiltinVariable.call_zip,
@@ -487,7 +492,7 @@ BUILTIN_HANDLERS: dict[Any, Callable] = {
     str: BuiltinVariable.call_str,
 }
 #: handled only where constant folding could not (non-constant items); the others run before folding
-HANDLED_AFTER_FOLDING = set(BUILTIN_HANDLERS) - {setattr, isinstance, len, getattr, hasattr}
+HANDLED_AFTER_FOLDING = set(BUILTIN_HANDLERS) - {setattr, delattr, isinstance, len, getattr, hasattr}
 
 
 def _one_element_tensor(v: VariableTracker) -> bool:
@@ -623,6 +628,9 @@ def _guard_absent(tx, obj: VariableTracker, name: str) -> None:
     depends on ``name`` NOT being there, so guard that (setting it later is a miss). An object
     that does have it (tracing it failed for another reason) is not guessed about: Unsupported."""
     real = _identity(obj) if _identity_known(obj) else None
+    if real is not None and tx.output.side_effects.load_attr(obj, real, name) is DELETED \
+            and not hasattr(type(real), name):
+        return  # the frame deleted it (its presence before was guarded there)
     if real is None or obj.source is None:
         if real is not None and hasattr(real, name):
             unimplemented(f"getattr/hasattr of {name!r} on a {type(real).__name__}: present, but not traceable")

@@ -23,7 +23,7 @@ import itertools
 import operator
 from typing import Callable, Iterator
 
-from tinydynamo import config
+from tinydynamo import config, polyfills
 from tinydynamo.exc import raise_observed, unimplemented
 from tinydynamo.variables.base import VariableTracker
 from tinydynamo.variables.builtin import BuiltinVariable, register_handlers_from_above
@@ -192,6 +192,8 @@ class PureFunctionVariable(VariableTracker):
             result = self.fn(*[const(a) for a in args], **{k: const(v) for k, v in kwargs.items()})
         except Exception as e:
             unimplemented(f"{self.fn.__qualname__}(...) raised {e!r} at trace time")
+        if self.fn in polyfills.FRESH_RESULTS:  # a new object only this trace holds: changed in place
+            tx.output.side_effects.track_private(result)
         return VariableTracker.build_constant(result)
 
     def __repr__(self) -> str:

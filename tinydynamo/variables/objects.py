@@ -26,7 +26,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from tinydynamo.exc import unimplemented
+from tinydynamo.exc import raise_observed, unimplemented
 from tinydynamo.source import AttrSource
 from tinydynamo.variables import iter as iter_variables, polyfilled
 from tinydynamo.variables.autograd_function import AutogradFunctionApplyVariable
@@ -143,7 +143,7 @@ class NewObjectVariable(UserDefinedObjectVariable):
         getattr_fn, _ = lookup_class_attr(self.cls, "__getattr__")
         if isinstance(getattr_fn, types.FunctionType):
             return UserMethodVariable(getattr_fn, self).call_function(tx, [ConstantVariable(name)], {})
-        unimplemented(f"{self.cls.__name__} object has no attribute {name!r} (AttributeError)")
+        raise_observed(AttributeError, f"{self.cls.__name__} object has no attribute {name!r}")
 
     def var_setattr(self, tx, name: str, value: VariableTracker) -> None:
         if self.cls.__setattr__ is not object.__setattr__:  # a Python __setattr__ (a frozen dataclass raises)
@@ -162,6 +162,24 @@ class NewObjectVariable(UserDefinedObjectVariable):
             unimplemented(f"setting {name!r} on a {self.cls.__name__}: a descriptor of the class")
         tx.output.side_effects.mutation(self)
         self.items[name] = value
+
+    def var_delattr(self, tx, name: str) -> None:
+        """``del obj.name``: a Python ``__delattr__`` inlined, a property's deleter called, else the
+        attribute leaves ``items`` (AttributeError if it has none, as Python raises)."""
+        delattr_fn, _ = lookup_class_attr(self.cls, "__delattr__")
+        if isinstance(delattr_fn, types.FunctionType):
+            UserMethodVariable(delattr_fn, self).call_function(tx, [ConstantVariable(name)], {})
+            return
+        attr, _ = lookup_class_attr(self.cls, name)
+        if hasattr(type(attr), "__delete__") and not isinstance(attr, (types.FunctionType, type)):
+            if isinstance(attr, property) and attr.fdel is not None:
+                UserFunctionVariable(attr.fdel).call_function(tx, [self], {})
+                return
+            unimplemented(f"deleting {name!r} of a {self.cls.__name__}: a descriptor of the class")
+        if name not in self.items:
+            raise_observed(AttributeError, f"{self.cls.__name__} object has no attribute {name!r}")
+        tx.output.side_effects.mutation(self)
+        del self.items[name]
 
     def has_attr(self, name: str) -> bool:
         return name in self.items or any(name in vars(b) for b in self.cls.__mro__)

@@ -15,7 +15,7 @@ from typing import Any
 from tinydynamo import polyfills
 from tinydynamo.exc import ObservedException, raise_observed, unimplemented
 from tinydynamo.source import AttrSource, BaseMethodSource, ClassSource, Source
-from tinydynamo.variables.base import VariableTracker, check_plain_setattr
+from tinydynamo.variables.base import DELETED, VariableTracker, check_plain_setattr
 from tinydynamo.variables.constant import ConstantVariable
 from tinydynamo.variables.ctx_manager import GradModeDecoratedFunctionVariable, unwrap_grad_mode_decorator
 from tinydynamo.variables.functions import UserFunctionVariable, UserMethodVariable
@@ -76,7 +76,8 @@ class UserDefinedObjectVariable(VariableTracker):
         """``obj.name`` with Python's precedence: a data descriptor of the class (property), the instance
         ``__dict__``, other class attributes (methods, static/class methods, constants), then absent."""
         stored = tx.output.side_effects.load_attr(self, self.value, name)
-        if stored is not None:  # written earlier in this frame
+        deleted = stored is DELETED  # ``del obj.name`` earlier in this frame: no instance attribute
+        if stored is not None and not deleted:  # written earlier in this frame
             return stored
         cls = type(self.value)
         source = AttrSource(self.source, name) if self.source else None
@@ -86,6 +87,8 @@ class UserDefinedObjectVariable(VariableTracker):
             cls_attr = inspect.getattr_static(cls, name, MISSING)  # custom lookup: only methods are inlined
             if isinstance(cls_attr, (types.FunctionType, staticmethod, classmethod)):
                 return class_attribute_variable(tx, self, cls, name, cls_attr)
+            if deleted:
+                unimplemented(f"{cls.__name__}.{name} read through a custom __getattribute__ after it was deleted")
             try:
                 value = getattr(self.value, name)
             except AttributeError:
@@ -102,7 +105,7 @@ class UserDefinedObjectVariable(VariableTracker):
         if tracked is not None:
             in_instance = name in tracked.items
         else:
-            in_instance = name in instance_dict
+            in_instance = name in instance_dict and not deleted
         if cls_attr is not MISSING and (isinstance(cls_attr, property) or not in_instance):
             return class_attribute_variable(tx, self, cls, name, cls_attr, source)
         if in_instance:
@@ -121,7 +124,22 @@ class UserDefinedObjectVariable(VariableTracker):
         real = getattr(self.value, "__dict__", None)
         return tx.output.side_effects.id_to_variable.get(id(real)) if isinstance(real, dict) else None
 
+    def _is_private(self, tx) -> bool:
+        """The trace made this real object itself (see ``SideEffects.track_private``): change it in place."""
+        return self.source is None and tx.output.side_effects.is_private(self.value)
+
+    def _change_private(self, change, name: str, *value: VariableTracker) -> None:
+        """``change`` (``setattr`` / ``delattr``, the class's own, run natively) on the private object, now."""
+        if value and not value[0].is_python_constant():
+            unimplemented(f"setting {name!r} on a {type(self.value).__name__} made at trace time to {value[0]}")
+        try:
+            change(self.value, name, *(v.as_python_constant() for v in value))
+        except AttributeError as e:
+            raise_observed(AttributeError, str(e))
+
     def var_setattr(self, tx, name: str, value: VariableTracker) -> None:
+        if self._is_private(tx):
+            return self._change_private(setattr, name, value)
         setattr_fn = inspect.getattr_static(type(self.value), "__setattr__", None)
         if isinstance(setattr_fn, types.FunctionType):  # the class's own __setattr__, inlined
             method = class_attribute_variable(tx, self, type(self.value), "__setattr__", setattr_fn)
@@ -134,9 +152,44 @@ class UserDefinedObjectVariable(VariableTracker):
             return
         tx.output.side_effects.store_attr(self, self.value, name, value)
 
+    def var_delattr(self, tx, name: str) -> None:
+        """``del obj.name``: the class's own ``__delattr__`` inlined; else, as a store, the instance
+        ``__dict__`` entry goes (replayed after the graph as a pop; a private object changes now)."""
+        if self._is_private(tx):
+            return self._change_private(delattr, name)
+        cls = type(self.value)
+        delattr_fn = inspect.getattr_static(cls, "__delattr__", None)
+        if isinstance(delattr_fn, types.FunctionType):
+            method = class_attribute_variable(tx, self, cls, "__delattr__", delattr_fn)
+            method.call_function(tx, [ConstantVariable(name)], {})
+            return
+        if cls.__delattr__ is not object.__delattr__ or hasattr(getattr(cls, name, None), "__delete__"):
+            unimplemented(f"deleting {name!r} of a {cls.__name__}: its class defines __delattr__ or a descriptor")
+        tracked = self._tracked_dict(tx)
+        if tracked is not None:  # its __dict__ is read in the frame too: one place holds the state
+            try:
+                tracked.call_method(tx, "__delitem__", [ConstantVariable(name)], {})
+            except ObservedException as e:
+                if e.exc_type is not KeyError:
+                    raise
+                raise_observed(AttributeError, f"{cls.__name__} object has no attribute {name!r}")
+            return
+        stored = tx.output.side_effects.load_attr(self, self.value, name)
+        if stored is None:
+            present = name in getattr(self.value, "__dict__", {})
+            if self.source is not None:
+                tx.output.add_guard("DICT_CONTAINS", AttrSource(self.source, "__dict__"), (name, present))
+        else:
+            present = stored is not DELETED
+        if not present:
+            raise_observed(AttributeError, f"{cls.__name__} object has no attribute {name!r}")
+        tx.output.side_effects.delete_attr(self, self.value, name)
+
     def store(self, tx, name: str, value: VariableTracker) -> None:
         """``object.__setattr__(obj, name, value)`` (a custom ``__setattr__`` calling its base's): a plain
         store into the instance ``__dict__``, through the tracker of that dict (replayed after the graph)."""
+        if self._is_private(tx):
+            return self._change_private(object.__setattr__, name, value)  # (the class's __setattr__ calls its base's)
         cls_attr = inspect.getattr_static(type(self.value), name, MISSING)
         if cls_attr is not MISSING and is_data_descriptor(cls_attr):
             unimplemented(f"object.__setattr__ of {name!r} on a {type(self.value).__name__}: a descriptor of the class")
