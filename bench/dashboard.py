@@ -580,6 +580,7 @@ def finish(args, rows: list[dict]) -> int:
     summary = summarize(rows, args.backends)
     harness.print_table(summary, list(summary[0]) if summary else [], title="geomean over models (speedup over eager)")
     meta = {"sizes": args.sizes, "mode": args.mode, "accuracy_only": args.accuracy_only, "summary": summary,
+            "jobs": args.jobs, "TORCHINDUCTOR_COMPILE_THREADS": os.environ.get("TORCHINDUCTOR_COMPILE_THREADS"),
             "peak_memory": "torch.cuda.max_memory_allocated" if args.device.startswith("cuda") else "not measured on CPU"}
     harness.save("dashboard", args.device, rows, meta=meta, path=args.out)
     if args.plot:

@@ -537,13 +537,17 @@ else:
     print("no stored dashboard run in notebooks/data/dashboard_h200.json")
 
 # %% [markdown]
-# Two more stored runs of the same models: with CUDA graphs on both sides (`--mode reduce-overhead`,
-# where a replay takes the wrapper's Python out of the picture), and the host time of one cached
-# call at batch 1 (`bench/call_overhead.py --model`: kernels nearly free, so what is left is guards,
-# the wrapper and the launches):
+# Three more stored runs of the same models: a training step (forward, loss, backward), the
+# inference call with CUDA graphs on both sides (`--mode reduce-overhead`, where a replay takes the
+# wrapper's Python out of the picture), and the host time of one cached call at batch 1
+# (`bench/call_overhead.py --model`: kernels nearly free, so what is left is guards, the wrapper and
+# the launches):
 
 # %%
-for name, columns in (("dashboard_h200_reduce_overhead.json", ["model", "eager ms", "torch.compile speedup",
+for name, columns in (("dashboard_h200_training.json", ["model", "eager ms", "torch.compile speedup",
+                                                        "tiny speedup", "tiny vs torch.compile",
+                                                        "torch.compile first call s", "tiny first call s"]),
+                      ("dashboard_h200_reduce_overhead.json", ["model", "eager ms", "torch.compile speedup",
                                                                "tiny speedup", "tiny vs torch.compile"]),
                       ("call_overhead_h200_models.json", ["model", "torch.compile us/call", "tiny us/call",
                                                           "tiny vs torch.compile", "tiny guards us"])):
