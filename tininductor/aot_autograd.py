@@ -37,6 +37,7 @@ import torch
 import torch.fx as fx
 import torch.utils._pytree as pytree
 from torch._guards import detect_fake_mode
+from torch.fx._lazy_graph_module import _make_graph_module, _use_lazy_graph_module
 
 from tininductor import aliasing, config
 from tininductor.decompositions import decompose, fake_inputs
@@ -207,7 +208,7 @@ def stop_gradients_in_no_grad_regions(gm: torch.nn.Module) -> torch.nn.Module:
                 isinstance(node.meta.get("example_value"), torch.Tensor):
             new = graph.call_function(torch.ops.aten.detach.default, (new,))
         env[node] = new
-    return fx.GraphModule(gm, graph)
+    return _make_graph_module(gm, graph)
 
 
 def _lift_parameters(gm: torch.nn.Module):
@@ -550,7 +551,7 @@ def _bake_int_inputs(gm, args):
             graph.erase_node(node)
         else:
             keep.append(i)
-    return fx.GraphModule(gm, graph), keep
+    return _make_graph_module(gm, graph), keep
 
 
 def _specialize_per_shape(gm, example_inputs, fw_compiler, bw_compiler, partition_fn,
@@ -598,9 +599,14 @@ def aot_autograd(fw_compiler: Callable, bw_compiler: Callable | None = None,
     bw_compiler = bw_compiler or fw_compiler
 
     def backend(gm: torch.nn.Module, example_inputs) -> Callable:
-        if any(isinstance(x, torch.SymInt) for x in example_inputs):  # dynamic sizes
-            return compile_dynamic(gm, example_inputs, fw_compiler, bw_compiler, partition_fn, inference_compiler)
-        return compile_aot(gm, example_inputs, fw_compiler, bw_compiler, partition_fn, inference_compiler)
+        # every GraphModule made on the way (traced, decomposed, joint, forward, backward) writes its
+        # Python code only when something runs it or reads ``.code``: a compiler reads the graph, and
+        # writing the code of a 10,000-node joint graph costs a tenth of a second each time
+        # (TorchInductor compiles under the same switch)
+        with _use_lazy_graph_module(True):
+            if any(isinstance(x, torch.SymInt) for x in example_inputs):  # dynamic sizes
+                return compile_dynamic(gm, example_inputs, fw_compiler, bw_compiler, partition_fn, inference_compiler)
+            return compile_aot(gm, example_inputs, fw_compiler, bw_compiler, partition_fn, inference_compiler)
 
     backend.__name__ = f"aot_autograd({getattr(fw_compiler, '__name__', 'fw_compiler')})"
     return backend

@@ -19,6 +19,7 @@ import operator
 import networkx as nx
 import torch
 import torch.fx as fx
+from torch.fx._lazy_graph_module import _make_graph_module
 
 from tininductor import prims as P
 from tininductor.joint_graph import JointGraph
@@ -200,7 +201,7 @@ def extract_graph(joint_gm: fx.GraphModule, inputs: list[fx.Node], outputs: list
         env[node] = graph.node_copy(node, lambda n: env[n])
     graph.output(tuple(env[o] if isinstance(o, fx.Node) else o for o in outputs))
     graph.eliminate_dead_code()
-    return fx.GraphModule(joint_gm, graph)
+    return _make_graph_module(joint_gm, graph)
 
 
 def partition_with_saved(joint: JointGraph, saved: list[fx.Node]) -> Partition:
@@ -254,7 +255,7 @@ def recompute_where_used(bw_gm: fx.GraphModule, num_saved: int) -> fx.GraphModul
     for node in graph.nodes:
         if node.op == "output" or node in anchors or not node.users:
             place(node)
-    return fx.GraphModule(bw_gm, new)
+    return _make_graph_module(bw_gm, new)
 
 
 def default_partition(joint: JointGraph) -> Partition:
