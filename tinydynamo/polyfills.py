@@ -248,7 +248,8 @@ def deepcopy_(x, memo=None):
 def _deepcopy_atom(x):
     """Folded at trace time over constants and objects from outside (a model's config): the copy is a
     new object that only the trace holds (``FRESH_RESULTS``), so the frame may set and delete its
-    attributes, which happen on it at once. A tensor is not a constant: Unsupported."""
+    attributes, which happen on it at once. The copy is taken when compiling and the original is not
+    guarded (a later change to it is not seen). A tensor is not a constant: Unsupported."""
     return copy.deepcopy(x)
 
 
