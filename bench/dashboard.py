@@ -447,6 +447,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     args = p.parse_args(argv)
     if args.jobs < 1:
         p.error(f"--jobs {args.jobs}: give at least 1")
+    if args.jobs > 1 and ":" in args.device:
+        p.error(f"--jobs {args.jobs} gives each process a GPU of its own: use --device cuda, not {args.device}")
     if args.jobs > 1 and args.device.startswith("cuda") and args.jobs > torch.cuda.device_count():
         p.error(f"--jobs {args.jobs}: each job takes a GPU of its own and there are {torch.cuda.device_count()}")
     if "eager" not in args.backends:

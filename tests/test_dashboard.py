@@ -110,10 +110,11 @@ def test_jobs_run_each_model_in_its_own_process_into_one_table(tmp_path):
     (["--backends", "eager,inductor"], "--backends"),
     (["--iters", "0"], "--iters"),
     (["--jobs", "0"], "--jobs"),
+    (["--jobs", "2", "--device", "cuda:1"], "--jobs"),
 ])
 def test_dashboard_refuses_bad_arguments(argv, said, capsys):
     with pytest.raises(SystemExit) as exit_info:
-        _dashboard().parse_args([*argv, "--device", "cpu"])
+        _dashboard().parse_args(["--device", "cpu", *argv])
     assert exit_info.value.code == 2
     assert said in capsys.readouterr().err
 
