@@ -501,29 +501,38 @@ def run_in_processes(args, argv: list[str], jobs: list[tuple[str, str, str]]) ->
     atexit.register(shutil.rmtree, tmp, ignore_errors=True)
     pending, running, rows = list(enumerate(jobs)), {}, [None] * len(jobs)
     free = list(range(args.jobs))
-    while pending or running:
-        while pending and free:
-            i, job = pending.pop(0)
-            gpu = free.pop(0)
-            env = {**os.environ, "CUDA_VISIBLE_DEVICES": str(gpu)} if args.device.startswith("cuda") else None
-            proc = subprocess.Popen(_child_argv(argv, job, tmp / f"{i}.json"), env=env,
-                                    stdout=open(tmp / f"{i}.log", "w"), stderr=subprocess.STDOUT)
-            running[proc] = (i, job, gpu, time.perf_counter())
-        time.sleep(0.5)
-        for proc in [p for p in running if p.poll() is not None]:
-            i, (name, suite, dtype), gpu, start = running.pop(proc)
-            free.append(gpu)
-            try:
-                rows[i] = json.loads((tmp / f"{i}.json").read_text())["rows"][0]
-            except Exception as e:  # noqa: BLE001  (the process died: its log's end says why)
-                tail = (tmp / f"{i}.log").read_text()[-2000:]
-                rows[i] = {"model": name, "suite": suite, "dtype": dtype, "statuses": {}, "traces": {"process": tail},
-                           "status": f"failed: process exited {proc.returncode} ({type(e).__name__})"}
-            rows[i]["wall s"] = time.perf_counter() - start
-            _report(sum(r is not None for r in rows), len(jobs), rows[i], f", slot {gpu}")
-            if args.out is not None:
-                harness.save("dashboard", args.device, [r for r in rows if r is not None], meta={"partial": True},
-                             path=args.out)
+    try:
+        while pending or running:
+            while pending and free:
+                i, job = pending.pop(0)
+                gpu = free.pop(0)
+                env = {**os.environ, "CUDA_VISIBLE_DEVICES": str(gpu)} if args.device.startswith("cuda") else None
+                log = open(tmp / f"{i}.log", "w")  # noqa: SIM115  (closed when the process ends)
+                proc = subprocess.Popen(_child_argv(argv, job, tmp / f"{i}.json"), env=env, stdout=log,
+                                        stderr=subprocess.STDOUT)
+                running[proc] = (i, job, gpu, time.perf_counter(), log)
+            time.sleep(0.5)
+            for proc in [p for p in running if p.poll() is not None]:
+                i, (name, suite, dtype), gpu, start, log = running.pop(proc)
+                log.close()
+                free.append(gpu)
+                try:
+                    rows[i] = json.loads((tmp / f"{i}.json").read_text())["rows"][0]
+                except Exception as e:  # noqa: BLE001  (the process died: its log's end says why)
+                    tail = (tmp / f"{i}.log").read_text()[-2000:]
+                    rows[i] = {"model": name, "suite": suite, "dtype": dtype, "statuses": {},
+                               "traces": {"process": tail},
+                               "status": f"failed: process exited {proc.returncode} ({type(e).__name__})"}
+                rows[i]["wall s"] = time.perf_counter() - start
+                _report(sum(r is not None for r in rows), len(jobs), rows[i], f", slot {gpu}")
+                if args.out is not None:
+                    harness.save("dashboard", args.device, [r for r in rows if r is not None],
+                                 meta={"partial": True}, path=args.out)
+    finally:  # stopped (Ctrl-C, an error here): no model process is left running
+        for proc, (*_, log) in running.items():
+            proc.kill()
+            proc.wait()
+            log.close()
     return rows
 
 
