@@ -18,9 +18,11 @@ training step) and dtype, by every backend:
 
 Tolerance: the error relative to the tensor's norm, ``|a - e| / |e|``, at most 1e-3 in fp32 and
 3e-2 in bf16 (bf16 keeps 8 bits of mantissa, and a fused kernel rounds at other places than
-eager's op-by-op kernels). A bf16 tensor past that is arbitrated in float64, as
-scripts/gpu_models.py does: it passes if its error from the float64 result is at most 3x eager
-bf16's plus 0.01 (a batch norm's bias gradient sums 10^5 bf16 values; neither side is exact).
+eager's op-by-op kernels). A tensor past that is arbitrated in float64, as scripts/gpu_models.py
+does: it passes if its error from the float64 result is at most 3x eager's own plus a slack, 0.01
+in bf16 (a batch norm's bias gradient sums 10^5 bf16 values; neither side is exact) and 1e-4 in
+fp32 (where a small model's batch norms over a 1x1 map amplify fp32 rounding: eager fp32's first
+gradients of the test zoo's MobileNetV3 are 1% from float64, and so are tiny's).
 A gradient one side has and the other lacks always fails. TF32 is off.
 
 A model that fails (a library missing, an error, a wrong result, the time limit) is recorded with
@@ -67,7 +69,9 @@ from tests.model_zoo import first_tensor, flat_tensors
 from tinydynamo.utils import compile_times, reset_compile_times
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
+DTYPE_NAMES = {v: k for k, v in DTYPES.items()}
 TOLERANCE = {torch.float32: 1e-3, torch.bfloat16: 3e-2}  # relative error in norm
+SLACK = {torch.float32: 1e-4, torch.bfloat16: 1e-2}  # over 3x eager's error from float64 (compare_with_truth)
 SUITES = ("inference", "training")
 MODES = ("default", "reduce-overhead")
 
@@ -258,14 +262,14 @@ def compare(expected: dict, actual: dict, dtype: torch.dtype) -> list[str]:
 
 
 def float64_snapshot(model: torch.nn.Module, inputs: tuple, suite: str, device: str) -> dict:
-    """The same step in float64: the truth a bf16 result is measured against."""
+    """The same step in float64: the truth a result past the tolerance is measured against."""
     exact = copy.deepcopy(model).to(torch.float64)
     out = make_step(exact, suite)(*(_cast(x, torch.float64, device) for x in inputs))
     return snapshot(exact, suite, out)
 
 
-def compare_with_truth(expected: dict, actual: dict, truth: dict) -> list[str]:
-    """bf16: each tensor's error from the float64 truth, relative to its norm, at most 3x eager bf16's + 0.01
+def compare_with_truth(expected: dict, actual: dict, truth: dict, dtype: torch.dtype = torch.bfloat16) -> list[str]:
+    """Each tensor's error from the float64 truth, relative to its norm, at most 3x eager's + ``SLACK[dtype]``
     (a fused kernel rounds elsewhere than eager's, and a sum over 10^5 bf16 values is not exact in either)."""
     problems = []
     for key, e in expected.items():
@@ -276,8 +280,8 @@ def compare_with_truth(expected: dict, actual: dict, truth: dict) -> list[str]:
             continue
         scale = t.norm().item() or 1.0
         err, eager_err = (a - t).norm().item() / scale, (e - t).norm().item() / scale
-        if not err <= 3 * eager_err + 0.01:
-            problems.append(f"{key}: relative error {err:.3g} from float64 vs eager bf16's {eager_err:.3g}")
+        if not err <= 3 * eager_err + SLACK[dtype]:
+            problems.append(f"{key}: relative error {err:.3g} from float64 vs eager {DTYPE_NAMES[dtype]}'s {eager_err:.3g}")
     return problems
 
 
@@ -349,10 +353,10 @@ def run_model(entry: DashboardModel, suite: str, dtype_name: str, args) -> dict:
     for name, res in results.items():
         if name != "eager" and reference is not None:
             problems = compare(reference, res["snapshot"], dtype)
-            if problems and dtype == torch.bfloat16:  # arbitrated by float64, as eager bf16 is
+            if problems:  # arbitrated by float64, against eager's own error from it
                 if truth is None:
                     truth = float64_snapshot(model, inputs, suite, device)
-                problems = compare_with_truth(reference, res["snapshot"], truth)
+                problems = compare_with_truth(reference, res["snapshot"], truth, dtype)
             if problems:
                 statuses[name] = "WRONG: " + "; ".join(problems[:3])
         res.pop("snapshot", None)

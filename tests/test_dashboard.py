@@ -68,6 +68,12 @@ def test_a_wrong_backend_is_reported_not_timed():
     noisy_eager = {"grad b": torch.tensor([1.1, 0.9, 1.1, 0.9])}
     assert module.compare_with_truth(noisy_eager, {"grad b": torch.tensor([0.9, 1.1, 1.0, 1.0])}, truth) == []
     assert module.compare_with_truth(noisy_eager, {"grad b": torch.full((4,), 2.0)}, truth)
+    # fp32: eager's own error from float64 (an ill-conditioned model) sets the bar, with a smaller slack
+    close_eager = {"grad b": torch.tensor([1.001, 0.999, 1.0, 1.0])}
+    assert module.compare_with_truth(close_eager, {"grad b": torch.tensor([0.999, 1.001, 1.0, 1.0])}, truth,
+                                     torch.float32) == []
+    assert module.compare_with_truth(close_eager, {"grad b": torch.tensor([1.01, 0.99, 1.0, 1.0])}, truth,
+                                     torch.float32)
 
 
 def test_a_failing_model_is_recorded_and_the_run_goes_on(tmp_path, monkeypatch):
