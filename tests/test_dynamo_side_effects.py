@@ -113,6 +113,38 @@ def attr_store(x, s):
     return s.cache + s.count  # reads see the new values
 
 
+class Defaults(State):
+    count = 100  # a class attribute: what ``s.count`` reads once the instance's own is deleted
+
+
+def attr_delete_toggles(x, s):
+    """``del`` on an outside object, replayed after the graph; every other call the attribute is back."""
+    if hasattr(s, "cache"):
+        del s.cache
+        return x + 1
+    s.cache = x
+    return x - 1
+
+
+def attr_delete_then_class_attribute(x, s):
+    had = s.count  # the instance's own
+    delattr(s, "count")
+    out = x * had + s.count  # the class attribute now
+    s.count = had + 1  # back, for the next call
+    return out
+
+
+def attr_delete_missing_caught(x, s):
+    try:
+        del s.nothing
+    except AttributeError:
+        return x + 1
+    return x
+
+
+DELETIONS = [attr_delete_toggles, attr_delete_missing_caught]
+
+
 MUTATIONS = [list_append, list_extend_insert_iadd, list_pop_setitem_del_clear, order_append_pop_setitem,
              dict_mutations, dict_clear_and_refill, attr_store]
 
@@ -124,7 +156,7 @@ def test_mutation_replayed_equal_eager(fn):
     assert tinydynamo.explain(fn)(torch.randn(3), State()).graph_break_count == 0  # no break any more
 
 
-@pytest.mark.parametrize("fn", MUTATIONS, ids=lambda f: f.__name__)
+@pytest.mark.parametrize("fn", MUTATIONS + DELETIONS, ids=lambda f: f.__name__)
 def test_counts_equal_torchdynamo(fn):
     ours = counts_equal_torch(fn)
     assert ours.graph_count == 1 and ours.graph_break_count == 0
@@ -534,44 +566,10 @@ def test_list_in_a_closure_cell_of_an_inlined_function():
 
 
 # ---- deleting attributes -------------------------------------------------------------------------------------
-class Defaults(State):
-    count = 100  # a class attribute: what ``s.count`` reads once the instance's own is deleted
-
-
-def attr_delete_toggles(x, s):
-    """``del`` on an outside object, replayed after the graph; every other call the attribute is back."""
-    if hasattr(s, "cache"):
-        del s.cache
-        return x + 1
-    s.cache = x
-    return x - 1
-
-
-def attr_delete_then_class_attribute(x, s):
-    had = s.count  # the instance's own (0, 1, ...)
-    delattr(s, "count")
-    return x * had + s.count  # the class attribute now
-
-
-def attr_delete_missing_caught(x, s):
-    try:
-        del s.nothing
-    except AttributeError:
-        return x + 1
-    return x
-
-
 def test_attribute_deletions_replayed_equal_eager():
     run_both(attr_delete_toggles, calls=4)
     run_both(attr_delete_missing_caught)
-    run_both(lambda x, s: attr_delete_then_class_attribute(x, s) + (s.__dict__.setdefault("count", 0) * 0),
-             make_state=Defaults)
-
-
-@pytest.mark.parametrize("fn", [attr_delete_toggles, attr_delete_missing_caught], ids=lambda f: f.__name__)
-def test_attribute_deletions_in_one_graph_like_torchdynamo(fn):
-    ours = counts_equal_torch(fn)
-    assert ours.graph_count == 1 and ours.graph_break_count == 0
+    run_both(attr_delete_then_class_attribute, make_state=Defaults)
 
 
 def test_deleting_an_attribute_replays_a_pop_after_the_graph():
