@@ -2,11 +2,13 @@
 
 Attribute reads are wrapped with guarded sources; methods are inlined. Writes to plain Python
 objects are side effects, recorded by the OutputGraph's SideEffects and replayed after the graph.
+A dict subclass from outside (a ModelOutput) is read through dict's own methods as a guarded DictVariable.
 
-Layer: above ctx_manager and functions (objects made in the frame are objects.py's, above).
+Layer: above ctx_manager and functions, beside dicts (objects made in the frame are objects.py's, above).
 """
 from __future__ import annotations
 
+import collections
 import functools
 import inspect
 import types
@@ -18,7 +20,22 @@ from tinydynamo.source import AttrSource, BaseMethodSource, ClassSource, Source
 from tinydynamo.variables.base import DELETED, VariableTracker, check_plain_setattr
 from tinydynamo.variables.constant import ConstantVariable
 from tinydynamo.variables.ctx_manager import GradModeDecoratedFunctionVariable, unwrap_grad_mode_decorator
+from tinydynamo.variables.dicts import DictVariable, DictViewVariable
 from tinydynamo.variables.functions import UserFunctionVariable, UserMethodVariable
+from tinydynamo.variables.misc import GetAttrVariable
+
+#: dict's C methods that only read: on a dict subclass from outside the frame (a transformers ModelOutput),
+#: ``obj.values()``, ``list(obj)``, ``len(obj)``... read a guarded snapshot of its items (``_dict_items``)
+DICT_READS = frozenset({"keys", "values", "items", "__iter__", "__len__", "__contains__", "get", "__getitem__"})
+
+
+def _inherited_dict_read(cls: type, name: str) -> bool:
+    """``cls.<name>`` is a reading method of dict (or OrderedDict) itself: the subclass did not override it.
+    ``__getitem__`` of a class with ``__missing__`` is not one (a missing key runs it: a defaultdict stores)."""
+    if name not in DICT_READS or (name == "__getitem__" and hasattr(cls, "__missing__")):
+        return False
+    attr = inspect.getattr_static(cls, name, None)
+    return attr is not None and any(attr is vars(base).get(name) for base in (dict, collections.OrderedDict))
 
 
 def guard_class_lookup(tx, obj: Any, source: Source | None, name: str, cls_attr: Any) -> Source | None:
@@ -63,6 +80,9 @@ class UserDefinedObjectVariable(VariableTracker):
         cls = self.python_type()
         if not hasattr(cls, "__bool__") and not hasattr(cls, "__len__"):
             return True  # plain objects are always true
+        if not hasattr(cls, "__bool__") and self._outside_dict() and _inherited_dict_read(cls, "__len__"):
+            guard_class_lookup(tx, self.value, self.source, "__len__", inspect.getattr_static(cls, "__len__"))
+            return bool(self._dict_items(tx).items)  # dict's own __len__: true iff it holds items
         for name in ("__bool__", "__len__"):  # Python asks __bool__ first, then __len__
             fn = _python_dunder(cls, name)
             if fn is not None:
@@ -80,6 +100,15 @@ class UserDefinedObjectVariable(VariableTracker):
         if stored is not None and not deleted:  # written earlier in this frame
             return stored
         cls = type(self.value)
+        if self._outside_dict() and _inherited_dict_read(cls, name) and _plain_getattribute(cls):
+            tracked = self._tracked_dict(tx)
+            if tracked is not None:
+                in_instance = name in tracked.items
+            else:
+                in_instance = name in getattr(self.value, "__dict__", {}) and not deleted
+            if not in_instance:  # dict's own reading method: a call reads the snapshot of the items
+                guard_class_lookup(tx, self.value, self.source, name, inspect.getattr_static(cls, name))
+                return DictReadMethodVariable(self, name)
         source = AttrSource(self.source, name) if self.source else None
         py_getattr = inspect.getattr_static(cls, "__getattr__", MISSING)
         if cls.__getattribute__ is not object.__getattribute__ or (
@@ -118,6 +147,31 @@ class UserDefinedObjectVariable(VariableTracker):
             getattr_fn = class_attribute_variable(tx, self, cls, "__getattr__", py_getattr)
             return getattr_fn.call_function(tx, [ConstantVariable(name)], {})
         raise_observed(AttributeError, f"{cls.__name__} has no attribute {name!r}")
+
+    def _outside_dict(self) -> bool:
+        """A dict subclass instance from outside the frame (reached through a source)."""
+        return not self.made_in_frame and self.source is not None and isinstance(self.value, dict)
+
+    def _dict_items(self, tx) -> DictVariable:
+        """The object's dict part as a read-only snapshot (no source: nothing is ever written to it): its
+        keys guarded in order, each value read through ``dict.__getitem__`` (bypassing a Python override)."""
+        value, cls = self.value, type(self.value)
+        if not self._outside_dict():
+            unimplemented(f"reading the items of a {cls.__name__} that is not a dict from outside the frame")
+        if not _inherited_dict_read(cls, "__iter__"):  # the keys guard, list(obj), must run no user code
+            unimplemented(f"reading the items of a {cls.__name__}, which defines its own __iter__")
+        side_effects = tx.output.side_effects
+        tracker = side_effects.id_to_variable.get(id(value))
+        if tracker is not None and ("items", id(tracker)) in side_effects.pending:
+            unimplemented(f"reading the items of a {cls.__name__} changed earlier in the frame")
+        keys = list(value)
+        if not all(type(k) in (str, int) for k in keys):
+            unimplemented(f"reading the items of a {cls.__name__} whose keys are not all str or int")
+        guard_class_lookup(tx, value, self.source, "__iter__", inspect.getattr_static(cls, "__iter__"))
+        tx.output.add_guard("DICT_KEYS", self.source, (cls, tuple(keys)))
+        return DictVariable({k: VariableTracker.build(tx, dict.__getitem__(value, k),
+                                                      BaseMethodSource(self.source, "dict.__getitem__", (k,)))
+                             for k in keys})
 
     def _tracked_dict(self, tx):
         """The tracker of this object's ``__dict__`` if the frame reached it (``self.__dict__[k]``)."""
@@ -205,6 +259,8 @@ class UserDefinedObjectVariable(VariableTracker):
     def unpack_var_sequence(self, tx):
         """``for v in obj`` / ``list(obj)``: ``__iter__`` (or the ``__getitem__`` protocol is Unsupported)."""
         if _python_dunder(self.python_type(), "__iter__") is None:
+            if self._outside_dict():  # dict's (OrderedDict's) own __iter__: the snapshot's keys
+                return self._dict_items(tx).unpack_var_sequence(tx)
             unimplemented(f"iterating over a {self.python_type().__name__} (no Python __iter__)")
         it = self.call_method(tx, "__iter__", [], {})
         if it is self:
@@ -229,6 +285,32 @@ class UserDefinedObjectVariable(VariableTracker):
 
     def __repr__(self) -> str:
         return f"UserDefinedObjectVariable({type(self.value).__name__})"
+
+
+class DictReadMethodVariable(GetAttrVariable):
+    """``obj.values`` (one of ``DICT_READS``, dict's own) of a dict subclass from outside: a call reads the
+    snapshot of its items (``UserDefinedObjectVariable._dict_items``); rebuilt as ``getattr(obj, name)``."""
+
+    def call_function(self, tx, args, kwargs):
+        result = self.obj._dict_items(tx).call_method(tx, self.name, args, kwargs)
+        if isinstance(result, DictViewVariable):
+            return DictPartViewVariable(result.dict_var, result.kind, self.obj)
+        return result
+
+
+class DictPartViewVariable(DictViewVariable):
+    """``obj.values()`` of a dict subclass from outside: a view of the snapshot that, left on the stack at a
+    graph break, is rebuilt as the real object's own view (its type, ``odict_values``, and live)."""
+
+    def __init__(self, dict_var: DictVariable, kind: str, owner: UserDefinedObjectVariable):
+        super().__init__(dict_var, kind)
+        self.owner = owner
+
+    def python_type(self):
+        return type(getattr(type(self.owner.value), self.kind)(self.owner.value))
+
+    def reconstruct(self, codegen) -> str:
+        return f"{self.owner.reconstruct(codegen)}.{self.kind}()"
 
 
 #: C methods of builtin base classes that only read: ``super().get(key)`` in a dict subclass is folded
@@ -384,6 +466,12 @@ def describe_opaque_call(value) -> tuple[str, str]:
     return (f"call of a {type(value).__name__} object ({where})",
             "tinydynamo traces Python functions, torch functions and nn.Modules; wrap others with "
             "tinydynamo.disable to run them outside the graph on purpose")
+
+
+def _plain_getattribute(cls: type) -> bool:
+    """``cls`` looks attributes up as object/dict do (no ``__getattribute__`` of its own)."""
+    attr = inspect.getattr_static(cls, "__getattribute__", None)
+    return attr is object.__getattribute__ or attr is vars(dict).get("__getattribute__")
 
 
 def _python_dunder(cls: type, name: str):
