@@ -20,8 +20,8 @@ LAYERS = (
     ("lowering",),                            # one function per prim, returning IR
     ("ir",),                                  # Pointwise / Reduction / views / StorageBox
     ("virtualized",),                         # V and ops: the swappable ops handler
-    ("codegen.common", "codegen", "runtime", "codecache", "cpp_builder", "aliasing", "indexing", "ops_table",
-     "registry", "config"),                   # leaves: kernel protocol, runtime, caches, index maths, op table
+    ("codegen.common", "codegen", "runtime", "codecache", "graph_cache", "cpp_builder", "aliasing", "indexing",
+     "ops_table", "registry", "config"),      # leaves: kernel protocol, runtime, caches, index maths, op table
 )
 
 # public name -> "module:attribute" ("module:" for the module itself), loaded on first use

@@ -39,13 +39,15 @@ import torch.utils._pytree as pytree
 from torch._guards import detect_fake_mode
 from torch.fx._lazy_graph_module import _make_graph_module, _use_lazy_graph_module
 
-from tininductor import aliasing, config
+from tininductor import aliasing, config, graph_cache
 from tininductor.decompositions import decompose, fake_inputs
 from tininductor.fx_passes.freezing import freeze
 from tininductor.joint_graph import AutogradCompileError, JointGraph, create_joint
 from tininductor.partitioners import Partition, default_partition, min_cut_partition
 from tinydynamo import artifacts
 from tinydynamo.utils import dynamo_timed
+
+log = logging.getLogger("tininductor.aot_autograd")
 
 __all__ = ["aot_autograd", "aot_eager", "aot_eager_min_cut", "AOTOutput", "default_partition",
            "min_cut_partition"]
@@ -237,15 +239,53 @@ def compile_aot(gm: torch.nn.Module, example_inputs, fw_compiler: Callable, bw_c
 
     ``example_fakes``: fake values of ``example_inputs`` with symbolic sizes (dynamic shapes), to
     trace with instead of fresh fake copies.
+
+    A graph of the same form as one compiled before (another block of the same class: only the
+    parameters differ, and they are inputs here) binds its module to that compile (graph_cache.py).
     """
+    key = _cache_key(gm, example_inputs, (fw_compiler, bw_compiler, partition_fn, inference_compiler)) \
+        if example_fakes is None else None
+    cached = graph_cache.cache.lookup(key) if key is not None else None
+    if cached is not None:
+        artifacts.record("forward_graph", "graph cache hit (graph_cache.py)",
+                         "this graph has the form of one compiled before: its compiled forward (and backward) "
+                         "run with this module's parameters")
+        return cached.bind(gm, _owners(stop_gradients_in_no_grad_regions(gm)))
     try:
         prep = _prepare(gm, example_inputs, example_fakes)
     except _RunEagerly as e:
         return _run_graph_eagerly(gm, str(e))
     requires_grad = [isinstance(x, torch.Tensor) and x.requires_grad for x in prep.all_inputs]
     if not _needs_backward(prep.all_inputs, prep.grad_inside):
-        return _compile_inference(prep, inference_compiler or fw_compiler)
-    return _compile_training(prep, requires_grad, fw_compiler, bw_compiler, partition_fn)
+        compiled = _compile_inference(prep, inference_compiler or fw_compiler)
+    else:
+        compiled = _compile_training(prep, requires_grad, fw_compiler, bw_compiler, partition_fn)
+    if key is not None:
+        graph_cache.cache.store(key, compiled)
+    return compiled.bind(prep.eager_gm, prep.owners)
+
+
+def _cache_key(gm, example_inputs, compilers: tuple):
+    """The graph cache's key for this compile, or None (the cache is off, or the graph has no key)."""
+    if not config.graph_cache:
+        return None
+    _, names = _lift_parameters(gm)
+    try:
+        return graph_cache.graph_key(gm, names, [_state_value(gm, n) for n in names], example_inputs, compilers)
+    except graph_cache.Uncacheable as e:
+        log.debug("graph cache: not cached (%s)", e)
+        return None
+
+
+def _state_value(gm, name: str):
+    owner, _, attr = name.rpartition(".")
+    return getattr(gm.get_submodule(owner), attr)
+
+
+def _owners(gm) -> list:
+    """(submodule, attribute) per lifted parameter and buffer, in ``_lift_parameters``'s order."""
+    _, names = _lift_parameters(gm)
+    return [(gm.get_submodule(name.rpartition(".")[0]), name.rpartition(".")[2]) for name in names]
 
 
 def _needs_backward(inputs, grad_inside: bool) -> bool:
@@ -296,6 +336,10 @@ class _Prepared:
             aliasing.regenerate_aliases(outs, inputs, self.alias_info.outputs)
         return pytree.tree_unflatten(outs, self.user_spec)
 
+    def without_module(self) -> "_Prepared":
+        """What a compile keeps (graph_cache.py): not the module it was made for, nor its tensors."""
+        return dataclasses.replace(self, eager_gm=None, owners=[], all_inputs=[], fakes=[], mode=None)
+
     def aliased_mutation(self, inputs) -> bool:
         """A mutated input shares memory with another input: the functional graph would read stale values."""
         return bool(self.mutated) and aliasing.inputs_share_memory(inputs, self.tensor_positions)
@@ -308,7 +352,7 @@ def _prepare(gm, example_inputs, example_fakes) -> _Prepared:
         n.op == "call_function" and n.target is torch._C._set_grad_enabled and n.args[0] for n in gm.graph.nodes)
     gm = stop_gradients_in_no_grad_regions(gm)
     fn, state_names = _lift_parameters(gm)
-    owners = [(gm.get_submodule(name.rpartition(".")[0]), name.rpartition(".")[2]) for name in state_names]
+    owners = _owners(gm)
     state = [getattr(owner, attr) for owner, attr in owners]
     all_inputs = [*state, *example_inputs]
     with dynamo_timed("aliasing"):  # how outputs alias inputs; what only eager can do
@@ -360,7 +404,7 @@ def mark_static_inputs(gm: fx.GraphModule, positions: list[int]) -> None:
             placeholders[i].meta["static_address"] = True
 
 
-def _compile_inference(prep: _Prepared, compiler: Callable) -> Callable:
+def _compile_inference(prep: _Prepared, compiler: Callable) -> graph_cache.CachedGraph:
     """No input needs a gradient: compile the prims graph as it is."""
     mark_static_inputs(prep.prim_gm, _module_state_positions(prep))
     if config.freezing:  # parameters and buffers as constants, folded (fx_passes/freezing.py)
@@ -369,27 +413,34 @@ def _compile_inference(prep: _Prepared, compiler: Callable) -> Callable:
     artifacts.record("forward_graph", "inference graph (no input requires grad)", _readable(prep.prim_gm))
     compiled = compiler(prep.prim_gm, _fake_vals(prep.prim_gm, prep.fakes))
     tensors = [i for i, x in enumerate(prep.all_inputs) if isinstance(x, torch.Tensor)]
-    stateful, effects, eager_gm = bool(prep.owners), prep.has_effects, prep.eager_gm
+    core = prep.without_module()
 
-    def run_inference(*args):  # on every cached call: keep it lean
-        inputs = [*prep.current_state(), *args] if stateful else args
-        if torch.is_grad_enabled() and _any_requires_grad(inputs, tensors):
-            raise RuntimeError(
-                "this function was compiled for inference (no input required grad, or grad "
-                "mode was off), but was called with inputs that require grad: its outputs "
-                "would have no gradients. Compile it again under these conditions")
-        if effects:
-            if prep.aliased_mutation(inputs):
-                return eager_gm(*args)
-            return prep.finish(inputs, compiled(*inputs))
-        return compiled(*inputs)
+    def bind(eager_gm, owners) -> Callable:
+        prep = dataclasses.replace(core, eager_gm=eager_gm, owners=owners)
+        stateful, effects = bool(owners), prep.has_effects
 
-    run_inference.aot = prep.aot
-    return run_inference
+        def run_inference(*args):  # on every cached call: keep it lean
+            inputs = [*prep.current_state(), *args] if stateful else args
+            if torch.is_grad_enabled() and _any_requires_grad(inputs, tensors):
+                raise RuntimeError(
+                    "this function was compiled for inference (no input required grad, or grad "
+                    "mode was off), but was called with inputs that require grad: its outputs "
+                    "would have no gradients. Compile it again under these conditions")
+            if effects:
+                if prep.aliased_mutation(inputs):
+                    return eager_gm(*args)
+                return prep.finish(inputs, compiled(*inputs))
+            return compiled(*inputs)
+
+        run_inference.aot = prep.aot
+        run_inference.compiled_graphs = [compiled]
+        return run_inference
+
+    return graph_cache.CachedGraph(bind)
 
 
 def _compile_training(prep: _Prepared, requires_grad: list[bool], fw_compiler: Callable, bw_compiler: Callable,
-                      partition_fn: Callable) -> Callable:
+                      partition_fn: Callable) -> graph_cache.CachedGraph:
     """Trace the joint graph, partition it, compile both halves; calls run through an autograd.Function."""
     with dynamo_timed("joint_graph"):
         joint = create_joint(prep.prim_gm, prep.fakes, requires_grad, prep.mode)
@@ -415,23 +466,30 @@ def _compile_training(prep: _Prepared, requires_grad: list[bool], fw_compiler: C
         version_checked_outputs=prep.alias_info.saved_outputs, mutated_inputs=prep.mutated,
         saved_mutated_inputs=[m for m in prep.alias_info.saved_mutated_inputs if m[0] in prep.mutated])
     flat = is_flat_sequence(joint.out_spec)
-    stateful, effects, mutated, grad_inside = bool(prep.owners), prep.has_effects, bool(prep.mutated), prep.grad_inside
+    core = prep.without_module()
 
-    def run_training(*args):  # on every cached call: keep it lean
-        primals = [*prep.current_state(), *args] if stateful else args
-        if mutated and prep.aliased_mutation(primals):
-            return prep.eager_gm(*args)
-        if grad_inside:
-            with torch.enable_grad():
+    def bind(eager_gm, owners) -> Callable:
+        prep = dataclasses.replace(core, eager_gm=eager_gm, owners=owners)
+        stateful, effects, mutated, grad_inside = bool(owners), prep.has_effects, bool(prep.mutated), prep.grad_inside
+
+        def run_training(*args):  # on every cached call: keep it lean
+            primals = [*prep.current_state(), *args] if stateful else args
+            if mutated and prep.aliased_mutation(primals):
+                return eager_gm(*args)
+            if grad_inside:
+                with torch.enable_grad():
+                    outs = CompiledFunction.apply(runtime, *primals)
+            else:
                 outs = CompiledFunction.apply(runtime, *primals)
-        else:
-            outs = CompiledFunction.apply(runtime, *primals)
-        if effects:
-            return prep.finish(primals, outs)
-        return joint.out_spec.type(outs) if flat else pytree.tree_unflatten(list(outs), joint.out_spec)
+            if effects:
+                return prep.finish(primals, outs)
+            return joint.out_spec.type(outs) if flat else pytree.tree_unflatten(list(outs), joint.out_spec)
 
-    run_training.aot = prep.aot
-    return run_training
+        run_training.aot = prep.aot
+        run_training.compiled_graphs = [runtime.compiled_fw, runtime.compiled_bw]
+        return run_training
+
+    return graph_cache.CachedGraph(bind)
 
 
 def _random_ops(gm: fx.GraphModule) -> str | None:
@@ -513,7 +571,6 @@ def compile_dynamic(gm, example_inputs, fw_compiler, bw_compiler, partition_fn,
     compiling symbolically (the compilers raise instead of falling back to eager meanwhile, so
     a lowering that cannot handle a symbolic size is compiled per shape, not run eagerly)."""
 
-    log = logging.getLogger("tininductor.aot_autograd")
     fakes = dynamo_example_fakes(gm, example_inputs)
     reason = "the graph's placeholders carry no fake example values"
     if fakes is not None:

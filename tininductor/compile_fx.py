@@ -83,7 +83,8 @@ def compile_fx(gm: torch.fx.GraphModule, example_inputs):
             bw_compiler=functools.partial(compile_fx_inner, cudagraphs=cudagraphs, is_backward=True),
             inference_compiler=functools.partial(compile_fx_inner, cudagraphs=cudagraphs, is_inference=True),
         )(gm, example_inputs)
-        graphs = [g for g in compiled_graphs if g.seq > start]
+        # compiled now, or found in the graph cache (graph_cache.py): the callable names its graphs
+        graphs = [g for g in compiled_graphs if g.seq > start] or list(getattr(fn, "compiled_graphs", ()))
         with dynamo_timed("triton_wait_precompile"):
             _wait_for_kernels(graphs)
         _expose_compiled(fn, graphs)

@@ -95,6 +95,10 @@ descriptive_names: str = "inductor_node"
 #: Directory the debug dump writes wrapper modules to (TINY_LOGS=output_code also prints them).
 debug_dir: str = os.environ.get("TINY_DEBUG_DIR", "tiny_debug")
 
+#: a graph of the same form as one compiled before (another block of a model's repeated layers,
+#: after a graph break in the loop over them) reuses that compile (graph_cache.py)
+graph_cache: bool = os.environ.get("TINY_GRAPH_CACHE", "1") != "0"
+
 
 class triton:
     """Triton choices: block sizes, and CUDA graphs."""
@@ -136,6 +140,18 @@ MODES: dict[str, dict] = {
     "max-autotune": {"triton.max_autotune": True, "triton.cudagraphs": True},
     "max-autotune-no-cudagraphs": {"triton.max_autotune": True},
 }
+
+
+def snapshot() -> tuple:
+    """Every option's current value, as ``(("name", value), ("triton.name", value), ...)``: part of a
+    compile's cache key (graph_cache.py)."""
+    module = sys.modules[__name__]
+
+    def options(owner, prefix):
+        return [(prefix + name, value) for name, value in sorted(vars(owner).items())
+                if not name.startswith("_") and isinstance(value, (bool, int, float, str, type(None)))]
+
+    return tuple(options(module, "") + options(triton, "triton."))
 
 
 @contextlib.contextmanager

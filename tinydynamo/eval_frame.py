@@ -87,10 +87,17 @@ def get_cache(code: types.CodeType) -> FrameCache:
     return _caches.setdefault(code, FrameCache())
 
 
+#: called by :func:`reset`: a backend's own caches of compiled graphs register here
+#: (tininductor's graph cache), so that after a reset everything compiles afresh
+reset_hooks: list[Callable[[], None]] = []
+
+
 def reset() -> None:
     """Forget every compiled frame and counter (like torch._dynamo.reset())."""
     _caches.clear()
     counters.clear()
+    for hook in reset_hooks:
+        hook()
 
 
 _dispatch_stack_len = torch._C._len_torch_dispatch_stack

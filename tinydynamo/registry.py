@@ -20,6 +20,10 @@ from typing import Any, Iterator, Mapping
 
 _ABSENT = object()
 
+#: bumped whenever a swap begins or ends: what was compiled under other entries is not reused
+#: (tininductor's graph cache keys on it)
+generation = 0
+
 
 @contextlib.contextmanager
 def swap(registry: dict, entries: Mapping[Any, Any]) -> Iterator[dict]:
@@ -28,7 +32,9 @@ def swap(registry: dict, entries: Mapping[Any, Any]) -> Iterator[dict]:
     if not isinstance(registry, dict):
         raise TypeError(f"swap() takes a registry dict, got {type(registry).__name__}: pass the dict "
                         f"itself (e.g. OPCODE_HANDLERS, lowerings), not {registry!r}")
+    global generation
     saved = [(key, dict.get(registry, key, _ABSENT)) for key in entries]
+    generation += 1
     try:
         for key, value in entries.items():
             registry[key] = value
@@ -39,3 +45,4 @@ def swap(registry: dict, entries: Mapping[Any, Any]) -> Iterator[dict]:
                 dict.pop(registry, key, None)
             else:
                 registry[key] = old
+        generation += 1
