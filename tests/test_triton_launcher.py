@@ -249,37 +249,3 @@ def test_compile_worker_processes_answer_and_report_errors(tmp_path):
             again.result(timeout=60)
     finally:
         pool.close()
-
-
-def test_a_job_submitted_before_any_worker_is_ready_waits_for_one(tmp_path):
-    """The first kernels of a run come before the workers finish importing: they queue for the first
-    ready worker (compiling them in this process's threads would hold the GIL the compile needs)."""
-    from tininductor.runtime.compile_worker import CompileWorkers
-
-    pool = CompileWorkers(1)
-    try:
-        assert pool.ready == 0 and pool.usable  # still importing torch and Triton
-        job = pool.submit((str(tmp_path / "missing.py"), "kernel", (), (1, 1, 1), {}, {}, None))
-        with pytest.raises(RuntimeError, match="worker process failed: FileNotFoundError"):
-            job.result(timeout=120)  # answered by the worker once it was ready
-        assert pool.ready == 1
-    finally:
-        pool.close()
-
-
-def test_when_no_worker_can_start_jobs_fail_fast(monkeypatch, tmp_path):
-    """Workers that die while starting leave the pool unusable: a waiting job is woken with an error
-    (the launcher then compiles the kernel in a thread), and workers_ready() no longer offers the pool."""
-    from tininductor.runtime import compile_worker
-
-    monkeypatch.setattr(compile_worker.sys, "executable", "/bin/false")
-    pool = compile_worker.CompileWorkers(2)
-    try:
-        job = pool.submit((str(tmp_path / "missing.py"), "kernel", (), (1, 1, 1), {}, {}, None))
-        with pytest.raises(RuntimeError, match="no compile worker process started"):
-            job.result(timeout=60)
-        assert not pool.usable and pool.failed == 2
-        monkeypatch.setattr(compile_worker, "_workers", pool)
-        assert compile_worker.workers_ready() is None
-    finally:
-        pool.close()

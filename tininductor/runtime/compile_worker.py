@@ -13,8 +13,7 @@ kernels' ``TritonLauncher`` objects do nothing until launched) and calls the ker
 ``warmup`` with the same arguments the main process would use, so both compute the same cache key.
 
 Workers start in the background when the backend is looked up (``start_workers``), next to the
-Triton driver's warm-up; a kernel submitted before one reports ready waits for it, and kernels
-compile in threads of this process only when no worker could start.
+Triton driver's warm-up; until one reports ready, kernels compile in threads as before.
 ``TINY_COMPILE_WORKERS=N`` sets their number (0: threads only; default: half the cores, at most 8).
 """
 from __future__ import annotations
@@ -59,7 +58,6 @@ class CompileWorkers:
         self._idle: queue.Queue = queue.Queue()
         self._procs: list[subprocess.Popen] = []
         self.ready = 0  # workers that finished their imports
-        self.failed = 0  # workers that died before they were ready
         self.compiled = 0  # kernels the workers compiled
         env = dict(os.environ, TINY_TRITON_PARALLEL_COMPILE="0", TINY_TRITON_WARMUP="0", TINY_COMPILE_WORKERS="0")
         root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -77,24 +75,12 @@ class CompileWorkers:
             if _read(proc.stdout) == "ready":
                 self.ready += 1
                 self._idle.put(proc)
-                return
         except (EOFError, OSError):  # the worker died while importing: it is not used
             pass
-        self.failed += 1
-        if self.failed == len(self._procs):  # none will ever be ready: wake the jobs waiting for one
-            self._idle.put(None)
-
-    @property
-    def usable(self) -> bool:
-        """Some worker is ready or still starting (a job submitted now waits for the first one)."""
-        return self.failed < len(self._procs)
 
     def submit(self, job: tuple) -> Future:
         def run():
-            proc = self._idle.get()  # the first kernels of a run wait here until a worker is ready
-            if proc is None:
-                self._idle.put(None)
-                raise RuntimeError("no compile worker process started")
+            proc = self._idle.get()
             try:
                 _write(proc.stdin, job)
                 status, detail = _read(proc.stdout)
@@ -137,12 +123,8 @@ def start_workers() -> None:
 
 
 def workers_ready() -> CompileWorkers | None:
-    """The pool, if it was started and a worker is ready or still starting.
-
-    A kernel submitted before any worker is ready waits for the first one (a few seconds after the
-    backend was looked up): compiling it in a thread of this process instead would hold the GIL
-    that this process's tracing, lowering and code generation need, for longer than the wait."""
-    return _workers if _workers is not None and _workers.usable else None
+    """The pool, if at least one worker is ready to take a kernel."""
+    return _workers if _workers is not None and _workers.ready > 0 else None
 
 
 def is_generated(path: str) -> bool:
