@@ -194,3 +194,30 @@ def test_a_compile_under_a_swapped_rule_is_not_reused_after_it():
     got = _train_step(tinydynamo.compile(copy.deepcopy(model), backend="tininductor"), x)
     torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
     assert graph_cache.cache.stats["hit"] > 0
+
+
+class NoGradBlock(torch.nn.Module):
+    """A no-grad region inside the block: AOT autograd rewrites the graph before lifting its parameters."""
+
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(16, 16)
+
+    def forward(self, x):
+        with torch.no_grad():
+            scale = self.linear(x).abs().mean()
+        return torch.tanh(self.linear(x)) * scale + x
+
+
+def test_blocks_with_no_grad_regions_hit_and_match_eager():
+    torch.manual_seed(0)
+    model = Stack(n=5)
+    model.layers = torch.nn.ModuleList(NoGradBlock() for _ in range(5))
+    reference = copy.deepcopy(model)
+    x = torch.randn(8, 16, requires_grad=True)
+    expected = _train_step(reference, x)
+    got = _train_step(tinydynamo.compile(model, backend="tininductor"), x)
+    assert graph_cache.cache.stats["hit"] >= 2
+    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
+    for name, grad in _grads(reference).items():
+        torch.testing.assert_close(_grads(model)[name], grad, rtol=1e-4, atol=1e-5, msg=name)

@@ -158,8 +158,10 @@ def graph_key(gm: torch.nn.Module, state_names: list[str], state: list, example_
     structure = []
     for i, node in enumerate(gm.graph.nodes):
         nodes[node] = i
+        # of the metadata, AOT autograd reads whether a node computes a tensor (a no-grad region's
+        # outputs are detached) and which placeholders are module state
         structure.append((node.op, _target(node, gm, state_index), _constant(node.args, nodes),
-                          _constant(node.kwargs, nodes),
+                          _constant(node.kwargs, nodes), isinstance(node.meta.get("example_value"), torch.Tensor),
                           bool(node.meta.get("module_state")) if node.op == "placeholder" else None))
     storages: dict = {}
     inputs = tuple(_input(x, storages) for x in [*state, *example_inputs])
