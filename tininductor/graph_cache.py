@@ -24,7 +24,9 @@ The key (:func:`graph_key`) is built from
   the registries (``tinydynamo.registry.swap``: a learner's decomposition, lowering or VJP rule
   swapped in is never served a graph compiled with another).
 
-``tinydynamo.reset()`` empties it.
+``tinydynamo.reset()`` empties it. An entry keeps no module or parameter alive, but its key holds
+the constant attributes it names by identity (a constant tensor, a submodule) until the entry is
+evicted (the cache keeps the most recent ``capacity`` graphs) or the cache is emptied.
 
 A graph that cannot be keyed (a symbolic size, a tensor subclass) is not cached, and neither
 is a compile under CUDA graphs (a recorded graph holds the addresses of one block's parameters)
@@ -43,21 +45,7 @@ import torch.fx as fx
 from tininductor import config
 from tinydynamo import registry
 from tinydynamo.eval_frame import reset_hooks
-
-
-class _Identity:
-    """An object that matches only itself in a key (and is kept alive by it, so its id is not reused)."""
-
-    __slots__ = ("obj",)
-
-    def __init__(self, obj):
-        self.obj = obj
-
-    def __hash__(self) -> int:
-        return id(self.obj)
-
-    def __eq__(self, other) -> bool:
-        return isinstance(other, _Identity) and other.obj is self.obj
+from tinydynamo.utils import Identity
 
 
 class Uncacheable(Exception):
@@ -83,19 +71,19 @@ def _constant(value: Any, nodes: dict) -> Hashable:
         return (slice, _constant(value.start, nodes), _constant(value.stop, nodes), _constant(value.step, nodes))
     if isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool)):
         raise Uncacheable("a symbolic size in the graph")
-    return _Identity(value)  # an op overload, a function, any other object: itself
+    return Identity(value)  # an op overload, a function, any other object: itself
 
 
 def _target(node: fx.Node, gm: fx.GraphModule, state_index: dict[str, int]) -> Hashable:
     if node.op == "get_attr":
         if node.target in state_index:
             return ("state", state_index[node.target])
-        return _Identity(_get_attr(gm, node.target))
+        return Identity(_get_attr(gm, node.target))
     if node.op == "call_module":
-        return _Identity(gm.get_submodule(node.target))
+        return Identity(gm.get_submodule(node.target))
     if node.op in ("call_method", "placeholder", "output"):
         return node.target if node.op == "call_method" else None
-    return _Identity(node.target)
+    return Identity(node.target)
 
 
 def _get_attr(gm, target: str):
@@ -132,7 +120,7 @@ def _compiler(fn: Callable | None) -> Hashable:
     if isinstance(fn, functools.partial):
         return (_compiler(fn.func), tuple(_constant(a, {}) for a in fn.args),
                 tuple(sorted((k, _constant(v, {})) for k, v in fn.keywords.items())))
-    return _Identity(fn)
+    return Identity(fn)
 
 
 def _global_state() -> Hashable:

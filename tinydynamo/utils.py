@@ -83,3 +83,19 @@ def tensor_versions(values: Any) -> list[tuple[torch.Tensor, int]]:
 def mutated_any(versions: list[tuple[torch.Tensor, int]]) -> bool:
     """Whether a tensor recorded by :func:`tensor_versions` was mutated since."""
     return any(t._version != v for t, v in versions)
+
+
+class Identity:
+    """``obj`` compared by ``is`` in a dict key or a set (its own ``__eq__`` never runs: a tensor's is
+    elementwise); the key keeps it alive, so its ``id`` is not reused while the key exists."""
+
+    __slots__ = ("obj",)
+
+    def __init__(self, obj):
+        self.obj = obj
+
+    def __hash__(self) -> int:
+        return id(self.obj)
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, Identity) and other.obj is self.obj

@@ -15,6 +15,7 @@ import copy
 from typing import Any
 
 from tinydynamo.exc import Unsupported, raise_observed, unimplemented
+from tinydynamo.utils import Identity
 from tinydynamo.variables.base import VariableTracker, constructor, register_construction
 from tinydynamo.variables.constant import ConstantVariable
 from tinydynamo.variables.lists import TupleVariable
@@ -40,21 +41,6 @@ class HashableKey:
         return f"HashableKey({self.vt})"
 
 
-class _Identity:
-    """``obj`` compared by ``is`` (its own ``__eq__`` never runs: a tensor's is elementwise)."""
-
-    __slots__ = ("obj",)
-
-    def __init__(self, obj):
-        self.obj = obj
-
-    def __hash__(self) -> int:
-        return id(self.obj)
-
-    def __eq__(self, other) -> bool:
-        return isinstance(other, _Identity) and other.obj is self.obj
-
-
 def dict_key(v: VariableTracker) -> Any:
     """The key ``v`` stands for: its value if it is a constant, else a :class:`HashableKey`."""
     if v.is_python_constant():
@@ -73,7 +59,7 @@ def _ident(v: VariableTracker) -> Any:
     obj = v.key_identity()
     if obj is None:
         unimplemented(f"dict key or set element {v}: tinydynamo cannot hash it at trace time")
-    return _Identity(obj)
+    return Identity(obj)
 
 
 def _leaves(v: VariableTracker) -> list[VariableTracker]:
