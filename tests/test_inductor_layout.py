@@ -69,6 +69,53 @@ def test_cpu_inference_runs_channels_last_where_onednn_runs_the_convolutions():
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
+def test_training_forward_saves_channels_last_activations_for_its_backward(backend):
+    """The forward keeps the activations it saves in the layout it chose (no copy back to NCHW); the
+    backward is compiled for those strides. A mutant that compiles the backward for the traced
+    (NCHW) strides reads them wrongly, which the gradients below catch."""
+    m = Bottleneck().train()
+    ref = copy.deepcopy(m)
+    x = torch.randn(2, 8, 5, 6, requires_grad=True)
+    x_ref = x.detach().clone().requires_grad_()
+    c = compile_graph(m, [x], backend, force_layout_optimization=True)
+    forward, backward = c.compiled_graphs
+    channels_last = (240, 1, 48, 8)
+    assert channels_last in forward.output_strides
+    assert "(240, 1, 48, 8)" in backward.source  # its kernels index the saved values as stored
+    out, want = c(x), ref(x_ref)
+    (out[0].sin().sum() + out[1].pow(2).sum()).backward()
+    (want[0].sin().sum() + want[1].pow(2).sum()).backward()
+    torch.testing.assert_close(x.grad, x_ref.grad, rtol=1e-4, atol=1e-5)
+    for (name, p), p_ref in zip(m.named_parameters(), ref.parameters()):
+        torch.testing.assert_close(p.grad, p_ref.grad, rtol=1e-4, atol=1e-5, msg=name)
+
+
+def test_training_graphs_are_laid_out_only_on_cuda_and_when_asked():
+    """Unforced, a training graph is laid out on CUDA only, with ``layout_optimization_training``."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from tininductor import config
+    from tininductor.graph import _wants_channels_last
+
+    gm = torch.fx.symbolic_trace(lambda x, w: torch.ops.aten.convolution.default(
+        x, w, None, [1, 1], [0, 0], [1, 1], False, [0, 0], 1))
+    for node in gm.graph.nodes:
+        if node.op == "placeholder":
+            node.meta["val"] = torch.empty(2, 8, 5, 6)
+    if torch.backends.mkldnn.is_available():
+        assert _wants_channels_last(gm, is_inference=True)
+    assert not _wants_channels_last(gm, is_inference=False)  # a CPU training graph
+    with config.patch({"layout_optimization_training": True}):
+        assert not _wants_channels_last(gm, is_inference=False)  # still the CPU
+        with FakeTensorMode():  # a CUDA graph, as its fake values say (no GPU needed)
+            cuda_val = torch.empty(2, 8, 5, 6, device="cuda")
+        for node in gm.graph.nodes:
+            if node.op == "placeholder":
+                node.meta["val"] = cuda_val
+        assert _wants_channels_last(gm, is_inference=False)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_channels_last_training_gradients(backend):
     m = Bottleneck().train()
     ref = copy.deepcopy(m)

@@ -28,6 +28,7 @@ compiled per concrete shape instead, logged (``_specialize_per_shape``).
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import warnings
@@ -454,9 +455,11 @@ def _compile_training(prep: _Prepared, requires_grad: list[bool], fw_compiler: C
                      _readable(part.bw_gm))
     prep.aot.joint, prep.aot.partition = joint, part
     mark_static_inputs(part.fw_gm, _module_state_positions(prep))  # the forward takes the primals first
+    part.fw_gm.graph.output_node().meta["saved_from"] = joint.num_outputs
+    compiled_fw = fw_compiler(part.fw_gm, _fake_vals(part.fw_gm, prep.fakes))
     runtime = _Runtime(
-        compiled_fw=fw_compiler(part.fw_gm, _fake_vals(part.fw_gm, prep.fakes)),
-        compiled_bw=bw_compiler(part.bw_gm, _fake_vals(part.bw_gm)),
+        compiled_fw=compiled_fw,
+        compiled_bw=bw_compiler(part.bw_gm, _saved_layouts(part.bw_gm, compiled_fw, joint.num_outputs)),
         num_outputs=joint.num_outputs, diff_outputs=joint.diff_outputs, grad_mask=joint.grad_mask,
         eager_forward=prep.prim_gm, no_rerun_reason=_random_ops(prep.prim_gm),
         # an input the graph writes back is left out, as aliasing.analyze leaves out those it sees
@@ -490,6 +493,22 @@ def _compile_training(prep: _Prepared, requires_grad: list[bool], fw_compiler: C
         return run_training
 
     return graph_cache.CachedGraph(bind)
+
+
+def _saved_layouts(bw_gm: fx.GraphModule, compiled_fw, num_outputs: int) -> list:
+    """The backward's example inputs: each saved tensor with the strides the compiled forward stores
+    it in (a channels-last activation under layout optimization, ``compiled_fw.output_strides``),
+    so that the backward's kernels index it as it is; the tangents as traced."""
+    vals = _fake_vals(bw_gm)
+    strides = getattr(compiled_fw, "output_strides", None) or []
+    saved = strides[num_outputs:]
+    for i, stride in enumerate(saved[:len(vals)]):
+        val = vals[i]
+        if isinstance(val, torch.Tensor) and stride is not None and tuple(val.stride()) != stride \
+                and len(stride) == val.dim():
+            with detect_fake_mode([val]) or contextlib.nullcontext():
+                vals[i] = torch.empty_strided(val.shape, stride, dtype=val.dtype, device=val.device)
+    return vals
 
 
 def _random_ops(gm: fx.GraphModule) -> str | None:

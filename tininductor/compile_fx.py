@@ -269,6 +269,7 @@ def _compile_fx_inner(gm: torch.fx.GraphModule, example_inputs, cudagraphs: str 
     compiled.kernels = [k.name for k in wrapper.kernels]
     compiled.fallback_reasons = list(graph.fallback_reasons)
     compiled.module = module
+    compiled.output_strides = graph.output_strides()  # a training forward's saved layouts: for its backward
     return compiled
 
 

@@ -316,13 +316,27 @@ class GraphLowering(torch.fx.Interpreter):
     def output(self, target, args, kwargs):
         leaves, self.output_spec = tree_flatten(args[0])
         traced = tree_flatten(self.current_node.args[0])[0] if self.current_node is not None else []
+        # a training forward's saved values (from ``meta["saved_from"]`` on): only its own backward
+        # reads them, compiled for the layouts this graph chose (AOT autograd), so a channels-last
+        # activation is saved as it is instead of copied back to the traced layout
+        saved_from = self.current_node.meta.get("saved_from") if self.current_node is not None else None
+        keep_layout = self.layout_optimization and saved_from is not None
         for i, leaf in enumerate(leaves):
             if isinstance(leaf, ir.IRNode):
                 node = traced[i] if i < len(traced) else None
                 val = node.meta.get("val") if isinstance(node, torch.fx.Node) else None
-                leaf = self._realize_output(leaf, val)
+                leaf = ir.realize_input(leaf) if keep_layout and i >= saved_from else self._realize_output(leaf, val)
             self.graph_outputs.append(leaf)
         return args[0]
+
+    def output_strides(self) -> list[tuple[int, ...] | None]:
+        """Each output's strides as this graph stores it (None: not a tensor, or symbolic)."""
+        strides = []
+        for out in self.graph_outputs:
+            layout = getattr(out, "layout", None)
+            static = layout is not None and all(isinstance(v, (int, sympy.Integer)) for v in layout.stride)
+            strides.append(tuple(int(v) for v in layout.stride) if static else None)
+        return strides
 
     def _realize_output(self, leaf: ir.IRNode, val) -> "ir.Buffer | ir.ReinterpretView":
         """Realize a graph output with the strides it had in the traced graph.
@@ -460,19 +474,25 @@ def _wants_channels_last(gm: torch.fx.GraphModule, is_inference: bool) -> bool:
     (CUDA) and oneDNN's (CPU, ``torch.backends.mkldnn``) convolutions run fastest in, so that no
     convolution converts NCHW to NHWC and back; the pointwise kernels after them keep and walk that
     order (``preferred_order``). On the CPU MobileNetV2's convolutions take 41 instead of 63 us
-    each on average (small sizes, 2 cores). Training graphs keep NCHW for now (the activations they save would be copied back
-    to the traced layout). ``config.force_layout_optimization``: every convolution graph (tests)."""
+    each on average (small sizes, 2 cores). Training graphs on CUDA too with ``layout_optimization_training``
+    (off by default; a backward is recognised by its ``convolution_backward``): the forward saves its activations in the
+    layout it chose and the backward is compiled for those strides (``aot_autograd._saved_layouts``).
+    On the CPU training graphs keep NCHW. ``config.force_layout_optimization``: every convolution graph (tests)."""
     if not (config.layout_optimization or config.force_layout_optimization):
         return False
-    convs = [n for n in gm.graph.nodes if n.op == "call_function" and n.target is torch.ops.aten.convolution.default
-             and isinstance(n.meta.get("val"), torch.Tensor) and n.meta["val"].dim() == 4]
+    conv_ops = (torch.ops.aten.convolution.default, torch.ops.aten.convolution_backward.default)
+    convs = [n for n in gm.graph.nodes if n.op == "call_function" and n.target in conv_ops
+             and isinstance(n.args[0], torch.fx.Node) and isinstance(n.args[0].meta.get("val"), torch.Tensor)
+             and n.args[0].meta["val"].dim() == 4]
     if not convs:
         return False
     if config.force_layout_optimization:
         return True
-    devices = {n.meta["val"].device.type for n in convs}
+    devices = {n.args[0].meta["val"].device.type for n in convs}
     mkldnn = torch.backends.mkldnn.enabled and torch.backends.mkldnn.is_available()
-    return is_inference and (devices == {"cuda"} or (devices == {"cpu"} and mkldnn))
+    if not is_inference and not (config.layout_optimization_training and devices == {"cuda"}):
+        return False
+    return devices == {"cuda"} or (devices == {"cpu"} and mkldnn)
 
 
 #: (N, C, H, W) stored in (N, H, W, C) order
