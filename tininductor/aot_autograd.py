@@ -31,6 +31,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
+import operator
 import warnings
 from typing import Callable
 
@@ -272,15 +273,10 @@ def _cache_key(gm, example_inputs, compilers: tuple):
         return None
     _, names = _lift_parameters(gm)
     try:
-        return graph_cache.graph_key(gm, names, [_state_value(gm, n) for n in names], example_inputs, compilers)
+        return graph_cache.graph_key(gm, names, [operator.attrgetter(n)(gm) for n in names], example_inputs, compilers)
     except graph_cache.Uncacheable as e:
         log.debug("graph cache: not cached (%s)", e)
         return None
-
-
-def _state_value(gm, name: str):
-    owner, _, attr = name.rpartition(".")
-    return getattr(gm.get_submodule(owner), attr)
 
 
 def _owners(gm) -> list:

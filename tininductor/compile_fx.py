@@ -75,7 +75,6 @@ def compile_fx(gm: torch.fx.GraphModule, example_inputs):
     """
     warm_up()
     try:
-        start = _compile_count[0]
         cudagraphs = config.triton.cudagraphs
         fn = aot_autograd(
             partition_fn=_partitioner(),
@@ -83,8 +82,9 @@ def compile_fx(gm: torch.fx.GraphModule, example_inputs):
             bw_compiler=functools.partial(compile_fx_inner, cudagraphs=cudagraphs, is_backward=True),
             inference_compiler=functools.partial(compile_fx_inner, cudagraphs=cudagraphs, is_inference=True),
         )(gm, example_inputs)
-        # compiled now, or found in the graph cache (graph_cache.py): the callable names its graphs
-        graphs = [g for g in compiled_graphs if g.seq > start] or list(getattr(fn, "compiled_graphs", ()))
+        # compiled now or found in the graph cache (graph_cache.py): the callable names its graphs
+        # (none where the graph runs eagerly, or compiles per shape at its first call)
+        graphs = list(getattr(fn, "compiled_graphs", ()))
         with dynamo_timed("triton_wait_precompile"):
             _wait_for_kernels(graphs)
         _expose_compiled(fn, graphs)

@@ -74,9 +74,8 @@ layout_optimization: bool = os.environ.get("TINY_LAYOUT_OPT", "1") != "0"
 force_layout_optimization: bool = False
 #: training graphs too, on CUDA: the forward's saved activations keep the layout it chose and the
 #: backward is compiled for it (aot_autograd), as TorchInductor lays out training graphs. Off by
-#: default until measured on every dashboard model: on an H200 (bf16 training step, tiny vs
-#: torch.compile) densenet121 went from 0.84x to 1.04x and regnet_y_400mf from 0.89x to 0.94x, but
-#: resnext50 from 0.93x to 0.85x
+#: default: on an H200 it speeds up the training step of some convolution nets and slows others
+#: (README, the model dashboard)
 layout_optimization_training: bool = os.environ.get("TINY_LAYOUT_OPT_TRAINING", "0") == "1"
 #: Under layout optimization a convolution weight that is a graph input (a parameter) but not
 #: channels-last is converted by a generated copy kernel in every call (as TorchInductor does).

@@ -37,6 +37,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import functools
+import operator
 from typing import Any, Callable, Hashable
 
 import torch
@@ -75,22 +76,17 @@ def _constant(value: Any, nodes: dict) -> Hashable:
 
 
 def _target(node: fx.Node, gm: fx.GraphModule, state_index: dict[str, int]) -> Hashable:
+    """A parameter or buffer by its place among the lifted inputs; another attribute, a submodule or
+    a function by identity; a method by name (a placeholder's own name does not matter)."""
     if node.op == "get_attr":
         if node.target in state_index:
             return ("state", state_index[node.target])
-        return Identity(_get_attr(gm, node.target))
+        return Identity(operator.attrgetter(node.target)(gm))
     if node.op == "call_module":
         return Identity(gm.get_submodule(node.target))
-    if node.op in ("call_method", "placeholder", "output"):
-        return node.target if node.op == "call_method" else None
-    return Identity(node.target)
-
-
-def _get_attr(gm, target: str):
-    obj = gm
-    for part in target.split("."):
-        obj = getattr(obj, part)
-    return obj
+    if node.op == "call_function":
+        return Identity(node.target)
+    return node.target if node.op == "call_method" else None
 
 
 def _tensor(x: torch.Tensor, storages: dict) -> Hashable:
@@ -162,7 +158,6 @@ class CachedGraph:
     """A compiled graph without the module it was compiled for: ``bind(gm, owners)`` makes the callable."""
 
     bind: Callable[[torch.nn.Module, list], Callable]
-    graphs: tuple = ()  # the compiled forward/backward (or inference) graphs, as compile_fx exposes them
 
 
 class GraphCache:
@@ -193,12 +188,6 @@ class GraphCache:
         return len(self._entries)
 
 
-#: the process's graph cache (``graph_cache.clear()`` forgets it: tests, benchmarks between backends)
+#: the process's graph cache
 cache = GraphCache()
-
-
-def clear() -> None:
-    cache.clear()
-
-
-reset_hooks.append(clear)  # tinydynamo.reset() forgets compiled graphs too
+reset_hooks.append(cache.clear)  # tinydynamo.reset() forgets compiled graphs too
