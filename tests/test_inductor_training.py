@@ -115,3 +115,45 @@ def test_graph_output_has_eagers_strides():
     for out, expected in zip(compile_graph(f, [x])(x), f(x)):
         torch.testing.assert_close(out, expected)
         assert out.stride() == expected.stride()
+
+
+def _mlp_step(compiled, x):
+    loss = compiled(x).pow(2).mean()
+    loss.backward()
+    return loss.detach()
+
+
+def test_backward_waits_for_its_kernels_at_its_first_call(monkeypatch):
+    """The backward's kernels compile while the forward runs; the backward's first call waits for
+    them. One that failed to compile makes the backward run in torch, with a warning, and the
+    gradients stay eager's."""
+    from tininductor import compile_fx as compile_fx_module
+
+    torch.manual_seed(0)
+    eager = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.Linear(32, 8)).to(DEVICE)
+    ours = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.Linear(32, 8)).to(DEVICE)
+    ours.load_state_dict(eager.state_dict())
+    x = torch.randn(4, 16, device=DEVICE)
+    torch._dynamo.reset()
+    waits = []
+
+    def failing_wait(module):
+        waits.append(module)
+        raise RuntimeError("a backward kernel did not compile")
+
+    with patch_config(tininductor.config, cpu_backend="triton"):
+        compiled = torch.compile(ours, backend=tininductor.compile_fx, dynamic=False)
+        out = compiled(x)  # compiles the forward and the backward; runs the forward
+        backward = [g for g in compile_fx_module.compiled_graphs if g.kind == "backward"][-1]
+        assert backward.waits_at_first_call
+        monkeypatch.setattr(compile_fx_module, "_wait_for_module", failing_wait)
+        with pytest.warns(UserWarning, match="did not compile.*running it eagerly"):
+            out.pow(2).mean().backward()
+        assert len(waits) == 1
+        for p in ours.parameters():
+            p.grad = None
+        _mlp_step(compiled, x)  # the backward's choice is kept: no second wait
+        assert len(waits) == 1
+    _mlp_step(eager, x)
+    for p, r in zip(ours.parameters(), eager.parameters()):
+        torch.testing.assert_close(p.grad, r.grad, atol=1e-5, rtol=1e-4)

@@ -249,3 +249,26 @@ def test_compile_worker_processes_answer_and_report_errors(tmp_path):
             again.result(timeout=60)
     finally:
         pool.close()
+
+
+def test_compile_workers_take_the_most_urgent_job_first(tmp_path):
+    """Jobs queued before a worker is ready run by priority (a forward's kernels, 0, before a
+    backward's, 1), and in the order they came within one priority."""
+    import time
+
+    from tininductor.runtime.compile_worker import CompileWorkers
+
+    pool = CompileWorkers(1)
+    try:
+        order = []
+        jobs = [("late-1", 1), ("now-1", 0), ("late-2", 1), ("now-2", 0)]
+        for name, priority in jobs:  # all queued while the worker still imports Triton
+            future = pool.submit((str(tmp_path / f"{name}.py"), "kernel", (), (1, 1, 1), {}, {}, None), priority)
+            future.add_done_callback(lambda _, name=name: order.append(name))
+        assert pool.ready == 0
+        deadline = time.time() + 120
+        while len(order) < len(jobs) and time.time() < deadline:
+            time.sleep(0.05)
+        assert order == ["now-1", "now-2", "late-1", "late-2"]
+    finally:
+        pool.close()

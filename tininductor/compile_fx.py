@@ -44,7 +44,7 @@ from .joint_graph import AutogradCompileError
 from .lowering import LoweringDeclined
 from .runtime.compile_worker import start_workers
 from .runtime.cudagraphs import cudagraphify
-from .runtime.triton_launcher import TritonLauncher, warm_up_driver
+from .runtime.triton_launcher import TritonLauncher, compile_priority, warm_up_driver
 from .scheduler import Scheduler
 from .virtualized import V
 
@@ -85,8 +85,8 @@ def compile_fx(gm: torch.fx.GraphModule, example_inputs):
         # compiled now or found in the graph cache (graph_cache.py): the callable names its graphs
         # (none where the graph runs eagerly, or compiles per shape at its first call)
         graphs = list(getattr(fn, "compiled_graphs", ()))
-        with dynamo_timed("triton_wait_precompile"):
-            _wait_for_kernels(graphs)
+        with dynamo_timed("triton_wait_precompile"):  # a backward's kernels: at its first call
+            _wait_for_kernels([g for g in graphs if not getattr(g, "waits_at_first_call", False)])
         _expose_compiled(fn, graphs)
         return fn
     except Exception as e:
@@ -96,13 +96,40 @@ def compile_fx(gm: torch.fx.GraphModule, example_inputs):
 
 
 def _wait_for_kernels(graphs) -> None:
-    """Wait for the Triton kernels of ``graphs`` (forward and backward), compiled in background
-    threads since their modules loaded: a kernel that does not compile fails the compile here."""
+    """Wait for the Triton kernels of ``graphs``, compiled in the background since their modules
+    loaded: a kernel that does not compile fails the compile here."""
     for g in graphs:
         module = getattr(g, "module", None)
-        for value in vars(module).values() if module is not None else ():
-            if isinstance(value, TritonLauncher):
-                value.wait_compiled()
+        if module is not None:
+            _wait_for_module(module)
+
+
+def _wait_for_module(module) -> None:
+    for value in vars(module).values():
+        if isinstance(value, TritonLauncher):
+            value.wait_compiled()
+
+
+def _wait_at_first_call(compiled, module, gm: torch.fx.GraphModule):
+    """A backward graph: its kernels compile while the forward runs, and its first call waits for
+    them (as TorchInductor compiles a backward at its first call). One that does not compile makes
+    the graph run in torch from then on, with a warning (or raises, with fallback off)."""
+    state = {"call": None}
+
+    def backward(*args):
+        call = state["call"]
+        if call is None:
+            try:
+                with dynamo_timed("triton_wait_precompile"):
+                    _wait_for_module(module)
+                call = compiled
+            except Exception as e:
+                call = _eager_fallback(gm, e)
+            state["call"] = call
+        return call(*args)
+
+    backward.waits_at_first_call = True
+    return backward
 
 
 def _partitioner():
@@ -202,7 +229,7 @@ def compile_fx_inner(gm: torch.fx.GraphModule, example_inputs, cudagraphs: bool 
     """
     try:
         return _compile_fx_inner(gm, example_inputs, cudagraphs and _graph_kind(is_backward, is_inference),
-                                 is_inference=is_inference)
+                                 is_inference=is_inference, is_backward=is_backward)
     except Exception as e:
         return _eager_fallback(gm, e)
 
@@ -212,7 +239,7 @@ def _graph_kind(is_backward: bool, is_inference: bool) -> str:
 
 
 def _compile_fx_inner(gm: torch.fx.GraphModule, example_inputs, cudagraphs: str | bool = False,
-                      is_inference: bool = False):
+                      is_inference: bool = False, is_backward: bool = False):
     """``cudagraphs``: False, or the graph's kind for the CUDA graph runner ("inference", ...)."""
     example_inputs = list(example_inputs)
     _ensure_example_values(gm, example_inputs)
@@ -241,7 +268,9 @@ def _compile_fx_inner(gm: torch.fx.GraphModule, example_inputs, cudagraphs: str 
         artifacts.record("kernels", k.name, k.source)
     artifacts.record("output_code", "wrapper", source)
     _log_output_code(source)
-    with dynamo_timed("load_module"):  # C++ kernels are built here; Triton's compile at the first launch
+    # C++ kernels are built here; Triton kernels start compiling in the background, a backward's
+    # after every forward kernel (the forward runs first)
+    with dynamo_timed("load_module"), compile_priority(1 if is_backward else 0):
         module = PyCodeCache.load(source)
     constants = list(graph.constants.values())
     spec = graph.output_spec
@@ -262,6 +291,9 @@ def _compile_fx_inner(gm: torch.fx.GraphModule, example_inputs, cudagraphs: str 
         static = [i for i, n in enumerate(placeholders) if n.meta.get("static_address")]
         compiled = cudagraphify(compiled, set(graph.device_types), kind=cudagraphs, dynamic=dynamic,
                                 static_input_idxs=static)
+    if is_backward and not cudagraphs:  # (a CUDA graph's recording waits for its kernels at compile)
+        compiled = _wait_at_first_call(compiled, module, gm)
+    compiled.kind = _graph_kind(is_backward, is_inference)
     compiled.source = source
     _compile_count[0] += 1
     compiled.seq = _compile_count[0]

@@ -137,7 +137,10 @@ class WrapperCodeGen:
         code.splice(HEADER)
         for h in dict.fromkeys(self.headers):
             code.splice(h)
-        for k in self.kernels:
+        # a graph on two devices: Triton kernels first, as loading them only starts their compile in
+        # the background, and C++ kernels (built in the background since codegen) after, as
+        # loading one waits for its build
+        for k in sorted(self.kernels, key=lambda k: k.prebuild is not None):
             code.writeline("")
             code.writeline("")
             code.splice(k.source)

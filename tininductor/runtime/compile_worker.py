@@ -15,11 +15,15 @@ kernels' ``TritonLauncher`` objects do nothing until launched) and calls the ker
 Workers start in the background when the backend is looked up (``start_workers``), next to the
 Triton driver's warm-up; until one reports ready, kernels compile in threads as before.
 ``TINY_COMPILE_WORKERS=N`` sets their number (0: threads only; default: half the cores, at most 8).
+
+Jobs wait in a priority queue: a kernel the next call needs (a forward's) goes before one needed
+later (a backward's, compiled while the forward runs), and otherwise the oldest goes first.
 """
 from __future__ import annotations
 
 import atexit
 import importlib
+import itertools
 import os
 import pickle
 import queue
@@ -27,7 +31,7 @@ import struct
 import subprocess
 import sys
 import threading
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from pathlib import Path
 
 import torch
@@ -52,10 +56,14 @@ def _read(stream):
 
 
 class CompileWorkers:
-    """A few kept worker processes; ``submit(job)`` returns a future of the worker's answer."""
+    """A few kept worker processes; ``submit(job, priority)`` returns a future of the worker's answer.
+
+    Each worker has a thread of its own that feeds it: it takes the most urgent job from the queue
+    (lowest ``priority``, then the oldest), sends it, and waits for the answer."""
 
     def __init__(self, count: int):
-        self._idle: queue.Queue = queue.Queue()
+        self._jobs: queue.PriorityQueue = queue.PriorityQueue()
+        self._order = itertools.count()  # ties in priority: first submitted, first compiled
         self._procs: list[subprocess.Popen] = []
         self.ready = 0  # workers that finished their imports
         self.compiled = 0  # kernels the workers compiled
@@ -66,30 +74,49 @@ class CompileWorkers:
             proc = subprocess.Popen([sys.executable, "-m", "tininductor.runtime.compile_worker"],
                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
             self._procs.append(proc)
-            threading.Thread(target=self._wait_ready, args=(proc,), daemon=True).start()
-        self._threads = ThreadPoolExecutor(max_workers=count, thread_name_prefix="tiny_compile_worker")
+            threading.Thread(target=self._serve, args=(proc,), daemon=True).start()
         atexit.register(self.close)
 
-    def _wait_ready(self, proc) -> None:
+    def _serve(self, proc) -> None:
+        """Feed one worker: wait for its imports, then compile jobs from the queue until it exits."""
         try:
-            if _read(proc.stdout) == "ready":
-                self.ready += 1
-                self._idle.put(proc)
+            if _read(proc.stdout) != "ready":
+                return
         except (EOFError, OSError):  # the worker died while importing: it is not used
-            pass
-
-    def submit(self, job: tuple) -> Future:
-        def run():
-            proc = self._idle.get()
+            return
+        self.ready += 1
+        while True:
+            _, _, job, future = self._jobs.get()
+            if not future.set_running_or_notify_cancel():
+                continue
             try:
                 _write(proc.stdin, job)
                 status, detail = _read(proc.stdout)
-            finally:
-                self._idle.put(proc)
+            except (EOFError, OSError, ValueError) as e:  # the worker is gone (killed at exit, crashed)
+                self.ready -= 1
+                future.set_exception(RuntimeError(f"a Triton compile worker process ended: {e}"))
+                if self.ready == 0:  # the last one: no job left in the queue would ever be answered
+                    self._fail_queued(e)
+                return
             if status != "ok":
-                raise RuntimeError(f"Triton compile in a worker process failed: {detail}")
-            self.compiled += 1
-        return self._threads.submit(run)
+                future.set_exception(RuntimeError(f"Triton compile in a worker process failed: {detail}"))
+            else:
+                self.compiled += 1
+                future.set_result(None)
+
+    def _fail_queued(self, error: Exception) -> None:
+        while True:
+            try:
+                *_, future = self._jobs.get_nowait()
+            except queue.Empty:
+                return
+            if future.set_running_or_notify_cancel():
+                future.set_exception(RuntimeError(f"no Triton compile worker process is left: {error}"))
+
+    def submit(self, job: tuple, priority: int = 0) -> Future:
+        future: Future = Future()
+        self._jobs.put((priority, next(self._order), job, future))
+        return future
 
     def close(self) -> None:
         """End the workers (at exit): they hold nothing worth waiting for, and a process's exit

@@ -23,9 +23,10 @@ the fast one would not be exact: Triton's interpreter (CPU), Triton before 3.3 (
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import inspect
 import os
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 
 import torch
 
@@ -436,18 +437,18 @@ def warm_up_driver() -> None:
 
 
 def precompile(launcher: TritonLauncher, example_args: tuple):
-    """Compile ``launcher``'s kernel in a background thread; returns the future (or None).
+    """Compile ``launcher``'s kernel in the background; returns the future (or None).
 
     A wrapper module builds all its launchers when it loads, so a graph's kernels compile side
     by side instead of one per first launch. ``example_args`` stand for the runtime arguments:
     a torch dtype per pointer (Triton's ``warmup`` takes it as a 16-byte-aligned tensor, the
     usual case) and the sizes. The first launch then finds the kernel in Triton's cache (a
     differently aligned pointer compiles its own variant, as before). The job also loads the
-    kernel and builds Triton's C launcher for its signature (gcc, in a cold cache). Triton's
-    compiler spends much of its time outside the GIL (ptxas and gcc are subprocesses; how much
-    of the rest overlaps is measured in bench/gpt_train.py). Once worker processes are up
-    (runtime/compile_worker.py), the compile itself runs in one of them, on its own core, and
-    the thread only loads the result from Triton's disk cache.
+    kernel and builds Triton's C launcher for its signature (gcc, in a cold cache). Once worker
+    processes are up (runtime/compile_worker.py), the compile itself runs in one of them, on its
+    own core, at the priority the loading module asked for (``compile_priority``); a thread then
+    only loads the result from Triton's disk cache. Without workers the compile runs in a thread:
+    Triton's compiler spends much of its time outside the GIL (ptxas and gcc are subprocesses).
     ``TINY_TRITON_PARALLEL_COMPILE=0`` turns it off.
     """
     global _compile_pool
@@ -459,24 +460,15 @@ def precompile(launcher: TritonLauncher, example_args: tuple):
     fn, grid, constants, options = launcher.fn, launcher.grid, dict(launcher.constants), launcher._options()
     device = torch.cuda.current_device() if torch.cuda.is_available() else None
 
-    path = fn.fn.__code__.co_filename
-    workers = workers_ready() if is_generated(path) else None
-    # a worker process compiles it into Triton's disk cache; the job below then only loads it
-    in_worker = workers.submit((path, fn.fn.__name__, tuple(example_args), grid,
-                                constants, options, device)) if workers is not None else None
-
-    def job():
-        if in_worker is not None:
-            try:
-                in_worker.result(timeout=300)
-            except Exception:  # best effort (a worker that failed or hangs): the compile below then
-                pass           # does the work, and raises a real compile error with its own message
+    def load():
         if _driver_ready is not None:
             try:
                 _driver_ready.result()
             except Exception:  # the compile below makes the driver itself (and raises its error)
                 pass
         with torch.cuda.device(device) if device is not None else contextlib.nullcontext():
+            # a worker compiled it into Triton's disk cache (found there), or else it compiles here,
+            # raising a real compile error with its own message
             compiled = fn.warmup(*example_args, grid=grid, **constants, **options)
             # load it for torch's prebuilt launcher, or else build Triton's C launcher for its
             # signature (a gcc run per new signature in a cold cache): here, in parallel, not at
@@ -486,4 +478,37 @@ def precompile(launcher: TritonLauncher, example_args: tuple):
                 if init is not None:
                     init()
 
-    return _compile_pool.submit(job)
+    path = fn.fn.__code__.co_filename
+    workers = workers_ready() if is_generated(path) else None
+    if workers is None:
+        return _compile_pool.submit(load)
+    in_worker = workers.submit((path, fn.fn.__name__, tuple(example_args), grid, constants, options, device),
+                               priority=_priority.get())
+    # a thread is taken only once the worker has answered (with an error, or ended: the compile
+    # then runs here), so that no thread waits behind the workers' queue
+    done: Future = Future()
+    in_worker.add_done_callback(lambda _: _compile_pool.submit(load).add_done_callback(lambda f: _settle(done, f)))
+    return done
+
+
+def _settle(future: Future, source: Future) -> None:
+    error = source.exception()
+    if error is not None:
+        future.set_exception(error)
+    else:
+        future.set_result(source.result())
+
+
+#: the priority of the kernels of a module being loaded: 0 for what the next call runs, 1 for a
+#: backward's (needed only after the forward has run)
+_priority: contextvars.ContextVar[int] = contextvars.ContextVar("tiny_compile_priority", default=0)
+
+
+@contextlib.contextmanager
+def compile_priority(priority: int):
+    """Kernels of modules loaded in this block are compiled at ``priority`` (lower goes first)."""
+    token = _priority.set(priority)
+    try:
+        yield
+    finally:
+        _priority.reset(token)
