@@ -492,7 +492,11 @@ if stored.exists() and "rows" in gpu["results"].get("pointwise_chain max-autotun
 #   worker processes (`tininductor/runtime/compile_worker.py`, TorchInductor's subprocess pool
 #   in small), because Triton's compiler holds the GIL for most of its work. The first call of
 #   this step dropped from about 41 s (one kernel after another) to 13 s with threads and about
-#   10 s with worker processes on the H100, against 16-19 s for torch.compile.
+#   10 s with worker processes on the H100, against 16-19 s for torch.compile. The workers
+#   take a forward's kernels before a backward's: a graph waits only for its forward, and the
+#   backward's kernels compile while the forward runs; its first call waits for what is left.
+#   A model cut into several graphs (BART's LayerDrop breaks before each layer) then overlaps
+#   the backward kernels of one graph with the tracing of the next.
 # * **Compile each kernel once, and build nothing to launch it.** Six identical layers give six
 #   copies of each layer's kernels, equal but for their names: the wrapper keeps the first and
 #   calls it for the others (`_defined_names` in `codegen/wrapper.py`; TorchInductor's

@@ -286,13 +286,16 @@ class GraphLowering(torch.fx.Interpreter):
         """A convolution is a library kernel. Its input is channels-last under layout optimization.
         On a GPU its bias is added by the kernel that reads its output (``config.split_conv_bias``,
         as TorchInductor does): cuDNN would add it in a kernel of its own, another pass over the
-        output, while a pointwise add fuses into the consumer (the normalisation, the activation)."""
+        output, while a pointwise add fuses into the consumer (the normalisation, the activation).
+        A convolution whose output only leaves the graph keeps its bias: no kernel reads it."""
         conv = torch.ops.aten.convolution.default
         if self.layout_optimization:
             x = self.channels_last_input(x)
             weight = self.channels_last_weight(weight)
         on_gpu = isinstance(x, ir.IRNode) and x.get_device().type != "cpu"
-        if bias is None or not (config.force_split_conv_bias or (config.split_conv_bias and on_gpu)):
+        # an output of the graph that nothing else reads: no kernel would take the add in, cuDNN's is free
+        only_output = self.current_node is not None and all(u.op == "output" for u in self.current_node.users)
+        if bias is None or only_output or not (config.force_split_conv_bias or (config.split_conv_bias and on_gpu)):
             return self.extern_kernel(conv, (x, weight, bias, *args), kwargs, "extern by design: library kernel")
         out = self.extern_kernel(conv, (x, weight, None, *args), kwargs,
                                  "extern by design: library kernel (its bias is added by the consumer's kernel)")

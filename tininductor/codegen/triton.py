@@ -523,10 +523,10 @@ class TritonKernel:
                 return 1, 1, 1
             rblock = next_power_of_2(max(rnumel, 1))
             if rblock >= 256 and self.group.reduction_hint != "outer":
-                # a long row: one per program, about four elements per thread (TorchInductor's
-                # choice too). Triton unrolls each thread's elements, so more rows per program
-                # would mean a longer compile for no faster kernel.
-                return 1, rblock, max(1, min(8, rblock // 128))
+                # a long row: one per program, eight elements per thread (TorchInductor's choice
+                # too). Triton unrolls each thread's elements: more rows per program make a
+                # longer compile for no faster kernel.
+                return 1, rblock, max(1, min(8, rblock // 256))
             xblock = min(next_power_of_2(max(numel, 1)), max(1, config.triton.max_reduction_block // rblock))
             return xblock, rblock, max(1, min(8, (xblock * rblock) // 256))
         if self.group.reduction_hint == "outer":
@@ -536,11 +536,9 @@ class TritonKernel:
             while xblock > 16 and -(-numel // xblock) < config.triton.min_programs:
                 xblock //= 2
             xblock = min(xblock, next_power_of_2(max(numel, 1)))
-            # a tile of at most 8 elements per thread of 8 warps: each thread's elements are
-            # unrolled, and the compile time grows with them
             rblock = min(next_power_of_2(rnumel) if is_static(rnumel) else config.triton.looped_rblock,
                          config.triton.looped_rblock,
-                         max(1, min(config.triton.max_reduction_block, 8 * 256) // xblock))
+                         max(1, config.triton.max_reduction_block // xblock))
             return xblock, rblock, max(1, min(8, (xblock * rblock) // 256))
         # Rows: long, so give each program one row and enough warps to keep many bytes in
         # flight; the grid then has one program per row, which fills the GPU.
