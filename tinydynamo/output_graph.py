@@ -44,7 +44,7 @@ from tinydynamo.variables.builtin import INPLACE_TO_OUT_OF_PLACE
 from tinydynamo.variables.ctx_manager import is_grad_mode_node
 from tinydynamo.variables.lists import specialized
 from tinydynamo.variables.sym_node import SymNodeVariable
-from tinydynamo.variables.tensor import TensorVariable
+from tinydynamo.variables.tensor import TensorVariable, element_range
 from tinydynamo.variables.torch import RUNTIME_CHECKS
 
 CALL_OPS = ("call_function", "call_method", "call_module")
@@ -305,7 +305,10 @@ class OutputGraph:
         if keep:
             node.meta["example_value"] = example
             return None
-        return wrap_fx_result(self, node, example)
+        result = wrap_fx_result(self, node, example)
+        if isinstance(result, TensorVariable):
+            result.element_range = element_range(op, target, args, kwargs)
+        return result
 
     def _run_fake(self, op: str, target: Any, args: list, kwargs: dict) -> Any:
         """``target(*args, **kwargs)`` on the example values (fake tensors, SymInts): what it produces.

@@ -43,12 +43,53 @@ METADATA_METHODS = ("dim", "ndimension", "numel", "nelement", "element_size", "i
 TENSOR_ATTRS = ("T", "mT", "H", "mH", "real", "imag")
 
 
+#: ops whose every element lies in a range known without the data: a uniform draw is in [0, 1]
+#: (closed: rounded to bf16 or fp16 a draw just below 1 becomes 1)
+ELEMENT_RANGES = {torch.rand: (0.0, 1.0), torch.rand_like: (0.0, 1.0)}
+#: comparisons by the ways a traced call names them (an operator, a torch function, a method)
+_COMPARISONS = {}
+for _name, _fn in (("lt", operator.lt), ("le", operator.le), ("gt", operator.gt), ("ge", operator.ge)):
+    for _target in (_fn, getattr(torch, _name), _name, f"__{_name}__"):
+        _COMPARISONS[_target] = _fn
+
+
+def element_range(op: str, target, args, kwargs) -> tuple | None:
+    """The closed range ``(low, high)`` all elements of ``target(*args)``'s result lie in, where it is
+    known at trace time whatever the data: a random draw's, or a comparison's (True or False for
+    every element) between such a tensor and a number it is decided by. Like the value ranges
+    torch keeps for symbolic sizes, for a few tensors: ``if torch.rand([]) < p`` with ``p = 0``
+    (HF's LayerDrop, off) is then no data-dependent branch, and the graph does not break."""
+    if op == "call_function" and target in ELEMENT_RANGES:
+        return ELEMENT_RANGES[target]
+    compare = _COMPARISONS.get(target) if op in ("call_function", "call_method") else None
+    if compare is None or len(args) != 2 or kwargs:
+        return None
+    ranges = [_range_of(a) for a in args]
+    if None in ranges:
+        return None
+    (a_lo, a_hi), (b_lo, b_hi) = ranges
+    if compare(a_hi, b_lo) and compare(a_lo, b_hi) and compare(a_lo, b_lo) and compare(a_hi, b_hi):
+        return (True, True)  # every pair of values compares True
+    if not (compare(a_hi, b_lo) or compare(a_lo, b_hi) or compare(a_lo, b_lo) or compare(a_hi, b_hi)):
+        return (False, False)  # no pair of values compares True (NaN among them: never decided)
+    return None
+
+
+def _range_of(value) -> tuple | None:
+    if isinstance(value, TensorVariable):
+        return value.element_range
+    if isinstance(value, ConstantVariable) and type(value.value) in (int, float) and value.value == value.value:
+        return (value.value, value.value)
+    return None
+
+
 class TensorVariable(VariableTracker):
     def __init__(self, node: torch.fx.Node, example: torch.Tensor, source=None):
         super().__init__(source)
         self.node = node
         self.example = example  # a FakeTensor on the real device
         self.py_type: type = torch.Tensor  # nn.Parameter for lifted parameters (isinstance checks)
+        self.element_range: tuple | None = None  # see ``element_range``
 
     def python_type(self) -> type:
         return self.py_type
@@ -74,6 +115,10 @@ class TensorVariable(VariableTracker):
         return False
 
     def truth(self, tx) -> bool:
+        known = self.element_range
+        if known is not None and known[0] == known[1] and isinstance(known[0], bool) \
+                and isinstance(self.example.numel(), int) and self.example.numel() == 1:
+            return known[0]  # decided whatever the data (``element_range``): no branch, no guard
         unimplemented(
             f"data-dependent branch: `if` on tensor {self.node.name}",
             hint="use torch.where(cond, a, b) to keep both sides in the graph",
