@@ -257,3 +257,30 @@ def test_size_expressions_print_as_python_integer_arithmetic():
             want = expr.subs({s0: a, s1: b})
             if want.is_Integer:
                 assert eval(text, {"s0": a, "s1": b}) == int(want), (text, a, b)
+
+
+def _shuffle_unit(x):
+    """ShuffleNet's unit: half the channels pass, half are transformed; then the channels are shuffled."""
+    a, b = x.chunk(2, dim=1)
+    out = torch.cat((a, torch.relu(b) * 2), 1)
+    n, c, h, w = out.shape
+    return out.view(n, 2, c // 2, h, w).transpose(1, 2).contiguous().view(n, c, h, w)
+
+
+@pytest.mark.parametrize("backend", ["triton", "cpp"])
+def test_index_of_a_loaded_value_is_not_named_before_the_load(backend):
+    """The unit's backward writes each slice's gradient at an index computed from a loaded value
+    (``tmp // c``, ``tmp % c``): those stay inline, as the named index variables are defined at the
+    kernel's top. Compiled (no fallback), its gradient is eager's."""
+    import tininductor
+    from tininductor.testing import patch_config
+
+    torch._dynamo.reset()
+    x = torch.randn(2, 8, 3, 5, device=DEVICE, requires_grad=True)
+    ref = x.detach().clone().requires_grad_()
+    with patch_config(tininductor.config, fallback_to_eager=False, cpu_backend=backend):
+        out = torch.compile(_shuffle_unit, backend=tininductor.compile_fx)(x)
+        grad = torch.randn_like(out)
+        out.backward(grad)  # (a backward kernel that failed to compile would raise here)
+    _shuffle_unit(ref).backward(grad)
+    torch.testing.assert_close(x.grad, ref.grad)

@@ -158,8 +158,10 @@ class TritonKernel:
     # ------------------------------------------------------------- index variables
 
     def _range_symbol(self, expr: sympy.Expr) -> sympy.Expr:
-        """Name ``xindex // 16`` once as ``x1 = xindex // 16`` and return the symbol ``x1``."""
-        if expr.is_Integer:
+        """Name ``xindex // 16`` once as ``x1 = xindex // 16`` and return the symbol ``x1``. An
+        expression of a loaded value (``tmp3 // 232``, an indirect index) stays inline: the names
+        are defined at the kernel's top, before any value is loaded."""
+        if expr.is_Integer or any(s.name.startswith("tmp") for s in expr.free_symbols):
             return expr
         if expr not in self.range_vars:
             self._note_sizes(expr)
@@ -522,11 +524,6 @@ class TritonKernel:
             if not is_static(rnumel):  # placeholders: the launcher picks both per call (run_rows)
                 return 1, 1, 1
             rblock = next_power_of_2(max(rnumel, 1))
-            if rblock >= 256 and self.group.reduction_hint != "outer":
-                # a long row: one per program, eight elements per thread (TorchInductor's choice
-                # too). Triton unrolls each thread's elements: more rows per program make a
-                # longer compile for no faster kernel.
-                return 1, rblock, max(1, min(8, rblock // 256))
             xblock = min(next_power_of_2(max(numel, 1)), max(1, config.triton.max_reduction_block // rblock))
             return xblock, rblock, max(1, min(8, (xblock * rblock) // 256))
         if self.group.reduction_hint == "outer":
