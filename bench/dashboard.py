@@ -50,6 +50,7 @@ import sys
 import tempfile
 import time
 import traceback
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -308,13 +309,23 @@ def run_backend(name: str, zoo_model: torch.nn.Module, inputs: tuple, suite: str
         torch.cuda.reset_peak_memory_stats()
     if name == "tiny":  # where its first call goes, by phase (nested: compile_frame holds the rest)
         reset_compile_times()
-    start = time.perf_counter()
-    out = step(*inputs)
-    harness.synchronize(device)
-    row = {"first call s": time.perf_counter() - start}
-    if name == "tiny":
-        row["first call phases s"] = {phase: round(total, 4) for phase, (_, total) in compile_times(repr="dict").items()}
-    out = step(*inputs)  # the second call: cached code (and, under reduce-overhead, a replay)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        start = time.perf_counter()
+        out = step(*inputs)
+        harness.synchronize(device)
+        row = {"first call s": time.perf_counter() - start}
+        if name == "tiny":
+            row["first call phases s"] = {phase: round(total, 4)
+                                          for phase, (_, total) in compile_times(repr="dict").items()}
+        out = step(*inputs)  # the second call: cached code (and, under reduce-overhead, a replay)
+    for w in caught:
+        warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)  # still shown
+    # a graph the compiler gave up on runs in torch, with a warning: right, but not compiled, and its
+    # time is eager's; the row says so (the progress line too)
+    fallbacks = sorted({str(w.message)[:300] for w in caught if "eagerly" in str(w.message)})
+    if fallbacks:
+        row["fallbacks"] = fallbacks
     row["snapshot"] = snapshot(model, suite, out)
     del out
     if cuda:
@@ -406,6 +417,7 @@ def summarize(rows: list[dict], backends: list[str]) -> list[dict]:
             if name != "eager":
                 passed = sum(r["statuses"].get(name) == "ok" for r in own)
                 line[f"{name} pass"] = f"{passed}/{len(own)}"
+                line[f"{name} with an eager fallback"] = sorted(r["model"] for r in own if r.get(f"{name} fallbacks"))
                 line[f"{name} speedup"] = geomean([r.get(f"{name} speedup") for r in own])
         if "tiny" in backends and "torch.compile" in backends:
             line["tiny vs torch.compile"] = geomean([r.get("tiny vs torch.compile") for r in own])
@@ -542,6 +554,9 @@ def run_in_processes(args, argv: list[str], jobs: list[tuple[str, str, str]]) ->
 
 def _report(done: int, total: int, row: dict, where: str = "") -> None:
     detail = "; ".join(f"{k}: {v}" for k, v in row.get("statuses", {}).items() if v != "ok")
+    for name in ("torch.compile", "tiny"):
+        if row.get(f"{name} fallbacks"):
+            detail += f" {name} ran {len(row[f'{name} fallbacks'])} graph(s) eagerly: {row[f'{name} fallbacks'][0][:160]}"
     speed = " ".join(f"{k} {v:.3g}" for k, v in row.items() if k.endswith(("speedup", "torch.compile"))
                      and isinstance(v, float))
     print(f"[{done}/{total}] {row['model']} {row['suite']} {row['dtype']}: {row['status']} ({row['wall s']:.0f}s{where}) "

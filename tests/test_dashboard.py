@@ -33,6 +33,7 @@ def _assert_all_pass(code, rows):
     assert ran, "every library of the slice is missing"
     for r in ran:
         assert r["statuses"].get("tiny") == "ok", (r["model"], r["suite"], r["statuses"], r.get("traces"))
+        assert not r.get("tiny fallbacks"), (r["model"], r["suite"], r["tiny fallbacks"])  # compiled, all of it
     assert code == 0
 
 
@@ -141,3 +142,26 @@ def test_dashboard_has_twenty_models_of_three_libraries():
     from tests import model_zoo
 
     assert all(m.small is None or m.small in model_zoo.BY_NAME for m in module.MODELS)
+
+
+def test_a_graph_run_eagerly_is_recorded(tmp_path, monkeypatch):
+    """A graph tininductor gave up on runs in torch (right, with a warning) but is not compiled: the
+    row lists it, and the summary names the model, so an eager time is never read as tiny's."""
+    module = _dashboard()
+    import tininductor.compile_fx as compile_fx_module
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("no lowering for this graph")
+
+    monkeypatch.setattr(compile_fx_module, "_compile_fx_inner", broken)
+    out = tmp_path / "d.json"
+    with pytest.warns(UserWarning, match="running it eagerly"):
+        module.main(["--device", "cpu", "--sizes", "small", "--models", "resnet18", "--suite", "inference",
+                     "--backends", "eager,tiny", "--accuracy-only", "--out", str(out)])
+    data = json.loads(out.read_text())
+    (row,) = data["rows"]
+    if row["status"].startswith("skipped"):
+        pytest.skip(row["status"])
+    assert row["statuses"]["tiny"] == "ok"  # right: eager's own answer
+    assert any("no lowering for this graph" in f for f in row["tiny fallbacks"])
+    assert data["summary"][0]["tiny with an eager fallback"] == ["resnet18"]
