@@ -546,7 +546,10 @@ else:
 # inference call with CUDA graphs on both sides (`--mode reduce-overhead`, where a replay takes the
 # wrapper's Python out of the picture), and the host time of one cached call at batch 1
 # (`bench/call_overhead.py --model`: kernels nearly free, so what is left is guards, the wrapper and
-# the launches):
+# the launches). One row of the training run is not what it seems: shufflenet_v2's frame ran in
+# torch, because one kernel of its backward did not compile (fixed since); tininductor warned, and
+# the dashboard now records such a fallback in the row (`tiny fallbacks`), so an eager time is never
+# read as a compiled one:
 
 # %%
 for name, columns in (("dashboard_h200_training.json", ["model", "eager ms", "torch.compile speedup",
