@@ -34,7 +34,10 @@ class Block(torch.nn.Module):
 
 
 class Stack(torch.nn.Module):
-    """transformers' LayerDrop: a draw and a data-dependent branch per layer, a graph break each."""
+    """transformers' LayerDrop: a draw and a data-dependent branch per layer, a graph break each. (The
+    draw is scaled: ``torch.rand([]) < 0.0`` alone is decided at trace time, a draw being in [0, 1];
+    ``2 * draw - 1 < -1.0`` is never true either, but tinydynamo does not follow the range through
+    arithmetic.)"""
 
     def __init__(self, n: int = 5, norm: str = "layer"):
         super().__init__()
@@ -42,7 +45,7 @@ class Stack(torch.nn.Module):
 
     def forward(self, x):
         for layer in self.layers:
-            if torch.rand([]) < 0.0:
+            if 2 * torch.rand([]) - 1 < -1.0:
                 continue
             x = layer(x)
         return x
