@@ -81,11 +81,19 @@ def _new_read_writes() -> ReadWrites:
 
 
 def read_writes(node: ir.ComputedBuffer, kind: str, numel: int, rnumel: int) -> ReadWrites:
-    rw = _new_read_writes()
-    index, rindex = iteration_vars(node, kind, numel, rnumel)
-    with V.set_ops_handler(rw):
-        node.store_body(index, rindex)
-    return rw
+    """What ``node``'s body loads and stores, each with its index, run as ``kind`` in a kernel over
+    ``(numel, rnumel)``. Kept on the node: a node's body and the layouts it reads are fixed once
+    lowered, and fusion asks again for every node of a group at each node it tries to add
+    (read-only: callers must not change the record)."""
+    key = (kind, numel, rnumel, FUSION_RULES["read_writes_handler"])
+    known = node.__dict__.setdefault("_read_writes", {})
+    if key not in known:
+        rw = _new_read_writes()
+        index, rindex = iteration_vars(node, kind, numel, rnumel)
+        with V.set_ops_handler(rw):
+            node.store_body(index, rindex)
+        known[key] = rw
+    return known[key]
 
 
 @dataclasses.dataclass
