@@ -81,3 +81,33 @@ def test_a_value_computed_from_the_draw_is_not_decided():
 
     compare(shifted, torch.randn(3))
     assert tinydynamo.explain(shifted)(torch.randn(3)).graph_break_count == 1
+
+
+def overwritten(x):
+    r = torch.rand([])
+    r.copy_(x.sum())  # no longer a draw: the range is void
+    if r <= 1.0:
+        return x + 1
+    return x - 1
+
+
+def overwritten_through_a_view(x):
+    r = torch.rand(1)
+    r.view(1, 1).fill_(5.0)
+    if r < 2.0:  # every draw is below 2, but r was written through its view
+        return x + 1
+    return x - 1
+
+
+def overwritten_comparison(x):
+    below = torch.rand([]) < 0.0  # decided False...
+    below.fill_(True)  # ...until written
+    if below:
+        return x + 1
+    return x - 1
+
+
+@pytest.mark.parametrize("fn", [overwritten, overwritten_through_a_view, overwritten_comparison])
+def test_a_tensor_written_in_place_loses_its_range(fn):
+    compare(fn, torch.randn(3) * 10)
+    assert tinydynamo.explain(fn)(torch.randn(3)).graph_break_count >= 1

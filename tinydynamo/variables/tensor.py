@@ -75,9 +75,17 @@ def element_range(op: str, target, args, kwargs) -> tuple | None:
     return None
 
 
+def tensor_version(t: torch.Tensor) -> int | None:
+    """``t._version``, or None where torch keeps none (an inference-mode tensor)."""
+    try:
+        return t._version
+    except RuntimeError:
+        return None
+
+
 def _range_of(value) -> tuple | None:
     if isinstance(value, TensorVariable):
-        return value.element_range
+        return value.known_range()
     if isinstance(value, ConstantVariable) and type(value.value) in (int, float) and value.value == value.value:
         return (value.value, value.value)
     return None
@@ -89,7 +97,14 @@ class TensorVariable(VariableTracker):
         self.node = node
         self.example = example  # a FakeTensor on the real device
         self.py_type: type = torch.Tensor  # nn.Parameter for lifted parameters (isinstance checks)
-        self.element_range: tuple | None = None  # see ``element_range``
+        self.element_range: tuple | None = None  # see ``element_range``; set by the graph with the
+        self.range_version: int | None = None    # example's version then (an in-place op voids it)
+
+    def known_range(self) -> tuple | None:
+        """``element_range``, unless the tensor (or a view of it) was written in place since."""
+        if self.element_range is None or self.range_version is None or tensor_version(self.example) != self.range_version:
+            return None
+        return self.element_range
 
     def python_type(self) -> type:
         return self.py_type
@@ -115,7 +130,7 @@ class TensorVariable(VariableTracker):
         return False
 
     def truth(self, tx) -> bool:
-        known = self.element_range
+        known = self.known_range()
         if known is not None and known[0] == known[1] and isinstance(known[0], bool) \
                 and isinstance(self.example.numel(), int) and self.example.numel() == 1:
             return known[0]  # decided whatever the data (``element_range``): no branch, no guard
