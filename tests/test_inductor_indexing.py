@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 
 import tininductor
-from tininductor.testing import DEVICE, check, compile_graph
+from tininductor.testing import DEVICE, check, compile_graph, patch_config
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 aten = torch.ops.aten
@@ -272,9 +272,6 @@ def test_index_of_a_loaded_value_is_not_named_before_the_load(backend):
     """The unit's backward writes each slice's gradient at an index computed from a loaded value
     (``tmp // c``, ``tmp % c``): those stay inline, as the named index variables are defined at the
     kernel's top. Compiled (no fallback), its gradient is eager's."""
-    import tininductor
-    from tininductor.testing import patch_config
-
     torch._dynamo.reset()
     x = torch.randn(2, 8, 3, 5, device=DEVICE, requires_grad=True)
     ref = x.detach().clone().requires_grad_()

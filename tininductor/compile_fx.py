@@ -114,10 +114,10 @@ def _wait_at_first_call(compiled, module, gm: torch.fx.GraphModule):
     """A backward graph: its kernels compile while the forward runs, and its first call waits for
     them (as TorchInductor compiles a backward at its first call). One that does not compile makes
     the graph run in torch from then on, with a warning (or raises, with fallback off)."""
-    state = {"call": None}
+    call = None
 
     def backward(*args):
-        call = state["call"]
+        nonlocal call
         if call is None:
             try:
                 with dynamo_timed("triton_wait_precompile"):
@@ -125,7 +125,6 @@ def _wait_at_first_call(compiled, module, gm: torch.fx.GraphModule):
                 call = compiled
             except Exception as e:
                 call = _eager_fallback(gm, e)
-            state["call"] = call
         return call(*args)
 
     backward.waits_at_first_call = True

@@ -44,7 +44,7 @@ from tinydynamo.variables.builtin import INPLACE_TO_OUT_OF_PLACE
 from tinydynamo.variables.ctx_manager import is_grad_mode_node
 from tinydynamo.variables.lists import specialized
 from tinydynamo.variables.sym_node import SymNodeVariable
-from tinydynamo.variables.tensor import TensorVariable, element_range, tensor_version
+from tinydynamo.variables.tensor import TensorVariable, element_range
 from tinydynamo.variables.torch import RUNTIME_CHECKS
 
 CALL_OPS = ("call_function", "call_method", "call_module")
@@ -309,7 +309,7 @@ class OutputGraph:
         if isinstance(result, TensorVariable):
             result.element_range = element_range(op, target, args, kwargs)
             if result.element_range is not None:
-                result.range_version = tensor_version(example)
+                result.range_versions = tensor_versions(example)
         return result
 
     def _run_fake(self, op: str, target: Any, args: list, kwargs: dict) -> Any:

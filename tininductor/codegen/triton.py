@@ -161,7 +161,7 @@ class TritonKernel:
         """Name ``xindex // 16`` once as ``x1 = xindex // 16`` and return the symbol ``x1``. An
         expression of a loaded value (``tmp3 // 232``, an indirect index) stays inline: the names
         are defined at the kernel's top, before any value is loaded."""
-        if expr.is_Integer or any(s.name.startswith("tmp") for s in expr.free_symbols):
+        if expr.is_Integer or any(s.name.startswith(self.cse.prefix) for s in expr.free_symbols):
             return expr
         if expr not in self.range_vars:
             self._note_sizes(expr)

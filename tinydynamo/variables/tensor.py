@@ -51,6 +51,7 @@ _COMPARISONS = {}
 for _name, _fn in (("lt", operator.lt), ("le", operator.le), ("gt", operator.gt), ("ge", operator.ge)):
     for _target in (_fn, getattr(torch, _name), _name, f"__{_name}__"):
         _COMPARISONS[_target] = _fn
+del _name, _fn, _target
 
 
 def element_range(op: str, target, args, kwargs) -> tuple | None:
@@ -75,14 +76,6 @@ def element_range(op: str, target, args, kwargs) -> tuple | None:
     return None
 
 
-def tensor_version(t: torch.Tensor) -> int | None:
-    """``t._version``, or None where torch keeps none (an inference-mode tensor)."""
-    try:
-        return t._version
-    except RuntimeError:
-        return None
-
-
 def _range_of(value) -> tuple | None:
     if isinstance(value, TensorVariable):
         return value.known_range()
@@ -98,11 +91,11 @@ class TensorVariable(VariableTracker):
         self.example = example  # a FakeTensor on the real device
         self.py_type: type = torch.Tensor  # nn.Parameter for lifted parameters (isinstance checks)
         self.element_range: tuple | None = None  # see ``element_range``; set by the graph with the
-        self.range_version: int | None = None    # example's version then (an in-place op voids it)
+        self.range_versions: list = []  # example's version then (``tensor_versions``: an in-place op voids it)
 
     def known_range(self) -> tuple | None:
         """``element_range``, unless the tensor (or a view of it) was written in place since."""
-        if self.element_range is None or self.range_version is None or tensor_version(self.example) != self.range_version:
+        if self.element_range is None or mutated_any(self.range_versions):
             return None
         return self.element_range
 
