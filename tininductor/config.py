@@ -26,10 +26,10 @@ partitioner: str = os.environ.get("TINY_PARTITIONER", "min_cut")
 #: pointwise ops (decompositions.py), so it fuses with its neighbours; False keeps the ATen op as a
 #: fallback kernel (its VJP rule calls ``native_batch_norm_backward``).
 decompose_batch_norm: bool = os.environ.get("TINY_DECOMPOSE_BATCH_NORM", "1") != "0"
-#: The same for training-mode batch norm (batch statistics, running-statistic updates). Off by
-#: default: through a deep network (MobileNetV2's 52 batch norms) its float64 gradients differ from
-#: eager's by about 3e-7 relative, far above float64 rounding, and the cause is not yet understood.
-decompose_batch_norm_training: bool = os.environ.get("TINY_DECOMPOSE_BATCH_NORM_TRAINING", "0") != "0"
+#: The same for training-mode batch norm (batch statistics, running-statistic updates), as
+#: TorchInductor decomposes it: the statistics become a reduction and the gradient comes from AD
+#: over the decomposition, so both fuse with the convolution's neighbours.
+decompose_batch_norm_training: bool = os.environ.get("TINY_DECOMPOSE_BATCH_NORM_TRAINING", "1") != "0"
 
 #: Inference graphs take their parameters and buffers as constants: what depends only on them is
 #: computed once at compile time, and batch norm is folded into the convolution before it
