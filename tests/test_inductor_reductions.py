@@ -4,7 +4,7 @@ import torch
 import torch.nn.functional as F
 
 from tininductor import config
-from tininductor.testing import DEVICE, check, patch_config
+from tininductor.testing import DEVICE, check, compile_graph, patch_config
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 
@@ -116,3 +116,27 @@ def test_wide_constants_are_typed():
     first_neg = lambda t: torch.where(t == -1, torch.arange(5, device=t.device), 5).amin(-1)  # noqa: E731
     compiled = check(first_neg, idx)
     assert "tl.full([], 9223372036854775807, tl.int64)" in compiled.source
+
+
+@pytest.mark.parametrize("shape,dims", [((8, 3, 32, 32), (0, 2, 3)), ((16, 512, 6), (0, 1))])
+@pytest.mark.parametrize("keepdim", [False, True])
+def test_few_outputs_over_a_long_range_reduce_in_two_stages(shape, dims, keepdim):
+    """Batch norm's per-channel statistics (3 outputs over 8192 elements) and a bias gradient's
+    column sum (6 over 8192): one program per output would leave a GPU idle, so Triton reduces the
+    inner dims per outer index first, then the partials. Every reduction type equals eager's; the
+    C++ backend (which does not declare ``splits_reductions``) and ``config.split_reductions =
+    False`` keep one kernel."""
+    x = rand(*shape)
+    for fn, tol in ((lambda x: x.sum(dims, keepdim=keepdim), 1e-4), (lambda x: x.amax(dims, keepdim=keepdim), 0),
+                    (lambda x: x.amin(dims, keepdim=keepdim), 0),
+                    (lambda x: (1 + x * 1e-3).prod(), 1e-5)):  # torch.prod takes one dim, or all
+        split = compile_graph(fn, [x], "triton")
+        torch.testing.assert_close(split(x), fn(x), atol=tol, rtol=tol)
+        assert len(split.kernels) == 2, split.kernels
+        with patch_config(config, split_reductions=False):
+            assert len(compile_graph(fn, [x], "triton").kernels) == 1
+        if DEVICE == "cpu":
+            assert len(compile_graph(fn, [x], "cpp").kernels) == 1
+    # enough outputs to fill the device, or too short a range: one stage
+    assert len(compile_graph(lambda x: x.sum((0, 1)), [rand(8, 3, 40, 40)], "triton").kernels) == 1
+    assert len(compile_graph(lambda x: x.sum((0, 2)), [rand(4, 3, 100)], "triton").kernels) == 1

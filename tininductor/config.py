@@ -17,6 +17,12 @@ fallback_to_eager: bool = os.environ.get("TINY_INDUCTOR_RAISE", "0") != "1"
 #: them in torch.
 indirect_indexing: bool = True
 
+#: Split a reduction that leaves few outputs over a long range (batch norm's per-channel
+#: statistics: 64 outputs, each over 400k elements) into two: the inner reduced dims per outer
+#: index, then the outer ones, as TorchInductor's split reductions do. Only on backends that declare
+#: ``splits_reductions`` (Triton: one program per output row would leave most of a GPU idle).
+split_reductions: bool = os.environ.get("TINY_SPLIT_REDUCTIONS", "1") != "0"
+
 #: Which partitioner splits training graphs: "min_cut" (save the fewest bytes, recompute cheap
 #: pointwise ops in the backward, where they fuse into kernels the backward runs anyway; what
 #: TorchInductor does) or "default" (save every forward value the backward reads, as eager does).

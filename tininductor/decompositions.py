@@ -382,9 +382,13 @@ def _per_channel(v, x: torch.Tensor):
     return aten.view(_upcast(v), _channel_shape(x)) if v is not None else None
 
 
-def _normalize(x, mean, rstd, weight, bias):
-    """``(x - mean) * rstd * weight + bias`` in float32 for half inputs, cast back to ``x``'s dtype."""
-    out = aten.mul(aten.sub(_upcast(x), mean), rstd)
+def _normalize(x, mean, rstd, weight, bias, xf=None):
+    """``(x - mean) * rstd * weight + bias`` in float32 for half inputs, cast back to ``x``'s dtype.
+    ``xf``: ``x`` already upcast (training): one cast, so that AD sums the gradients reaching ``x``
+    through the statistics and through the normalisation in float32 before rounding them once,
+    as ``native_batch_norm_backward`` does (two casts would round each half-precision part first,
+    and the parts nearly cancel)."""
+    out = aten.mul(aten.sub(_upcast(x) if xf is None else xf, mean), rstd)
     if weight is not None:
         out = aten.mul(out, _per_channel(weight, x))
     if bias is not None:
@@ -401,7 +405,7 @@ def _batch_norm_training(x, weight, bias, running_mean, running_var, momentum, e
     mean = aten.mean(xf, dims, keepdim=True)
     var = aten.var(xf, dims, correction=0, keepdim=True)
     rstd = aten.rsqrt(aten.add(var, eps))
-    out = _normalize(x, mean, rstd, weight, bias)
+    out = _normalize(x, mean, rstd, weight, bias, xf)
     save_mean, save_rstd = aten.squeeze(mean, dims), aten.squeeze(rstd, dims)
     new_mean = new_var = None
     if running_mean is not None:

@@ -1087,6 +1087,10 @@ def reduction(x, dims, keepdim: bool, reduction_type: str, acc_dtype=None) -> ir
         dims = []
     acc_dtype = acc_dtype or _acc_dtype(x.get_dtype())
     kept = [i for i in range(nd) if i not in dims]
+    k = _split_point([size[i] for i in kept], [size[i] for i in dims], x.get_device())
+    if k is not None:  # per outer index over the inner dims, then over the outer ones (and the inner, now 1)
+        partial = reduction(x, dims[k:], True, reduction_type, acc_dtype)
+        return reduction(partial, dims, keepdim, reduction_type, acc_dtype)
     ranges = [1 if i in dims else size[i] for i in range(nd)] if keepdim else [size[i] for i in kept]
     rranges = [size[i] for i in dims]
     load, src = x.make_loader(), x.get_dtype()
@@ -1104,6 +1108,38 @@ def reduction(x, dims, keepdim: bool, reduction_type: str, acc_dtype=None) -> ir
     box = ir.StorageBox(node)
     box.realize()
     return box
+
+
+#: A reduction is split when it leaves fewer outputs than this (a Triton program each)...
+SPLIT_BELOW_OUTPUTS = 1024
+#: ...over at least this many elements each, and its inner part keeps at least ``SPLIT_MIN_INNER``.
+SPLIT_ABOVE_RNUMEL = 4096
+SPLIT_MIN_INNER = 256
+
+
+def _split_point(kept_sizes, reduced_sizes, device) -> int | None:
+    """Where a two-stage reduction cuts the reduced dims (outer ``[:k]``, inner ``[k:]``), or None.
+
+    ``sum(x, [0, 2, 3])`` of an ``(N, C, H, W)`` tensor is ``C`` programs of ``N*H*W`` elements each;
+    cut at 1 it is ``N*C`` programs over ``H*W`` (contiguous rows), then ``C`` over ``N`` partials.
+    The first cut that gives ``SPLIT_BELOW_OUTPUTS`` programs is taken, else the last whose inner
+    part is long enough. Every reduction type of the op table is associative, so the two stages give
+    the sum, product, max or min of the same elements (in another order of additions)."""
+    if not (config.split_reductions and len(reduced_sizes) >= 2 and getattr(get_scheduling(device), "splits_reductions", False)):
+        return None
+    if not all(is_static(s) for s in (*kept_sizes, *reduced_sizes)):
+        return None
+    outputs = prod(kept_sizes)
+    if outputs >= SPLIT_BELOW_OUTPUTS or prod(reduced_sizes) < SPLIT_ABOVE_RNUMEL:
+        return None
+    chosen = None
+    for k in range(1, len(reduced_sizes)):
+        if prod(reduced_sizes[k:]) < SPLIT_MIN_INNER or prod(reduced_sizes[:k]) < 2:
+            continue
+        chosen = k
+        if outputs * prod(reduced_sizes[:k]) >= SPLIT_BELOW_OUTPUTS:
+            break
+    return chosen
 
 
 @register_lowering(aten.sum)
