@@ -433,10 +433,8 @@ def _bn_enabled(training: bool = False) -> bool:
     """Whether batch norm decomposes here. Training mode waits until after AD when a backward
     follows: AD then takes the op's VJP rule, ``native_batch_norm_backward``, whose decomposition
     below is ATen's formula (TorchInductor's order too), and the joint graph decomposes the forward.
-    AD over the forward's decomposition gives the same gradient in another order of float32
-    operations, and in bf16 through a deep network that order matters: EfficientNet-B0's
-    squeeze-excitation gradients came out 15x eager's distance from float64 that way, and 3.5x
-    TorchInductor's."""
+    AD over the forward's decomposition would give the same gradient in another order of float32
+    operations, further from eager's in bf16 through a deep network."""
     if training and (not config.decompose_batch_norm_training or _tracing_for_ad):
         return False
     return config.decompose_batch_norm
