@@ -563,9 +563,25 @@ def _report(done: int, total: int, row: dict, where: str = "") -> None:
           f"{speed} {detail}", file=sys.stderr, flush=True)
 
 
+def share_compile_processes(jobs: int) -> None:
+    """Both compilers compile kernels in as many processes: TorchInductor's
+    ``TORCHINDUCTOR_COMPILE_THREADS`` and tiny's ``TINY_COMPILE_WORKERS``, each the cores shared
+    among the jobs that run at once (at most 32, TorchInductor's cap), where not set; one set alone
+    sets the other. Model processes inherit them."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    share = os.environ.get("TORCHINDUCTOR_COMPILE_THREADS") or os.environ.get("TINY_COMPILE_WORKERS") \
+        or str(max(1, min(32, cores // jobs)))
+    os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", share)
+    os.environ.setdefault("TINY_COMPILE_WORKERS", share)
+    # this process imported TorchInductor, which read its variable then
+    torch._inductor.config.compile_threads = int(os.environ["TORCHINDUCTOR_COMPILE_THREADS"])
+
+
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     args = parse_args(argv)
+    if args.device.startswith("cuda"):
+        share_compile_processes(args.jobs)
     jobs = [(m, s, d) for m in args.models for s in args.suite for d in args.dtype]
     if args.jobs > 1:
         return finish(args, run_in_processes(args, argv, jobs))
@@ -611,6 +627,7 @@ def finish(args, rows: list[dict]) -> int:
     harness.print_table(summary, list(summary[0]) if summary else [], title="geomean over models (speedup over eager)")
     meta = {"sizes": args.sizes, "mode": args.mode, "accuracy_only": args.accuracy_only, "summary": summary,
             "jobs": args.jobs, "TORCHINDUCTOR_COMPILE_THREADS": os.environ.get("TORCHINDUCTOR_COMPILE_THREADS"),
+            "TINY_COMPILE_WORKERS": os.environ.get("TINY_COMPILE_WORKERS"),
             "peak_memory": "torch.cuda.max_memory_allocated" if args.device.startswith("cuda") else "not measured on CPU"}
     harness.save("dashboard", args.device, rows, meta=meta, path=args.out)
     if args.plot:

@@ -14,7 +14,8 @@ kernels' ``TritonLauncher`` objects do nothing until launched) and calls the ker
 
 Workers start in the background when the backend is looked up (``start_workers``), next to the
 Triton driver's warm-up; until one reports ready, kernels compile in threads as before.
-``TINY_COMPILE_WORKERS=N`` sets their number (0: threads only; default: half the cores, at most 8).
+``TINY_COMPILE_WORKERS=N`` sets their number (0: threads only; default: TorchInductor's, one per core, at
+most 32).
 
 Jobs wait in a priority queue: a kernel the next call needs (a forward's) goes before one needed
 later (a backward's, compiled while the forward runs), and otherwise the oldest goes first.
@@ -136,10 +137,13 @@ _workers: CompileWorkers | None = None
 
 
 def worker_count() -> int:
+    """``TINY_COMPILE_WORKERS``, else as many as TorchInductor takes compile processes: one per
+    core this process may run on, at most 32 (``torch._inductor.config.compile_threads``)."""
     wanted = os.environ.get("TINY_COMPILE_WORKERS")
     if wanted is not None:
         return int(wanted)
-    return min(8, (os.cpu_count() or 2) // 2)
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return min(32, cores)
 
 
 def start_workers() -> None:
