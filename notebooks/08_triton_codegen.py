@@ -154,6 +154,30 @@ print(kernel_source(compiled))
 torch.testing.assert_close(compiled(xs), softmax(xs))
 
 # %% [markdown]
+# ### Split reductions
+#
+# Batch norm's statistics in training reduce an `(N, C, H, W)` tensor over every dimension but
+# the channels: `C` outputs, each over `N*H*W` elements. One program per output row would be 3
+# programs here, and 64 for a ResNet stage on a GPU with 132 multiprocessors, each walking
+# 400,000 elements alone. Like TorchInductor, the package splits such a reduction
+# (`config.split_reductions`, `lowering._split_point`): the first kernel reduces the inner
+# dimensions for every (outer index, output), `N*C` programs over contiguous rows of `H*W`;
+# the second reduces those `N` partials per output. Sum, product, max and min all regroup.
+
+# %%
+def channel_sums(x):
+    return x.sum([0, 2, 3])
+
+
+xs = torch.randn(8, 3, 32, 32, device=DEVICE)
+compiled = compile_triton(channel_sums, [xs])
+print(kernel_source(compiled, 0))
+print(kernel_source(compiled, 1))
+torch.testing.assert_close(compiled(xs), channel_sums(xs), rtol=1e-4, atol=1e-4)
+with patch_config(config, split_reductions=False):
+    print("unsplit:", compile_triton(channel_sums, [xs]).kernels)
+
+# %% [markdown]
 # ### Block sizes, warps and the grid
 #
 # The launch line sits in the wrapper (section 4). The choices behind it:
