@@ -269,13 +269,22 @@ def write_back(inputs: Sequence[Any], mutated: list[int], new_values: Sequence[t
     recording (a non-leaf input mutated by a differentiable op); otherwise the copy is a plain
     data update (a buffer's running statistics, a parameter changed under ``no_grad``).
     """
+    batch_targets, batch_values = [], []
     for i, new in zip(mutated, new_values):
         target = inputs[i]
         if i in grad_mutated and new.requires_grad and torch.is_grad_enabled():
             target.copy_(new)
+        elif target.shape == new.shape and target.device == new.device:
+            batch_targets.append(target)
+            batch_values.append(new)
         else:
             with torch.no_grad():
                 target.copy_(new)
+    # the plain data updates in one call: a ResNet's training step updates every batch norm's
+    # running statistics and step count, which is one copy kernel launched per tensor otherwise
+    if batch_targets:
+        with torch.no_grad():
+            torch._foreach_copy_(batch_targets, batch_values)
 
 
 def inputs_share_memory(inputs: Sequence[Any], positions: list[int]) -> bool:
