@@ -502,6 +502,14 @@ def _write_running_stats(running_mean, running_var, new_mean, new_var) -> None:
 
 @register_decomposition(aten._native_batch_norm_legit.default)
 def _native_batch_norm_legit(x, weight, bias, running_mean, running_var, training, momentum, eps):
+    if training and _tracing_for_ad and config.decompose_batch_norm and config.decompose_batch_norm_training:
+        # before AD: the functional op, which AD differentiates by its rule and the joint graph then
+        # decomposes, and the running statistics written back as copies into the inputs, which
+        # become graph outputs copied back after the call (aliasing.strip_input_mutations)
+        out, mean, rstd, new_mean, new_var = aten._native_batch_norm_legit_functional(
+            x, weight, bias, running_mean, running_var, training, momentum, eps)
+        _write_running_stats(running_mean, running_var, new_mean, new_var)
+        return out, mean, rstd
     if not _bn_enabled(training):
         return NotImplemented
     if not training:
