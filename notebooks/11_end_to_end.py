@@ -648,7 +648,8 @@ for cache_on in (False, True):
 # ATen's formula, decomposed after AD. On an H200 training step it was still slower than ATen's
 # batch-norm kernels: DenseNet-121 0.77x torch.compile's speed against 0.83x, ResNeXt-50 0.78x
 # against 0.94x. Each layer's running statistics were written back by two extra copies, in steps
-# already bound by the host's launches. A pass ships when the dashboard says it helps.
+# already bound by the host's launches; they now leave the graph as outputs, written back in one
+# batch, which has not been timed on a GPU yet. A pass ships when the dashboard says it helps.
 #
 # With them tiny's GPU time per call equals torch.compile's on ResNet-50 (1.70 vs 1.71 ms). At
 # these sizes most calls are bound by the host, not the GPU (MobileNetV2 at batch 16: about 0.6 ms
