@@ -160,7 +160,7 @@ torch.testing.assert_close(compiled(xs), softmax(xs))
 # the channels: `C` outputs, each over `N*H*W` elements. One program per output row would be 3
 # programs here, and 64 for a ResNet stage on a GPU with 132 multiprocessors, each walking
 # 400,000 elements alone. Like TorchInductor, the package splits such a reduction
-# (`config.split_reductions`, `lowering._split_point`): the first kernel reduces the inner
+# (`config.split_reductions`, `lowering.reduction_split_point`): the first kernel reduces the inner
 # dimensions for every (outer index, output), `N*C` programs over contiguous rows of `H*W`;
 # the second reduces those `N` partials per output. Sum, product, max and min all regroup.
 

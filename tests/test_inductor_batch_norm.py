@@ -172,3 +172,27 @@ def test_freezing_leaves_training_graphs_alone():
     x = torch.randn(2, 3, 6, 6, requires_grad=True)
     c = compile_graph(m, [x], "cpp", freezing=True)
     torch.testing.assert_close(c(x), ref(x), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("backend,levels", [("triton", 2), ("cpp", 1)])
+def test_training_statistics_over_a_long_map_come_in_two_levels_where_reductions_split(backend, levels):
+    """Three channels over 4x40x40 values: Triton would split that reduction, so the statistics are
+    each sample's, then combined over the batch (Chan's parallel variance), two kernels where the
+    split two-pass variance takes four; C++ splits nothing and keeps one. Values, gradients and
+    running statistics equal eager's either way."""
+    m = _randomize_stats(nn.Sequential(nn.BatchNorm2d(3))).train()
+    ref = copy.deepcopy(m)
+    x = torch.randn(4, 3, 40, 40) * 2 + 1
+    x_ref = x.detach().clone().requires_grad_()
+    x.requires_grad_()
+    c = compile_graph(m, [x], backend, decompose_batch_norm_training=True)
+    out, want = c(x), ref(x_ref)
+    torch.testing.assert_close(out, want, rtol=1e-4, atol=1e-4)
+    out.pow(2).sum().backward()
+    want.pow(2).sum().backward()
+    torch.testing.assert_close(x.grad, x_ref.grad, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(m[0].weight.grad, ref[0].weight.grad, rtol=1e-4, atol=1e-4)
+    for b, r in zip(m.buffers(), ref.buffers()):
+        torch.testing.assert_close(b, r, rtol=1e-5, atol=1e-5)
+    forward = c.compiled_graphs[0]  # the statistics' kernels, the normalisation's, the step count's
+    assert len(forward.kernels) == levels + 2, (forward.kernels, forward.source)

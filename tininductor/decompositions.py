@@ -396,14 +396,38 @@ def _normalize(x, mean, rstd, weight, bias, xf=None):
     return prims.convert_element_type(out, x.dtype) if out.dtype != x.dtype else out
 
 
+def _batch_moments(xf, dims):
+    """Per-channel mean and (biased) variance over ``dims``, keepdim.
+
+    Where the backend would split a reduction over all of ``dims`` (few channels over a long range:
+    ``lowering.reduction_split_point``), they come in two levels (Chan's parallel variance): each
+    sample's mean and sum of squared deviations over its own map, one program per (sample,
+    channel) over a contiguous row; then over the batch, ``M2 = sum(M2_n) + m * sum((mean_n -
+    mean)^2)`` with ``m`` values per map. Split, the two-pass variance would be four kernels (its
+    second pass needs the full mean); this is two. Elsewhere one level is one kernel."""
+    sizes = list(xf.shape)
+    static = all(isinstance(n, int) for n in sizes)
+    if len(sizes) > 2 and static and sizes[0] > 1 and lowering.reduction_split_point(
+            [sizes[1]], [sizes[d] for d in dims], xf.device) is not None:
+        maps = list(range(2, len(sizes)))
+        per_map = math.prod(sizes[2:])
+        mean_n = aten.mean(xf, maps, keepdim=True)
+        m2_n = aten.sum(aten.mul(aten.sub(xf, mean_n), aten.sub(xf, mean_n)), maps, keepdim=True)
+        mean = aten.mean(mean_n, [0], keepdim=True)
+        spread = aten.sub(mean_n, mean)
+        m2 = aten.add(aten.sum(m2_n, [0], keepdim=True), aten.mul(aten.sum(aten.mul(spread, spread), [0], keepdim=True),
+                                                                  per_map))
+        return mean, aten.div(m2, sizes[0] * per_map)
+    return aten.mean(xf, dims, keepdim=True), aten.var(xf, dims, correction=0, keepdim=True)
+
+
 def _batch_norm_training(x, weight, bias, running_mean, running_var, momentum, eps):
     """Normalise by the batch's statistics; returns ``(out, save_mean, save_rstd, new_running_mean,
     new_running_var)`` (the last two None without running statistics). The running statistics
     move towards the batch's (variance unbiased) outside autograd, as eager updates them."""
     dims = [0] + list(range(2, x.dim()))
     xf = _upcast(x)
-    mean = aten.mean(xf, dims, keepdim=True)
-    var = aten.var(xf, dims, correction=0, keepdim=True)
+    mean, var = _batch_moments(xf, dims)
     rstd = aten.rsqrt(aten.add(var, eps))
     out = _normalize(x, mean, rstd, weight, bias, xf)
     save_mean, save_rstd = aten.squeeze(mean, dims), aten.squeeze(rstd, dims)

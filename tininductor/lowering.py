@@ -1087,7 +1087,7 @@ def reduction(x, dims, keepdim: bool, reduction_type: str, acc_dtype=None) -> ir
         dims = []
     acc_dtype = acc_dtype or _acc_dtype(x.get_dtype())
     kept = [i for i in range(nd) if i not in dims]
-    k = _split_point([size[i] for i in kept], [size[i] for i in dims], x.get_device())
+    k = reduction_split_point([size[i] for i in kept], [size[i] for i in dims], x.get_device())
     if k is not None:  # per outer index over the inner dims, then over the outer ones (and the inner, now 1)
         partial = reduction(x, dims[k:], True, reduction_type, acc_dtype)
         return reduction(partial, dims, keepdim, reduction_type, acc_dtype)
@@ -1117,7 +1117,7 @@ SPLIT_ABOVE_RNUMEL = 4096
 SPLIT_MIN_INNER = 256
 
 
-def _split_point(kept_sizes, reduced_sizes, device) -> int | None:
+def reduction_split_point(kept_sizes, reduced_sizes, device) -> int | None:
     """Where a two-stage reduction cuts the reduced dims (outer ``[:k]``, inner ``[k:]``), or None.
 
     ``sum(x, [0, 2, 3])`` of an ``(N, C, H, W)`` tensor is ``C`` programs of ``N*H*W`` elements each;

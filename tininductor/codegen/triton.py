@@ -594,7 +594,7 @@ class TritonScheduling:
     kind = "triton"
     #: ops.indirect_indexing (bounds-checked) and store(..., mode="atomic_add") work (common.py)
     supports_indirect_indexing = True
-    splits_reductions = True  # few outputs over a long range: two stages (lowering._split_point)
+    splits_reductions = True  # few outputs over a long range: two stages (lowering.reduction_split_point)
     #: ops.masked loads nothing outside its mask, so a cat of many inputs stays one Pointwise
     #: (each element reads its own input: lowering.py's ``cat``)
     masked_loads = True
