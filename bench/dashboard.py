@@ -67,6 +67,7 @@ import tininductor.compile_fx  # noqa: F401
 from course import benchmark as harness
 from tests import model_zoo
 from tests.model_zoo import first_tensor, flat_tensors
+from tininductor.runtime.compile_worker import usable_cores
 from tinydynamo.utils import compile_times, reset_compile_times
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
@@ -568,9 +569,8 @@ def share_compile_processes(jobs: int) -> None:
     ``TORCHINDUCTOR_COMPILE_THREADS`` and tiny's ``TINY_COMPILE_WORKERS``, each the cores shared
     among the jobs that run at once (at most 32, TorchInductor's cap), where not set; one set alone
     sets the other. Model processes inherit them."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     share = os.environ.get("TORCHINDUCTOR_COMPILE_THREADS") or os.environ.get("TINY_COMPILE_WORKERS") \
-        or str(max(1, min(32, cores // jobs)))
+        or str(max(1, min(32, usable_cores() // jobs)))
     os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", share)
     os.environ.setdefault("TINY_COMPILE_WORKERS", share)
     # this process imported TorchInductor, which read its variable then

@@ -136,14 +136,18 @@ class CompileWorkers:
 _workers: CompileWorkers | None = None
 
 
+def usable_cores() -> int:
+    """The cores this process may run on (its CPU affinity, where the OS has one)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
 def worker_count() -> int:
     """``TINY_COMPILE_WORKERS``, else as many as TorchInductor takes compile processes: one per
-    core this process may run on, at most 32 (``torch._inductor.config.compile_threads``)."""
+    usable core, at most 32 (``torch._inductor.config.compile_threads``)."""
     wanted = os.environ.get("TINY_COMPILE_WORKERS")
     if wanted is not None:
         return int(wanted)
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    return min(32, cores)
+    return min(32, usable_cores())
 
 
 def start_workers() -> None:
