@@ -9,6 +9,7 @@ import sys
 
 import pytest
 
+import tininductor.compile_fx as compile_fx_module
 from course.loader import ROOT
 
 
@@ -148,7 +149,6 @@ def test_a_graph_run_eagerly_is_recorded(tmp_path, monkeypatch):
     """A graph tininductor gave up on runs in torch (right, with a warning) but is not compiled: the
     row lists it, and the summary names the model, so an eager time is never read as tiny's."""
     module = _dashboard()
-    import tininductor.compile_fx as compile_fx_module
 
     def broken(*args, **kwargs):
         raise RuntimeError("no lowering for this graph")

@@ -34,10 +34,11 @@ partitioner: str = os.environ.get("TINY_PARTITIONER", "min_cut")
 decompose_batch_norm: bool = os.environ.get("TINY_DECOMPOSE_BATCH_NORM", "1") != "0"
 #: The same for training-mode batch norm (batch statistics, running-statistic updates), off by
 #: default. When on it decomposes after AD, as TorchInductor does: AD takes the op's VJP rule and
-#: ``native_batch_norm_backward`` becomes ATen's formula (decompositions.py). Measured on an H200
-#: (bf16 training step, split reductions on, tiny vs torch.compile): ResNeXt-50 0.78x, RegNet-Y
-#: 0.87x, DenseNet-121 0.77x, against 0.94x, 0.92x and 0.83x with the ATen op, and EfficientNet-B0's
-#: squeeze-excitation gradients 4x eager's distance from float64 (torch.compile's: 3.2x).
+#: ``native_batch_norm_backward`` becomes ATen's formula (decompositions.py). An earlier form
+#: (single-level statistics, running statistics copied mid-graph) measured on an H200 (bf16 training
+#: step, tiny vs torch.compile): ResNeXt-50 0.78x, RegNet-Y 0.87x, DenseNet-121 0.77x, against 0.94x,
+#: 0.92x and 0.83x with the ATen op, and EfficientNet-B0's squeeze-excitation gradients 4x eager's
+#: distance from float64 (torch.compile's: 3.2x). See tininductor/README.md.
 decompose_batch_norm_training: bool = os.environ.get("TINY_DECOMPOSE_BATCH_NORM_TRAINING", "0") != "0"
 
 #: Inference graphs take their parameters and buffers as constants: what depends only on them is
