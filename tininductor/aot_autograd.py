@@ -108,8 +108,8 @@ class CompiledFunction(torch.autograd.Function):
         # a saved size (an int input of a dynamic-shape graph) is kept as it is
         tensors = [v for v in saved if isinstance(v, torch.Tensor)]
         if runtime.mutated_inputs:  # an input saved as it was, then written back: keep the old value
-            old = [primals[i] for i in runtime.mutated_inputs]
-            tensors = [v.clone() if any(v is o for o in old) else v for v in tensors]
+            old = {id(primals[i]) for i in runtime.mutated_inputs}
+            tensors = [v.clone() if id(v) in old else v for v in tensors]
         # what eager would have saved, saved too: autograd then checks their versions at backward
         checked = [primals[i] for i in runtime.version_checked_inputs] + \
                   [user_outs[j] for j in runtime.version_checked_outputs]
