@@ -126,6 +126,11 @@ class triton:
     #: fastest (mode="max-autotune"; runtime/autotune.py); the choice is kept in the code cache
     max_autotune: bool = False
 
+    #: software-pipelining stages of the generated kernels' loops. Pointwise and reduction kernels
+    #: have no matmul loop to pipeline: 1 (TorchInductor's choice for them) compiles in about half
+    #: the time of Triton's default, 3, for the same speed
+    num_stages: int = int(os.environ.get("TINY_TRITON_NUM_STAGES", "1"))
+
     #: reductions with rnumel up to this keep the whole row in registers (persistent)
     persistent_reduction_max: int = 4096
     #: column-wise ("outer") reductions longer than this loop over a tile of XBLOCK columns

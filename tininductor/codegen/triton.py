@@ -426,7 +426,8 @@ class TritonKernel:
         self._write_jit_function(code, body, params, origins, xblock, rblock)
         dynamic, grid, size_args, consts = self._launch_config(symbols, xblock, rblock)
         self._write_launcher(code, ordered, symbols, size_args, f"grid=({1 if dynamic else grid},), "
-                             f"num_warps={warps}, {consts}", xblock, rblock, warps)
+                             f"num_warps={warps}, num_stages={config.triton.num_stages}, {consts}",
+                             xblock, rblock, warps)
         return GeneratedKernel(self.name, code.getvalue(), ordered, set(self.stored),
                                self._launch_call(dynamic, grid, size_args), origins)
 

@@ -79,10 +79,11 @@ class TritonLauncher:
 
     def __init__(self, fn, grid: tuple[int, ...], num_warps: int, autotune: list[dict] | None = None,
                  numel: int | None = None, checks_indices: bool = False, example_args: tuple | None = None,
-                 rows_block: int | None = None, **constants):
+                 rows_block: int | None = None, num_stages: int = 1, **constants):
         self.fn = fn
         self.grid = tuple(grid) + (1,) * (3 - len(grid))
         self.num_warps = num_warps
+        self.num_stages = num_stages
         self.constants = constants
         # the kernel asserts its indirect indices are in range (runtime/index_check.py): it is
         # compiled with debug=True (without Triton's integer-overflow checks, which debug adds)
@@ -118,7 +119,7 @@ class TritonLauncher:
         constants = {**self.constants, **{k: v for k, v in config.items() if k != "num_warps"}}
         grid = (max(1, -(-self.numel // constants["XBLOCK"])),)
         return TritonLauncher(self.fn, grid, config["num_warps"], numel=self.numel,
-                              checks_indices=self.checks_indices, **constants)
+                              checks_indices=self.checks_indices, num_stages=self.num_stages, **constants)
 
     def __repr__(self) -> str:
         return f"TritonLauncher({self.fn.__name__}, grid={self.grid}, num_warps={self.num_warps}, {self.constants})"
@@ -176,9 +177,10 @@ class TritonLauncher:
             launch(args, grid_x)
 
     def _options(self) -> dict:
-        """Triton compile options besides the constexprs: warps; for kernels that assert their
-        indices, no integer-overflow checks (which ``debug=True`` would add to every index)."""
-        return {"num_warps": self.num_warps, **({"sanitize_overflow": False} if self.checks_indices else {})}
+        """Triton compile options besides the constexprs: warps, pipelining stages; for kernels that
+        assert their indices, no integer-overflow checks (which ``debug=True`` would add to every index)."""
+        return {"num_warps": self.num_warps, "num_stages": self.num_stages,
+                **({"sanitize_overflow": False} if self.checks_indices else {})}
 
     def _launch_through_triton(self, args, grid=None):
         """Triton's front door: binds, specialises, compiles on a miss, launches; returns the compiled kernel."""
