@@ -15,7 +15,7 @@ kernels' ``TritonLauncher`` objects do nothing until launched) and calls the ker
 Workers start in the background when the backend is looked up (``start_workers``), next to the
 Triton driver's warm-up; until one reports ready, kernels compile in threads as before.
 ``TINY_COMPILE_WORKERS=N`` sets their number (0: threads only; default: TorchInductor's, one per core, at
-most 32). They run at a lower priority than the main process, whose thread is the critical path.
+most 32).
 
 Jobs wait in a priority queue: a kernel the next call needs (a forward's) goes before one needed
 later (a backward's, compiled while the forward runs), and otherwise the oldest goes first.
@@ -74,7 +74,6 @@ class CompileWorkers:
         for _ in range(count):
             proc = subprocess.Popen([sys.executable, "-m", "tininductor.runtime.compile_worker"],
                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
-            _lower_priority(proc.pid)
             self._procs.append(proc)
             threading.Thread(target=self._serve, args=(proc,), daemon=True).start()
         atexit.register(self.close)
@@ -135,20 +134,6 @@ class CompileWorkers:
 
 
 _workers: CompileWorkers | None = None
-
-#: how much nicer than the main process the workers run (``TINY_COMPILE_WORKER_NICE``, 0: as nice):
-#: the main process's one thread (tracing, lowering, code generation) is a compile's critical path,
-#: and a worker per core would otherwise take its core from it, importing torch, then compiling
-WORKER_NICE = int(os.environ.get("TINY_COMPILE_WORKER_NICE", "10"))
-
-
-def _lower_priority(pid: int) -> None:
-    if WORKER_NICE <= 0 or not hasattr(os, "setpriority"):
-        return
-    try:
-        os.setpriority(os.PRIO_PROCESS, pid, min(19, os.getpriority(os.PRIO_PROCESS, 0) + WORKER_NICE))
-    except OSError:  # not permitted (lowering a priority needs no privilege; this is a safeguard)
-        pass
 
 
 def usable_cores() -> int:
