@@ -221,7 +221,7 @@ def test_example_args_compile_the_kernel_in_the_background(fast_launcher, monkey
     launcher = TritonLauncher(jit, grid=(7,), num_warps=4, RBLOCK=32, XBLOCK=8,
                               example_args=(torch.float32, torch.float16, 56))
     launcher._precompiled.result()
-    assert warmups == [((torch.float32, torch.float16, 56), (7, 1, 1), {"RBLOCK": 32, "XBLOCK": 8, "num_warps": 4})]
+    assert warmups == [((torch.float32, torch.float16, 56), (7, 1, 1), {"RBLOCK": 32, "XBLOCK": 8, "num_warps": 4, "num_stages": 1})]
     assert loaded == [True]
     x, y = torch.zeros(56), torch.zeros(56, dtype=torch.float16)
     launcher.run(x, y, 56)  # the first launch waits for it, then goes through Triton (a cache hit there)
