@@ -68,6 +68,7 @@ from course import benchmark as harness
 from tests import model_zoo
 from tests.model_zoo import first_tensor, flat_tensors
 from tininductor.runtime.compile_worker import usable_cores
+from tinydynamo.exc import EagerFallbackWarning
 from tinydynamo.utils import compile_times, reset_compile_times
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
@@ -324,7 +325,7 @@ def run_backend(name: str, zoo_model: torch.nn.Module, inputs: tuple, suite: str
         warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)  # still shown
     # a graph the compiler gave up on runs in torch, with a warning: right, but not compiled, and its
     # time is eager's; the row says so (the progress line too)
-    fallbacks = sorted({str(w.message)[:300] for w in caught if "eagerly" in str(w.message)})
+    fallbacks = sorted({str(w.message)[:300] for w in caught if issubclass(w.category, EagerFallbackWarning)})
     if fallbacks:
         row["fallbacks"] = fallbacks
     row["snapshot"] = snapshot(model, suite, out)

@@ -163,9 +163,11 @@ def check(family: str, name: str, backend: str) -> None:
 
 def quiet_fallback_logs() -> None:
     """The table's run expects fallbacks (their reasons are tested elsewhere): keep stderr short."""
-    import logging
+    import warnings
 
-    logging.getLogger("tininductor.aliasing").setLevel(logging.ERROR)
+    from tinydynamo.exc import EagerFallbackWarning
+
+    warnings.filterwarnings("ignore", category=EagerFallbackWarning)
 
 
 def load_all() -> None:

@@ -11,6 +11,7 @@ import pytest
 
 import tininductor.compile_fx as compile_fx_module
 from course.loader import ROOT
+from tinydynamo.exc import EagerFallbackWarning
 
 
 def _dashboard():
@@ -155,7 +156,7 @@ def test_a_graph_run_eagerly_is_recorded(tmp_path, monkeypatch):
 
     monkeypatch.setattr(compile_fx_module, "_compile_fx_inner", broken)
     out = tmp_path / "d.json"
-    with pytest.warns(UserWarning, match="running it eagerly"):
+    with pytest.warns(EagerFallbackWarning, match="running it eagerly"):
         module.main(["--device", "cpu", "--sizes", "small", "--models", "resnet18", "--suite", "inference",
                      "--backends", "eager,tiny", "--accuracy-only", "--out", str(out)])
     data = json.loads(out.read_text())

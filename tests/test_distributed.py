@@ -29,6 +29,7 @@ import tinydynamo
 from tininductor.aot_autograd import aot_eager
 from tinydynamo import convert_frame
 from tinydynamo.distributed import DDPOptimizer
+from tinydynamo.exc import EagerFallbackWarning
 
 WORLD = 2
 STEPS = 3
@@ -313,7 +314,7 @@ def test_a_wrapped_module_that_runs_eagerly_warns(group_of_one):
 
     tinydynamo.reset()
     compiled = tinydynamo.compile(DDP(_Uncapturable()), backend="eager")
-    with pytest.warns(UserWarning, match="_Uncapturable.forward .*wrapped by DistributedDataParallel.* runs eagerly"):
+    with pytest.warns(EagerFallbackWarning, match="_Uncapturable.forward .*wrapped by DistributedDataParallel.* runs eagerly"):
         compiled(torch.randn(2, 4))
 
 

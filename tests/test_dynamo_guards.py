@@ -7,6 +7,7 @@ import torch
 from torch import nn
 
 import tinydynamo
+from tinydynamo.exc import EagerFallbackWarning
 from tinydynamo.guards import Guard, GuardBuilder, TensorMeta
 from tinydynamo.source import AttrSource, LocalSource, SourceScope
 from tinydynamo.testing import CompileCounter
@@ -148,7 +149,7 @@ def test_recompile_limit_falls_back_with_one_warning():
     g, cnt = compiled(h)
     x = torch.randn(2)
     with tinydynamo.config.patch(recompile_limit=3):
-        with pytest.warns(UserWarning, match="recompile_limit") as record:
+        with pytest.warns(EagerFallbackWarning, match="recompile_limit") as record:
             for n in range(6):
                 torch.testing.assert_close(g(x, n), x + n)
     assert cnt.frame_count == 3
@@ -177,14 +178,14 @@ def test_recompile_limit_counts_entries_per_module_instance():
         for b in blocks:
             torch.testing.assert_close(g(b, x, 1.0), b(x, 1.0))
     assert cnt.frame_count == 12 and not tinydynamo.convert_frame.counters["recompiles"]
-    with tinydynamo.config.patch(recompile_limit=3), pytest.warns(UserWarning, match="config.recompile_limit"):
+    with tinydynamo.config.patch(recompile_limit=3), pytest.warns(EagerFallbackWarning, match="config.recompile_limit"):
         for n in (2.0, 3.0, 4.0, 5.0):  # a constant per call: one block recompiles until the limit
             g(blocks[0], x, n)
     assert cnt.frame_count == 14
     tinydynamo.reset()
     g, cnt = compiled(Block.forward)
     with tinydynamo.config.patch(accumulated_recompile_limit=5), \
-            pytest.warns(UserWarning, match="config.accumulated_recompile_limit"):
+            pytest.warns(EagerFallbackWarning, match="config.accumulated_recompile_limit"):
         for b in blocks[:6]:
             g(b, x, 1.0)
     assert cnt.frame_count == 5

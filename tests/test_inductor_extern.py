@@ -10,6 +10,7 @@ import torch
 import torch.nn.functional as F
 
 from tininductor.testing import DEVICE, check, compile_graph
+from tinydynamo.exc import EagerFallbackWarning
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 
@@ -70,7 +71,7 @@ def test_compile_error_falls_back_to_eager_with_warning():
         return x + 1
 
     gm = torch.fx.symbolic_trace(f)
-    with pytest.warns(UserWarning, match="running it eagerly"):
+    with pytest.warns(EagerFallbackWarning, match="running it eagerly"):
         fn = tininductor.compile_fx(gm, [3])  # a non-tensor input is unsupported
     assert fn(3) == 4
 

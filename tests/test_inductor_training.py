@@ -9,6 +9,7 @@ import torch
 import tininductor
 from course.models import GPT, TinyBlock
 from tininductor.testing import DEVICE, patch_config
+from tinydynamo.exc import EagerFallbackWarning
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 
@@ -147,7 +148,7 @@ def test_backward_waits_for_its_kernels_at_its_first_call(monkeypatch):
         backward = [g for g in compile_fx_module.compiled_graphs if g.kind == "backward"][-1]
         assert backward.waits_at_first_call
         monkeypatch.setattr(compile_fx_module, "_wait_for_module", failing_wait)
-        with pytest.warns(UserWarning, match="did not compile.*running it eagerly"):
+        with pytest.warns(EagerFallbackWarning, match="did not compile.*running it eagerly"):
             out.pow(2).mean().backward()
         assert len(waits) == 1
         for p in ours.parameters():

@@ -47,6 +47,7 @@ from tininductor.fx_passes.freezing import freeze
 from tininductor.joint_graph import AutogradCompileError, JointGraph, create_joint
 from tininductor.partitioners import Partition, default_partition, min_cut_partition
 from tinydynamo import artifacts
+from tinydynamo.exc import EagerFallbackWarning
 from tinydynamo.utils import dynamo_timed
 
 log = logging.getLogger("tininductor.aot_autograd")
@@ -517,8 +518,8 @@ def _random_ops(gm: fx.GraphModule) -> str | None:
 
 def _run_graph_eagerly(gm, reason: str) -> Callable:
     """The captured graph run as it is (its ops eagerly), for a graph whose eager semantics a
-    functional graph cannot reproduce; logged with the reason."""
-    logging.getLogger("tininductor.aliasing").warning("running the graph eagerly: %s", reason)
+    functional graph cannot reproduce; the warning says why."""
+    warnings.warn(f"tininductor: running the graph eagerly: {reason}", EagerFallbackWarning)
     run = gm.forward if isinstance(gm, fx.GraphModule) else gm
     return run
 
@@ -653,7 +654,7 @@ def _specialize_per_shape(gm, example_inputs, fw_compiler, bw_compiler, partitio
                 if not config.fallback_to_eager:
                     raise
                 warnings.warn(f"tininductor failed to compile the graph for these shapes ({type(e).__name__}: {e}); "
-                              "running it eagerly")
+                              "running it eagerly", EagerFallbackWarning)
                 compiled = static_gm
             cache[k] = lambda *a, compiled=compiled: compiled(*[a[i] for i in keep])
         return cache[k](*args)

@@ -28,6 +28,7 @@ from torch.utils._pytree import tree_unflatten
 
 from tinydynamo import artifacts
 from tinydynamo.backends import errors_must_raise
+from tinydynamo.exc import EagerFallbackWarning
 from tinydynamo.logs import get_logger
 from tinydynamo.utils import dynamo_timed
 
@@ -174,7 +175,8 @@ def _eager_fallback(gm: torch.fx.GraphModule, error: Exception) -> torch.fx.Grap
     """Run ``gm`` eagerly after a compiler error, with a warning (or re-raise when fallback is off)."""
     if not config.fallback_to_eager or _frame_wants_errors():
         raise error
-    warnings.warn(f"tininductor failed to compile the graph ({type(error).__name__}: {error}); running it eagerly")
+    warnings.warn(f"tininductor failed to compile the graph ({type(error).__name__}: {error}); running it eagerly",
+                  EagerFallbackWarning)
     log.debug("compile failure", exc_info=error)
     return gm
 

@@ -30,7 +30,7 @@ from torch.fx.experimental.symbolic_shapes import ConstraintViolationError
 from tinydynamo import artifacts, bytecode, config, logs, symbolic_shapes
 from tinydynamo.backends import compiling_frame
 from tinydynamo.decompile import DecompiledCode
-from tinydynamo.exc import Unsupported
+from tinydynamo.exc import EagerFallbackWarning, Unsupported
 from tinydynamo.output_graph import CompiledFrame, OutputGraph
 from tinydynamo.skip_frame import CompileCallee, compile_callees
 from tinydynamo.source import LocalSource
@@ -84,7 +84,8 @@ def convert_frame(fn: types.FunctionType, cache, L: dict, G: dict, backend, *, n
             raise
         cache.run_eagerly = f"internal error: {type(e).__name__}: {e}"
         warnings.warn(f"tinydynamo: compiling {name} failed ({type(e).__name__}: {e}); running it eagerly. "
-                      "Set tinydynamo.config.suppress_errors = False to see the traceback.", stacklevel=4)
+                      "Set tinydynamo.config.suppress_errors = False to see the traceback.",
+                      EagerFallbackWarning, stacklevel=4)
         return None
     counters["frames"]["ok"] += 1
     cache.entries.insert(0, entry)
@@ -106,7 +107,7 @@ def _note_cache_miss(cache, L: dict, G: dict, code, name: str) -> bool:
         warnings.warn(
             f"tinydynamo: {name} ({code.co_filename}:{code.co_firstlineno}) hit "
             f"config.{limit} ({getattr(config, limit)}); running it eagerly from now on. "
-            f"Last recompile reason: {reason}", stacklevel=5)
+            f"Last recompile reason: {reason}", EagerFallbackWarning, stacklevel=5)
         counters["frames"][limit] += 1
         return False
     if same:  # a new entry for an object already compiled for: a recompile

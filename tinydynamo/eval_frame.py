@@ -30,6 +30,7 @@ from torch.utils._python_dispatch import any_torch_dispatch_mode_on_stack
 from tinydynamo import config, distributed, symbolic_shapes, trace_rules
 from tinydynamo.backends import lookup_backend, lookup_backend_with_options
 from tinydynamo.convert_frame import _eager_code_compiling_callees, convert_frame, counters
+from tinydynamo.exc import EagerFallbackWarning
 from tinydynamo.output_graph import CompiledFrame
 from tinydynamo.registry import swap
 from tinydynamo.variables.functions import is_library_function, is_torch_internal
@@ -453,7 +454,7 @@ class OptimizedModule(nn.Module):
         if cache.run_eagerly is not None and not self.__dict__.get("_warned_eager"):
             self.__dict__["_warned_eager"] = True  # never silently eager
             warnings.warn(f"tinydynamo: {type(inner).__name__}.forward (wrapped by {type(wrapper).__name__}) "
-                          f"runs eagerly: {cache.run_eagerly}", stacklevel=3)
+                          f"runs eagerly: {cache.run_eagerly}", EagerFallbackWarning, stacklevel=3)
         return out
 
     def __getattr__(self, name: str):

@@ -64,6 +64,12 @@ def raise_folded(error: Exception, what: str):
     unimplemented(f"{what} raised {error!r} at trace time")
 
 
+class EagerFallbackWarning(UserWarning):
+    """Code the user asked to compile runs eagerly instead: a frame or graph that failed to compile,
+    a frame past its recompile limit, a module whose wrapper hides its forward. Right, but not
+    compiled; ``warnings.simplefilter("error", EagerFallbackWarning)`` makes each one an error."""
+
+
 class BackendCompilerFailed(TinyDynamoError):
     """The backend raised while compiling a captured graph (torch._dynamo's exception of that name).
 
