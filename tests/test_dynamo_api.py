@@ -156,6 +156,39 @@ def test_compile_times_account_for_compile_steps_only():
         compile_times(repr="csv")
 
 
+def test_full_collections_wait_while_a_frame_compiles():
+    """config.defer_full_gc: generation 2's threshold is raised while the backend runs, nested
+    blocks leave it to the outermost, and it is restored after (also after an error); off: untouched."""
+    import gc
+
+    from tinydynamo.utils import deferred_full_collections
+
+    seen = []
+
+    def backend(gm, example_inputs):
+        seen.append(gc.get_threshold())
+        return gm.forward
+
+    before = gc.get_threshold()
+    tinydynamo.reset()
+    tinydynamo.compile(lambda x: x.cos() * 2, backend=backend)(torch.randn(3))
+    assert seen and seen[0][:2] == before[:2] and seen[0][2] > 10**6
+    assert gc.get_threshold() == before
+    with deferred_full_collections():
+        with deferred_full_collections():
+            inner = gc.get_threshold()
+        assert gc.get_threshold() == inner and inner[2] > 10**6
+    assert gc.get_threshold() == before
+    with pytest.raises(ZeroDivisionError), deferred_full_collections():
+        1 / 0
+    assert gc.get_threshold() == before
+    seen.clear()
+    with tinydynamo.config.patch(defer_full_gc=False):
+        tinydynamo.reset()
+        tinydynamo.compile(lambda x: x.sin() * 2, backend=backend)(torch.randn(3))
+    assert seen == [before]
+
+
 def test_builtins_and_op_overloads_compile_through_a_python_frame():
     from tinydynamo.testing import CompileCounter
 

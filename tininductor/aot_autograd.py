@@ -48,7 +48,7 @@ from tininductor.joint_graph import AutogradCompileError, JointGraph, create_joi
 from tininductor.partitioners import Partition, default_partition, min_cut_partition
 from tinydynamo import artifacts
 from tinydynamo.exc import EagerFallbackWarning
-from tinydynamo.utils import dynamo_timed
+from tinydynamo.utils import deferred_full_collections, dynamo_timed
 
 log = logging.getLogger("tininductor.aot_autograd")
 
@@ -646,8 +646,9 @@ def _specialize_per_shape(gm, example_inputs, fw_compiler, bw_compiler, partitio
         if k not in cache:
             static_gm, keep = _bake_int_inputs(gm, args)
             try:
-                compiled = compile_aot(static_gm, [args[i] for i in keep], fw_compiler, bw_compiler, partition_fn,
-                                       inference_compiler)
+                with deferred_full_collections():
+                    compiled = compile_aot(static_gm, [args[i] for i in keep], fw_compiler, bw_compiler,
+                                           partition_fn, inference_compiler)
             except Exception as e:
                 # this compile runs inside the call, where TorchDynamo can no longer fall back for
                 # the frame: run this shape's graph eagerly (with the warning a frame would give)

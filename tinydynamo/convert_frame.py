@@ -35,7 +35,7 @@ from tinydynamo.output_graph import CompiledFrame, OutputGraph
 from tinydynamo.skip_frame import CompileCallee, compile_callees
 from tinydynamo.source import LocalSource
 from tinydynamo.symbolic_convert import InstructionTranslator
-from tinydynamo.utils import dynamo_timed
+from tinydynamo.utils import deferred_full_collections, dynamo_timed
 from tinydynamo.variables.autocast import exit_all
 
 #: counters["frames"]["ok"/"unsupported"/...], counters["unsupported"][reason], counters["recompiles"][name]
@@ -161,7 +161,7 @@ def compile_frame(fn: types.FunctionType, L: dict, G: dict, backend, name: str,
     code calls (``wrap_for_resume``, ``call_resume_with_closure``: eval_frame's), so that it never
     imports the layer above."""
     code = fn.__code__
-    with artifacts.collecting(name) as arts, dynamo_timed("compile_frame"):
+    with artifacts.collecting(name) as arts, dynamo_timed("compile_frame"), deferred_full_collections():
         if code.co_name.startswith("__resume_at_"):  # made by tinydynamo.resume: only bytecode exists
             artifacts.record("source", f"{name} (decompiled)", DecompiledCode(code))
         else:

@@ -14,11 +14,14 @@ from __future__ import annotations
 import collections
 import contextlib
 import functools
+import gc
 import time
 from typing import Any
 
 import torch
 import torch.utils._pytree as pytree
+
+from tinydynamo import config
 
 #: phase -> wall seconds of each call, in order
 _times: dict[str, list[float]] = collections.defaultdict(list)
@@ -39,6 +42,29 @@ def dynamo_timed(phase: str):
         raise
     finally:
         _times[phase].append(time.perf_counter() - start)
+
+
+_deferring = [0]  # depth of nested deferred_full_collections blocks (a compile inside a compile)
+
+
+@contextlib.contextmanager
+def deferred_full_collections():
+    """No full garbage collection inside the block (``config.defer_full_gc``): generation 2's
+    threshold is raised, generations 0 and 1 still collect, and refcounting still frees what
+    dies. A full collection walks every live object; a compile grows the heap by about a million
+    of them, so the default thresholds rescan it a dozen times. After the block the deferred
+    collection runs once, at the next generation-1 collection (TorchDynamo defers them too)."""
+    if not config.defer_full_gc or _deferring[0]:  # off, or an outer block already defers
+        yield
+        return
+    thresholds = gc.get_threshold()
+    gc.set_threshold(thresholds[0], thresholds[1], 1 << 30)
+    _deferring[0] += 1
+    try:
+        yield
+    finally:
+        _deferring[0] -= 1
+        gc.set_threshold(*thresholds)
 
 
 def timed(phase: str):
