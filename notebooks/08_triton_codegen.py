@@ -188,7 +188,11 @@ with patch_config(config, split_reductions=False):
 #   whole row), a fixed chunk (128) for a looped one;
 # * `num_warps`: the threads of a program, in warps of 32. About one warp per 256 values
 #   of a block keeps each thread busy with a handful of elements;
-# * grid: `ceil(numel / XBLOCK)` programs along x.
+# * grid: `ceil(numel / XBLOCK)` programs along x;
+# * `num_stages=1`: Triton can software-pipeline a loop, loading the next iterations' data
+#   while the current one computes (its default is 3 stages). That pays for a matmul's loop;
+#   these kernels have none worth it, and one stage gives the compiler less to do, so the
+#   launcher asks for one (TorchInductor does the same for pointwise and reduction kernels).
 #
 # ## 3. Your own Triton backend
 #
