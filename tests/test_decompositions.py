@@ -9,7 +9,8 @@ import torch
 import torch.nn.functional as F
 
 from tininductor.aot_autograd import aot_eager
-from tininductor.decompositions import DECOMPOSITIONS, decompose
+from tininductor.decompositions import DECOMPOSITIONS, decompose, fake_inputs
+from tininductor.joint_graph import create_joint
 from tininductor.prims import PRIM_SET, is_prim
 from tininductor.testing import compile_graph
 
@@ -127,6 +128,28 @@ def test_decomposed_nodes_carry_fake_values():
     vals = [n.meta["val"] for n in gm.graph.nodes if n.op == "call_function"]
     assert vals and all(isinstance(v, torch._subclasses.fake_tensor.FakeTensor) for v in vals)
     assert vals[-1].shape == (3, 4)
+
+
+@pytest.mark.parametrize("fn", [
+    lambda x: torch.softmax(x, -1),
+    lambda x: F.log_softmax(x, 0),
+    lambda x: torch.ops.aten._safe_softmax(x.masked_fill(x > 1.5, float("-inf")), -1),
+], ids=["softmax", "log_softmax", "safe_softmax"])
+def test_no_gradient_goes_through_the_subtracted_row_max(fn):
+    """The max only keeps exp from overflowing: the joint graph does not differentiate it (no
+    ``eq`` of the input with its max, no count of ties), and the gradient is eager's, ties included."""
+    x = torch.randn(5, 6, dtype=torch.float64)
+    x[0, :3] = 1.25  # a row whose max is taken three times
+    fakes, mode = fake_inputs([x])
+    joint = create_joint(decompose(fn, fakes), fakes, [True], mode)
+    targets = {n.target for n in joint.gm.graph.nodes if n.op == "call_function"}
+    assert torch.ops.aten.amax.default in targets and torch.ops.aten.eq.Tensor not in targets
+    leaf = x.clone().requires_grad_()
+    out = fn(leaf)
+    tangent = torch.randn_like(out)
+    (expected,) = torch.autograd.grad(out, leaf, tangent)
+    outs_and_grads = joint.gm([x], [tangent])
+    torch.testing.assert_close(outs_and_grads[-1], expected)
 
 
 def test_op_without_decomposition_is_a_logged_fallback(caplog):

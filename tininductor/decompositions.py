@@ -564,11 +564,19 @@ def native_batch_norm(x, weight, bias, running_mean, running_var, training, mome
     return _native_batch_norm_legit(x, weight, bias, running_mean, running_var, training, momentum, eps)
 
 
+def _row_max(x, dim):
+    """The row max that (log-)softmax subtracts, detached. It only keeps ``exp`` from overflowing:
+    the result does not depend on it, so no gradient goes through it, as none does in eager's
+    softmax backward. Differentiated, it would cost the backward two more reductions per row (the
+    max's share of the gradient, which is zero but for rounding, and the count of ties)."""
+    return aten.detach(aten.amax(x, [dim], True))
+
+
 @register_decomposition(aten._softmax)
 def _softmax(x, dim, half_to_float=False):
     """exp(x - max) / sum(exp(x - max)): subtracting the row max keeps exp from overflowing."""
     xf = _upcast(x) if half_to_float else x
-    shifted = aten.sub(xf, aten.amax(xf, [dim], True))
+    shifted = aten.sub(xf, _row_max(xf, dim))
     e = aten.exp(shifted)
     return aten.div(e, aten.sum(e, [dim], True))
 
@@ -581,7 +589,7 @@ def _safe_softmax(x, dim, dtype=None):
     of 0. Nothing in it is NaN, so its gradient is 0 as in eager, and the whole op is one
     reduction kernel with the masking and the scores' producer fused in."""
     xf = prims.convert_element_type(x, dtype) if dtype is not None and dtype != x.dtype else x
-    row_max = aten.amax(xf, [dim], True)
+    row_max = _row_max(xf, dim)
     shift = aten.where(aten.eq(row_max, -math.inf), _scalar(0, row_max), row_max)
     e = aten.exp(aten.sub(xf, shift))
     total = aten.sum(e, [dim], True)
@@ -592,7 +600,7 @@ def _safe_softmax(x, dim, dtype=None):
 def _log_softmax(x, dim, half_to_float=False):
     """x - max - log(sum(exp(x - max)))."""
     xf = _upcast(x) if half_to_float else x
-    shifted = aten.sub(xf, aten.amax(xf, [dim], True))
+    shifted = aten.sub(xf, _row_max(xf, dim))
     return aten.sub(shifted, aten.log(aten.sum(aten.exp(shifted), [dim], True)))
 
 
