@@ -505,6 +505,14 @@ if stored.exists() and "rows" in gpu["results"].get("pointwise_chain max-autotun
 #   once with torch that takes the argument types as a string, which tininductor uses where it
 #   can (`StaticKernel` in `runtime/triton_launcher.py`). Together they took this step's cold
 #   compile from about 0.6 to 0.55 of torch.compile's.
+# * **Let the garbage collector wait.** A compile makes about a million Python objects (FX
+#   nodes, fake tensors, sympy expressions). CPython's collector walks *every* live object in a
+#   full (generation-2) collection, and its default thresholds start one each time enough new
+#   objects survive: a dozen times during one large compile, each walk longer than the last.
+#   BART's training compile spent 2.2 of its 9.5 s on the CPU there. While a frame compiles,
+#   tinydynamo raises generation 2's threshold (`utils.deferred_full_collections`, as
+#   TorchDynamo does); young objects are still collected, and the full walk happens once,
+#   after. `gc.callbacks` is how to see it: each callback gets the generation and can time it.
 #
 # The step is host-bound (the GPU is busy for about 2 ms of a 9 ms step, 330 kernels), so the
 # compilers' wall times are close; the stored run has both dtypes, the first call's seconds
