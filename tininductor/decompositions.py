@@ -568,8 +568,10 @@ def _row_max(x, dim):
     """The row max that (log-)softmax subtracts, detached. It only keeps ``exp`` from overflowing:
     the result does not depend on it, so no gradient goes through it, as none does in eager's
     softmax backward. Differentiated, it would cost the backward two more reductions per row (the
-    max's share of the gradient, which is zero but for rounding, and the count of ties)."""
-    return aten.detach(aten.amax(x, [dim], True))
+    max's share of the gradient, which is zero but for rounding, and the count of ties). Only a
+    graph traced for AD needs the ``detach``; an inference graph is left without it."""
+    row_max = aten.amax(x, [dim], True)
+    return aten.detach(row_max) if _tracing_for_ad else row_max
 
 
 @register_decomposition(aten._softmax)

@@ -172,13 +172,15 @@ class GraphLowering(torch.fx.Interpreter):
 
     def origin_ops(self, origins) -> list[str]:
         """Op names (``add``, ``sin``) of FX nodes, for kernel names: each node's own op, or with
-        ``config.descriptive_names == "original_aten"`` the op it was decomposed from."""
+        ``config.descriptive_names == "original_aten"`` the op it was decomposed from. A ``detach``
+        computes nothing (it only stops gradients) and names nothing."""
         nodes = self._nodes_by_name
         if any(o not in nodes for o in origins):  # built once per graph (kernel names ask per node)
             nodes = self._nodes_by_name = {n.name: n for n in self.module.graph.nodes}
         original = config.descriptive_names == "original_aten"
         return [op_name(original and nodes[o].meta.get("original_aten") or nodes[o].target)
-                for o in origins if o in nodes and nodes[o].op == "call_function"]
+                for o in origins if o in nodes and nodes[o].op == "call_function"
+                and nodes[o].target is not torch.ops.aten.detach.default]
 
     # ---------------------------------------------------------------- fx.Interpreter hooks
 
