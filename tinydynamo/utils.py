@@ -44,7 +44,7 @@ def dynamo_timed(phase: str):
         _times[phase].append(time.perf_counter() - start)
 
 
-_deferring = [0]  # depth of nested deferred_full_collections blocks (a compile inside a compile)
+_deferring = [0]  # 1 while a block defers (a compile inside a compile leaves the thresholds to the outer one)
 
 
 @contextlib.contextmanager
