@@ -15,6 +15,7 @@ comparing size expressions) and the printers in ``torch/_inductor/codegen/common
 """
 from __future__ import annotations
 
+import functools
 from typing import Sequence
 
 import sympy
@@ -295,7 +296,16 @@ class IndexPrinter(StrPrinter):
 
 def pexpr(expr) -> str:
     """Print an index expression for Python/Triton source."""
-    return IndexPrinter().doprint(sympy.sympify(expr))
+    if type(expr) is int:
+        return str(expr)
+    return _print_index(sympy.sympify(expr))
+
+
+@functools.lru_cache(maxsize=16384)
+def _print_index(expr: sympy.Expr) -> str:
+    """One printing per expression: a graph's kernels print the same indices again and again,
+    and sympy's printer orders an ``Add``'s terms each time."""
+    return IndexPrinter().doprint(expr)
 
 
 def host_expr(expr) -> str:
