@@ -67,7 +67,7 @@ import tininductor.compile_fx  # noqa: F401
 from course import benchmark as harness
 from tests import model_zoo
 from tests.model_zoo import first_tensor, flat_tensors
-from tininductor.runtime.compile_worker import usable_cores
+from tininductor.runtime.compile_worker import MAX_WORKERS, usable_cores
 from tinydynamo.exc import EagerFallbackWarning
 from tinydynamo.utils import compile_times, reset_compile_times
 
@@ -568,10 +568,10 @@ def _report(done: int, total: int, row: dict, where: str = "") -> None:
 def share_compile_processes(jobs: int) -> None:
     """Both compilers compile kernels in as many processes: TorchInductor's
     ``TORCHINDUCTOR_COMPILE_THREADS`` and tiny's ``TINY_COMPILE_WORKERS``, each the cores shared
-    among the jobs that run at once (at most 32, TorchInductor's cap), where not set; one set alone
+    among the jobs that run at once (at most ``MAX_WORKERS``, TorchInductor's cap), where not set; one set alone
     sets the other. Model processes inherit them."""
     share = os.environ.get("TORCHINDUCTOR_COMPILE_THREADS") or os.environ.get("TINY_COMPILE_WORKERS") \
-        or str(max(1, min(32, usable_cores() // jobs)))
+        or str(max(1, min(MAX_WORKERS, usable_cores() // jobs)))
     os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", share)
     os.environ.setdefault("TINY_COMPILE_WORKERS", share)
     # this process imported TorchInductor, which read its variable then

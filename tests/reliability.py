@@ -21,6 +21,7 @@ from typing import Any, Callable
 import torch
 
 import tinydynamo
+from tinydynamo.exc import EagerFallbackWarning
 
 BACKENDS = ("eager", "aot_eager", "tininductor")
 TORCH_BACKENDS = ("eager", "aot_eager")
@@ -163,10 +164,6 @@ def check(family: str, name: str, backend: str) -> None:
 
 def quiet_fallback_logs() -> None:
     """The table's run expects fallbacks (their reasons are tested elsewhere): keep stderr short."""
-    import warnings
-
-    from tinydynamo.exc import EagerFallbackWarning
-
     warnings.filterwarnings("ignore", category=EagerFallbackWarning)
 
 

@@ -34,11 +34,11 @@ partitioner: str = os.environ.get("TINY_PARTITIONER", "min_cut")
 decompose_batch_norm: bool = os.environ.get("TINY_DECOMPOSE_BATCH_NORM", "1") != "0"
 #: The same for training-mode batch norm (batch statistics, running-statistic updates), off by
 #: default. When on it decomposes after AD, as TorchInductor does: AD takes the op's VJP rule and
-#: ``native_batch_norm_backward`` becomes ATen's formula (decompositions.py). An earlier form
-#: (single-level statistics, running statistics copied mid-graph) measured on an H200 (bf16 training
-#: step, tiny vs torch.compile): ResNeXt-50 0.78x, RegNet-Y 0.87x, DenseNet-121 0.77x, against 0.94x,
-#: 0.92x and 0.83x with the ATen op, and EfficientNet-B0's squeeze-excitation gradients 4x eager's
-#: distance from float64 (torch.compile's: 3.2x). See tininductor/README.md.
+#: ``native_batch_norm_backward`` becomes ATen's formula (decompositions.py). On an H200 (bf16
+#: training step, tiny vs torch.compile, on against off in one process) it saves 20-35% of GPU time
+#: but adds 200-250 launches to steps bound by the host: ResNeXt-50 0.93x against 1.14x, ResNet-50
+#: 0.78x against 1.12x, DenseNet-121 0.82x against 1.01x; EfficientNet-B0's squeeze-excitation
+#: gradients come out 3.5x eager's distance from float64. See tininductor/README.md.
 decompose_batch_norm_training: bool = os.environ.get("TINY_DECOMPOSE_BATCH_NORM_TRAINING", "0") != "0"
 
 #: Inference graphs take their parameters and buffers as constants: what depends only on them is

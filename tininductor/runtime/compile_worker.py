@@ -13,7 +13,7 @@ kernels' ``TritonLauncher`` objects do nothing until launched) and calls the ker
 ``warmup`` with the same arguments the main process would use, so both compute the same cache key.
 
 Workers start in the background when the backend is looked up (``start_workers``), next to the
-Triton driver's warm-up; until one reports ready, kernels compile in threads as before.
+Triton driver's warm-up; until one reports ready, kernels compile in threads.
 ``TINY_COMPILE_WORKERS=N`` sets their number (0: threads only; default: TorchInductor's, one per core, at
 most 32).
 
@@ -141,13 +141,17 @@ def usable_cores() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
+#: TorchInductor's cap on its compile processes (``torch._inductor.config.compile_threads``)
+MAX_WORKERS = 32
+
+
 def worker_count() -> int:
     """``TINY_COMPILE_WORKERS``, else as many as TorchInductor takes compile processes: one per
-    usable core, at most 32 (``torch._inductor.config.compile_threads``)."""
+    usable core, at most :data:`MAX_WORKERS`."""
     wanted = os.environ.get("TINY_COMPILE_WORKERS")
     if wanted is not None:
         return int(wanted)
-    return min(32, usable_cores())
+    return min(MAX_WORKERS, usable_cores())
 
 
 def start_workers() -> None:
