@@ -272,3 +272,17 @@ def test_compile_workers_take_the_most_urgent_job_first(tmp_path):
         assert order == ["now-1", "now-2", "late-1", "late-2"]
     finally:
         pool.close()
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="compiles for a CUDA GPU")
+def test_a_compile_worker_warms_up_with_a_kernel_of_its_own(tmp_path, monkeypatch):
+    """A worker compiles a small kernel before its first job (compile_worker.warm_up): CUDA's and
+    Triton's start-up is then paid while the main process traces, not by the first real kernel.
+    The warm-up swallows errors, so this checks that it really compiled."""
+    from tininductor.codecache import PyCodeCache
+    from tininductor.runtime import compile_worker
+
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(PyCodeCache, "modules", {})  # a fresh module: no kernel compiled in memory yet
+    compile_worker.warm_up()
+    assert list(tmp_path.rglob("tiny_worker_warm_up*.cubin")), list(tmp_path.rglob("*"))

@@ -13,7 +13,9 @@ kernels' ``TritonLauncher`` objects do nothing until launched) and calls the ker
 ``warmup`` with the same arguments the main process would use, so both compute the same cache key.
 
 Workers start in the background when the backend is looked up (``start_workers``), next to the
-Triton driver's warm-up; until one reports ready, kernels compile in threads.
+Triton driver's warm-up; until one reports ready, kernels compile in threads. A ready worker first
+compiles a small kernel of its own (``warm_up``), so that its first real kernel does not also pay
+for initialising CUDA and Triton's compiler.
 ``TINY_COMPILE_WORKERS=N`` sets their number (0: threads only; default: TorchInductor's, one per core, at
 most 32).
 
@@ -186,6 +188,33 @@ def _compile(path: str, name: str, example_args: tuple, grid, constants: dict, o
         fn.warmup(*example_args, grid=grid, **constants, **options)
 
 
+#: a kernel compiled once when a worker starts (see :func:`warm_up`)
+WARM_UP_SOURCE = """\
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def tiny_worker_warm_up(ptr, BLOCK: tl.constexpr):
+    offsets = tl.arange(0, BLOCK)
+    tl.store(ptr + offsets, tl.load(ptr + offsets) + 1)
+"""
+
+
+def warm_up() -> None:
+    """Pay a worker's one-time costs before its first job: CUDA's initialisation, Triton's driver,
+    and the first run of its compiler (MLIR, LLVM and ptxas loaded). They take seconds, once per
+    worker; paid here, while the main process is still tracing, they stay off the first call's
+    critical path instead of delaying each worker's first kernel."""
+    if not torch.cuda.is_available():
+        return
+    try:
+        with torch.cuda.device(torch.cuda.current_device()):
+            PyCodeCache.load(WARM_UP_SOURCE).tiny_worker_warm_up.warmup(torch.float32, grid=(1,), BLOCK=128)
+    except Exception:  # noqa: BLE001 - only a warm-up: a real job reports any error of its own
+        pass
+
+
 def main() -> None:
     out, inp = sys.stdout.buffer, sys.stdin.buffer
     sys.stdout = sys.stderr  # a stray print must not corrupt the pipe
@@ -196,6 +225,7 @@ def main() -> None:
     importlib.import_module("tininductor.runtime.triton_launcher")
 
     _write(out, "ready")
+    warm_up()  # (a job sent meanwhile waits in the pipe)
     while True:
         try:
             job = _read(inp)
