@@ -63,6 +63,11 @@ constant_folding_max_bytes: int = 16 * 2 ** 20
 max_pointwise_cat_inputs: int = 8
 max_pointwise_cat_inputs_masked: int = 32
 
+#: The most nodes the scheduler puts in one kernel (TorchInductor's option of the same name). A
+#: bigger kernel saves no more memory traffic than its parts, and Triton's compile time grows
+#: faster than its size: a kernel of 67 nodes, 126 loads and 64 stores took 13 s.
+max_fusion_size: int = 64
+
 #: Pad matmul operands to sizes that are multiples of 16 bytes where it pays: CUDA, half precision,
 #: big matmuls (fx_passes/pad_mm.py; TorchInductor's ``shape_padding``). ``force_shape_padding``
 #: pads every unaligned matmul, on any device and dtype (tests).

@@ -19,13 +19,14 @@ read/write sets come from running each body with a recording ``ops`` handler.
 """
 from __future__ import annotations
 
+import collections
 import dataclasses
 import functools
 from typing import Iterable
 
 import sympy
 
-from . import ir
+from . import config, ir
 from .indexing import prod, sym, unflatten
 from .virtualized import V
 
@@ -274,6 +275,7 @@ class Scheduler:
         self.nodes: list = []
         producer: dict[str, int] = {}  # buffer name -> index into self.nodes
         self.reads: dict[str, set[str]] = {}
+        self._readers: dict[str, set[int]] = {}  # buffer name -> the kernels that read it
         for buf in buffers:
             reads = _reads(buf)
             self.reads[buf.get_name()] = reads
@@ -288,14 +290,33 @@ class Scheduler:
             producer[buf.get_name()] = placed
             if isinstance(buf, ir.ScatterBuffer):  # readers of the target wait for the scatter
                 producer[buf.target.get_name()] = placed
+            if isinstance(self.nodes[placed], FusedGroup):
+                for r in reads:
+                    self._readers.setdefault(r, set()).add(placed)
         self._mark_internal()
 
     def _place(self, buf: ir.ComputedBuffer, last_dep: int) -> int | None:
-        """Fuse into the producer's kernel if legal, else the latest kernel after every producer."""
-        order = ([last_dep] if last_dep >= 0 else []) + list(range(len(self.nodes) - 1, max(last_dep, -1), -1))
-        for i in order:
+        """The kernel ``buf`` joins, if any, in this order of preference:
+
+        1. its producer's kernel (the value stays in registers);
+        2. a kernel after every producer that reads the same buffers, the one sharing the most
+           first (one load serves both; TorchInductor's ``score_fusion_memory``). A value the
+           backward needs is computed inside a layer norm's kernel and stored a second time as a
+           graph output: it goes back into that kernel, not into an unrelated one;
+        3. the latest kernel after every producer (fewer launches).
+
+        A kernel takes at most ``config.max_fusion_size`` nodes: one with hundreds of loads and
+        stores gains nothing more at run time, and compiles for seconds.
+        """
+        shared: collections.Counter = collections.Counter()
+        for r in self.reads[buf.get_name()]:
+            shared.update(i for i in self._readers.get(r, ()) if i > last_dep)
+        order = [last_dep] if last_dep >= 0 else []
+        order += sorted(shared, key=lambda i: (-shared[i], -i))
+        order += range(len(self.nodes) - 1, max(last_dep, -1), -1)
+        for i in dict.fromkeys(order):
             group = self.nodes[i]
-            if isinstance(group, FusedGroup):
+            if isinstance(group, FusedGroup) and len(group.nodes) < config.max_fusion_size:
                 fused = try_fuse(group, buf)
                 if fused is not None:
                     self.nodes[i] = fused
