@@ -9,7 +9,9 @@ training step) and dtype, by every backend:
 2. then the **time per call** (device synchronised, first call excluded), the **speedup over
    eager**, the **first call** (compile included) and the **peak memory** of the backend's run
    (``torch.cuda.max_memory_allocated`` on CUDA; on the CPU it is not measured). The first call is a
-   cold compile: the run points the compile caches on disk at fresh directories; tiny's is split by
+   cold compile: each model runs in a process of its own (a process keeps what it compiled: a later
+   model's first call would find an earlier one's kernels in memory), with the compile caches on
+   disk at fresh directories; tiny's is split by
    phase in the JSON (``tinydynamo.utils.compile_times``: trace, decompose, lowering, the wait for
    Triton, ...). The backends that
    passed are timed in turns (``course.benchmark.bench_interleaved``: each round times every one),
@@ -513,7 +515,8 @@ def _child_argv(argv: list[str], job: tuple[str, str, str], out: Path) -> list[s
 
 def run_in_processes(args, argv: list[str], jobs: list[tuple[str, str, str]]) -> list[dict]:
     """Each job in a process of its own, ``args.jobs`` at a time, on CUDA each process on one GPU
-    (``CUDA_VISIBLE_DEVICES``); a slot takes the next job when its last one ends. Each process has
+    (``CUDA_VISIBLE_DEVICES``, where more than one job runs at a time); a slot takes the next job
+    when its last one ends. Each process has
     its own fresh compile caches and its own time limit, as a run of one model would."""
     tmp = Path(tempfile.mkdtemp(prefix="dashboard_jobs_"))
     atexit.register(shutil.rmtree, tmp, ignore_errors=True)
@@ -524,7 +527,8 @@ def run_in_processes(args, argv: list[str], jobs: list[tuple[str, str, str]]) ->
             while pending and free:
                 i, job = pending.pop(0)
                 gpu = free.pop(0)
-                env = {**os.environ, "CUDA_VISIBLE_DEVICES": str(gpu)} if args.device.startswith("cuda") else None
+                env = {**os.environ, "CUDA_VISIBLE_DEVICES": str(gpu)} \
+                    if args.jobs > 1 and args.device.startswith("cuda") else None
                 log = open(tmp / f"{i}.log", "w")  # noqa: SIM115  (closed when the process ends)
                 proc = subprocess.Popen(_child_argv(argv, job, tmp / f"{i}.json"), env=env, stdout=log,
                                         stderr=subprocess.STDOUT)
@@ -584,8 +588,8 @@ def main(argv=None) -> int:
     if args.device.startswith("cuda"):
         share_compile_processes(args.jobs)
     jobs = [(m, s, d) for m in args.models for s in args.suite for d in args.dtype]
-    if args.jobs > 1:
-        return finish(args, run_in_processes(args, argv, jobs))
+    if args.jobs > 1 or (len(jobs) > 1 and not args.accuracy_only and not args.warm_caches):
+        return finish(args, run_in_processes(args, argv, jobs))  # (a first call timed in a fresh process)
     if not args.accuracy_only and not args.warm_caches:
         print(f"compile caches: fresh, in {use_fresh_caches()} (--warm-caches keeps them)", file=sys.stderr)
     if args.device.startswith("cuda"):

@@ -108,6 +108,19 @@ def test_jobs_run_each_model_in_its_own_process_into_one_table(tmp_path):
     _assert_all_pass(code, result["rows"])
 
 
+def test_timed_models_each_get_a_fresh_process(monkeypatch):
+    """Timing several models, even one at a time, runs each in a process of its own: a process keeps
+    what it compiled, so a later model's first call would find an earlier one's kernels in memory.
+    Checking accuracy only (the CI slice) stays in this process."""
+    dashboard = _dashboard()
+    calls = []
+    monkeypatch.setattr(dashboard, "run_in_processes", lambda args, argv, jobs: calls.append(jobs) or [])
+    monkeypatch.setattr(dashboard, "finish", lambda args, rows: 0)
+    monkeypatch.setattr(dashboard, "run_model", lambda *a: pytest.fail("timed in this process"))
+    dashboard.main(["--device", "cpu", "--sizes", "small", "--models", "squeezenet,resnet18", "--suite", "inference"])
+    assert calls == [[("squeezenet", "inference", "fp32"), ("resnet18", "inference", "fp32")]]
+
+
 @pytest.mark.parametrize("argv, said", [
     (["--models", "resnet18,nope"], "--models"),
     (["--models", ""], "--models"),
