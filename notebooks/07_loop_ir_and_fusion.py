@@ -327,6 +327,13 @@ print("matches eager")
 # over its input elements (*full* nodes, run inside the reduction loop) and over its output
 # elements (*x-only* nodes); reductions of the same shape (LayerNorm's mean and variance).
 #
+# Each buffer joins the first kernel that can take it, in this order: its producer's kernel
+# (the value never leaves registers); else a later kernel that reads the same buffers, the one
+# sharing the most (one load serves both); else the latest kernel after all its producers (one
+# launch fewer). A kernel stops growing at `config.max_fusion_size` nodes (64, TorchInductor's
+# limit): a bigger one saves no more memory traffic, and Triton's compile time grows faster
+# than the kernel.
+#
 # ### Exercise 7.4: dependencies from an ops handler
 #
 # The scheduler learns what each buffer reads and writes by running its body with a
@@ -426,6 +433,23 @@ show(layer_norm_by_hand, torch.randn(64, 32), torch.randn(32), torch.randn(32), 
 # LayerNorm written op by op is ten eager kernels, each a full pass over memory; fused, it is
 # one pass in (`x`, `w`, `b`) and one pass out. Mean and variance are two reductions with the
 # same group, and the variance reads the mean at the same row index: legal in one kernel.
+
+# %%
+def saved_for_backward(x, y, u, w):
+    a = x + y  # inlined into the sum; also an output, as a training graph saves it
+    return a.sum(-1), torch.mm(u, w) * 2, a
+
+
+show(saved_for_backward, torch.randn(8, 32), torch.randn(8, 32), torch.randn(8, 16), torch.randn(16, 32),
+     title="a's stored copy joins the kernel that reads x and y")
+
+# %% [markdown]
+# `a` is realized last, as a graph output. The latest kernel (the `mul` after the matmul) could
+# take it too, but shares no load with it; the sum's kernel already loads `x` and `y`, so `a`'s
+# store costs no extra read there. In a transformer's training graph every residual sum the
+# backward needs is such a buffer: placed by sharing, each lands in its layer norm's kernel;
+# placed in the latest kernel, all of them piled into one kernel of 126 loads and 64 stores,
+# which took Triton 13 s to compile.
 
 # %%
 g, s = lower_and_schedule(chain, [xs, ws, bs])

@@ -496,7 +496,16 @@ if stored.exists() and "rows" in gpu["results"].get("pointwise_chain max-autotun
 #   take a forward's kernels before a backward's: a graph waits only for its forward, and the
 #   backward's kernels compile while the forward runs; its first call waits for what is left.
 #   A model cut into several graphs (BART's LayerDrop breaks before each layer) then overlaps
-#   the backward kernels of one graph with the tracing of the next.
+#   the backward kernels of one graph with the tracing of the next. A worker's first kernel
+#   also pays for starting CUDA and Triton's compiler (2-3 s on the H200 host, against 0.1-0.5 s
+#   for its later kernels), so each worker compiles a small kernel of its own as soon as it
+#   starts, while the main process is still tracing (`compile_worker.warm_up`).
+# * **Look at the slowest kernel's compile, not the average.** A timeline of one first call
+#   (each kernel's submit, compile and load) showed BART's training forward waiting 9 s for a
+#   single kernel of 126 loads and 64 stores: residual sums saved for the backward, realized
+#   last and piled into whichever kernel came last. The scheduler now puts each into the kernel
+#   that already reads its inputs (chapter 7) and caps a kernel's size, and that first call
+#   dropped from 28 to 22 s.
 # * **Compile each kernel once, and build nothing to launch it.** Six identical layers give six
 #   copies of each layer's kernels, equal but for their names: the wrapper keeps the first and
 #   calls it for the others (`_defined_names` in `codegen/wrapper.py`; TorchInductor's
