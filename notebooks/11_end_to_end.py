@@ -499,7 +499,10 @@ if stored.exists() and "rows" in gpu["results"].get("pointwise_chain max-autotun
 #   the backward kernels of one graph with the tracing of the next. A worker's first kernel
 #   also pays for starting CUDA and Triton's compiler (2-3 s on the H200 host, against 0.1-0.5 s
 #   for its later kernels), so each worker compiles a small kernel of its own as soon as it
-#   starts, while the main process is still tracing (`compile_worker.warm_up`).
+#   starts, while the main process is still tracing (`compile_worker.warm_up`). And the workers
+#   are forked from one process that imports torch and Triton once: workers that each import
+#   them compete with the main process while it traces (on two cores, four such workers took
+#   OPT's training compile from 2.2 to 3.7 s; forked, 2.3 s).
 # * **Look at the slowest kernel's compile, not the average.** A timeline of one first call
 #   (each kernel's submit, compile and load) showed BART's training forward waiting 9 s for a
 #   single kernel of 126 loads and 64 stores: residual sums saved for the backward, realized

@@ -6,6 +6,9 @@ The GPU run of the whole suite (TINY_TEST_DEVICE=cuda) checks the real thing aga
 """
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -249,6 +252,39 @@ def test_compile_worker_processes_answer_and_report_errors(tmp_path):
             again.result(timeout=60)
     finally:
         pool.close()
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc"), reason="reads process parents from /proc")
+def test_compile_workers_are_forked_from_one_process_and_end_with_it():
+    """One process imports torch and Triton and forks the workers (none imports them again while
+    the main process traces); closing the pool ends that process and every worker."""
+    import time
+
+    from tininductor.runtime.compile_worker import CompileWorkers
+
+    def children(pid):
+        found = []
+        for stat in Path("/proc").glob("[0-9]*/stat"):
+            try:
+                fields = stat.read_text().rsplit(")", 1)[1].split()
+            except OSError:  # the process ended meanwhile
+                continue
+            if int(fields[1]) == pid:
+                found.append(int(stat.parent.name))
+        return found
+
+    pool = CompileWorkers(3)
+    group = pool._server.pid
+    try:
+        deadline = time.time() + 120
+        while pool.ready < 3 and time.time() < deadline:
+            time.sleep(0.05)
+        assert pool.ready == 3
+        assert len(children(group)) == 3
+    finally:
+        pool.close()
+    with pytest.raises(ProcessLookupError):
+        os.killpg(group, 0)
 
 
 def test_compile_workers_take_the_most_urgent_job_first(tmp_path):
