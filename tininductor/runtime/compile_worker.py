@@ -74,7 +74,7 @@ class CompileWorkers:
     def __init__(self, count: int):
         self._jobs: queue.PriorityQueue = queue.PriorityQueue()
         self._order = itertools.count()  # ties in priority: first submitted, first compiled
-        self.ready = 0  # workers that finished their imports
+        self.ready = 0  # workers that reported ready
         self.compiled = 0  # kernels the workers compiled
         env = dict(os.environ, TINY_TRITON_PARALLEL_COMPILE="0", TINY_TRITON_WARMUP="0", TINY_COMPILE_WORKERS="0")
         root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -171,7 +171,7 @@ MAX_WORKERS = 32
 
 def worker_count() -> int:
     """``TINY_COMPILE_WORKERS``, else as many as TorchInductor takes compile processes: one per
-    usable core, at most :data:`MAX_WORKERS`. None without ``os.fork`` (workers are forked)."""
+    usable core, at most :data:`MAX_WORKERS`. 0 without ``os.fork`` (workers are forked)."""
     if not hasattr(os, "fork"):
         return 0
     wanted = os.environ.get("TINY_COMPILE_WORKERS")
