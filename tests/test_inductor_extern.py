@@ -181,3 +181,31 @@ def test_complex_dtype_ops_run_in_torch_with_a_reason(backend, caplog):
     torch.testing.assert_close(actual, expected)
     torch.testing.assert_close(got, want)
     assert any("complex32" in r.message for r in caplog.records)
+
+
+def test_repeated_extern_calls_run_on_fake_tensors_once():
+    """An extern call's output layout comes from running it on fake tensors laid out as its inputs
+    are; a model's repeated layers make the same call again, answered from the graph's memo
+    (``GraphLowering._fake_outputs``). Another layout, or a scalar of another type, is another
+    entry; the results still match eager."""
+    from course.chapters.ch07_loop_ir import lower_and_schedule
+    from tininductor.graph import _fake_call_key
+    from tininductor.ir import InputBuffer, Layout
+
+    def layers(x, w1, w2):
+        for _ in range(3):
+            x = torch.mm(torch.mm(x, w1).relu(), w2)
+        return x, torch.mm(x.t(), x)  # the last: a transposed input, its own entry
+
+    args = [rand(8, 16), rand(16, 16), rand(16, 16)]
+    graph, _ = lower_and_schedule(layers, args)
+    assert len(graph._fake_outputs) == 2, list(graph._fake_outputs)
+    check(layers, *args)
+
+    buf = InputBuffer("a", Layout(torch.device("cpu"), torch.float32, [4, 4], [4, 1]))
+    transposed = InputBuffer("b", Layout(torch.device("cpu"), torch.float32, [4, 4], [1, 4]))
+    add = torch.ops.aten.add.Tensor
+    assert _fake_call_key(add, (buf, 1), {}) != _fake_call_key(add, (buf, 1.0), {})
+    assert _fake_call_key(add, (buf, buf), {}) != _fake_call_key(add, (buf, transposed), {})
+    assert _fake_call_key(add, (buf, [1, 2]), {}) != _fake_call_key(add, (buf, (1, 2)), {})
+    assert _fake_call_key(add, (buf, bytearray(b"no key")), {}) is None  # unhashable: no memo

@@ -90,6 +90,9 @@ class GraphLowering(torch.fx.Interpreter):
         #: weight name -> its channels-last version (each weight converted once, however many convs read it)
         self.channels_last_weights: dict[str, ir.Buffer] = {}
         self._nodes_by_name: dict[str, torch.fx.Node] = {}
+        #: a static extern call's key (:func:`_fake_call_key`) -> its output on fake tensors: a
+        #: model's repeated layers call the same matmuls on the same layouts
+        self._fake_outputs: dict[tuple, Any] = {}
 
     def preferred_order(self, data: ir.Loops) -> list[int] | None:
         """The order a realized 4-D Pointwise of a convolution graph is laid out in (layout
@@ -395,20 +398,26 @@ class GraphLowering(torch.fx.Interpreter):
                        for a in tree_flatten((args, kwargs))[0]) or any(
             isinstance(a, sympy.Basic) and not a.is_number for a in tree_flatten((args, kwargs))[0])
         shape_env = self._shape_env() if symbolic else None
+        key = None if symbolic else _fake_call_key(target, args, kwargs)
         try:
-            if symbolic and shape_env is None:
-                raise LoweringDeclined("symbolic sizes without a ShapeEnv")
-            fake_mode = _fake_mode(shape_env)
-            # symbolic: torch's Python meta kernels (the Python dispatcher) keep sizes symbolic, and
-            # guards are suppressed: a kernel that reads a size as an int must not specialise the
-            # graph. Such a kernel gives sizes that are plain numbers: then the traced value is used.
-            quiet = shape_env.suppress_guards() if shape_env is not None else contextlib.nullcontext()
-            dispatcher = enable_python_dispatcher() if shape_env is not None else contextlib.nullcontext()
-            with fake_mode, dispatcher, quiet:
-                fake_args, fake_kwargs = tree_map(lambda a: _to_fake(a, shape_env), (args, kwargs))
-                out = target(*fake_args, **fake_kwargs)
-            if shape_env is not None and not _same_sizes(out, self.current_node.meta.get("val")):
-                raise LoweringDeclined("the fake kernel specialised a symbolic size")
+            if key in self._fake_outputs:  # (None is never a key)
+                out = self._fake_outputs[key]
+            else:
+                if symbolic and shape_env is None:
+                    raise LoweringDeclined("symbolic sizes without a ShapeEnv")
+                fake_mode = _fake_mode(shape_env)
+                # symbolic: torch's Python meta kernels (the Python dispatcher) keep sizes symbolic, and
+                # guards are suppressed: a kernel that reads a size as an int must not specialise the
+                # graph. Such a kernel gives sizes that are plain numbers: then the traced value is used.
+                quiet = shape_env.suppress_guards() if shape_env is not None else contextlib.nullcontext()
+                dispatcher = enable_python_dispatcher() if shape_env is not None else contextlib.nullcontext()
+                with fake_mode, dispatcher, quiet:
+                    fake_args, fake_kwargs = tree_map(lambda a: _to_fake(a, shape_env), (args, kwargs))
+                    out = target(*fake_args, **fake_kwargs)
+                if shape_env is not None and not _same_sizes(out, self.current_node.meta.get("val")):
+                    raise LoweringDeclined("the fake kernel specialised a symbolic size")
+                if key is not None:
+                    self._fake_outputs[key] = out
         except Exception as e:  # no fake kernel: take shapes from the FX node's example value
             out = self.current_node.meta.get("val") if self.current_node is not None else None
             if out is None:
@@ -596,6 +605,28 @@ def _same_sizes(out, traced) -> bool:
         return False
     return all(not isinstance(o, torch.Tensor) or isinstance(v, torch.Tensor) and
                [size_expr(s) for s in o.shape] == [size_expr(s) for s in v.shape] for o, v in zip(outs, vals))
+
+
+def _fake_call_key(target, args, kwargs) -> tuple | None:
+    """What decides a static extern call's outputs on fake tensors: the op, each buffer's dtype,
+    device and layout, and every other argument with its type (``1`` and ``1.0`` promote
+    differently); None where an argument cannot be a dict key."""
+
+    def part(a):
+        if isinstance(a, (ir.Buffer, ir.ReinterpretView)):
+            lay = a.layout
+            return ("buffer", lay.dtype, lay.device, tuple(lay.size), tuple(lay.stride), lay.offset)
+        if isinstance(a, (list, tuple)):
+            return (type(a), tuple(part(x) for x in a))
+        if isinstance(a, dict):
+            return (dict, tuple((k, part(v)) for k, v in a.items()))
+        hash(a)  # TypeError if it cannot be a key
+        return (type(a), a)
+
+    try:
+        return target, part(args), part(kwargs)
+    except TypeError:
+        return None
 
 
 def _to_fake(a, shape_env):
