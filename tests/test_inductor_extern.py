@@ -9,6 +9,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from course.chapters.ch07_loop_ir import lower_and_schedule
+from tininductor.graph import _fake_call_key
+from tininductor.ir import InputBuffer, Layout
 from tininductor.testing import DEVICE, check, compile_graph
 from tinydynamo.exc import EagerFallbackWarning
 
@@ -188,10 +191,6 @@ def test_repeated_extern_calls_run_on_fake_tensors_once():
     are; a model's repeated layers make the same call again, answered from the graph's memo
     (``GraphLowering._fake_outputs``). Another layout, or a scalar of another type, is another
     entry; the results still match eager."""
-    from course.chapters.ch07_loop_ir import lower_and_schedule
-    from tininductor.graph import _fake_call_key
-    from tininductor.ir import InputBuffer, Layout
-
     def layers(x, w1, w2):
         for _ in range(3):
             x = torch.mm(torch.mm(x, w1).relu(), w2)
