@@ -144,9 +144,13 @@ class CompileWorkers:
         self._server.terminate()  # it kills and reaps its workers, then exits
         try:
             self._server.wait(timeout=10)
-        except subprocess.TimeoutExpired:  # stuck: the whole group, unreaped
+        except subprocess.TimeoutExpired:  # stuck
+            pass
+        # whatever is left of the group: the server if stuck, and any compiler a killed worker had
+        # started (Triton runs ptxas as a process of its own, which outlives its parent)
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(self._server.pid, signal.SIGKILL)
-            self._server.wait()
+        self._server.wait()
         self._server = None
         for pipes in self._pipes:
             for pipe in pipes:
