@@ -13,7 +13,8 @@ import pytest
 import torch
 
 pytest.importorskip("triton")
-from tininductor.runtime import triton_launcher  # noqa: E402
+from tininductor.runtime import static_kernel, triton_launcher  # noqa: E402
+from tininductor.runtime.static_kernel import KernelBinary  # noqa: E402
 from tininductor.runtime.triton_launcher import TritonLauncher  # noqa: E402
 
 
@@ -52,7 +53,7 @@ class FakeJIT:
 def fast_launcher(monkeypatch):
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
     monkeypatch.setattr(triton_launcher, "_stream_getters", lambda: (lambda: 0, lambda device: 1234))
-    monkeypatch.setattr(triton_launcher, "_static_launcher", lambda: None)  # Triton's own launchers
+    monkeypatch.setattr(static_kernel, "static_launcher", lambda: None)  # Triton's own launchers
     jit = FakeJIT()
     # constexprs given out of signature order: the launcher must order them by the signature
     return jit, TritonLauncher(jit, grid=(7,), num_warps=4, RBLOCK=32, XBLOCK=8)
@@ -136,7 +137,7 @@ def test_static_launcher_passes_what_the_cubin_takes(fast_launcher, monkeypatch)
     folded into the kernel (== 1) left out, a null for the scratch pointer newer Tritons add."""
     jit, _ = fast_launcher
     static = FakeStaticLauncher()
-    monkeypatch.setattr(triton_launcher, "_static_launcher", lambda: static)
+    monkeypatch.setattr(static_kernel, "static_launcher", lambda: static)
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
 
     class Fn:
@@ -190,6 +191,41 @@ def test_static_launcher_passes_what_the_cubin_takes(fast_launcher, monkeypatch)
     n = len(static.launches)
     launcher.run(a, b, 64, 1)
     assert len(static.launches) == n and len(mixed.front_door) == 1
+
+
+def test_a_kernel_compiled_ahead_launches_without_triton(fast_launcher, monkeypatch):
+    """A worker answers with the kernel's binary (the cubin and its launch facts, picklable): the
+    main process loads it in the background, and the first launch with aligned pointers (what the
+    example arguments stood for) launches it with no Triton call at all. A misaligned pointer
+    is another specialisation: Triton's warmup compiles it."""
+    import pickle
+    from concurrent.futures import Future
+
+    jit, _ = fast_launcher
+    static = FakeStaticLauncher()
+    monkeypatch.setattr(static_kernel, "static_launcher", lambda: static)
+    binary = KernelBinary("/c/k.cubin", "fake_kernel", "OOiO", (0, 1, 2), 1, 4, 256)
+    assert pickle.loads(pickle.dumps(binary)) == binary
+    answered: Future = Future()
+
+    class Workers:  # one ready worker that compiled the kernel
+        def submit(self, job, priority):
+            answered.set_result(binary)
+            return answered
+
+    monkeypatch.setattr(triton_launcher, "workers_ready", lambda: Workers())
+    monkeypatch.setattr(triton_launcher, "is_generated", lambda path: True)
+    warmups = []
+    jit.warmup = lambda *args, grid, **kw: warmups.append(args) or FakeCompiled()
+    launcher = TritonLauncher(jit, grid=(7,), num_warps=4, RBLOCK=32, XBLOCK=8,
+                              example_args=(torch.float32, torch.float32, 64))
+    a, b = torch.randn(64), torch.empty(64)
+    launcher.run(a, b, 64)
+    assert static.loads == [("/c/k.cubin", "fake_kernel", 256, 0 if torch.cuda.is_available() else None)]
+    assert static.launches == [("cu-function", 7, 1, 1, 4, 256, "OOiO", (a, b, 64, None), 1234)]
+    assert warmups == [] and jit.front_door == []
+    launcher.run(torch.randn(65)[1:], b, 64)  # misaligned: Triton's own specialisation
+    assert len(warmups) == 1
 
 
 def test_interpreter_and_constexpr_order_disable_the_fast_path(monkeypatch):

@@ -3,7 +3,9 @@
 Triton's compiler is Python and MLIR work that holds the GIL; threads overlap only its ptxas and
 gcc subprocesses. A graph of a hundred kernels (a GPT training step) therefore compiles them
 nearly one core at a time. Worker processes, started once and kept, each compile a kernel into
-Triton's on-disk cache; the main process then loads it from there (a cache hit: no compile).
+Triton's on-disk cache and answer with its binary (``static_kernel.KernelBinary``: the cubin's
+path and what torch's launcher needs to launch it), which the main process loads as it is, without
+going through Triton's JIT again.
 
 One subprocess (``python -m tininductor.runtime.compile_worker``) imports torch and Triton once
 and forks the workers, as TorchInductor's ``SubprocPool`` does: a worker is a copy of an already
@@ -47,6 +49,7 @@ from pathlib import Path
 import torch
 
 from tininductor.codecache import PyCodeCache
+from tininductor.runtime.static_kernel import KernelBinary
 
 _HEADER = struct.Struct("<Q")
 
@@ -120,7 +123,7 @@ class CompileWorkers:
                 future.set_exception(RuntimeError(f"Triton compile in a worker process failed: {detail}"))
             else:
                 self.compiled += 1
-                future.set_result(None)
+                future.set_result(detail)  # the kernel's binary (static_kernel.KernelBinary), or None
 
     def _fail_queued(self, error: Exception) -> None:
         while True:
@@ -203,8 +206,10 @@ def is_generated(path: str) -> bool:
 
 # --------------------------------------------------------------------------- the worker side
 
-def _compile(path: str, name: str, example_args: tuple, grid, constants: dict, options: dict, device) -> None:
-    """Compile kernel ``name`` of the generated module at ``path`` into Triton's cache."""
+def _compile(path: str, name: str, example_args: tuple, grid, constants: dict, options: dict,
+             device) -> KernelBinary | None:
+    """Compile kernel ``name`` of the generated module at ``path`` into Triton's cache; its binary
+    as torch's prebuilt launcher loads it (None where that launcher does not apply)."""
 
     source = Path(path).read_bytes().decode()  # bytes: no newline translation
     if Path(path).name != PyCodeCache.path_for(source).name:  # the file is named by its content's hash
@@ -213,7 +218,7 @@ def _compile(path: str, name: str, example_args: tuple, grid, constants: dict, o
     module = PyCodeCache.load(source)
     fn = getattr(module, name).fn  # the module rebinds the kernel's name to its TritonLauncher
     with torch.cuda.device(device):
-        fn.warmup(*example_args, grid=grid, **constants, **options)
+        return KernelBinary.describe(fn.warmup(*example_args, grid=grid, **constants, **options))
 
 
 #: a kernel compiled once when a worker starts (see :func:`warm_up`)
@@ -253,8 +258,7 @@ def serve(inp, out) -> None:
         except EOFError:  # the main process is gone
             return
         try:
-            _compile(*job)
-            _write(out, ("ok", None))
+            _write(out, ("ok", _compile(*job)))
         except Exception as e:  # noqa: BLE001 - reported to the main process, which raises it
             _write(out, ("error", f"{type(e).__name__}: {e}"[:4000]))
 

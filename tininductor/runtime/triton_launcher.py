@@ -15,8 +15,8 @@ keeps the compiled kernel Triton returns, and afterwards calls its C launcher di
                  launch_metadata, enter_hook, exit_hook, *args, *constexprs)
 
 This is what TorchInductor's generated launchers do too. Where torch has its prebuilt launcher
-(``StaticKernel`` below) the closure calls that instead, and Triton never builds a C launcher for
-the kernel (a gcc run per signature in a cold cache). The slow path stays in charge whenever
+(``StaticKernel``, runtime/static_kernel.py) the closure calls that instead, and Triton never
+builds a C launcher for the kernel (a gcc run per signature in a cold cache). The slow path stays in charge whenever
 the fast one would not be exact: Triton's interpreter (CPU), Triton before 3.3 (another
 ``run`` signature), and launch hooks set by a profiler.
 """
@@ -33,9 +33,11 @@ import torch
 from tinydynamo.utils import dynamo_timed
 
 from .. import config
+from . import static_kernel
 from .autotune import autotune
 from .compile_worker import is_generated, workers_ready
 from .index_check import interpreter_asserts
+from .static_kernel import KernelBinary, StaticKernel
 
 
 def _triton_version() -> tuple[int, int]:
@@ -197,16 +199,21 @@ class TritonLauncher:
                 best = self.with_config(autotune(self, args))
             self.grid, self.num_warps, self.constants = best.grid, best.num_warps, best.constants
             self.autotune = None
+        precompiled = None
         if self._precompiled is not None:
             with dynamo_timed("triton_wait_precompile"):
                 try:
-                    self._precompiled.result()
+                    precompiled = self._precompiled.result()
                 except Exception:  # compiled again (and its error raised) by the launch below
                     pass
             self._precompiled = None
         with dynamo_timed("triton_first_launch"):  # Triton's JIT compile (and its launcher's build)
-            static = None
-            if self.fast and _static_launcher() is not None:  # compile (or find) it, no launch yet
+            static = compiled = None
+            if precompiled is not None and grid is None and \
+                    all(a.data_ptr() % 16 == 0 for a in args if isinstance(a, torch.Tensor)):
+                # the kernel compiled ahead, for what the example arguments stood for (aligned pointers)
+                static = self._static_launch(precompiled)
+            elif self.fast and static_kernel.static_launcher() is not None:  # compile (or find) it, no launch yet
                 compiled = self.fn.warmup(*args, grid=grid or self.grid, **self.constants, **self._options())
                 static = self._direct_launch(compiled, static_only=True)
             if static is not None:
@@ -273,6 +280,11 @@ class TritonLauncher:
         """A closure that launches the compiled kernel with everything precomputed: through
         torch's prebuilt launcher where it applies (``StaticKernel``), else through the C launcher
         Triton builds for the kernel's signature. ``static_only``: None instead of the latter."""
+        static = StaticKernel.load(compiled)
+        if static is not None:
+            return self._static_launch(static)
+        if static_only:
+            return None
         gx, gy, gz = self.grid
         get_device, get_stream = _stream_getters()
         knobs = _runtime_knobs()
@@ -280,27 +292,6 @@ class TritonLauncher:
         def profiler_listening() -> bool:  # called only when a hook is set (Triton 3.9: a HookChain, maybe empty)
             return _hook_set(knobs.launch_enter_hook) or _hook_set(knobs.launch_exit_hook)
 
-        static = StaticKernel.load(compiled)
-        if static is not None:
-            keep, extra = static.keep, static.extra
-            c_launch, function, warps, shared, types = static.launch, static.function, static.num_warps, static.shared, static.types
-
-            def launch(args, gx=gx):
-                if (knobs.launch_enter_hook is not None or knobs.launch_exit_hook is not None) \
-                        and profiler_listening():
-                    self._launch_through_triton(args, (gx, gy, gz))  # let Triton call the profiler's hooks
-                    return
-                if keep is not None:
-                    args = tuple(args[i] for i in keep)
-                c_launch(function, gx, gy, gz, warps, shared, types, (*args, *extra), get_stream(get_device()))
-
-            # what _specialized_run writes into a generated run (the launch without this frame)
-            launch.static_parts = {"c_launch": c_launch, "function": function, "warps": warps, "shared": shared,
-                                   "types": types, "keep": keep, "extra": extra, "knobs": knobs,
-                                   "get_stream": get_stream, "get_device": get_device}
-            return launch
-        if static_only:
-            return None
         c_launch = compiled.run  # property: loads the module (and builds the C launcher) on first use
         function, metadata = compiled.function, compiled.packed_metadata
         constexprs = tuple(self.constants[name] for name in self._constexpr_order)
@@ -312,6 +303,29 @@ class TritonLauncher:
             c_launch(gx, gy, gz, get_stream(get_device()), function, metadata, None, None, None,
                      *args, *constexprs)
 
+        return launch
+
+    def _static_launch(self, static: StaticKernel):
+        """A closure that launches a kernel loaded for torch's prebuilt launcher."""
+        gx, gy, gz = self.grid
+        get_device, get_stream = _stream_getters()
+        knobs = _runtime_knobs()
+        keep, extra = static.keep, static.extra
+        c_launch, function, warps, shared, types = static.launch, static.function, static.num_warps, static.shared, static.types
+
+        def launch(args, gx=gx):
+            if (knobs.launch_enter_hook is not None or knobs.launch_exit_hook is not None) \
+                    and (_hook_set(knobs.launch_enter_hook) or _hook_set(knobs.launch_exit_hook)):
+                self._launch_through_triton(args, (gx, gy, gz))  # let Triton call the profiler's hooks
+                return
+            if keep is not None:
+                args = tuple(args[i] for i in keep)
+            c_launch(function, gx, gy, gz, warps, shared, types, (*args, *extra), get_stream(get_device()))
+
+        # what _specialized_run writes into a generated run (the launch without this frame)
+        launch.static_parts = {"c_launch": c_launch, "function": function, "warps": warps, "shared": shared,
+                               "types": types, "keep": keep, "extra": extra, "knobs": knobs,
+                               "get_stream": get_stream, "get_device": get_device}
         return launch
 
     @property
@@ -334,81 +348,6 @@ def _fast_path_possible(fn, constants: dict) -> bool:
         return False
     first_constant = min((names.index(n) for n in constants if n in names), default=len(names))
     return all(n in constants for n in names[first_constant:])
-
-
-# --------------------------------------------------------------------------- a launcher with no C build
-def _static_launcher():
-    """``torch._C._StaticCudaLauncher`` (torch >= 2.8 on CUDA), or None.
-    ``TINY_STATIC_LAUNCHER=0`` keeps Triton's own launchers."""
-    if os.environ.get("TINY_STATIC_LAUNCHER", "1") == "0" or torch.version.hip is not None:
-        return None
-    return getattr(torch._C, "_StaticCudaLauncher", None)
-
-
-# Triton's signature types -> the argument codes of torch's launcher (its StaticallyLaunchedCudaKernel)
-_ARG_CODES = {"i1": "i", "i8": "b", "i16": "h", "i32": "i", "i64": "l", "u1": "I", "u8": "B", "u16": "H",
-              "u32": "I", "u64": "K", "fp16": "f", "bf16": "f", "fp32": "f", "fp64": "d"}
-
-
-class StaticKernel:
-    """A compiled Triton kernel loaded for torch's prebuilt CUDA launcher.
-
-    Triton launches a kernel through a small C module it generates for the kernel's signature
-    and builds with gcc (plus, once, its ``cuda_utils`` driver module): in an empty cache that
-    is ~0.2 s per new signature, on the critical path of a cold compile. torch ships one
-    launcher, built with torch, that takes the argument types as a string (``"OOi"``: two
-    pointers, an int32) and the loaded cubin; TorchInductor uses it by default
-    (``StaticallyLaunchedCudaKernel``, torch/_inductor/runtime/static_triton_launcher.py).
-
-    ``keep``: positions of the runtime arguments the cubin takes (Triton folds an int equal to 1
-    into the kernel as a constant; None when all are kept); ``extra``: trailing scratch-pointer
-    arguments newer Tritons add (passed as null, as TorchInductor does).
-    """
-
-    def __init__(self, compiled, launcher, device: int):
-        meta = compiled.metadata
-        cubins = [p for p in compiled.metadata_group.values() if str(p).endswith(".cubin")]
-        if len(cubins) != 1 or getattr(meta, "num_ctas", 1) != 1:
-            raise NotImplementedError("no single cubin, or clusters")
-        src = compiled.src
-        names = src.fn.arg_names
-        folded = {k[0] if isinstance(k, tuple) else names.index(k) for k in getattr(src, "constants", {})}
-        keep, types = [], ""
-        for i, name in enumerate(names):
-            ty = src.signature.get(name, "constexpr")
-            if ty == "constexpr" or i in folded:
-                continue
-            keep.append(i)
-            types += "O" if ty.startswith("*") else _ARG_CODES[ty]  # KeyError: a type it cannot pass
-        self.extra = ()
-        for scratch in ("global_scratch_size", "profile_scratch_size"):
-            if hasattr(meta, scratch):
-                if getattr(meta, scratch):
-                    raise NotImplementedError(f"{scratch} > 0")
-                types += "O"
-                self.extra += (None,)
-        self.types, self.num_warps, self.shared = types, meta.num_warps, meta.shared
-        runtime = [i for i in range(len(names)) if i not in src.fn.constexprs]  # what a launch passes
-        self.keep = None if keep == runtime else tuple(keep)
-        self.launch = launcher._launch_kernel
-        self.function, self.n_regs, self.n_spills = launcher._load_kernel(str(cubins[0]), compiled.name,
-                                                                          self.shared, device)
-
-    @classmethod
-    def load(cls, compiled) -> "StaticKernel | None":
-        """The kernel loaded for torch's launcher (once per compiled kernel), or None where it does
-        not apply (no such launcher, another Triton, an argument type it cannot pass)."""
-        launcher = _static_launcher()
-        if launcher is None or not hasattr(compiled, "metadata_group"):
-            return None
-        cached = getattr(compiled, "_tiny_static", False)
-        if cached is False:
-            try:
-                cached = cls(compiled, launcher, torch.cuda.current_device())
-            except (NotImplementedError, KeyError, AttributeError, TypeError, ValueError):
-                cached = None
-            compiled._tiny_static = cached
-        return cached
 
 
 # --------------------------------------------------------------------------- parallel compilation
@@ -439,19 +378,22 @@ def warm_up_driver() -> None:
 
 
 def precompile(launcher: TritonLauncher, example_args: tuple):
-    """Compile ``launcher``'s kernel in the background; returns the future (or None).
+    """Compile ``launcher``'s kernel in the background; returns the future of the kernel loaded
+    for torch's prebuilt launcher (a :class:`StaticKernel`, or None where that launcher does not
+    apply), or None.
 
     A wrapper module builds all its launchers when it loads, so a graph's kernels compile side
     by side instead of one per first launch. ``example_args`` stand for the runtime arguments:
     a torch dtype per pointer (Triton's ``warmup`` takes it as a 16-byte-aligned tensor, the
-    usual case) and the sizes. The first launch then finds the kernel in Triton's cache (a
-    differently aligned pointer compiles its own variant, as before). The job also loads the
-    kernel and builds Triton's C launcher for its signature (gcc, in a cold cache). Once worker
-    processes are up (runtime/compile_worker.py), the compile itself runs in one of them, on its
-    own core, at the priority the loading module asked for (``compile_priority``); a thread then
-    only loads the result from Triton's disk cache. Without workers the compile runs in a thread:
-    Triton's compiler spends much of its time outside the GIL (ptxas and gcc are subprocesses).
-    ``TINY_TRITON_PARALLEL_COMPILE=0`` turns it off.
+    usual case) and the sizes. The first launch with aligned pointers then launches the kernel
+    loaded here; a differently aligned pointer compiles its own variant (Triton's front door).
+    Once worker processes are up (runtime/compile_worker.py), the compile itself runs in one of
+    them, on its own core, at the priority the loading module asked for (``compile_priority``),
+    and the worker sends back the kernel's binary (``KernelBinary``): a thread here only loads
+    its cubin. Without workers, or where the worker could not describe the kernel, the compile
+    runs in a thread (Triton's compiler spends much of its time outside the GIL: ptxas and gcc
+    are subprocesses), which also loads the kernel, or else builds Triton's C launcher for its
+    signature (gcc, in a cold cache). ``TINY_TRITON_PARALLEL_COMPILE=0`` turns it off.
     """
     global _compile_pool
     if os.environ.get("TINY_TRITON_PARALLEL_COMPILE", "1") == "0":
@@ -462,7 +404,11 @@ def precompile(launcher: TritonLauncher, example_args: tuple):
     fn, grid, constants, options = launcher.fn, launcher.grid, dict(launcher.constants), launcher._options()
     device = torch.cuda.current_device() if torch.cuda.is_available() else None
 
-    def load():
+    def load(binary: KernelBinary | None = None) -> StaticKernel | None:
+        if binary is not None:  # a worker compiled it: load its cubin, no Triton here
+            kernel = StaticKernel.from_binary(binary, device)
+            if kernel is not None:
+                return kernel
         if _driver_ready is not None:
             try:
                 _driver_ready.result()
@@ -475,10 +421,12 @@ def precompile(launcher: TritonLauncher, example_args: tuple):
             # load it for torch's prebuilt launcher, or else build Triton's C launcher for its
             # signature (a gcc run per new signature in a cold cache): here, in parallel, not at
             # the first launch
-            if StaticKernel.load(compiled) is None:
+            kernel = StaticKernel.load(compiled)
+            if kernel is None:
                 init = getattr(compiled, "_init_handles", None)
                 if init is not None:
                     init()
+            return kernel
 
     path = fn.fn.__code__.co_filename
     workers = workers_ready() if is_generated(path) else None
@@ -486,10 +434,15 @@ def precompile(launcher: TritonLauncher, example_args: tuple):
         return _compile_pool.submit(load)
     in_worker = workers.submit((path, fn.fn.__name__, tuple(example_args), grid, constants, options, device),
                                priority=_priority.get())
-    # a thread is taken only once the worker has answered (with an error, or ended: the compile
-    # then runs here), so that no thread waits behind the workers' queue
+
+    def loaded(answer: Future) -> None:
+        # a thread is taken only once the worker has answered (with an error, or ended: the
+        # compile then runs here), so that no thread waits behind the workers' queue
+        binary = answer.result() if answer.exception() is None else None
+        _compile_pool.submit(load, binary).add_done_callback(lambda f: _settle(done, f))
+
     done: Future = Future()
-    in_worker.add_done_callback(lambda _: _compile_pool.submit(load).add_done_callback(lambda f: _settle(done, f)))
+    in_worker.add_done_callback(loaded)
     return done
 
 
