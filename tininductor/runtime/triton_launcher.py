@@ -16,9 +16,9 @@ keeps the compiled kernel Triton returns, and afterwards calls its C launcher di
 
 This is what TorchInductor's generated launchers do too. Where torch has its prebuilt launcher
 (``StaticKernel``, runtime/static_kernel.py) the closure calls that instead, and Triton never
-builds a C launcher for the kernel (a gcc run per signature in a cold cache). The slow path stays in charge whenever
-the fast one would not be exact: Triton's interpreter (CPU), Triton before 3.3 (another
-``run`` signature), and launch hooks set by a profiler.
+builds a C launcher for the kernel (a gcc run per signature in a cold cache). The slow path
+stays in charge whenever the fast one would not be exact: Triton's interpreter (CPU), Triton
+before 3.3 (another ``run`` signature), and launch hooks set by a profiler.
 """
 from __future__ import annotations
 
