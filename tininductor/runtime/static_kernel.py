@@ -11,8 +11,9 @@ Loading a kernel this way needs a few facts and the cubin file, nothing of Trito
 :class:`KernelBinary`. A compile worker process (runtime/compile_worker.py) sends one back with
 each kernel it compiled, and the main process loads the cubin straight away. Going through
 Triton's JIT instead (``fn.warmup``: bind the arguments, specialise, hash, read the cache's
-metadata and every intermediate file) costs tens of milliseconds of Python per kernel, held under
-the GIL while the main process compiles the next graph.
+metadata and every intermediate file) is Python that holds the GIL while the main process
+compiles the next graph: BART's training step made 84 such loads, 15-53 s of thread time in all
+on an H200 host.
 """
 from __future__ import annotations
 
