@@ -47,6 +47,36 @@ def test_direct_launches_match_eager_and_skip_the_front_door():
     assert any(len(l._launchers) == 2 for l in launchers)
 
 
+def test_kernels_a_worker_compiled_load_without_triton_in_this_process(monkeypatch):
+    """With compile workers up, each kernel comes back as a binary (static_kernel.KernelBinary):
+    the main process loads its cubin for torch's launcher and never calls Triton's JIT for it,
+    and the results are eager's. (A misaligned pointer would still go through Triton.)"""
+    import time
+
+    import triton.runtime.jit as triton_jit
+
+    from tininductor.runtime import compile_worker, static_kernel
+
+    if static_kernel.static_launcher() is None or compile_worker.worker_count() == 0:
+        pytest.skip("needs torch's prebuilt launcher and compile worker processes")
+    compile_worker.start_workers()
+    deadline = time.time() + 120
+    while compile_worker.workers_ready() is None and time.time() < deadline:
+        time.sleep(0.05)
+    assert compile_worker.workers_ready() is not None
+    warmups = []
+    warmup = triton_jit.JITFunction.warmup
+    monkeypatch.setattr(triton_jit.JITFunction, "warmup",
+                        lambda self, *args, **kwargs: warmups.append(self) or warmup(self, *args, **kwargs))
+    tinydynamo.reset()
+    f = tinydynamo.compile(chain)
+    x, y = torch.randn(48, 70, device="cuda"), torch.randn(48, 70, device="cuda")
+    torch.testing.assert_close(f(x, y), chain(x, y))
+    launchers = _launchers(compile_fx_module.compiled_graphs[-1])
+    assert launchers and all(l._launchers for l in launchers)
+    assert warmups == []
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
 def test_reduce_overhead_replays_with_new_inputs(dtype):
     tinydynamo.reset()
