@@ -405,16 +405,16 @@ def precompile(launcher: TritonLauncher, example_args: tuple):
     device = torch.cuda.current_device() if torch.cuda.is_available() else None
 
     def load(binary: KernelBinary | None = None) -> StaticKernel | None:
-        if binary is not None:  # a worker compiled it: load its cubin, no Triton here
-            kernel = StaticKernel.from_binary(binary, device)
-            if kernel is not None:
-                return kernel
-        if _driver_ready is not None:
-            try:
-                _driver_ready.result()
-            except Exception:  # the compile below makes the driver itself (and raises its error)
-                pass
         with torch.cuda.device(device) if device is not None else contextlib.nullcontext():
+            if binary is not None:  # a worker compiled it: load its cubin, no Triton here
+                kernel = StaticKernel.from_binary(binary, device)
+                if kernel is not None:
+                    return kernel
+            if _driver_ready is not None:
+                try:
+                    _driver_ready.result()
+                except Exception:  # the compile below makes the driver itself (and raises its error)
+                    pass
             # a worker compiled it into Triton's disk cache (found there), or else it compiles here,
             # raising a real compile error with its own message
             compiled = fn.warmup(*example_args, grid=grid, **constants, **options)
