@@ -504,7 +504,9 @@ if stored.exists() and "rows" in gpu["results"].get("pointwise_chain max-autotun
 #   them compete with the main process while it traces (on two cores, four such workers took
 #   OPT's training compile from 2.2 to 3.7 s; forked, 2.3 s).
 # * **Look at the slowest kernel's compile, not the average.** A timeline of one first call
-#   (each kernel's submit, compile and load) showed BART's training forward waiting 9 s for a
+#   (each compile phase with its wall and CPU time, each kernel's compile in a worker and its
+#   load: `tinydynamo.utils.chromium_event_log()` records it, `bench/first_call.py` prints it
+#   for a dashboard model and writes a Chrome trace) showed BART's training forward waiting 9 s for a
 #   single kernel of 126 loads and 64 stores: residual sums saved for the backward, realized
 #   last and piled into whichever kernel came last. The scheduler now puts each into the kernel
 #   that already reads its inputs (chapter 7) and caps a kernel's size, and that first call

@@ -179,3 +179,22 @@ def test_a_graph_run_eagerly_is_recorded(tmp_path, monkeypatch):
     assert row["statuses"]["tiny"] == "ok"  # right: eager's own answer
     assert any("no lowering for this graph" in f for f in row["tiny fallbacks"])
     assert data["summary"][0]["tiny with an eager fallback"] == ["resnet18"]
+
+
+def test_first_call_timeline_of_a_dashboard_model(tmp_path, capsys, monkeypatch):
+    """bench/first_call.py: one model's first call, with empty compile caches, as a timeline of its
+    compile phases, and the same as a Chrome trace."""
+    for var in ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "TINY_CACHE_DIR"):
+        monkeypatch.setenv(var, str(tmp_path / var))  # (the script points them at fresh directories)
+    spec = importlib.util.spec_from_file_location("first_call", ROOT / "bench" / "first_call.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    trace = tmp_path / "trace.json"
+    assert module.main(["squeezenet", "--device", "cpu", "--sizes", "small", "--suite", "training",
+                        "--min-ms", "0", "--trace", str(trace)]) == 0
+    out = capsys.readouterr().out
+    assert "squeezenet training fp32 on cpu: first call" in out
+    for phase in ("compile_frame", "joint_graph", "partition", "lowering", "codegen"):
+        assert phase in out, phase
+    events = json.loads(trace.read_text())["traceEvents"]
+    assert any(e["ph"] == "X" and e["name"] == "compile_frame" for e in events)

@@ -156,6 +156,49 @@ def test_compile_times_account_for_compile_steps_only():
         compile_times(repr="csv")
 
 
+def test_chromium_event_log_records_a_timeline_of_the_compile():
+    """Inside ``chromium_event_log()`` each compile phase is a span on its thread's track, nested
+    in the frame's compile, with CPU seconds of that thread; a span another layer adds (a kernel
+    load) lands on its own track; outside the block nothing is recorded. The Chrome trace has one
+    complete event per span and names each track."""
+    import json
+    import threading
+
+    from tinydynamo.utils import chromium_event_log, log_event
+
+    tinydynamo.reset()
+    fn = tinydynamo.compile(lambda x: (x.cos() * 3).sum(-1), backend="tininductor")
+    x = torch.randn(4, 8)
+    with chromium_event_log() as log:
+        torch.testing.assert_close(fn(x), (x.cos() * 3).sum(-1))
+        done = threading.Event()
+        threading.Thread(target=lambda: (log_event("load k", 1.0, 1.5), done.set()), name="loader").start()
+        done.wait(10)
+        fn(x)  # cached: no compile step, no span
+    names = [e.name for e in log.events]
+    for phase in ("compile_frame", "trace", "backend_compile", "lowering", "codegen"):
+        assert names.count(phase) == 1, (phase, names)
+    frame = next(e for e in log.events if e.name == "compile_frame")
+    for e in log.events:
+        if e.track == "MainThread" and e is not frame:
+            assert frame.start <= e.start <= e.end <= frame.end, e
+            assert e.cpu is not None and 0 <= e.cpu <= (e.end - e.start) + 0.05, e
+    assert next(e for e in log.events if e.name == "load k").track == "loader"
+    count = len(log.events)
+    log_event("after", 0.0, 1.0)
+    tinydynamo.reset()
+    tinydynamo.compile(lambda x: x.sin() - 1, backend="tininductor")(x)
+    assert len(log.events) == count  # the block is over
+    trace = json.loads(json.dumps(log.chrome_trace()))["traceEvents"]
+    spans = [t for t in trace if t["ph"] == "X"]
+    assert len(spans) == count and all(t["dur"] >= 0 for t in spans)
+    # (with an empty kernel cache, g++ builds add a track per build thread)
+    assert {"MainThread", "loader"} <= {t["args"]["name"] for t in trace if t["ph"] == "M"}
+    lines = log.table().splitlines()
+    assert lines[0].split() == ["start", "end", "wall", "s", "cpu", "s", "track", "name"]
+    assert len(lines) == count + 1 and any(line.endswith("compile_frame") for line in lines)
+
+
 def test_full_collections_wait_while_a_frame_compiles():
     """config.defer_full_gc: generation 2's threshold is raised while the backend runs, nested
     blocks leave it to the outermost, and it is restored after (also after an error); off: untouched."""

@@ -8,15 +8,23 @@ a total: read each as "of which".
 
     tinydynamo.compile(f)(x)
     print(tinydynamo.utils.compile_times())
+
+Totals do not say what waited for what. ``with chromium_event_log() as log:`` records each
+phase as a span on its thread's track (wall and CPU seconds), and the layers below add theirs
+(each kernel a compile worker compiles, each kernel the main process loads): ``log.table()`` is
+the first call's timeline, ``log.chrome_trace()`` the same for chrome://tracing or Perfetto
+(TorchDynamo's ``ChromiumEventLogger``). ``bench/first_call.py`` prints it for a dashboard model.
 """
 from __future__ import annotations
 
 import collections
 import contextlib
+import dataclasses
 import functools
 import gc
+import threading
 import time
-from typing import Any
+from typing import Any, Iterator
 
 import torch
 import torch.utils._pytree as pytree
@@ -29,8 +37,10 @@ _times: dict[str, list[float]] = collections.defaultdict(list)
 
 @contextlib.contextmanager
 def dynamo_timed(phase: str):
-    """Add the wall time of the ``with`` block to ``phase`` (also when it raises)."""
+    """Add the wall time of the ``with`` block to ``phase`` (also when it raises); under
+    :func:`chromium_event_log`, also a span with its thread's CPU time."""
     start = time.perf_counter()
+    cpu = time.thread_time() if _event_logs else None
     try:
         yield
     except BaseException as e:  # name the innermost phase that raised (BackendCompilerFailed shows it)
@@ -41,7 +51,81 @@ def dynamo_timed(phase: str):
                 pass
         raise
     finally:
-        _times[phase].append(time.perf_counter() - start)
+        end = time.perf_counter()
+        _times[phase].append(end - start)
+        if _event_logs:
+            log_event(phase, start, end, cpu=None if cpu is None else time.thread_time() - cpu)
+
+
+@dataclasses.dataclass
+class Event:
+    """One span: ``start`` and ``end`` in ``time.perf_counter()`` seconds, on ``track`` (a thread,
+    or a worker process); ``cpu``: its thread's CPU seconds, where measured."""
+
+    name: str
+    start: float
+    end: float
+    track: str
+    cpu: float | None = None
+
+
+class ChromiumEventLog:
+    """The spans recorded while a :func:`chromium_event_log` block ran."""
+
+    def __init__(self):
+        self.origin = time.perf_counter()
+        self.events: list[Event] = []
+
+    def table(self, min_seconds: float = 0.0) -> str:
+        """The timeline: one span per line, by start, in seconds from the block's start."""
+        lines = [f"{'start':>8} {'end':>8} {'wall s':>7} {'cpu s':>6}  {'track':22} name"]
+        for e in sorted(self.events, key=lambda e: e.start):
+            if e.end - e.start < min_seconds:
+                continue
+            cpu = f"{e.cpu:6.2f}" if e.cpu is not None else f"{'':6}"
+            lines.append(f"{e.start - self.origin:8.3f} {e.end - self.origin:8.3f} {e.end - e.start:7.3f} "
+                         f"{cpu}  {e.track[:22]:22} {e.name}")
+        return "\n".join(lines)
+
+    def chrome_trace(self) -> dict:
+        """The Trace Event Format (``json.dump`` it, open it in chrome://tracing or Perfetto):
+        a complete event ("X") per span, in microseconds, one thread row per track."""
+        tracks = {track: i for i, track in enumerate(dict.fromkeys(e.track for e in self.events))}
+        trace = [{"name": "thread_name", "ph": "M", "pid": 0, "tid": tid, "args": {"name": track}}
+                 for track, tid in tracks.items()]
+        for e in self.events:
+            trace.append({"name": e.name, "ph": "X", "pid": 0, "tid": tracks[e.track],
+                          "ts": (e.start - self.origin) * 1e6, "dur": (e.end - e.start) * 1e6,
+                          "args": {} if e.cpu is None else {"cpu_s": e.cpu}})
+        return {"traceEvents": trace, "displayTimeUnit": "ms"}
+
+
+#: the logs of the active :func:`chromium_event_log` blocks (usually none)
+_event_logs: list[ChromiumEventLog] = []
+_event_lock = threading.Lock()
+
+
+def log_event(name: str, start: float, end: float, track: str | None = None, cpu: float | None = None) -> None:
+    """Add a span (``time.perf_counter()`` seconds) to every active event log; a no-op when none
+    records. ``track`` defaults to the calling thread's name."""
+    if not _event_logs:
+        return
+    event = Event(name, start, end, track or threading.current_thread().name, cpu)
+    with _event_lock:  # spans come from compile threads and worker feeders too
+        for log in _event_logs:
+            log.events.append(event)
+
+
+@contextlib.contextmanager
+def chromium_event_log() -> Iterator[ChromiumEventLog]:
+    """Record the spans of every compile step while the block runs (TorchDynamo's
+    ``ChromiumEventLogger``); nothing is recorded outside such a block."""
+    log = ChromiumEventLog()
+    _event_logs.append(log)
+    try:
+        yield log
+    finally:
+        _event_logs.remove(log)
 
 
 _deferring = [0]  # 1 while a block defers (a compile inside a compile leaves the thresholds to the outer one)

@@ -43,6 +43,7 @@ import struct
 import subprocess
 import sys
 import threading
+import time
 from concurrent.futures import Future
 from pathlib import Path
 
@@ -50,6 +51,7 @@ import torch
 
 from tininductor.codecache import PyCodeCache
 from tininductor.runtime.static_kernel import KernelBinary
+from tinydynamo.utils import log_event
 
 _HEADER = struct.Struct("<Q")
 
@@ -94,12 +96,13 @@ class CompileWorkers:
             os.close(fd)
         self._pipes = [(os.fdopen(job_write, "wb"), os.fdopen(answer_read, "rb"))
                        for (_, job_write), (answer_read, _) in zip(jobs, answers)]
-        for pipes in self._pipes:
-            threading.Thread(target=self._serve, args=pipes, daemon=True).start()
+        for i, pipes in enumerate(self._pipes):
+            threading.Thread(target=self._serve, args=(*pipes, f"compile worker {i}"), daemon=True).start()
         atexit.register(self.close)
 
-    def _serve(self, to_worker, from_worker) -> None:
-        """Feed one worker: wait until it is ready, then compile jobs from the queue until it exits."""
+    def _serve(self, to_worker, from_worker, name: str) -> None:
+        """Feed one worker: wait until it is ready, then compile jobs from the queue until it exits.
+        Each job is a span on the worker's track of an active event log (``name``)."""
         try:
             if _read(from_worker) != "ready":
                 return
@@ -111,8 +114,10 @@ class CompileWorkers:
             if not future.set_running_or_notify_cancel():
                 continue
             try:
+                start = time.perf_counter()
                 _write(to_worker, job)
                 status, detail = _read(from_worker)
+                log_event(f"compile {job[1]}", start, time.perf_counter(), track=name)
             except (EOFError, OSError, ValueError) as e:  # the worker is gone (killed at exit, crashed)
                 self.ready -= 1
                 future.set_exception(RuntimeError(f"a Triton compile worker process ended: {e}"))

@@ -26,11 +26,12 @@ import contextlib
 import contextvars
 import inspect
 import os
+import time
 from concurrent.futures import Future, ThreadPoolExecutor
 
 import torch
 
-from tinydynamo.utils import dynamo_timed
+from tinydynamo.utils import dynamo_timed, log_event
 
 from .. import config
 from . import static_kernel
@@ -405,6 +406,14 @@ def precompile(launcher: TritonLauncher, example_args: tuple):
     device = torch.cuda.current_device() if torch.cuda.is_available() else None
 
     def load(binary: KernelBinary | None = None) -> StaticKernel | None:
+        start = time.perf_counter()
+        try:
+            return _load(binary)
+        finally:
+            log_event(f"load {fn.fn.__name__}" + (" (binary)" if binary is not None else ""), start,
+                      time.perf_counter())
+
+    def _load(binary: KernelBinary | None) -> StaticKernel | None:
         with torch.cuda.device(device) if device is not None else contextlib.nullcontext():
             if binary is not None:  # a worker compiled it: load its cubin, no Triton here
                 kernel = StaticKernel.from_binary(binary, device)
