@@ -16,8 +16,8 @@ Not ``multiprocessing`` workers: spawn would import the user's script again in e
 Each worker reads jobs from a pipe of its own and answers on another, with length-prefixed
 pickles. A job names the generated module's file and the kernel in it; the worker loads that
 module (its kernels' ``TritonLauncher`` objects do nothing until launched) and calls the
-kernel's ``warmup`` with the same arguments the main process would use, so both compute the
-same cache key.
+kernel's ``warmup`` with the same arguments the main process would use: where the main process
+cannot take the binary, its own ``warmup`` finds the kernel in the cache under the same key.
 
 Workers start in the background when the backend is looked up (``start_workers``), next to the
 Triton driver's warm-up; until one reports ready, kernels compile in threads. A ready worker first

@@ -73,6 +73,12 @@ def _hook_set(hook) -> bool:
     return hook is not None and getattr(hook, "calls", True) != []
 
 
+def _profiler_listening(knobs) -> bool:
+    """A profiler's launch hook is set (a launch then goes through Triton, which calls it). Asked
+    only when a hook object is there: Triton 3.9 keeps an empty HookChain."""
+    return _hook_set(knobs.launch_enter_hook) or _hook_set(knobs.launch_exit_hook)
+
+
 class TritonLauncher:
     """``launcher.run(*args)`` = ``fn[grid](*args, **constants, num_warps=num_warps)``, faster.
 
@@ -290,15 +296,12 @@ class TritonLauncher:
         get_device, get_stream = _stream_getters()
         knobs = _runtime_knobs()
 
-        def profiler_listening() -> bool:  # called only when a hook is set (Triton 3.9: a HookChain, maybe empty)
-            return _hook_set(knobs.launch_enter_hook) or _hook_set(knobs.launch_exit_hook)
-
         c_launch = compiled.run  # property: loads the module (and builds the C launcher) on first use
         function, metadata = compiled.function, compiled.packed_metadata
         constexprs = tuple(self.constants[name] for name in self._constexpr_order)
 
         def launch(args, gx=gx):
-            if (knobs.launch_enter_hook is not None or knobs.launch_exit_hook is not None) and profiler_listening():
+            if (knobs.launch_enter_hook is not None or knobs.launch_exit_hook is not None) and _profiler_listening(knobs):
                 self._launch_through_triton(args, (gx, gy, gz))  # let Triton call the profiler's hooks
                 return
             c_launch(gx, gy, gz, get_stream(get_device()), function, metadata, None, None, None,
@@ -316,7 +319,7 @@ class TritonLauncher:
 
         def launch(args, gx=gx):
             if (knobs.launch_enter_hook is not None or knobs.launch_exit_hook is not None) \
-                    and (_hook_set(knobs.launch_enter_hook) or _hook_set(knobs.launch_exit_hook)):
+                    and _profiler_listening(knobs):
                 self._launch_through_triton(args, (gx, gy, gz))  # let Triton call the profiler's hooks
                 return
             if keep is not None:
