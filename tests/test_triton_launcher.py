@@ -213,7 +213,7 @@ def test_a_kernel_compiled_ahead_launches_without_triton(fast_launcher, monkeypa
             answered.set_result(binary)
             return answered
 
-    monkeypatch.setattr(triton_launcher, "workers_ready", lambda: Workers())
+    monkeypatch.setattr(triton_launcher, "compile_workers", lambda: Workers())
     monkeypatch.setattr(triton_launcher, "is_generated", lambda path: True)
     warmups = []
     jit.warmup = lambda *args, grid, **kw: warmups.append(args) or FakeCompiled()
@@ -286,6 +286,85 @@ def test_compile_worker_processes_answer_and_report_errors(tmp_path):
         again = pool.submit((str(tmp_path / "missing.py"), "kernel", (), (1, 1, 1), {}, {}, None))
         with pytest.raises(RuntimeError):  # the worker is still alive after an error
             again.result(timeout=60)
+    finally:
+        pool.close()
+
+
+OFFLINE_PROBE = """\
+import types
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def tiny_offline_probe(in_ptr, out_ptr, xnumel, XBLOCK: tl.constexpr):
+    offsets = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)
+    mask = offsets < xnumel
+    tl.store(out_ptr + offsets, tl.exp(tl.load(in_ptr + offsets, mask=mask).to(tl.float32)), mask=mask)
+
+
+tiny_offline_probe = types.SimpleNamespace(fn=tiny_offline_probe)  # what a generated module's launcher offers
+"""
+
+
+def test_workers_compile_for_a_named_gpu_without_starting_cuda(tmp_path, monkeypatch):
+    """Given the devices' architectures, the forking process compiles its warm-up kernel before it
+    forks and a worker compiles a job's kernel into a cubin for that architecture, with no GPU
+    visible: neither starts CUDA (which each of sixteen workers would otherwise do at the moment
+    the first kernels are due)."""
+    import json
+    import time
+
+    pytest.importorskip("triton.backends.nvidia.driver")
+    from tininductor.codecache import PyCodeCache
+    from tininductor.runtime.compile_worker import CompileWorkers
+
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton"))
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")  # a worker that asked CUDA for its device would fail
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)  # (the CPU test run's default) compile for real
+    PyCodeCache.load(OFFLINE_PROBE)
+    pool = CompileWorkers(1, archs=[80, 90])
+    try:
+        deadline = time.time() + 180
+        while pool.ready == 0 and pool.alive and time.time() < deadline:
+            time.sleep(0.05)
+        assert pool.ready == 1
+        # the warm-up was compiled before the fork, for the first device
+        assert list((tmp_path / "triton").rglob("tiny_worker_warm_up.cubin"))
+        job = (str(PyCodeCache.path_for(OFFLINE_PROBE)), "tiny_offline_probe", (torch.bfloat16, torch.float32, 1000),
+               (8, 1, 1), {"XBLOCK": 128}, {"num_warps": 4, "num_stages": 1}, 1)
+        binary = pool.submit(job).result(timeout=180)
+    finally:
+        pool.close()
+    cubins = list((tmp_path / "triton").rglob("tiny_offline_probe.cubin"))
+    assert len(cubins) == 1
+    meta = json.loads((cubins[0].parent / "tiny_offline_probe.json").read_text())
+    assert meta["target"]["arch"] == 90  # device 1's architecture, not device 0's
+    if binary is not None:  # a torch with the prebuilt launcher: what it needs to load the cubin
+        assert binary.cubin == str(cubins[0]) and binary.name == "tiny_offline_probe"
+
+
+def test_a_pool_whose_workers_all_failed_to_start_fails_its_jobs(monkeypatch):
+    """Jobs wait for workers that are still starting; once none is left (here none could start),
+    the waiting jobs and any new one fail at once, and the caller compiles in a thread instead."""
+    import sys
+    import time
+
+    from tininductor.runtime.compile_worker import CompileWorkers
+
+    monkeypatch.setattr(sys, "executable", "/bin/false")  # the forking process exits at once
+    pool = CompileWorkers(2)
+    try:
+        waiting = pool.submit(("m.py", "kernel", (), (1, 1, 1), {}, {}, None))
+        with pytest.raises(RuntimeError, match="no Triton compile worker process is left"):
+            waiting.result(timeout=60)
+        deadline = time.time() + 60
+        while pool.alive and time.time() < deadline:
+            time.sleep(0.01)
+        assert not pool.alive and pool.ready == 0
+        late = pool.submit(("m.py", "kernel", (), (1, 1, 1), {}, {}, None))
+        assert late.done() and "no Triton compile worker" in str(late.exception())
     finally:
         pool.close()
 

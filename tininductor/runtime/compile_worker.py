@@ -20,9 +20,16 @@ kernel's ``warmup`` with the same arguments the main process would use: where th
 cannot take the binary, its own ``warmup`` finds the kernel in the cache under the same key.
 
 Workers start in the background when the backend is looked up (``start_workers``), next to the
-Triton driver's warm-up; until one reports ready, kernels compile in threads. A ready worker first
-compiles a small kernel of its own (``warm_up``), so that its first real kernel does not also pay
-for initialising CUDA and Triton's compiler.
+Triton driver's warm-up. A kernel submitted before they are ready waits in the queue; only if every
+worker failed to start does it compile in a thread of the main process.
+
+Workers never start CUDA. The main process names each GPU's architecture (``cuda_archs``), and the
+forking process installs a Triton driver that answers with them (``offline_driver``): compiling
+for a GPU needs its architecture, not the GPU. Triton's own driver would ask CUDA, and sixteen
+workers that each start CUDA (a context, hundreds of MB of GPU memory each) take seconds at the
+moment the first kernels are due. With no CUDA in it, the forking process can also compile one
+small kernel before it forks (``warm_up``): every worker is then a copy of a process whose
+compiler (MLIR, LLVM, ptxas) has already run once, and its first real kernel pays for none of it.
 ``TINY_COMPILE_WORKERS=N`` sets their number (0: threads only; default: TorchInductor's, one per core, at
 most 32).
 
@@ -76,10 +83,14 @@ class CompileWorkers:
     Each worker has a thread of its own that feeds it: it takes the most urgent job from the queue
     (lowest ``priority``, then the oldest), sends it, and waits for the answer."""
 
-    def __init__(self, count: int):
+    def __init__(self, count: int, archs: list[int] | None = None):
+        """``archs``: each CUDA device's architecture (``cuda_archs()``), for compiling without CUDA;
+        None: the workers ask Triton's own driver (which starts CUDA in each of them)."""
         self._jobs: queue.PriorityQueue = queue.PriorityQueue()
         self._order = itertools.count()  # ties in priority: first submitted, first compiled
-        self.ready = 0  # workers that reported ready
+        self._lock = threading.Lock()
+        self.starting = count  # workers that have not yet reported ready (or died trying)
+        self.ready = 0  # workers that reported ready and are alive
         self.compiled = 0  # kernels the workers compiled
         env = dict(os.environ, TINY_TRITON_PARALLEL_COMPILE="0", TINY_TRITON_WARMUP="0", TINY_COMPILE_WORKERS="0")
         root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -91,7 +102,7 @@ class CompileWorkers:
         theirs = [fd for (job_read, _), (_, answer_write) in zip(jobs, answers) for fd in (job_read, answer_write)]
         # a session of its own: close() ends the forking process and every worker as one group
         self._server = subprocess.Popen([sys.executable, "-m", "tininductor.runtime.compile_worker",
-                                         *map(str, theirs)], pass_fds=theirs, env=env, start_new_session=True)
+                                         ",".join(map(str, archs or [])) or "-", *map(str, theirs)], pass_fds=theirs, env=env, start_new_session=True)
         for fd in theirs:
             os.close(fd)
         self._pipes = [(os.fdopen(job_write, "wb"), os.fdopen(answer_read, "rb"))
@@ -100,15 +111,24 @@ class CompileWorkers:
             threading.Thread(target=self._serve, args=(*pipes, f"compile worker {i}"), daemon=True).start()
         atexit.register(self.close)
 
+    @property
+    def alive(self) -> bool:
+        """Whether a worker is ready or may still become so (else no job would ever be answered)."""
+        return self.starting + self.ready > 0
+
     def _serve(self, to_worker, from_worker, name: str) -> None:
         """Feed one worker: wait until it is ready, then compile jobs from the queue until it exits.
         Each job is a span on the worker's track of an active event log (``name``)."""
         try:
-            if _read(from_worker) != "ready":
-                return
+            started = _read(from_worker) == "ready"
         except (EOFError, OSError, ValueError):  # the worker died while starting: it is not used
+            started = False
+        with self._lock:
+            self.starting -= 1
+            self.ready += started
+        if not started:
+            self._check_alive(RuntimeError(f"{name} did not start"))
             return
-        self.ready += 1
         while True:
             _, _, job, future = self._jobs.get()
             if not future.set_running_or_notify_cancel():
@@ -119,10 +139,10 @@ class CompileWorkers:
                 status, detail = _read(from_worker)
                 log_event(f"compile {job[1]}", start, time.perf_counter(), track=name)
             except (EOFError, OSError, ValueError) as e:  # the worker is gone (killed at exit, crashed)
-                self.ready -= 1
+                with self._lock:
+                    self.ready -= 1
                 future.set_exception(RuntimeError(f"a Triton compile worker process ended: {e}"))
-                if self.ready == 0:  # the last one: no job left in the queue would ever be answered
-                    self._fail_queued(e)
+                self._check_alive(e)
                 return
             if status != "ok":
                 future.set_exception(RuntimeError(f"Triton compile in a worker process failed: {detail}"))
@@ -130,7 +150,12 @@ class CompileWorkers:
                 self.compiled += 1
                 future.set_result(detail)  # the kernel's binary (static_kernel.KernelBinary), or None
 
-    def _fail_queued(self, error: Exception) -> None:
+    def _check_alive(self, error: Exception) -> None:
+        """After a worker ended: if it was the last, fail every queued job (none would be answered;
+        their callers compile in threads instead). ``submit`` fails new ones from then on."""
+        with self._lock:
+            if self.alive:
+                return
         while True:
             try:
                 *_, future = self._jobs.get_nowait()
@@ -141,7 +166,11 @@ class CompileWorkers:
 
     def submit(self, job: tuple, priority: int = 0) -> Future:
         future: Future = Future()
-        self._jobs.put((priority, next(self._order), job, future))
+        with self._lock:  # (a job queued after the last worker ended would wait forever)
+            if not self.alive:
+                future.set_exception(RuntimeError("no Triton compile worker process is left"))
+                return future
+            self._jobs.put((priority, next(self._order), job, future))
         return future
 
     def close(self) -> None:
@@ -192,11 +221,24 @@ def worker_count() -> int:
     return min(MAX_WORKERS, usable_cores())
 
 
+def cuda_archs() -> list[int]:
+    """Each CUDA device's architecture as Triton names it (``90`` for compute capability 9.0)."""
+    return [major * 10 + minor for major, minor in map(torch.cuda.get_device_capability,
+                                                       range(torch.cuda.device_count()))]
+
+
 def start_workers() -> None:
-    """Start the worker processes (once, in the background: they import torch and Triton)."""
+    """Start the worker processes (once, in the background: they import torch and Triton). On
+    NVIDIA GPUs they compile for this process's devices without starting CUDA themselves."""
     global _workers
     if _workers is None and worker_count() > 0:
-        _workers = CompileWorkers(worker_count())
+        archs = cuda_archs() if torch.cuda.is_available() and torch.version.hip is None else None
+        _workers = CompileWorkers(worker_count(), archs)
+
+
+def compile_workers() -> CompileWorkers | None:
+    """The pool, once started, while a worker is ready or still starting (a job waits for it)."""
+    return _workers if _workers is not None and _workers.alive else None
 
 
 def workers_ready() -> CompileWorkers | None:
@@ -211,6 +253,27 @@ def is_generated(path: str) -> bool:
 
 # --------------------------------------------------------------------------- the worker side
 
+def offline_driver(archs: list[int]):
+    """Make Triton compile for CUDA devices of architectures ``archs`` (by device index) without
+    starting CUDA: its NVIDIA driver, built without its ``__init__`` (which binds torch.cuda's
+    queries), answering the current device, its capability and stream from here. Set as Triton's
+    active driver; returns it (``.device`` is the device compiled for)."""
+    from triton.backends.nvidia.driver import CudaDriver
+    from triton.runtime import driver as triton_driver
+
+    offline = CudaDriver.__new__(CudaDriver)
+    offline.device = 0
+    offline.get_current_device = lambda: offline.device
+    offline.set_current_device = lambda index: setattr(offline, "device", index)
+    offline.get_device_capability = lambda index: divmod(archs[index], 10)
+    offline.get_current_stream = lambda index: 0  # (a compile launches nothing)
+    triton_driver.set_active(offline)
+    return offline
+
+
+_offline = None  # the worker's offline driver, when the main process named its devices' archs
+
+
 def _compile(path: str, name: str, example_args: tuple, grid, constants: dict, options: dict,
              device) -> KernelBinary | None:
     """Compile kernel ``name`` of the generated module at ``path`` into Triton's cache; its binary
@@ -222,11 +285,14 @@ def _compile(path: str, name: str, example_args: tuple, grid, constants: dict, o
         raise ValueError(f"{path} is not an intact tininductor module")
     module = PyCodeCache.load(source)
     fn = getattr(module, name).fn  # the module rebinds the kernel's name to its TritonLauncher
+    if _offline is not None:
+        _offline.set_current_device(device or 0)
+        return KernelBinary.describe(fn.warmup(*example_args, grid=grid, **constants, **options))
     with torch.cuda.device(device):
         return KernelBinary.describe(fn.warmup(*example_args, grid=grid, **constants, **options))
 
 
-#: a kernel compiled once when a worker starts (see :func:`warm_up`)
+#: a kernel compiled once before the workers fork (see :func:`warm_up`)
 WARM_UP_SOURCE = """\
 import triton
 import triton.language as tl
@@ -240,23 +306,21 @@ def tiny_worker_warm_up(ptr, BLOCK: tl.constexpr):
 
 
 def warm_up() -> None:
-    """Pay a worker's one-time costs before its first job: CUDA's initialisation, Triton's driver,
-    and the first run of its compiler (MLIR, LLVM and ptxas loaded). They take seconds, once per
-    worker; paid here, while the main process is still tracing, they stay off the first call's
-    critical path instead of delaying each worker's first kernel."""
-    if not torch.cuda.is_available():
-        return
+    """Compile a small kernel for the current device: the first run of Triton's compiler (MLIR,
+    LLVM and ptxas loaded and initialised) takes about a second. The forking process pays it once,
+    before it forks, so that no worker's first real kernel does (without an offline driver, each
+    worker pays it itself, with CUDA's start, before its first job)."""
     try:
-        with torch.cuda.device(torch.cuda.current_device()):
-            PyCodeCache.load(WARM_UP_SOURCE).tiny_worker_warm_up.warmup(torch.float32, grid=(1,), BLOCK=128)
+        PyCodeCache.load(WARM_UP_SOURCE).tiny_worker_warm_up.warmup(torch.float32, grid=(1,), BLOCK=128)
     except Exception:  # noqa: BLE001 - only a warm-up: a real job reports any error of its own
         pass
 
 
 def serve(inp, out) -> None:
-    """One worker: say it is ready, warm up, then compile each job it reads until the pipe closes."""
+    """One worker: say it is ready, then compile each job it reads until the pipe closes."""
     _write(out, "ready")
-    warm_up()  # (a job sent meanwhile waits in the pipe)
+    if _offline is None:  # Triton's own driver: CUDA and the compiler start here (a job waits in the pipe)
+        warm_up()
     while True:
         try:
             job = _read(inp)
@@ -268,9 +332,11 @@ def serve(inp, out) -> None:
             _write(out, ("error", f"{type(e).__name__}: {e}"[:4000]))
 
 
-def main(fds: list[int]) -> None:
-    """The forking process: import what every job needs once, then fork one worker per pair of
-    pipe ends (``fds``: its jobs' read end, its answers' write end) and wait for them."""
+def main(archs: list[int], fds: list[int]) -> None:
+    """The forking process: import what every job needs once (and, given the devices' ``archs``,
+    compile a first kernel without CUDA), then fork one worker per pair of pipe ends (``fds``: its
+    jobs' read end, its answers' write end) and wait for them."""
+    global _offline
     import triton  # noqa: F401  (imported once, here, for every worker)
 
     # the launcher module every job's kernel module loads, by name: this module sits below it (its pool
@@ -278,6 +344,13 @@ def main(fds: list[int]) -> None:
     importlib.import_module("tininductor.runtime.triton_launcher")
 
     sys.stdout = sys.stderr  # the pipes carry pickles only; a stray print goes to stderr
+    if archs:
+        try:
+            _offline = offline_driver(archs)
+        except (ImportError, AttributeError):  # not Triton's NVIDIA backend: each worker starts CUDA
+            _offline = None
+        else:
+            warm_up()  # no CUDA was started: forking after it is safe
     workers = []
     for job_read, answer_write in zip(fds[0::2], fds[1::2]):
         pid = os.fork()
@@ -308,4 +381,4 @@ def main(fds: list[int]) -> None:
 
 
 if __name__ == "__main__":
-    main([int(fd) for fd in sys.argv[1:]])
+    main([int(arch) for arch in sys.argv[1].split(",") if arch != "-"], [int(fd) for fd in sys.argv[2:]])

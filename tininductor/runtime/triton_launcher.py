@@ -36,7 +36,7 @@ from tinydynamo.utils import dynamo_timed, log_event
 from .. import config
 from . import static_kernel
 from .autotune import autotune
-from .compile_worker import is_generated, workers_ready
+from .compile_worker import compile_workers, is_generated
 from .index_check import interpreter_asserts
 from .static_kernel import KernelBinary, StaticKernel
 
@@ -391,8 +391,8 @@ def precompile(launcher: TritonLauncher, example_args: tuple):
     a torch dtype per pointer (Triton's ``warmup`` takes it as a 16-byte-aligned tensor, the
     usual case) and the sizes. The first launch with aligned pointers then launches the kernel
     loaded here; a differently aligned pointer compiles its own variant (Triton's front door).
-    Once worker processes are up (runtime/compile_worker.py), the compile itself runs in one of
-    them, on its own core, at the priority the loading module asked for (``compile_priority``),
+    Once worker processes are started (runtime/compile_worker.py), the compile itself runs in one
+    of them (waiting for one to be ready), on its own core, at the priority the loading module asked for (``compile_priority``),
     and the worker sends back the kernel's binary (``KernelBinary``): a thread here only loads
     its cubin. Without workers, or where the worker could not describe the kernel, the compile
     runs in a thread (Triton's compiler spends much of its time outside the GIL: ptxas and gcc
@@ -441,7 +441,7 @@ def precompile(launcher: TritonLauncher, example_args: tuple):
             return kernel
 
     path = fn.fn.__code__.co_filename
-    workers = workers_ready() if is_generated(path) else None
+    workers = compile_workers() if is_generated(path) else None
     if workers is None:
         return _compile_pool.submit(load)
     in_worker = workers.submit((path, fn.fn.__name__, tuple(example_args), grid, constants, options, device),
