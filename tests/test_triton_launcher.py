@@ -209,6 +209,8 @@ def test_a_kernel_compiled_ahead_launches_without_triton(fast_launcher, monkeypa
     answered: Future = Future()
 
     class Workers:  # one ready worker that compiled the kernel
+        ready = 1
+
         def submit(self, job, priority):
             answered.set_result(binary)
             return answered
@@ -226,6 +228,42 @@ def test_a_kernel_compiled_ahead_launches_without_triton(fast_launcher, monkeypa
     assert warmups == [] and jit.front_door == []
     launcher.run(torch.randn(65)[1:], b, 64)  # misaligned: Triton's own specialisation
     assert len(warmups) == 1
+
+
+@pytest.mark.parametrize("worker_first", [False, True])
+def test_a_thread_compiles_a_kernel_while_the_workers_are_starting(fast_launcher, monkeypatch, worker_first):
+    """While no worker is ready, a kernel is queued for the pool and a thread compiles it here
+    unless a worker has taken it by then: exactly one of them compiles it."""
+    import threading
+    from concurrent.futures import Future
+
+    jit, _ = fast_launcher
+    queued: Future = Future()
+    taken = threading.Event()
+
+    class Starting:  # a pool whose workers are not ready yet
+        ready = 0
+
+        def submit(self, job, priority):
+            if worker_first:  # a worker became ready and took the job at once
+                assert queued.set_running_or_notify_cancel()
+                taken.set()
+            return queued
+
+    monkeypatch.setattr(triton_launcher, "compile_workers", lambda: Starting())
+    monkeypatch.setattr(triton_launcher, "is_generated", lambda path: True)
+    warmups = []
+    jit.warmup = lambda *args, grid, **kw: warmups.append(args) or FakeCompiled()
+    launcher = TritonLauncher(jit, grid=(7,), num_warps=4, RBLOCK=32, XBLOCK=8,
+                              example_args=(torch.float32, torch.float32, 64))
+    if worker_first:
+        assert taken.is_set()
+        queued.set_result(None)  # the worker's answer: compiled, no binary (Triton's cache has it)
+        launcher._precompiled.result(timeout=30)
+        assert not queued.cancelled() and len(warmups) == 1  # found in Triton's cache, not compiled twice
+    else:
+        launcher._precompiled.result(timeout=30)
+        assert queued.cancelled() and len(warmups) == 1  # the thread compiled it; no worker will
 
 
 def test_interpreter_and_constexpr_order_disable_the_fast_path(monkeypatch):

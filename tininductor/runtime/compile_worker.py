@@ -20,8 +20,9 @@ kernel's ``warmup`` with the same arguments the main process would use: where th
 cannot take the binary, its own ``warmup`` finds the kernel in the cache under the same key.
 
 Workers start in the background when the backend is looked up (``start_workers``), next to the
-Triton driver's warm-up. A kernel submitted before they are ready waits in the queue; only if every
-worker failed to start does it compile in a thread of the main process.
+Triton driver's warm-up. A kernel submitted before one is ready is queued, and a thread of the main
+process compiles it unless a worker takes it first (``precompile`` cancels the queued job): a small
+graph's few kernels need not wait the seconds the pool takes to start.
 
 Workers never start CUDA. The main process names each GPU's architecture (``cuda_archs``), and the
 forking process installs a Triton driver that answers with them (``offline_driver``): compiling
@@ -237,7 +238,7 @@ def start_workers() -> None:
 
 
 def compile_workers() -> CompileWorkers | None:
-    """The pool, once started, while a worker is ready or still starting (a job waits for it)."""
+    """The pool, once started, while a worker is ready or still starting."""
     return _workers if _workers is not None and _workers.alive else None
 
 

@@ -392,7 +392,7 @@ def precompile(launcher: TritonLauncher, example_args: tuple):
     usual case) and the sizes. The first launch with aligned pointers then launches the kernel
     loaded here; a differently aligned pointer compiles its own variant (Triton's front door).
     Once worker processes are started (runtime/compile_worker.py), the compile itself runs in one
-    of them (waiting for one to be ready), on its own core, at the priority the loading module asked for (``compile_priority``),
+    of them (while none is ready yet, a thread takes it unless a worker does first), on its own core, at the priority the loading module asked for (``compile_priority``),
     and the worker sends back the kernel's binary (``KernelBinary``): a thread here only loads
     its cubin. Without workers, or where the worker could not describe the kernel, the compile
     runs in a thread (Triton's compiler spends much of its time outside the GIL: ptxas and gcc
@@ -446,15 +446,29 @@ def precompile(launcher: TritonLauncher, example_args: tuple):
         return _compile_pool.submit(load)
     in_worker = workers.submit((path, fn.fn.__name__, tuple(example_args), grid, constants, options, device),
                                priority=_priority.get())
+    done: Future = Future()
 
     def loaded(answer: Future) -> None:
         # a thread is taken only once the worker has answered (with an error, or ended: the
         # compile then runs here), so that no thread waits behind the workers' queue
+        if answer.cancelled():  # a thread took the job while the workers were starting
+            return
         binary = answer.result() if answer.exception() is None else None
         _compile_pool.submit(load, binary).add_done_callback(lambda f: _settle(done, f))
 
-    done: Future = Future()
+    def take_over() -> None:
+        # the workers are still starting (importing torch, warming the compiler: seconds): a
+        # thread compiles the kernel here unless a worker has taken it meanwhile, so that a small
+        # graph's few kernels do not wait for the pool
+        if in_worker.cancel():
+            try:
+                done.set_result(load())
+            except BaseException as e:  # noqa: BLE001 - the first launch raises it
+                done.set_exception(e)
+
     in_worker.add_done_callback(loaded)
+    if workers.ready == 0:
+        _compile_pool.submit(take_over)
     return done
 
 
