@@ -356,6 +356,10 @@ def _fast_path_possible(fn, constants: dict) -> bool:
 
 # --------------------------------------------------------------------------- parallel compilation
 _compile_pool = None
+#: the threads that compile kernels queued for worker processes that are still starting: two,
+#: since more would take the GIL from the main thread, which is compiling the next graph
+_take_over_pool = None
+TAKE_OVER_THREADS = 2
 _driver_ready = None   # the future of warm_up_driver's job
 
 
@@ -392,19 +396,21 @@ def precompile(launcher: TritonLauncher, example_args: tuple):
     usual case) and the sizes. The first launch with aligned pointers then launches the kernel
     loaded here; a differently aligned pointer compiles its own variant (Triton's front door).
     Once worker processes are started (runtime/compile_worker.py), the compile itself runs in one
-    of them (while none is ready yet, a thread takes it unless a worker does first), on its own core, at the priority the loading module asked for (``compile_priority``),
+    of them (while none is ready yet, one of ``TAKE_OVER_THREADS`` threads takes it unless a worker
+    does first), on its own core, at the priority the loading module asked for (``compile_priority``),
     and the worker sends back the kernel's binary (``KernelBinary``): a thread here only loads
     its cubin. Without workers, or where the worker could not describe the kernel, the compile
     runs in a thread (Triton's compiler spends much of its time outside the GIL: ptxas and gcc
     are subprocesses), which also loads the kernel, or else builds Triton's C launcher for its
     signature (gcc, in a cold cache). ``TINY_TRITON_PARALLEL_COMPILE=0`` turns it off.
     """
-    global _compile_pool
+    global _compile_pool, _take_over_pool
     if os.environ.get("TINY_TRITON_PARALLEL_COMPILE", "1") == "0":
         return None
     if _compile_pool is None:
         workers = int(os.environ.get("TINY_COMPILE_THREADS", 0)) or min(16, max(2, os.cpu_count() or 2))
         _compile_pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="tiny_triton_compile")
+        _take_over_pool = ThreadPoolExecutor(max_workers=TAKE_OVER_THREADS, thread_name_prefix="tiny_triton_take_over")
     fn, grid, constants, options = launcher.fn, launcher.grid, dict(launcher.constants), launcher._options()
     device = torch.cuda.current_device() if torch.cuda.is_available() else None
 
@@ -457,9 +463,9 @@ def precompile(launcher: TritonLauncher, example_args: tuple):
         _compile_pool.submit(load, binary).add_done_callback(lambda f: _settle(done, f))
 
     def take_over() -> None:
-        # the workers are still starting (importing torch, warming the compiler: seconds): a
-        # thread compiles the kernel here unless a worker has taken it meanwhile, so that a small
-        # graph's few kernels do not wait for the pool
+        # the workers are still starting (importing torch, warming the compiler: seconds): one of
+        # a few threads compiles the kernel here unless a worker has taken it meanwhile, so that
+        # a small graph's few kernels do not wait for the pool
         if in_worker.cancel():
             try:
                 done.set_result(load())
@@ -468,7 +474,7 @@ def precompile(launcher: TritonLauncher, example_args: tuple):
 
     in_worker.add_done_callback(loaded)
     if workers.ready == 0:
-        _compile_pool.submit(take_over)
+        _take_over_pool.submit(take_over)
     return done
 
 
