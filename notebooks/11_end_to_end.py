@@ -496,13 +496,21 @@ if stored.exists() and "rows" in gpu["results"].get("pointwise_chain max-autotun
 #   take a forward's kernels before a backward's: a graph waits only for its forward, and the
 #   backward's kernels compile while the forward runs; its first call waits for what is left.
 #   A model cut into several graphs (BART's LayerDrop breaks before each layer) then overlaps
-#   the backward kernels of one graph with the tracing of the next. A worker's first kernel
-#   also pays for starting CUDA and Triton's compiler (2-3 s on the H200 host, against 0.1-0.5 s
-#   for its later kernels), so each worker compiles a small kernel of its own as soon as it
-#   starts, while the main process is still tracing (`compile_worker.warm_up`). And the workers
-#   are forked from one process that imports torch and Triton once: workers that each import
-#   them compete with the main process while it traces (on two cores, four such workers took
-#   OPT's training compile from 2.2 to 3.7 s; forked, 2.3 s).
+#   the backward kernels of one graph with the tracing of the next. The workers are forked from
+#   one process that imports torch and Triton once: workers that each import them compete with
+#   the main process while it traces (on two cores, four such workers took OPT's training
+#   compile from 2.2 to 3.7 s; forked, 2.3 s).
+# * **Compiling for a GPU does not need the GPU.** A worker's first kernel also paid for starting
+#   CUDA (a context, hundreds of MB of GPU memory, in each of sixteen workers at once) and Triton's
+#   compiler: 2-3 s on the H200 host, against 0.1-0.5 s for its later kernels. Triton only asks
+#   CUDA which architecture to compile for, so the main process names it and the workers install
+#   a Triton driver that answers from that (`compile_worker.offline_driver`); with no CUDA in it,
+#   the forking process can compile one small kernel before it forks, and every worker starts
+#   as a copy of a process whose compiler has already run. Until the pool is ready (seconds: it
+#   imports torch), two threads of the main process take kernels over; sixteen took the GIL from
+#   the main thread. OPT's training step, first call in a fresh process on the H200 host: the
+#   forward waited 2.3 s for its kernels before, 0.9 s now, and the whole first call took 6.95 s
+#   (11.5 s when sixteen threads took kernels over).
 # * **Look at the slowest kernel's compile, not the average.** A timeline of one first call
 #   (each compile phase with its wall and CPU time, each kernel's compile in a worker and its
 #   load: `tinydynamo.utils.chromium_event_log()` records it, `bench/first_call.py` prints it
