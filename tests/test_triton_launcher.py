@@ -193,6 +193,18 @@ def test_static_launcher_passes_what_the_cubin_takes(fast_launcher, monkeypatch)
     assert len(static.launches) == n and len(mixed.front_door) == 1
 
 
+def _launcher_with_pool(jit, monkeypatch, pool):
+    """A launcher whose kernel is compiled ahead through ``pool`` (standing in for the worker
+    processes), and the list of Triton warmups (compiles or cache lookups) made in this process."""
+    monkeypatch.setattr(triton_launcher, "compile_workers", lambda: pool)
+    monkeypatch.setattr(triton_launcher, "is_generated", lambda path: True)
+    warmups = []
+    jit.warmup = lambda *args, grid, **kw: warmups.append(args) or FakeCompiled()
+    launcher = TritonLauncher(jit, grid=(7,), num_warps=4, RBLOCK=32, XBLOCK=8,
+                              example_args=(torch.float32, torch.float32, 64))
+    return launcher, warmups
+
+
 def test_a_kernel_compiled_ahead_launches_without_triton(fast_launcher, monkeypatch):
     """A worker answers with the kernel's binary (the cubin and its launch facts, picklable): the
     main process loads it in the background, and the first launch with aligned pointers (what the
@@ -215,12 +227,7 @@ def test_a_kernel_compiled_ahead_launches_without_triton(fast_launcher, monkeypa
             answered.set_result(binary)
             return answered
 
-    monkeypatch.setattr(triton_launcher, "compile_workers", lambda: Workers())
-    monkeypatch.setattr(triton_launcher, "is_generated", lambda path: True)
-    warmups = []
-    jit.warmup = lambda *args, grid, **kw: warmups.append(args) or FakeCompiled()
-    launcher = TritonLauncher(jit, grid=(7,), num_warps=4, RBLOCK=32, XBLOCK=8,
-                              example_args=(torch.float32, torch.float32, 64))
+    launcher, warmups = _launcher_with_pool(jit, monkeypatch, Workers())
     a, b = torch.randn(64), torch.empty(64)
     launcher.run(a, b, 64)
     assert static.loads == [("/c/k.cubin", "fake_kernel", 256, 0 if torch.cuda.is_available() else None)]
@@ -250,12 +257,7 @@ def test_a_thread_compiles_a_kernel_while_the_workers_are_starting(fast_launcher
                 taken.set()
             return queued
 
-    monkeypatch.setattr(triton_launcher, "compile_workers", lambda: Starting())
-    monkeypatch.setattr(triton_launcher, "is_generated", lambda path: True)
-    warmups = []
-    jit.warmup = lambda *args, grid, **kw: warmups.append(args) or FakeCompiled()
-    launcher = TritonLauncher(jit, grid=(7,), num_warps=4, RBLOCK=32, XBLOCK=8,
-                              example_args=(torch.float32, torch.float32, 64))
+    launcher, warmups = _launcher_with_pool(jit, monkeypatch, Starting())
     if worker_first:
         assert taken.is_set()
         queued.set_result(None)  # the worker's answer: compiled, no binary (Triton's cache has it)
