@@ -12,10 +12,14 @@ its start-up; a main thread idle in ``triton_wait_precompile`` waited for the wo
     python bench/first_call.py resnet18 --device cpu --sizes small --suite inference
 
 ``--trace`` writes the Trace Event Format: open it in chrome://tracing or https://ui.perfetto.dev.
+``--profile N`` also runs the call under torch.profiler and prints the N longest operations that
+started after the compile had finished (with their longest parts): where the first *run* goes, such
+as a library's own first-call set-up (cuDNN building its attention plans, say).
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -42,6 +46,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--min-ms", type=float, default=20.0, help="leave out spans shorter than this (0: all)")
     p.add_argument("--trace", type=Path, default=None, help="write the timeline as a Chrome trace (JSON)")
     p.add_argument("--warm-caches", action="store_true", help="keep the on-disk compile caches")
+    p.add_argument("--profile", type=int, default=0, metavar="N",
+                   help="profile the call too (torch.profiler, CPU side): the N longest operations after the compile")
     return p.parse_args(argv)
 
 
@@ -64,7 +70,9 @@ def main(argv=None) -> int:
     step = dashboard.make_step(dashboard.compiler("tiny", args.mode)(model), args.suite)
     if cuda:
         torch.cuda.synchronize()
-    with chromium_event_log() as log:
+    profiler = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) if args.profile \
+        else contextlib.nullcontext()
+    with chromium_event_log() as log, profiler as profiled:
         start = time.perf_counter()
         step(*inputs)
         if cuda:
@@ -82,7 +90,28 @@ def main(argv=None) -> int:
     if args.trace is not None:
         args.trace.write_text(json.dumps(log.chrome_trace()))
         print(f"trace: {args.trace} (chrome://tracing, ui.perfetto.dev)")
+    if args.profile:
+        compiled = max((e.end for e in log.events if e.name == "compile_frame"), default=start) - start
+        print(longest_after(profiled, compiled, args.profile))
     return 0
+
+
+def longest_after(profiled, after: float, count: int) -> str:
+    """The ``count`` longest top-level operations of a torch.profiler run that started ``after``
+    seconds into it or later (its event times count from the profiler's start), each with its
+    three longest parts."""
+
+    def span(e):
+        return (e.time_range.end - e.time_range.start) / 1e3  # ms
+
+    late = [e for e in profiled.events() if e.cpu_parent is None and e.time_range.start / 1e6 >= after]
+    lines = [f"the {count} longest operations after the compile ({after:.2f} s), of {len(late)}:",
+             "   start s        ms  thread  name"]
+    for e in sorted(late, key=span, reverse=True)[:count]:
+        parts = ", ".join(f"{c.name} {span(c):.1f}" for c in sorted(e.cpu_children, key=span, reverse=True)[:3])
+        lines.append(f"{e.time_range.start / 1e6:8.3f} {span(e):9.1f}  {e.thread:6d}  {e.name}"
+                     + (f"  <- {parts}" if parts else ""))
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

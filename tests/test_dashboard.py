@@ -191,10 +191,15 @@ def test_first_call_timeline_of_a_dashboard_model(tmp_path, capsys, monkeypatch)
     spec.loader.exec_module(module)
     trace = tmp_path / "trace.json"
     assert module.main(["squeezenet", "--device", "cpu", "--sizes", "small", "--suite", "training",
-                        "--min-ms", "0", "--trace", str(trace)]) == 0
+                        "--min-ms", "0", "--trace", str(trace), "--profile", "3"]) == 0
     out = capsys.readouterr().out
     assert "squeezenet training fp32 on cpu: first call" in out
     for phase in ("compile_frame", "joint_graph", "partition", "lowering", "codegen"):
         assert phase in out, phase
     events = json.loads(trace.read_text())["traceEvents"]
     assert any(e["ph"] == "X" and e["name"] == "compile_frame" for e in events)
+    # the run after the compile: the compiled forward and backward are among its longest operations
+    profile = out[out.index("longest operations after the compile"):].splitlines()
+    names = [line.split("  <-")[0] for line in profile[2:]]
+    assert len(profile) == 5 and any(n.endswith(" CompiledFunction") for n in names), profile
+    assert any(n.endswith("CompiledFunctionBackward") for n in names), profile
