@@ -102,8 +102,9 @@ class CompileWorkers:
         answers = [os.pipe() for _ in range(count)]
         theirs = [fd for (job_read, _), (_, answer_write) in zip(jobs, answers) for fd in (job_read, answer_write)]
         # a session of its own: close() ends the forking process and every worker as one group
-        self._server = subprocess.Popen([sys.executable, "-m", "tininductor.runtime.compile_worker",
-                                         ",".join(map(str, archs or [])) or "-", *map(str, theirs)], pass_fds=theirs, env=env, start_new_session=True)
+        named = ",".join(map(str, archs or [])) or "-"  # the devices' architectures ("-": none named)
+        self._server = subprocess.Popen([sys.executable, "-m", "tininductor.runtime.compile_worker", named,
+                                         *map(str, theirs)], pass_fds=theirs, env=env, start_new_session=True)
         for fd in theirs:
             os.close(fd)
         self._pipes = [(os.fdopen(job_write, "wb"), os.fdopen(answer_read, "rb"))
