@@ -469,10 +469,11 @@ def test_compile_workers_take_the_most_urgent_job_first(tmp_path):
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="compiles for a CUDA GPU")
-def test_a_compile_worker_warms_up_with_a_kernel_of_its_own(tmp_path, monkeypatch):
-    """A worker compiles a small kernel before its first job (compile_worker.warm_up): CUDA's and
-    Triton's start-up is then paid while the main process traces, not by the first real kernel.
-    The warm-up swallows errors, so this checks that it really compiled."""
+def test_the_compile_warm_up_compiles_a_kernel_for_the_current_device(tmp_path, monkeypatch):
+    """compile_worker.warm_up compiles a small kernel for the current device (the forking process
+    runs it before it forks, so that Triton's compiler has run once in every worker; without an
+    offline driver each worker runs it itself). The warm-up swallows errors, so this checks that
+    it really compiled, here through Triton's own driver."""
     from tininductor.codecache import PyCodeCache
     from tininductor.runtime import compile_worker
 
