@@ -47,23 +47,33 @@ def test_direct_launches_match_eager_and_skip_the_front_door():
     assert any(len(l._launchers) == 2 for l in launchers)
 
 
+def _ready_workers():
+    """Start the compile worker pool (once) and wait until a worker is ready; the pool."""
+    import time
+
+    from tininductor.runtime import compile_worker
+
+    compile_worker.start_workers()
+    deadline = time.time() + 120
+    while (compile_worker.compile_workers() is None or compile_worker.compile_workers().ready == 0) \
+            and time.time() < deadline:
+        time.sleep(0.05)
+    workers = compile_worker.compile_workers()
+    assert workers is not None and workers.ready > 0
+    return workers
+
+
 def test_kernels_a_worker_compiled_load_without_triton_in_this_process(monkeypatch):
     """With compile workers up, each kernel comes back as a binary (static_kernel.KernelBinary):
     the main process loads its cubin for torch's launcher and never calls Triton's JIT for it,
     and the results are eager's. (A misaligned pointer would still go through Triton.)"""
-    import time
-
     import triton.runtime.jit as triton_jit
 
     from tininductor.runtime import compile_worker, static_kernel
 
     if static_kernel.static_launcher() is None or compile_worker.worker_count() == 0:
         pytest.skip("needs torch's prebuilt launcher and compile worker processes")
-    compile_worker.start_workers()
-    deadline = time.time() + 120
-    while compile_worker.workers_ready() is None and time.time() < deadline:
-        time.sleep(0.05)
-    assert compile_worker.workers_ready() is not None
+    _ready_workers()
     warmups = []
     warmup = triton_jit.JITFunction.warmup
     monkeypatch.setattr(triton_jit.JITFunction, "warmup",
@@ -257,16 +267,7 @@ def test_a_kernel_that_does_not_compile_falls_back_at_compile_time(monkeypatch):
 def test_kernels_compile_in_worker_processes():
     """Once the worker processes are up (runtime/compile_worker.py), a new graph's kernels are
     compiled there and loaded from Triton's disk cache; results equal eager's."""
-    import time
-
-    from tininductor.runtime import compile_worker
-
-    compile_worker.start_workers()
-    deadline = time.time() + 120
-    while compile_worker.workers_ready() is None and time.time() < deadline:
-        time.sleep(0.1)
-    workers = compile_worker.workers_ready()
-    assert workers is not None
+    workers = _ready_workers()
     before = workers.compiled
 
     def fresh(x, y):  # kernels no other test compiled

@@ -243,11 +243,6 @@ def compile_workers() -> CompileWorkers | None:
     return _workers if _workers is not None and _workers.alive else None
 
 
-def workers_ready() -> CompileWorkers | None:
-    """The pool, if at least one worker is ready to take a kernel."""
-    return _workers if _workers is not None and _workers.ready > 0 else None
-
-
 def is_generated(path: str) -> bool:
     """Workers only load tininductor's own generated modules (never a user's file)."""
     return os.path.dirname(path) == os.path.dirname(str(PyCodeCache.path_for(""))) and path.endswith(".py")
@@ -287,10 +282,9 @@ def _compile(path: str, name: str, example_args: tuple, grid, constants: dict, o
         raise ValueError(f"{path} is not an intact tininductor module")
     module = PyCodeCache.load(source)
     fn = getattr(module, name).fn  # the module rebinds the kernel's name to its TritonLauncher
-    if _offline is not None:
+    if _offline is not None:  # the device to compile for is the offline driver's current one
         _offline.set_current_device(device or 0)
-        return KernelBinary.describe(fn.warmup(*example_args, grid=grid, **constants, **options))
-    with torch.cuda.device(device):
+    with torch.cuda.device(device) if _offline is None else contextlib.nullcontext():
         return KernelBinary.describe(fn.warmup(*example_args, grid=grid, **constants, **options))
 
 
