@@ -508,9 +508,9 @@ if stored.exists() and "rows" in gpu["results"].get("pointwise_chain max-autotun
 #   the forking process can compile one small kernel before it forks, and every worker starts
 #   as a copy of a process whose compiler has already run. Until the pool is ready (seconds: it
 #   imports torch), two threads of the main process take kernels over; sixteen took the GIL from
-#   the main thread. OPT's training step, first call in a fresh process on the H200 host: the
-#   forward waited 2.3 s for its kernels before, 0.9 s now, and the whole first call took 6.95 s
-#   (11.5 s when sixteen threads took kernels over).
+#   the main thread. OPT's training step, first call in a fresh process on the H200 host: its
+#   forward waited 2.3 s for its kernels with workers that each start CUDA, 0.9 s with the offline
+#   driver, and the whole first call took 6.95 s (11.5 s with sixteen take-over threads).
 # * **Look at the slowest kernel's compile, not the average.** A timeline of one first call
 #   (each compile phase with its wall and CPU time, each kernel's compile in a worker and its
 #   load: `tinydynamo.utils.chromium_event_log()` records it, `bench/first_call.py` prints it
@@ -520,15 +520,15 @@ if stored.exists() and "rows" in gpu["results"].get("pointwise_chain max-autotun
 #   that already reads its inputs (chapter 7) and caps a kernel's size, and that first call
 #   dropped from 28 to 22 s.
 # * **Load what a worker compiled without asking Triton again.** A worker compiles a kernel
-#   into Triton's disk cache; the main process then called Triton's `warmup` with the same
+#   into Triton's disk cache; the main process could call Triton's `warmup` with the same
 #   arguments to find it there. A cache hit still binds the arguments, hashes the source and
 #   reads the cached metadata and every intermediate file: Python, in loader threads holding
-#   the GIL while the main thread compiled the backward (BART's training step: 84 loads,
-#   15-53 s of thread time in all). A
-#   worker now answers with the kernel's binary (`KernelBinary`: the cubin's path, argument
-#   types, warps, shared memory), and the main process hands the cubin to torch's launcher.
-#   On the H200 host BART's training step's first call went from 1.16 to 0.68 of
-#   torch.compile's, OPT's from 1.08 to 0.71.
+#   the GIL while the main thread compiles the backward (BART's training step: 84 loads,
+#   15-53 s of thread time in all). So a worker answers with the kernel's binary
+#   (`KernelBinary`: the cubin's path, argument types, warps, shared memory), and the main
+#   process hands the cubin to torch's launcher. On the H200 host BART's training step's first
+#   call was 1.16 of torch.compile's through Triton's cache and 0.68 with the binary, OPT's 1.08
+#   and 0.71.
 # * **Compile each kernel once, and build nothing to launch it.** Six identical layers give six
 #   copies of each layer's kernels, equal but for their names: the wrapper keeps the first and
 #   calls it for the others (`_defined_names` in `codegen/wrapper.py`; TorchInductor's
