@@ -133,7 +133,11 @@ print(inspect.getsource(vjp_rules.mm_vjp))
 # Here is the trick that makes it a compiler: run the interpreter under `make_fx` on fake
 # tensors. Every prim the rules call is recorded, so the trace *is* the joint graph: forward
 # ops, then backward ops, with placeholders `primals_*` (the inputs) and `tangents_*` (the
-# output gradients). `tininductor.joint_graph.create_joint` does this; we plug your pass in:
+# output gradients). `tininductor.joint_graph.create_joint` does this; we plug your pass in.
+# (It saves a step: the forward half is the prim graph's own nodes, copied, since `decompose`
+# traced them already; only the backward walk is traced. With static shapes its tracer is
+# `tininductor.op_recorder.OpRecorder`, a dispatch mode that appends one node per op and costs
+# about a third of `make_fx`, whose proxies are needed only to keep symbolic sizes in the graph.)
 
 # %%
 from tininductor.joint_graph import create_joint

@@ -21,7 +21,8 @@ LAYERS = (
     ("ir",),                                  # Pointwise / Reduction / views / StorageBox
     ("virtualized",),                         # V and ops: the swappable ops handler
     ("codegen.common", "codegen", "runtime", "codecache", "graph_cache", "cpp_builder", "aliasing", "indexing",
-     "ops_table", "registry", "config"),      # leaves: kernel protocol, runtime, caches, index maths, op table
+     "op_recorder", "ops_table", "registry", "config"),  # leaves: kernel protocol, runtime, caches, index
+                                                         # maths, a lean op tracer, op table
 )
 
 # public name -> "module:attribute" ("module:" for the module itself), loaded on first use

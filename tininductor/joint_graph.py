@@ -7,8 +7,10 @@ is something else, a pattern-rewriting pass over the joint graph.)
 The pass is an interpreter. It runs the forward graph node by node, then walks the nodes
 backwards, and for every node whose output has a gradient it calls that op's VJP rule
 (vjp_rules.py) to get its inputs' gradients, adding up contributions of nodes with several
-users. Run under ``make_fx`` on fake tensors, the interpreter *is* the compiler: what it
-records is the joint graph, forward ops followed by backward ops, all prims.
+users. Traced on fake tensors, the interpreter *is* the compiler: what it records is the joint
+graph, forward ops followed by backward ops, all prims. (The forward ops were traced once
+already, by decompose(): with static shapes they are copied and only the backward walk is
+recorded, by op_recorder.py's lean tracer; with symbolic sizes ``make_fx`` traces both halves.)
 
 Which values need gradients is decided before tracing, as eager autograd does: a value
 requires grad when it is a floating-point tensor computed from an input that requires grad.
@@ -32,9 +34,12 @@ import torch
 import torch.fx as fx
 import torch.utils._pytree as pytree
 from torch._dispatch.python import enable_python_dispatcher
+from torch.fx._lazy_graph_module import _make_graph_module
 from torch.fx.experimental.proxy_tensor import make_fx
+from torch.fx.graph import _PyTreeCodeGen, _PyTreeInfo
 
 from tininductor.decompositions import DECOMPOSITIONS, allow_real_constants
+from tininductor.op_recorder import OpRecorder, has_symbolic_sizes
 from tininductor.vjp_rules import NON_DIFFERENTIABLE_MUTATIONS, NON_DIFFERENTIABLE_OUTPUTS, NOT_DIFFERENTIABLE, get_vjp
 
 
@@ -244,12 +249,15 @@ def _check_grad(node: fx.Node, index: int, grad) -> None:
 
 def create_joint(fw_gm: fx.GraphModule, fake_primals: list, requires_grad: list[bool],
                  fake_mode, rules: dict | None = None, backward=None) -> JointGraph:
-    """Trace forward + reverse-mode AD of the prim graph ``fw_gm`` into one joint graph.
+    """Forward + reverse-mode AD of the prim graph ``fw_gm``, as one joint graph.
 
-    ``rules`` (a VJP registry) and ``backward`` (a :func:`backward_pass`) can be swapped,
-    which is how the course plugs a learner's rule or pass into the real pipeline.
+    With static shapes the forward half is ``fw_gm``'s own nodes, copied (decompose() traced them
+    already), and only the backward walk is recorded, by an :class:`OpRecorder` that knows each
+    forward value's node. With symbolic sizes the whole interpreter (forward, then backward) runs
+    under ``make_fx``, which keeps the size expressions in the graph. ``rules`` (a VJP registry)
+    and ``backward`` (a :func:`backward_pass`) can be swapped, which is how the course plugs a
+    learner's rule or pass into the real pipeline.
     """
-    backward = backward or backward_pass
     graph = fw_gm.graph
     needs_grad = requires_grad_nodes(graph, requires_grad)
     check_no_differentiable_mutation(graph, needs_grad)
@@ -257,7 +265,108 @@ def create_joint(fw_gm: fx.GraphModule, fake_primals: list, requires_grad: list[
     (out_node,) = [n for n in graph.nodes if n.op == "output"]
     flat_outs, out_spec = pytree.tree_flatten(out_node.args[0])
     diff_outputs = [isinstance(o, fx.Node) and o in needs_grad for o in flat_outs]
+    primals = [p.detach() if isinstance(p, torch.Tensor) else p for p in fake_primals]
+    with fake_mode:
+        tangents = [torch.empty(o.meta["val"].shape, dtype=o.meta["val"].dtype, device=o.meta["val"].device)
+                    for o, diff in zip(flat_outs, diff_outputs) if diff]
     grad_mask: list[bool] = []
+
+    def backward_walk(env: dict):
+        """Seed the differentiable outputs with the tangents, walk back: the primals' gradients."""
+        seeds: dict = {}
+        for o, diff, tangent in zip(flat_outs, diff_outputs, _iter_tangents(diff_outputs, tangents)):
+            if diff:
+                _accumulate(seeds, o, tangent)
+        grads = (backward or backward_pass)(graph, env, needs_grad, seeds, rules)
+        grad_mask[:] = [p in grads for p in placeholders]
+        return [grads[p] for p in placeholders if p in grads]
+
+    # recording binds each forward value to its node: every op's value must be known, sizes static
+    recordable = all("val" in n.meta for n in graph.nodes if n.op == "call_function" and n.target is not operator.getitem) \
+        and not has_symbolic_sizes([*primals, *(n.meta.get("val") for n in graph.nodes)])
+    build = _record_joint if recordable else _trace_joint
+    joint_gm = build(fw_gm, primals, tangents, flat_outs, backward_walk, fake_mode)
+    # drop what no output reads (a rule may compute a gradient for an input that turns out to
+    # need none); partitioners then see only real dependencies
+    joint_gm.graph.eliminate_dead_code()
+    joint_gm.recompile()
+    return JointGraph(joint_gm, len(placeholders), len(flat_outs), diff_outputs, grad_mask, out_spec)
+
+
+def _record_joint(fw_gm: fx.GraphModule, primals: list, tangents: list, flat_outs: list, backward_walk,
+                  fake_mode) -> fx.GraphModule:
+    """Static shapes: copy ``fw_gm``'s nodes, binding each one's fake value to its copy, then record
+    the backward walk after them. An op with a decomposition is recorded again instead of copied:
+    decompose() kept it for AD (batch norm's functional op, whose VJP rule is the fused formula),
+    and after AD it decomposes, as every op a rule calls does."""
+    joint = fx.Graph()
+    constants: dict[str, torch.Tensor] = {}
+    recorder = OpRecorder(joint, DECOMPOSITIONS.overload_table(), constants)
+    env: dict[fx.Node, object] = {}  # forward node -> its value, as the rules read it
+    copies: dict[fx.Node, fx.Node] = {}
+    fw_placeholders = [n for n in fw_gm.graph.nodes if n.op == "placeholder"]
+    for i, (node, value) in enumerate(zip(fw_placeholders, primals)):
+        env[node], copies[node] = value, _placeholder(joint, f"primals_{i + 1}", node.meta, value)
+        recorder.bind(value, copies[node])
+    for i, value in enumerate(tangents):
+        recorder.bind(value, _placeholder(joint, f"tangents_{i + 1}", {}, value))
+    items = {(n.args[0], n.args[1]) for n in fw_gm.graph.nodes
+             if n.op == "call_function" and n.target is operator.getitem}
+    recorded: set[fx.Node] = set()  # forward ops run again through the recorder, not copied
+    with fake_mode, allow_real_constants(fake_mode), torch.no_grad(), enable_python_dispatcher(), recorder:
+        for node in fw_gm.graph.nodes:
+            if node.op not in ("call_function", "get_attr"):
+                continue
+            producer = node.args[0] if node.target is operator.getitem else None
+            if producer in recorded:  # an element of a re-recorded op: wherever the recorder put it
+                env[node] = env[producer][node.args[1]]
+                copies[node] = recorder.node(env[node])
+                continue
+            if node.op == "call_function" and node.target in recorder.decompositions:
+                # an op decompose() kept for AD (batch norm's functional op): decomposed now, after it
+                env[node] = node.target(*fx.node.map_arg(node.args, env.__getitem__),
+                                        **fx.node.map_arg(node.kwargs, env.__getitem__))
+                recorded.add(node)
+                if not isinstance(env[node], (tuple, list)):
+                    copies[node] = recorder.node(env[node])
+                continue
+            copies[node] = copy = joint.node_copy(node, copies.__getitem__)
+            if node.op == "get_attr":
+                env[node] = constants[node.target] = getattr(fw_gm, node.target)
+            elif producer is not None and isinstance(env.get(producer), (tuple, list)):
+                env[node] = env[producer][node.args[1]]  # the element itself (a rule may read the tuple)
+            else:
+                env[node] = node.meta["val"]
+            recorder.bind(env[node], copy)
+            if isinstance(env[node], (tuple, list)):  # a multi-output op: elements no getitem reads yet
+                for i, element in enumerate(env[node]):
+                    if isinstance(element, torch.Tensor) and (node, i) not in items:
+                        item = joint.call_function(operator.getitem, (copy, i))
+                        item.meta["val"] = element
+                        recorder.bind(element, item)
+        grads = backward_walk(env)
+    outs = [copies[o] if isinstance(o, fx.Node) else o for o in flat_outs]
+    out_node = joint.output([*outs, *(recorder.node(g) for g in grads)])
+    out_node.meta["val"] = None
+    joint._codegen = _PyTreeCodeGen(_PyTreeInfo(
+        ["primals", "tangents"], pytree.tree_flatten((primals, tangents))[1],
+        pytree.tree_flatten(tuple(out_node.args[0]))[1]))
+    return _make_graph_module(constants, joint)
+
+
+def _placeholder(graph: fx.Graph, name: str, meta: dict, value) -> fx.Node:
+    node = graph.placeholder(name)
+    node.meta = dict(meta)
+    node.meta["val"] = value
+    return node
+
+
+def _trace_joint(fw_gm: fx.GraphModule, primals: list, tangents: list, flat_outs: list, backward_walk,
+                 fake_mode) -> fx.GraphModule:
+    """Symbolic sizes: run the forward graph node by node and then the backward walk, all under
+    ``make_fx``, which records every op and every size expression."""
+    graph = fw_gm.graph
+    placeholders = [n for n in graph.nodes if n.op == "placeholder"]
 
     def joint(primals, tangents):
         env: dict[fx.Node, object] = dict(zip(placeholders, primals))
@@ -269,28 +378,13 @@ def create_joint(fw_gm: fx.GraphModule, fake_primals: list, requires_grad: list[
             elif node.op == "get_attr":
                 env[node] = getattr(fw_gm, node.target)
         outs = [env[o] if isinstance(o, fx.Node) else o for o in flat_outs]
-        seeds: dict = {}
-        for o, diff, tangent in zip(flat_outs, diff_outputs, _iter_tangents(diff_outputs, tangents)):
-            if diff:
-                _accumulate(seeds, o, tangent)
-        grads = backward(graph, env, needs_grad, seeds, rules)
-        grad_mask[:] = [p in grads for p in placeholders]
-        return (*outs, *[grads[p] for p in placeholders if p in grads])
+        return (*outs, *backward_walk(env))
 
     with fake_mode, allow_real_constants(fake_mode):  # the graph's constants (get_attr) are real tensors
-        tangents = [torch.empty(o.meta["val"].shape, dtype=o.meta["val"].dtype,
-                                device=o.meta["val"].device)
-                    for o, diff in zip(flat_outs, diff_outputs) if diff]
         # the Python dispatcher, as for decompose(): torch's Python meta kernels keep symbolic sizes
         # symbolic, where C++ composites read them as ints (specialising every size)
         with torch.no_grad(), enable_python_dispatcher():
-            joint_gm = make_fx(joint, decomposition_table=DECOMPOSITIONS.overload_table())(
-                [p.detach() if isinstance(p, torch.Tensor) else p for p in fake_primals], tangents)
-    # drop what no output reads (a rule may compute a gradient for an input that turns out to
-    # need none); partitioners then see only real dependencies
-    joint_gm.graph.eliminate_dead_code()
-    joint_gm.recompile()
-    return JointGraph(joint_gm, len(placeholders), len(flat_outs), diff_outputs, grad_mask, out_spec)
+            return make_fx(joint, decomposition_table=DECOMPOSITIONS.overload_table())(primals, tangents)
 
 
 def _iter_tangents(diff_outputs, tangents):
