@@ -56,8 +56,26 @@ __all__ = ["aot_autograd", "aot_eager", "aot_eager_min_cut", "AOTOutput", "defau
            "min_cut_partition"]
 
 
-def _readable(gm: fx.GraphModule) -> str:
-    return gm.print_readable(print_output=False)
+class ReadableGraph:
+    """An artefact value: ``gm`` as readable code, printed when it is first shown, not while compiling
+    (printing the 7,000 nodes of a large joint graph takes a fifth of a second). ``snapshot`` copies
+    the graph first (half the cost), for a graph that later passes rewrite in place: the forward and
+    backward graphs, which compile_fx_inner's graph passes change."""
+
+    def __init__(self, gm: fx.GraphModule, snapshot: bool = False):
+        if snapshot:
+            graph = fx.Graph()
+            graph.output(graph.graph_copy(gm.graph, {}))
+            graph._codegen = gm.graph._codegen
+            with _use_lazy_graph_module(True):
+                gm = _make_graph_module(gm, graph, class_name=type(gm).__name__)
+        self.gm = gm
+        self._text: str | None = None
+
+    def __str__(self) -> str:
+        if self._text is None:
+            self._text = self.gm.print_readable(print_output=False)
+        return self._text
 
 
 def _fake_vals(gm: fx.GraphModule, inputs: list | None = None) -> list:
@@ -408,7 +426,8 @@ def _compile_inference(prep: _Prepared, compiler: Callable) -> graph_cache.Cache
     if config.freezing:  # parameters and buffers as constants, folded (fx_passes/freezing.py)
         module_state = set(range(len(prep.all_inputs))) - set(prep.tensor_positions)
         freeze(prep.prim_gm, prep.all_inputs, sorted(module_state))
-    artifacts.record("forward_graph", "inference graph (no input requires grad)", _readable(prep.prim_gm))
+    artifacts.record("forward_graph", "inference graph (no input requires grad)",
+                     ReadableGraph(prep.prim_gm, snapshot=True))
     compiled = compiler(prep.prim_gm, _fake_vals(prep.prim_gm, prep.fakes))
     tensors = [i for i, x in enumerate(prep.all_inputs) if isinstance(x, torch.Tensor)]
     core = prep.without_module()
@@ -443,13 +462,13 @@ def _compile_training(prep: _Prepared, requires_grad: list[bool], fw_compiler: C
     with dynamo_timed("joint_graph"):
         joint = create_joint(prep.prim_gm, prep.fakes, requires_grad, prep.mode)
     artifacts.record("joint_graph", "joint graph (primals, tangents) -> (outputs, grads)",
-                     _readable(joint.gm))
+                     ReadableGraph(joint.gm))  # the partitioners read it, never change it
     with dynamo_timed("partition"):
         part = partition_fn(joint)
     artifacts.record("forward_graph", f"forward graph ({partition_fn.__name__}: {part})",
-                     _readable(part.fw_gm))
+                     ReadableGraph(part.fw_gm, snapshot=True))
     artifacts.record("backward_graph", "backward graph (saved, tangents) -> grads",
-                     _readable(part.bw_gm))
+                     ReadableGraph(part.bw_gm, snapshot=True))
     prep.aot.joint, prep.aot.partition = joint, part
     mark_static_inputs(part.fw_gm, _module_state_positions(prep))  # the forward takes the primals first
     part.fw_gm.graph.output_node().meta["saved_from"] = joint.num_outputs
