@@ -135,7 +135,7 @@ print(inspect.getsource(vjp_rules.mm_vjp))
 # ops, then backward ops, with placeholders `primals_*` (the inputs) and `tangents_*` (the
 # output gradients). `tininductor.joint_graph.create_joint` does this; we plug your pass in.
 # (It saves a step: the forward half is the prim graph's own nodes, copied, since `decompose`
-# traced them already; only the backward walk is traced. With static shapes its tracer is
+# traced them already; only the backward walk is traced. With static shapes both traces use
 # `tininductor.op_recorder.OpRecorder`, a dispatch mode that appends one node per op and costs
 # about a third of `make_fx`, whose proxies are needed only to keep symbolic sizes in the graph.)
 

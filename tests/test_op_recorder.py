@@ -8,7 +8,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx.experimental.proxy_tensor import make_fx
 from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv, StatelessSymbolicContext
 
-from tininductor import joint_graph
+from tininductor import decompositions, joint_graph
 from tininductor.decompositions import decompose, fake_inputs
 from tininductor.op_recorder import OpRecorder, has_symbolic_sizes
 
@@ -115,3 +115,25 @@ def test_the_recorded_joint_graph_equals_the_traced_one(shapes, monkeypatch):
     expected = torch.autograd.grad(outs, leaves, tangents + [None] * (len(outs) - len(tangents)), allow_unused=True)
     got = recorded.gm(inputs, tangents)[len(outs):]
     torch.testing.assert_close(list(got), [g for g in expected if g is not None])
+
+
+def test_decompose_records_the_graph_make_fx_traces(monkeypatch):
+    """decompose() records static graphs and traces symbolic ones: for a static graph both give the
+    same placeholders, ops, ``original_aten`` and values (a ``torch.tensor`` constant included)."""
+    def block(x, w):
+        y = torch.softmax(x @ w, -1)
+        return y * torch.tensor(2.0), torch.nn.functional.gelu(x).sum()
+
+    inputs = [torch.randn(4, 3), torch.randn(3, 5)]
+    fakes, mode = fake_inputs(inputs)
+    recorded = decompose(block, fakes)
+    monkeypatch.setattr(decompositions, "has_symbolic_sizes", lambda values: True)
+    traced = decompose(block, fakes)
+
+    def summary(gm):
+        return [(n.op, n.name if n.op == "placeholder" else str(n.target),
+                 str(n.meta.get("original_aten"))) for n in gm.graph.nodes if n.op != "get_attr"]
+
+    assert summary(recorded) == summary(traced)
+    torch.testing.assert_close(recorded(*inputs), traced(*inputs))
+    torch.testing.assert_close(recorded(*inputs), block(*inputs))

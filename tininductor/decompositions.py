@@ -19,6 +19,7 @@ an op's rare forms and leaves its common form alone.
 from __future__ import annotations
 
 import contextlib
+import inspect
 import logging
 import math
 import operator
@@ -29,11 +30,13 @@ from torch._dispatch.python import enable_python_dispatcher
 from torch._guards import detect_fake_mode
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx import traceback as fx_traceback
+from torch.fx._lazy_graph_module import _make_graph_module
 from torch.fx.experimental.proxy_tensor import make_fx
 from torch.fx.passes.fake_tensor_prop import FakeTensorProp
-from torch.utils._pytree import tree_flatten, tree_unflatten
+from torch.utils._pytree import tree_flatten, tree_map_only, tree_unflatten
 
 from tininductor import config, ir, lowering
+from tininductor.op_recorder import OpRecorder, has_symbolic_sizes
 from tininductor.prims import is_prim
 from tininductor.registry import OpRegistry, lookup, overload_table
 
@@ -931,9 +934,29 @@ def allow_real_constants(mode):
         mode.allow_non_fake_inputs = before
 
 
-def _has_symbolic_sizes(fakes) -> bool:
-    return any(isinstance(x, torch.SymInt) or (isinstance(x, torch.Tensor) and any(
-        isinstance(s, torch.SymInt) for s in x.shape)) for x in fakes)
+def _record(functional: Callable, fn, fakes: list, table: dict) -> torch.fx.GraphModule:
+    """Run ``functional`` on ``fakes`` under an :class:`OpRecorder`: the graph make_fx would trace, with
+    its placeholders named as make_fx names them (``x_1`` after a function's parameter ``x``, else ``arg0_1``)."""
+    graph = torch.fx.Graph()
+    recorder = OpRecorder(graph, table)
+    for name, value in zip(_placeholder_names(fn, len(fakes)), fakes):
+        node = graph.placeholder(name)
+        node.meta["val"] = value
+        recorder.bind(value, node)
+    with recorder:
+        result = functional(*fakes)
+    graph.output(tree_map_only(torch.Tensor, recorder.node, result))
+    return _make_graph_module(recorder.constants, graph, class_name=getattr(fn, "__name__", "GraphModule"))
+
+
+def _placeholder_names(fn, count: int) -> list[str]:
+    try:
+        params = list(inspect.signature(fn).parameters.values()) if inspect.isfunction(fn) else []
+    except (TypeError, ValueError):
+        params = []
+    if len(params) == count and all(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) for p in params):
+        return [f"{p.name}_1" for p in params]
+    return [f"arg{i}_1" for i in range(count)]
 
 
 def decompose(gm: torch.fx.GraphModule, example_inputs, table: dict | None = None,
@@ -941,7 +964,8 @@ def decompose(gm: torch.fx.GraphModule, example_inputs, table: dict | None = Non
     """Re-trace ``gm`` into a graph of prim-set ATen ops with the same calling convention.
 
     Tracing runs on fake tensors (no real compute) with autograd off: decompositions are
-    about meaning, gradients are AOT autograd's business. Every node of the result carries
+    about meaning, gradients are AOT autograd's business. Static sizes are recorded by the lean
+    :class:`OpRecorder`; symbolic ones by ``make_fx``, which keeps the size expressions. Every node of the result carries
     ``meta["val"]``, a fake tensor with the node's shape, dtype and device. Ops left outside
     the prim set are logged and listed in ``result.meta["fallbacks"]``. ``table`` replaces
     :data:`DECOMPOSITIONS` (any op -> function mapping, read with the registry's keying rule; the
@@ -955,14 +979,16 @@ def decompose(gm: torch.fx.GraphModule, example_inputs, table: dict | None = Non
     # every node is a pure function of its inputs (what AD and fusion assume); a mutated
     # input is written back with a final ``copy_`` (a logged fallback)
     functional = torch.func.functionalize(gm, remove="mutations")
+    symbolic = has_symbolic_sizes(fakes)
     # the Python dispatcher makes torch's composite kernels emit functional ops (squeeze, not squeeze_)
-    composites = SymbolicComposites() if _has_symbolic_sizes(fakes) else contextlib.nullcontext()
-    # preserve_node_meta: make_fx records in each node's ``meta["original_aten"]`` the op it was
-    # decomposed from (``aten._softmax`` for the ``amax``, ``sub``, ``exp`` ... it became), which
-    # kernel names can follow (``config.descriptive_names``)
+    composites = SymbolicComposites() if symbolic else contextlib.nullcontext()
+    # each node's ``meta["original_aten"]``: the op it was decomposed from (``aten._softmax`` for the
+    # ``amax``, ``sub``, ``exp`` ... it became), which kernel names can follow (``config.descriptive_names``)
     with torch.no_grad(), mode, enable_python_dispatcher(), composites, allow_real_constants(mode), \
             fx_traceback.preserve_node_meta(), _inference_trace(inference):
-        out = make_fx(functional, decomposition_table=table)(*fakes)
+        # static sizes: the lean recorder; symbolic ones need make_fx to keep size expressions
+        out = make_fx(functional, decomposition_table=table)(*fakes) if symbolic \
+            else _record(functional, gm, fakes, table)
     if functionalize_inplace_views(out):
         # the in-place op restrided its base's example value too: recompute every node's ``val``
         with torch.no_grad():

@@ -6,8 +6,11 @@ keeps size expressions (``SymInt``) in the graph. With static shapes most of tha
 :class:`OpRecorder` is a dispatch mode that sits above the fake mode: each op runs on the fake
 tensors as it would, and one node is appended to the graph, its arguments found by the identity
 of the tensors that were passed. It costs about a third of ``make_fx`` per op, and a first call
-of a large model spends seconds tracing (the joint graph of a 24-layer transformer: 4,400
-backward ops).
+of a large model spends seconds tracing: decompose() records each static graph with it (BART's
+training graph, 24 layers: 2,753 prims) and so does the joint graph's backward walk (4,400 ops).
+Like ``make_fx`` it decomposes by a table, runs the composites autograd would have run, records
+``torch.tensor`` constants as ``lift_fresh_copy`` and notes in each node's ``meta["original_aten"]``
+the op it was decomposed from.
 
 Sizes must be plain ints: a symbolic size is an expression over the inputs that the graph must
 compute, which is what ``make_fx``'s ``SymInt`` tracking is for (:func:`has_symbolic_sizes` says
@@ -62,6 +65,7 @@ class OpRecorder(TorchDispatchMode):
         self.constants: dict[str, torch.Tensor] = {} if constants is None else constants
         self._nodes: dict[int, fx.Node] = {}   # id(tensor) -> its node
         self._alive: list[torch.Tensor] = []   # the bound tensors, kept so their ids stay theirs
+        self._original = None                  # the op that reached the recorder, while it decomposes
 
     def bind(self, value, node: fx.Node) -> None:
         """``value`` (a tensor) is what ``node`` computes."""
@@ -87,10 +91,11 @@ class OpRecorder(TorchDispatchMode):
         if isinstance(value, torch._subclasses.FakeTensor):
             raise RuntimeError("OpRecorder: a fake tensor that no recorded op produced reached an op "
                                "(bind the graph's inputs before running it)")
-        name, k = "_tensor_constant0", 0
-        while name in self.constants:
+        prefix = "_param_constant" if isinstance(value, torch.nn.Parameter) else "_tensor_constant"  # as make_fx
+        k = 0
+        while f"{prefix}{k}" in self.constants:
             k += 1
-            name = f"_tensor_constant{k}"
+        name = f"{prefix}{k}"
         self.constants[name] = value
         node = self.graph.get_attr(name)
         node.meta["val"] = value
@@ -101,6 +106,15 @@ class OpRecorder(TorchDispatchMode):
         kwargs = kwargs or {}
         if func is torch.ops.prim.device.default:  # a query, not an op of the graph
             return func(*args, **kwargs)
+        if self._original is not None:
+            return self._record(func, args, kwargs)
+        self._original = func  # each node's meta["original_aten"]: the op it was decomposed from
+        try:
+            return self._record(func, args, kwargs)
+        finally:
+            self._original = None
+
+    def _record(self, func, args, kwargs):
         decomposition = self.decompositions.get(func)
         if decomposition is not None:
             with self:
@@ -112,11 +126,14 @@ class OpRecorder(TorchDispatchMode):
                 out = func.decompose(*args, **kwargs)
             if out is not NotImplemented:
                 return out
+        if func is torch.ops.aten.lift_fresh.default:  # torch.tensor(...): a copy of the constant, as make_fx
+            func = torch.ops.aten.lift_fresh_copy.default
         out = func(*args, **kwargs)
         node = self.graph.create_node("call_function", func, self.node(args),
                                       {k: self.node(v) for k, v in kwargs.items()},
                                       name=func.overloadpacket.__name__)
         node.meta["val"] = out
+        node.meta["original_aten"] = self._original
         if isinstance(out, (tuple, list)):
             for i, element in enumerate(out):
                 if isinstance(element, torch.Tensor):
