@@ -26,6 +26,7 @@ from typing import Any, Callable
 import torch
 import torch.fx as fx
 import torch.utils._pytree as pytree
+from torch.fx.experimental.symbolic_shapes import has_free_symbols
 from torch.utils._python_dispatch import TorchDispatchMode, autograd_would_have_decomposed
 
 _SYMBOLIC = (torch.SymInt, torch.SymFloat, torch.SymBool)
@@ -34,13 +35,11 @@ _SIZE_QUERIES = {torch.ops.aten.size.default, torch.ops.aten.stride.default,
 
 
 def has_symbolic_sizes(values) -> bool:
-    """Whether any of ``values`` (tensors, numbers, nested in tuples and lists) is or holds a symbolic size."""
+    """Whether any of ``values`` (tensors, numbers, nested in tuples and lists; anything else is
+    skipped) is or holds a symbolic size (torch's ``has_free_symbols``, which takes only those)."""
     for value in values:
-        if isinstance(value, _SYMBOLIC):
-            return True
-        if isinstance(value, torch.Tensor):
-            if any(isinstance(s, torch.SymInt) for s in (*value.shape, *value.stride())) \
-                    or isinstance(value.storage_offset(), torch.SymInt):
+        if isinstance(value, (torch.Tensor, *_SYMBOLIC)):
+            if has_free_symbols(value):
                 return True
         elif isinstance(value, (tuple, list)) and has_symbolic_sizes(value):
             return True

@@ -27,6 +27,7 @@ from torch._dispatch.python import enable_python_dispatcher
 from torch._guards import TracingContext, tracing
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.amp.autocast_mode import _exit_autocast
+from torch.fx.experimental.symbolic_shapes import has_free_symbols
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from tinydynamo import artifacts, distributed, logs, symbolic_shapes
@@ -216,7 +217,7 @@ class OutputGraph:
             return self.fake_mode.from_tensor(value, static_shapes=True)
         context = symbolic_shapes.symbolic_context(sizes, constraints)
         fake = self.fake_mode.from_tensor(value, source=symbolic_shapes.TorchSource(source), symbolic_context=context)
-        if not symbolic_shapes.has_symbols(fake):  # only sizes 0/1 were asked for: they stay static
+        if not has_free_symbols(fake):  # only sizes 0/1 were asked for: they stay static
             return fake
         symbolic_shapes.log.info("%s: dynamic %s -> fake %s", source.name(), ", ".join(reasons),
                                  tuple(fake.shape))

@@ -194,10 +194,6 @@ def symbolic_context(sizes: list, constraints: list) -> StatelessSymbolicContext
     return StatelessSymbolicContext(dynamic_sizes=sizes, constraint_sizes=constraints)
 
 
-def has_symbols(fake: torch.Tensor) -> bool:
-    return any(isinstance(s, torch.SymInt) for s in (*fake.shape, *fake.stride(), fake.storage_offset()))
-
-
 # ---- sources ------------------------------------------------------------------------------------
 @dataclasses.dataclass(frozen=True)
 class TorchSource(TorchGuardSource):
