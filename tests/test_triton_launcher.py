@@ -7,6 +7,7 @@ The GPU run of the whole suite (TINY_TEST_DEVICE=cuda) checks the real thing aga
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -239,8 +240,9 @@ def test_a_kernel_compiled_ahead_launches_without_triton(fast_launcher, monkeypa
 
 @pytest.mark.parametrize("worker_first", [False, True])
 def test_a_thread_compiles_a_kernel_while_the_workers_are_starting(fast_launcher, monkeypatch, worker_first):
-    """While no worker is ready, a kernel is queued for the pool and a thread compiles it here
-    unless a worker has taken it by then: exactly one of them compiles it."""
+    """While no worker is ready, a kernel is queued for the pool; once the caller waits for it, a
+    thread compiles it here unless a worker has taken it by then: exactly one of them compiles it.
+    Before the wait no thread compiles (it would take the GIL from the main thread's compile)."""
     import threading
     from concurrent.futures import Future
 
@@ -264,7 +266,9 @@ def test_a_thread_compiles_a_kernel_while_the_workers_are_starting(fast_launcher
         launcher._precompiled.result(timeout=30)
         assert not queued.cancelled() and len(warmups) == 1  # found in Triton's cache, not compiled twice
     else:
-        launcher._precompiled.result(timeout=30)
+        time.sleep(0.05)
+        assert not queued.cancelled() and warmups == []  # still queued: nobody waits for it yet
+        launcher.wait_compiled()
         assert queued.cancelled() and len(warmups) == 1  # the thread compiled it; no worker will
 
 

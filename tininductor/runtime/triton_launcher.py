@@ -26,6 +26,7 @@ import contextlib
 import contextvars
 import inspect
 import os
+import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 
@@ -121,7 +122,7 @@ class TritonLauncher:
         is raised here, while the graph is being compiled, so the graph falls back to eager with a
         warning, as TorchInductor's ``AsyncCompile.wait`` does, instead of failing at its first call."""
         if self._precompiled is not None:
-            self._precompiled.result()
+            await_kernel(self._precompiled)
 
     def with_config(self, config: dict) -> "TritonLauncher":
         """This kernel launched with another config: its grid follows XBLOCK (one program per block)."""
@@ -210,7 +211,7 @@ class TritonLauncher:
         if self._precompiled is not None:
             with dynamo_timed("triton_wait_precompile"):
                 try:
-                    precompiled = self._precompiled.result()
+                    precompiled = await_kernel(self._precompiled)
                 except Exception:  # compiled again (and its error raised) by the launch below
                     pass
             self._precompiled = None
@@ -356,10 +357,13 @@ def _fast_path_possible(fn, constants: dict) -> bool:
 
 # --------------------------------------------------------------------------- parallel compilation
 _compile_pool = None
-#: the threads that compile kernels queued for worker processes that are still starting: two,
-#: since more would take the GIL from the main thread, which is compiling the next graph
+#: the threads that compile kernels queued for worker processes that are still starting, once the
+#: main thread waits for them: two, since Triton's compiler holds the GIL for much of its work
 _take_over_pool = None
 TAKE_OVER_THREADS = 2
+#: take-overs of kernels queued while no worker was ready, not yet started (see ``await_kernel``)
+_queued_take_overs: list = []
+_queued_lock = threading.Lock()
 _driver_ready = None   # the future of warm_up_driver's job
 
 
@@ -396,8 +400,8 @@ def precompile(launcher: TritonLauncher, example_args: tuple):
     usual case) and the sizes. The first launch with aligned pointers then launches the kernel
     loaded here; a differently aligned pointer compiles its own variant (Triton's front door).
     Once worker processes are started (runtime/compile_worker.py), the compile itself runs in one
-    of them (while none is ready yet, one of ``TAKE_OVER_THREADS`` threads takes it unless a worker
-    does first), on its own core, at the priority the loading module asked for (``compile_priority``),
+    of them (while none is ready yet and a caller waits for it, one of ``TAKE_OVER_THREADS`` threads
+    takes it unless a worker does first: :func:`await_kernel`), on its own core, at the priority the loading module asked for (``compile_priority``),
     and the worker sends back the kernel's binary (``KernelBinary``): a thread here only loads
     its cubin. Without workers, or where the worker could not describe the kernel, the compile
     runs in a thread (Triton's compiler spends much of its time outside the GIL: ptxas and gcc
@@ -463,9 +467,9 @@ def precompile(launcher: TritonLauncher, example_args: tuple):
         _compile_pool.submit(load, binary).add_done_callback(lambda f: _settle(done, f))
 
     def take_over() -> None:
-        # the workers are still starting (importing torch, warming the compiler: seconds): one of
-        # a few threads compiles the kernel here unless a worker has taken it meanwhile, so that
-        # a small graph's few kernels do not wait for the pool
+        # the workers are still starting (importing torch, warming the compiler: seconds) and a
+        # caller waits: one of a few threads compiles the kernel here unless a worker has taken it
+        # meanwhile, so that a small graph's few kernels do not wait for the pool
         if in_worker.cancel():
             try:
                 done.set_result(load())
@@ -474,8 +478,28 @@ def precompile(launcher: TritonLauncher, example_args: tuple):
 
     in_worker.add_done_callback(loaded)
     if workers.ready == 0:
-        _take_over_pool.submit(take_over)
+        with _queued_lock:
+            _queued_take_overs.append(take_over)
     return done
+
+
+def await_kernel(future: Future):
+    """``future.result()`` for a kernel of :func:`precompile`. Before blocking, kernels queued while
+    no worker process was ready are handed to the take-over threads, if still none is ready.
+
+    Not earlier: until a caller waits, the main thread is compiling (the backward, the next graph),
+    and threads compiling kernels beside it would take the GIL from it for kernels that the workers,
+    ready seconds later, compile in a fraction of the time (OPT's training forward, H200 host: its
+    first two kernels took 2.1 and 2.5 s in threads, the workers' took 0.1-1 s)."""
+    if not future.done():
+        with _queued_lock:
+            queued = list(_queued_take_overs)
+            _queued_take_overs.clear()
+        workers = compile_workers()
+        if workers is None or workers.ready == 0:  # (none left alive: each job has failed over to a thread)
+            for take_over in queued:
+                _take_over_pool.submit(take_over)
+    return future.result()
 
 
 def _settle(future: Future, source: Future) -> None:
