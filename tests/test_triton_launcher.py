@@ -224,7 +224,7 @@ def test_a_kernel_compiled_ahead_launches_without_triton(fast_launcher, monkeypa
     class Workers:  # one ready worker that compiled the kernel
         ready = 1
 
-        def submit(self, job, priority):
+        def submit(self, job, priority, size):
             answered.set_result(binary)
             return answered
 
@@ -253,7 +253,7 @@ def test_a_thread_compiles_a_kernel_while_the_workers_are_starting(fast_launcher
     class Starting:  # a pool whose workers are not ready yet
         ready = 0
 
-        def submit(self, job, priority):
+        def submit(self, job, priority, size):
             if worker_first:  # a worker became ready and took the job at once
                 assert queued.set_running_or_notify_cancel()
                 taken.set()
@@ -451,7 +451,8 @@ def test_compile_workers_are_forked_from_one_process_and_end_with_it():
 
 def test_compile_workers_take_the_most_urgent_job_first(tmp_path):
     """Jobs queued before a worker is ready run by priority (a forward's kernels, 0, before a
-    backward's, 1), and in the order they came within one priority."""
+    backward's, 1), within one priority the largest kernel first (its compile is likely the
+    longest), and in the order they came among equals."""
     import time
 
     from tininductor.runtime.compile_worker import CompileWorkers
@@ -459,15 +460,16 @@ def test_compile_workers_take_the_most_urgent_job_first(tmp_path):
     pool = CompileWorkers(1)
     try:
         order = []
-        jobs = [("late-1", 1), ("now-1", 0), ("late-2", 1), ("now-2", 0)]
-        for name, priority in jobs:  # all queued while the worker still imports Triton
-            future = pool.submit((str(tmp_path / f"{name}.py"), "kernel", (), (1, 1, 1), {}, {}, None), priority)
+        jobs = [("late-1", 1, 10), ("now-1", 0, 10), ("late-2", 1, 10), ("now-2", 0, 10), ("now-big", 0, 99),
+                ("late-big", 1, 99)]
+        for name, priority, size in jobs:  # all queued while the worker still imports Triton
+            future = pool.submit((str(tmp_path / f"{name}.py"), "kernel", (), (1, 1, 1), {}, {}, None), priority, size)
             future.add_done_callback(lambda _, name=name: order.append(name))
         assert pool.ready == 0
         deadline = time.time() + 120
         while len(order) < len(jobs) and time.time() < deadline:
             time.sleep(0.05)
-        assert order == ["now-1", "now-2", "late-1", "late-2"]
+        assert order == ["now-big", "now-1", "now-2", "late-big", "late-1", "late-2"]
     finally:
         pool.close()
 

@@ -35,7 +35,9 @@ compiler (MLIR, LLVM, ptxas) has already run once, and its first real kernel pay
 most 32).
 
 Jobs wait in a priority queue: a kernel the next call needs (a forward's) goes before one needed
-later (a backward's, compiled while the forward runs), and otherwise the oldest goes first.
+later (a backward's, compiled while the forward runs); among equals the longest kernel goes first,
+as its compile likely takes longest (longest-processing-time-first: a long compile started last
+finishes after all the others), then the oldest.
 """
 from __future__ import annotations
 
@@ -79,7 +81,7 @@ def _read(stream):
 
 
 class CompileWorkers:
-    """A few kept worker processes; ``submit(job, priority)`` returns a future of the worker's answer.
+    """A few kept worker processes; ``submit(job, priority, size)`` returns a future of the worker's answer.
 
     Each worker has a thread of its own that feeds it: it takes the most urgent job from the queue
     (lowest ``priority``, then the oldest), sends it, and waits for the answer."""
@@ -132,7 +134,7 @@ class CompileWorkers:
             self._check_alive(RuntimeError(f"{name} did not start"))
             return
         while True:
-            _, _, job, future = self._jobs.get()
+            *_, job, future = self._jobs.get()
             if not future.set_running_or_notify_cancel():
                 continue
             try:
@@ -166,13 +168,15 @@ class CompileWorkers:
             if future.set_running_or_notify_cancel():
                 future.set_exception(RuntimeError(f"no Triton compile worker process is left: {error}"))
 
-    def submit(self, job: tuple, priority: int = 0) -> Future:
+    def submit(self, job: tuple, priority: int = 0, size: int = 0) -> Future:
+        """Queue ``job``: lowest ``priority`` first, then the largest ``size`` (the kernel's source
+        length, standing for its compile time), then the oldest."""
         future: Future = Future()
         with self._lock:  # (a job queued after the last worker ended would wait forever)
             if not self.alive:
                 future.set_exception(RuntimeError("no Triton compile worker process is left"))
                 return future
-            self._jobs.put((priority, next(self._order), job, future))
+            self._jobs.put((priority, -size, next(self._order), job, future))
         return future
 
     def close(self) -> None:

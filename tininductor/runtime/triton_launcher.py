@@ -401,10 +401,10 @@ def precompile(launcher: TritonLauncher, example_args: tuple):
     loaded here; a differently aligned pointer compiles its own variant (Triton's front door).
     Once worker processes are started (runtime/compile_worker.py), the compile itself runs in one
     of them (while none is ready yet and a caller waits for it, one of ``TAKE_OVER_THREADS`` threads
-    takes it unless a worker does first: :func:`await_kernel`), on its own core, at the priority the loading module asked for (``compile_priority``),
-    and the worker sends back the kernel's binary (``KernelBinary``): a thread here only loads
-    its cubin. Without workers, or where the worker could not describe the kernel, the compile
-    runs in a thread (Triton's compiler spends much of its time outside the GIL: ptxas and gcc
+    takes it unless a worker does first: :func:`await_kernel`), on its own core, at the priority the
+    loading module asked for (``compile_priority``; longer kernels first), and the worker sends
+    back the kernel's binary (``KernelBinary``): a thread here only loads its cubin. Without
+    workers, or where the worker could not describe the kernel, the compile runs in a thread (Triton's compiler spends much of its time outside the GIL: ptxas and gcc
     are subprocesses), which also loads the kernel, or else builds Triton's C launcher for its
     signature (gcc, in a cold cache). ``TINY_TRITON_PARALLEL_COMPILE=0`` turns it off.
     """
@@ -455,7 +455,7 @@ def precompile(launcher: TritonLauncher, example_args: tuple):
     if workers is None:
         return _compile_pool.submit(load)
     in_worker = workers.submit((path, fn.fn.__name__, tuple(example_args), grid, constants, options, device),
-                               priority=_priority.get())
+                               priority=_priority.get(), size=len(getattr(fn, "src", "")))
     done: Future = Future()
 
     def loaded(answer: Future) -> None:
