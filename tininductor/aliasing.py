@@ -139,7 +139,7 @@ def analyze(fn, example_inputs: Sequence[Any]) -> AliasInfo:
     """Run ``fn`` (the captured graph, parameters lifted) on fresh fake copies of the inputs and
     find how its outputs alias its inputs and each other."""
     mode = FakeTensorMode(allow_non_fake_inputs=True)
-    fakes = _fresh_fakes(mode, example_inputs)
+    fakes = fake_copies(mode, example_inputs)
     entry_versions = [x._version if isinstance(x, torch.Tensor) else None for x in fakes]
     before = [(x.shape, x.stride(), x.storage_offset()) if isinstance(x, torch.Tensor) else None for x in fakes]
     checker = _InPlaceChecker(torch.is_grad_enabled())
@@ -167,8 +167,8 @@ def analyze(fn, example_inputs: Sequence[Any]) -> AliasInfo:
         fakes, flat, outputs, inputs, checker.mutated, saved, saved_versions, entry_versions))
 
 
-def _fresh_fakes(mode: FakeTensorMode, inputs: Sequence[Any]) -> list:
-    """Fake copies of ``inputs`` in ``mode``, sharing memory as the inputs do.
+def fake_copies(mode: FakeTensorMode, inputs: Sequence[Any]) -> list:
+    """Fake copies of ``inputs`` in ``mode`` (static sizes), sharing memory as the inputs do.
 
     ``from_tensor`` copies all that a tensor can carry (a view's base, a storage shared with other
     tensors, a subclass, autograd history), at about half a millisecond a tensor: a second per

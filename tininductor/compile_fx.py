@@ -256,7 +256,7 @@ def _compile_fx_inner(gm: torch.fx.GraphModule, example_inputs, cudagraphs: str 
             graph.run(*example_inputs)
         _use_interpreter_if_needed(graph)
         artifacts = _artifacts()
-        artifacts.record("ir", "tininductor IR (realized buffers)", graph.ir_str())
+        artifacts.record("ir", "tininductor IR (realized buffers)", artifacts.LazyText(graph.ir_text()))
         output_names = {o.get_name() for o in graph.graph_outputs if hasattr(o, "get_name")}
         with dynamo_timed("scheduling"):
             scheduler = Scheduler(graph.buffers, output_names)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import operator
-from typing import Any
+from typing import Any, Callable
 
 import sympy
 import torch
@@ -478,8 +478,13 @@ class GraphLowering(torch.fx.Interpreter):
     # ---------------------------------------------------------------- pretty
 
     def ir_str(self) -> str:
-        lines = [repr(b) for b in self.graph_inputs.values()] + [repr(b) for b in self.buffers]
-        return "\n".join(lines)
+        return self.ir_text()()
+
+    def ir_text(self) -> Callable[[], str]:
+        """What prints the IR later (``artifacts.LazyText``): the inputs and buffers lowered, without
+        the graph itself (which holds its constants)."""
+        nodes = [*self.graph_inputs.values(), *self.buffers]
+        return lambda: "\n".join(map(repr, nodes))
 
 
 def _wants_channels_last(gm: torch.fx.GraphModule, is_inference: bool) -> bool:

@@ -14,7 +14,7 @@ import dataclasses
 import os
 import re
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 #: The kinds, in the order the instructor's view shows them (pipeline order).
 KINDS = (
@@ -56,6 +56,21 @@ class CompileArtifacts:
 _stack: list[CompileArtifacts] = []
 #: The most recent compiled frames, newest last.
 history: collections.deque[CompileArtifacts] = collections.deque(maxlen=64)
+
+
+class LazyText:
+    """An artefact whose text is made when it is first shown, not while compiling: ``make()``
+    returns it (printing a large graph's IR takes a good part of a second, for a view that is
+    seldom opened). ``make`` must not depend on what changes after the compile."""
+
+    def __init__(self, make: Callable[[], str]):
+        self._make: Callable[[], str] | None = make
+        self._text = ""
+
+    def __str__(self) -> str:
+        if self._make is not None:
+            self._text, self._make = self._make(), None
+        return self._text
 
 
 def record(kind: str, title: str, value: Any) -> None:
