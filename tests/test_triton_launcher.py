@@ -487,3 +487,59 @@ def test_the_compile_warm_up_compiles_a_kernel_for_the_current_device(tmp_path, 
     monkeypatch.setattr(PyCodeCache, "modules", {})  # a fresh module: no kernel compiled in memory yet
     compile_worker.warm_up()
     assert list(tmp_path.rglob("tiny_worker_warm_up*.cubin")), list(tmp_path.rglob("*"))
+
+
+def test_a_kernel_asked_for_twice_compiles_once(fast_launcher, monkeypatch):
+    """The same kernel source with the same arguments (compile_early's module of one kernel, then
+    the graph's module; or another graph's kernel) goes to the workers once, and both launchers
+    share that compile. Other example arguments are another compile."""
+    from concurrent.futures import Future
+
+    jit, _ = fast_launcher
+    jit.src = "def fake_kernel(in_ptr0, out_ptr0, xnumel, XBLOCK, RBLOCK): ..."
+    submitted = []
+
+    class Workers:  # one ready worker, which has not answered yet
+        ready = 1
+
+        def submit(self, job, priority, size):
+            submitted.append(job)
+            return Future()
+
+    monkeypatch.setattr(triton_launcher, "_started", {})
+    first, _ = _launcher_with_pool(jit, monkeypatch, Workers())
+    again = TritonLauncher(jit, grid=(7,), num_warps=4, RBLOCK=32, XBLOCK=8,
+                           example_args=(torch.float32, torch.float32, 64))
+    assert len(submitted) == 1 and again._precompiled is first._precompiled
+    TritonLauncher(jit, grid=(7,), num_warps=4, RBLOCK=32, XBLOCK=8, example_args=(torch.float16, torch.float32, 64))
+    assert len(submitted) == 2
+
+
+def test_triton_kernels_start_compiling_as_they_are_generated(monkeypatch):
+    """Each Triton kernel the wrapper keeps is handed to ``compile_early`` as a module of its own
+    (its imports, the ``@triton.jit`` function, its launcher) while the rest of the graph is
+    generated; that module loads alone, and its launcher is the kernel's. Without compile
+    workers ``compile_early`` loads nothing (the graph's module starts the compiles)."""
+    from tininductor.codecache import PyCodeCache
+    from tininductor.testing import compile_graph
+
+    early = []
+    monkeypatch.setattr(triton_launcher, "compile_workers", lambda: None)
+    monkeypatch.setattr(PyCodeCache, "load", classmethod(lambda cls, source, _load=PyCodeCache.load: (
+        early.append(source) if "import torch\nimport triton\n" == source[:27] else None) or _load(source)))
+
+    def fn(x, y):  # two kernels: a row sum, then what reads it across rows
+        s = (x + y).relu().sum(1, keepdim=True)
+        return (x / s.sum()).cos() * 3
+
+    x, y = torch.randn(8, 16), torch.randn(8, 16)
+    compile_graph(lambda x, y: (x - y).sin(), [x, y], backend="triton")
+    assert early == []  # no workers: nothing loaded ahead
+    monkeypatch.setattr(triton_launcher, "compile_workers", lambda: object())
+    compiled = compile_graph(fn, [x, y], backend="triton")
+    assert len(early) == len(compiled.kernels) >= 2
+    for source in list(early):
+        module = PyCodeCache.load(source)
+        names = [n for n, v in vars(module).items() if isinstance(v, TritonLauncher)]
+        assert len(names) == 1 and f"def {names[0]}(" in source
+    torch.testing.assert_close(compiled(x, y), fn(x, y))

@@ -261,7 +261,9 @@ def _compile_fx_inner(gm: torch.fx.GraphModule, example_inputs, cudagraphs: str 
         with dynamo_timed("scheduling"):
             scheduler = Scheduler(graph.buffers, output_names)
         artifacts.record("ir", "fusion decisions (one FusedGroup per generated kernel)", str(scheduler))
-        with dynamo_timed("codegen"):
+        # Triton kernels start compiling as they are generated (compile_early), a backward's after
+        # every forward kernel (the forward runs first)
+        with dynamo_timed("codegen"), compile_priority(1 if is_backward else 0):
             wrapper = WrapperCodeGen(graph, scheduler)
             source = wrapper.generate()
     _check_sizes_bound(source, graph)

@@ -122,6 +122,9 @@ class GeneratedKernel:
     # start compiling it in the background: called by the wrapper for each kernel it keeps (not
     # for one that reuses an earlier kernel's code)
     prebuild: Callable[[], None] | None = None
+    # loading the module waits for this kernel's build (C++), where loading a Triton kernel only
+    # starts its compile: such kernels go last in the module
+    load_waits: bool = False
 
     def call_line(self, refs: dict[str, str] | None = None) -> str:
         refs = refs or {}

@@ -843,7 +843,7 @@ class CppScheduling:
             return f"{name}({', '.join(arg_refs + sizes)})"
 
         return GeneratedKernel(name, text, args, set(kernel.stored), launch, origins,
-                               prebuild=lambda: prebuild(source))
+                               prebuild=lambda: prebuild(source), load_waits=True)
 
 
 def _register() -> None:

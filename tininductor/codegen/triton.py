@@ -44,6 +44,7 @@ if not torch.cuda.is_available():
 from .. import config, ops_table
 from ..indexing import FloorDiv, ModularIndexing, host_expr, is_static, join_dimensions, pexpr
 from ..runtime.index_check import ASSERT_MESSAGE
+from ..runtime.triton_launcher import compile_early
 from ..scheduler import FusedGroup, iteration_vars
 from ..virtualized import V
 from .common import CSE, GeneratedKernel, IndentedBuffer, next_power_of_2, register_backend
@@ -428,8 +429,10 @@ class TritonKernel:
         self._write_launcher(code, ordered, symbols, size_args, f"grid=({1 if dynamic else grid},), "
                              f"num_warps={warps}, num_stages={config.triton.num_stages}, {consts}",
                              xblock, rblock, warps)
-        return GeneratedKernel(self.name, code.getvalue(), ordered, set(self.stored),
-                               self._launch_call(dynamic, grid, size_args), origins)
+        source = code.getvalue()
+        return GeneratedKernel(self.name, source, ordered, set(self.stored),
+                               self._launch_call(dynamic, grid, size_args), origins,
+                               prebuild=lambda: compile_early("import torch\n" + TritonScheduling.header() + source))
 
     def _signature(self, body: IndentedBuffer) -> tuple[list[str], list]:
         """The ``@triton.jit`` function's parameters, and the size symbols among them."""

@@ -140,7 +140,7 @@ class WrapperCodeGen:
         # a graph on two devices: Triton kernels first, as loading them only starts their compile in
         # the background, and C++ kernels (built in the background since codegen) after, as
         # loading one waits for its build
-        for k in sorted(self.kernels, key=lambda k: k.prebuild is not None):
+        for k in sorted(self.kernels, key=lambda k: k.load_waits):
             code.writeline("")
             code.writeline("")
             code.splice(k.source)

@@ -35,6 +35,7 @@ import torch
 from tinydynamo.utils import dynamo_timed, log_event
 
 from .. import config
+from ..codecache import PyCodeCache
 from . import static_kernel
 from .autotune import autotune
 from .compile_worker import compile_workers, is_generated
@@ -454,9 +455,17 @@ def precompile(launcher: TritonLauncher, example_args: tuple):
     workers = compile_workers() if is_generated(path) else None
     if workers is None:
         return _compile_pool.submit(load)
+    # the same kernel source with the same arguments, already asked for (compile_early's module, or
+    # another graph's): its compile is shared
+    key = (fn.fn.__name__, getattr(fn, "src", None), tuple(example_args), grid, tuple(constants.items()),
+           tuple(options.items()), device)
+    if key[1] is not None and key in _started:
+        return _started[key]
     in_worker = workers.submit((path, fn.fn.__name__, tuple(example_args), grid, constants, options, device),
                                priority=_priority.get(), size=len(getattr(fn, "src", "")))
     done: Future = Future()
+    if key[1] is not None:
+        _started[key] = done
 
     def loaded(answer: Future) -> None:
         # a thread is taken only once the worker has answered (with an error, or ended: the
@@ -481,6 +490,26 @@ def precompile(launcher: TritonLauncher, example_args: tuple):
         with _queued_lock:
             _queued_take_overs.append(take_over)
     return done
+
+
+#: (kernel name, source, example arguments, launch options, device) -> the future of its compile in
+#: a worker process (precompile): each kernel is compiled once per process
+_started: dict[tuple, Future] = {}
+
+
+def compile_early(module_source: str) -> None:
+    """Start compiling a Triton kernel while the rest of its graph is being generated:
+    ``module_source`` (the kernel and its ``TritonLauncher`` with their imports, from
+    codegen/triton.py) is loaded as a module of its own, whose launcher asks the workers to compile
+    it now (:func:`precompile`); the graph's module, loaded later, finds that compile under the same
+    key and shares it. Without worker processes nothing is done: the graph's module starts the
+    compile when it loads.
+
+    A backward's kernels were sent to the workers only once its whole module was generated and
+    loaded, and the first backward then waited for what was left (BART's training step on the H200
+    host: 33 kernels, a second and a half of compiles on sixteen workers, 0.74 s waited)."""
+    if compile_workers() is not None:
+        PyCodeCache.load(module_source)
 
 
 def await_kernel(future: Future):
