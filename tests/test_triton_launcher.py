@@ -518,28 +518,38 @@ def test_a_kernel_asked_for_twice_compiles_once(fast_launcher, monkeypatch):
 def test_triton_kernels_start_compiling_as_they_are_generated(monkeypatch):
     """Each Triton kernel the wrapper keeps is handed to ``compile_early`` as a module of its own
     (its imports, the ``@triton.jit`` function, its launcher) while the rest of the graph is
-    generated; that module loads alone, and its launcher is the kernel's. Without compile
-    workers ``compile_early`` loads nothing (the graph's module starts the compiles)."""
+    generated; that module loads alone, and its launcher is the kernel's."""
     from tininductor.codecache import PyCodeCache
-    from tininductor.testing import compile_graph
+    from tininductor.codegen import triton as triton_codegen
+    from tininductor.testing import DEVICE, compile_graph
 
     early = []
-    monkeypatch.setattr(triton_launcher, "compile_workers", lambda: None)
-    monkeypatch.setattr(PyCodeCache, "load", classmethod(lambda cls, source, _load=PyCodeCache.load: (
-        early.append(source) if "import torch\nimport triton\n" == source[:27] else None) or _load(source)))
+    monkeypatch.setattr(triton_codegen, "compile_early", early.append)
 
     def fn(x, y):  # two kernels: a row sum, then what reads it across rows
         s = (x + y).relu().sum(1, keepdim=True)
         return (x / s.sum()).cos() * 3
 
-    x, y = torch.randn(8, 16), torch.randn(8, 16)
-    compile_graph(lambda x, y: (x - y).sin(), [x, y], backend="triton")
-    assert early == []  # no workers: nothing loaded ahead
-    monkeypatch.setattr(triton_launcher, "compile_workers", lambda: object())
+    x, y = torch.randn(8, 16, device=DEVICE), torch.randn(8, 16, device=DEVICE)
     compiled = compile_graph(fn, [x, y], backend="triton")
     assert len(early) == len(compiled.kernels) >= 2
-    for source in list(early):
+    for source in early:
         module = PyCodeCache.load(source)
         names = [n for n, v in vars(module).items() if isinstance(v, TritonLauncher)]
         assert len(names) == 1 and f"def {names[0]}(" in source
     torch.testing.assert_close(compiled(x, y), fn(x, y))
+
+
+def test_compile_early_loads_only_with_compile_workers(monkeypatch):
+    """Without worker processes ``compile_early`` loads nothing (the graph's module starts the
+    compiles when it loads); with them it loads the kernel's module, whose launcher submits it."""
+    import types
+
+    loaded = []
+    monkeypatch.setattr(triton_launcher, "PyCodeCache", types.SimpleNamespace(load=loaded.append))
+    monkeypatch.setattr(triton_launcher, "compile_workers", lambda: None)
+    triton_launcher.compile_early("source of one kernel")
+    assert loaded == []
+    monkeypatch.setattr(triton_launcher, "compile_workers", lambda: object())
+    triton_launcher.compile_early("source of one kernel")
+    assert loaded == ["source of one kernel"]
