@@ -500,17 +500,29 @@ if stored.exists() and "rows" in gpu["results"].get("pointwise_chain max-autotun
 #   one process that imports torch and Triton once: workers that each import them compete with
 #   the main process while it traces (on two cores, four such workers took OPT's training
 #   compile from 2.2 to 3.7 s; forked, 2.3 s).
+# * **Start each compile as early as it can start, and the longest first.** A kernel's compile
+#   can begin as soon as its source exists, not when the module around it loads: the wrapper
+#   hands each new Triton kernel to `compile_early`, which loads it as a module of its own whose
+#   launcher submits it, and the graph's module later finds that compile under the same key. The
+#   workers take the longest kernel first (by source length, longest-processing-time-first): a
+#   long compile started last finishes after all the others. BART's backward sent its 33 kernels
+#   only once its module loaded, in module order, and its first backward waited 0.74 s for them
+#   (a 0.99 s kernel had started last); compiled as they were generated, BART's first call waited
+#   0.00 s on the H200 host.
 # * **Compiling for a GPU does not need the GPU.** A worker's first kernel also paid for starting
 #   CUDA (a context, hundreds of MB of GPU memory, in each of sixteen workers at once) and Triton's
 #   compiler: 2-3 s on the H200 host, against 0.1-0.5 s for its later kernels. Triton only asks
 #   CUDA which architecture to compile for, so the main process names it and the workers install
 #   a Triton driver that answers from that (`compile_worker.offline_driver`); with no CUDA in it,
 #   the forking process can compile one small kernel before it forks, and every worker starts
-#   as a copy of a process whose compiler has already run. Until the pool is ready (seconds: it
-#   imports torch), two threads of the main process take kernels over; sixteen took the GIL from
-#   the main thread. OPT's training step, first call in a fresh process on the H200 host: its
-#   forward waited 2.3 s for its kernels with workers that each start CUDA, 0.9 s with the offline
-#   driver, and the whole first call took 6.95 s (11.5 s with sixteen take-over threads).
+#   as a copy of a process whose compiler has already run. Until the pool is ready (4.3 s on the
+#   H200 host: it imports torch), two threads of the main process take kernels over, and only
+#   once the main thread waits for them (`triton_launcher.await_kernel`): sixteen took the GIL
+#   from the main thread, and two started at once still slowed the backward's compile beside
+#   them while taking 2.1-2.5 s per kernel that a worker compiles in 0.1-1 s. OPT's training
+#   step, first call in a fresh process on the H200 host: its forward waited 2.3 s for its
+#   kernels with workers that each start CUDA, 0.9 s with the offline driver, and the whole first
+#   call took 6.95 s (11.5 s with sixteen take-over threads).
 # * **Look at the slowest kernel's compile, not the average.** A timeline of one first call
 #   (each compile phase with its wall and CPU time, each kernel's compile in a worker and its
 #   load: `tinydynamo.utils.chromium_event_log()` records it, `bench/first_call.py` prints it
