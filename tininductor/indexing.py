@@ -81,6 +81,7 @@ def _split_term(term, bases):
     return sympy.Mul(*[f for f in sympy.Mul.make_args(term) if f is not dims[0]]), _dimension(dims[0])
 
 
+@functools.lru_cache(maxsize=8192)
 def join_dimensions(expr):
     """Undo a split of a flat counter that an index puts back together.
 
