@@ -22,6 +22,7 @@ Every node answers ``get_size()``, ``get_dtype()``, ``get_device()`` and ``make_
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
 from typing import Any, Callable, Sequence
 
@@ -30,6 +31,17 @@ import torch
 
 from .indexing import contiguous_strides, host_expr, is_static, prod, size_expr, sym, tuple_source
 from .virtualized import PlainTextHandler, V, ops
+
+
+@functools.lru_cache(maxsize=65536)
+def _flat_index(offset, size: tuple, stride: tuple, index: tuple) -> sympy.Expr:
+    """``offset + sum(index_d * stride_d)`` over the dims of size > 1: cached, as a model's repeated
+    layers index the same layouts at the same positions in every kernel."""
+    expr = sympy.sympify(offset)  # an int, or an expression over sizes (a view from ``n - 3``)
+    for i, n, stride in zip(index, size, stride):
+        if n != 1:
+            expr = expr + i * stride
+    return expr
 
 
 @dataclasses.dataclass
@@ -56,11 +68,7 @@ class Layout:
     def index(self, index: Sequence[sympy.Expr]) -> sympy.Expr:
         """The flat storage position of ``index`` (a sympy expression)."""
         assert len(index) == len(self.size), (index, self.size)
-        expr = sympy.sympify(self.offset)  # an int, or an expression over sizes (a view from ``n - 3``)
-        for i, size, stride in zip(index, self.size, self.stride):
-            if size != 1:
-                expr = expr + i * stride
-        return expr
+        return _flat_index(self.offset, tuple(self.size), tuple(self.stride), tuple(index))
 
     def storage_size(self) -> int:
         """Elements from the tensor's start to its last element (+1); an expression when symbolic."""
