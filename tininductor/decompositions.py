@@ -971,8 +971,8 @@ def decompose(gm: torch.fx.GraphModule, example_inputs, table: dict | None = Non
     Tracing runs on fake tensors (no real compute) with autograd off: decompositions are
     about meaning, gradients are AOT autograd's business. Static sizes are recorded by the lean
     :class:`OpRecorder`; symbolic ones by ``make_fx``, which keeps the size expressions. Every
-    node of the result carries ``meta["val"]``, a fake tensor with the node's shape, dtype and device. Ops left outside
-    the prim set are logged and listed in ``result.meta["fallbacks"]``. ``table`` replaces
+    node of the result carries ``meta["val"]``, a fake tensor with the node's shape, dtype and
+    device. Ops left outside the prim set are logged and listed in ``result.meta["fallbacks"]``. ``table`` replaces
     :data:`DECOMPOSITIONS` (any op -> function mapping, read with the registry's keying rule; the
     course swaps a learner's entry into the registry itself: ``DECOMPOSITIONS.swap({op: yours})``).
     ``inference``: no backward will differentiate the graph, so nothing is kept for one (the

@@ -426,13 +426,14 @@ class TritonKernel:
         code = IndentedBuffer()
         self._write_jit_function(code, body, params, origins, xblock, rblock)
         dynamic, grid, size_args, consts = self._launch_config(symbols, xblock, rblock)
-        self._write_launcher(code, ordered, symbols, size_args, f"grid=({1 if dynamic else grid},), "
+        ahead = self._write_launcher(code, ordered, symbols, size_args, f"grid=({1 if dynamic else grid},), "
                              f"num_warps={warps}, num_stages={config.triton.num_stages}, {consts}",
                              xblock, rblock, warps)
         source = code.getvalue()
+        module = "import torch\n" + TritonScheduling.header() + source  # the kernel as a module of its own
         return GeneratedKernel(self.name, source, ordered, set(self.stored),
                                self._launch_call(dynamic, grid, size_args), origins,
-                               prebuild=lambda: compile_early("import torch\n" + TritonScheduling.header() + source))
+                               prebuild=(lambda: compile_early(module)) if ahead else None)
 
     def _signature(self, body: IndentedBuffer) -> tuple[list[str], list]:
         """The ``@triton.jit`` function's parameters, and the size symbols among them."""
@@ -483,9 +484,11 @@ class TritonKernel:
         return dynamic, grid, size_args, consts
 
     def _write_launcher(self, code: IndentedBuffer, ordered: list[str], symbols: list, size_args: list[str],
-                        launch_config: str, xblock: int, rblock: int, warps: int) -> None:
+                        launch_config: str, xblock: int, rblock: int, warps: int) -> bool:
         """The launch configuration is fixed now (static shapes), so the wrapper binds it once: a
-        TritonLauncher skips Triton's per-call argument binding (runtime/triton_launcher.py)."""
+        TritonLauncher skips Triton's per-call argument binding (runtime/triton_launcher.py). True
+        when the launcher compiles its kernel ahead of the first launch (example arguments, no
+        autotuning)."""
         numel, name = self.group.numel, self.name
         dynamic = not is_static(numel)
         code.writeline("")
@@ -501,6 +504,7 @@ class TritonKernel:
         static = not symbols and is_static(self.group.rnumel) and not dynamic
         example = f",\n    example_args=({', '.join(example)},)" if static else ""
         code.writeline(f"{name} = TritonLauncher({name}, {launch_config}{checks}{tune}{example})")
+        return static and not tune
 
     def _launch_call(self, dynamic: bool, grid, size_args: list[str]) -> Callable[[list[str]], str]:
         """``launch(arg_refs)``: the wrapper's line that launches this kernel."""

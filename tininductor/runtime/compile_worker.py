@@ -84,7 +84,8 @@ class CompileWorkers:
     """A few kept worker processes; ``submit(job, priority, size)`` returns a future of the worker's answer.
 
     Each worker has a thread of its own that feeds it: it takes the most urgent job from the queue
-    (lowest ``priority``, then the oldest), sends it, and waits for the answer."""
+    (lowest ``priority``, then the largest ``size``, then the oldest), sends it, and waits for the
+    answer."""
 
     def __init__(self, count: int, archs: list[int] | None = None):
         """``archs``: each CUDA device's architecture (``cuda_archs()``), for compiling without CUDA;

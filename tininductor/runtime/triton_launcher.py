@@ -405,9 +405,9 @@ def precompile(launcher: TritonLauncher, example_args: tuple):
     takes it unless a worker does first: :func:`await_kernel`), on its own core, at the priority the
     loading module asked for (``compile_priority``; longer kernels first), and the worker sends
     back the kernel's binary (``KernelBinary``): a thread here only loads its cubin. Without
-    workers, or where the worker could not describe the kernel, the compile runs in a thread (Triton's compiler spends much of its time outside the GIL: ptxas and gcc
-    are subprocesses), which also loads the kernel, or else builds Triton's C launcher for its
-    signature (gcc, in a cold cache). ``TINY_TRITON_PARALLEL_COMPILE=0`` turns it off.
+    workers, or where the worker could not describe the kernel, the compile runs in a thread
+    (threads overlap Triton's ptxas and gcc subprocesses), which also loads the kernel, or else
+    builds Triton's C launcher for its signature (gcc, in a cold cache). ``TINY_TRITON_PARALLEL_COMPILE=0`` turns it off.
     """
     global _compile_pool, _take_over_pool
     if os.environ.get("TINY_TRITON_PARALLEL_COMPILE", "1") == "0":
@@ -457,14 +457,14 @@ def precompile(launcher: TritonLauncher, example_args: tuple):
         return _compile_pool.submit(load)
     # the same kernel source with the same arguments, already asked for (compile_early's module, or
     # another graph's): its compile is shared
-    key = (fn.fn.__name__, getattr(fn, "src", None), tuple(example_args), grid, tuple(constants.items()),
-           tuple(options.items()), device)
-    if key[1] is not None and key in _started:
+    src = getattr(fn, "src", None)
+    key = (fn.fn.__name__, src, tuple(example_args), grid, tuple(constants.items()), tuple(options.items()), device)
+    if src is not None and key in _started:
         return _started[key]
     in_worker = workers.submit((path, fn.fn.__name__, tuple(example_args), grid, constants, options, device),
-                               priority=_priority.get(), size=len(getattr(fn, "src", "")))
+                               priority=_priority.get(), size=len(src or ""))
     done: Future = Future()
-    if key[1] is not None:
+    if src is not None:
         _started[key] = done
 
     def loaded(answer: Future) -> None:
@@ -505,9 +505,10 @@ def compile_early(module_source: str) -> None:
     key and shares it. Without worker processes nothing is done: the graph's module starts the
     compile when it loads.
 
-    A backward's kernels were sent to the workers only once its whole module was generated and
-    loaded, and the first backward then waited for what was left (BART's training step on the H200
-    host: 33 kernels, a second and a half of compiles on sixteen workers, 0.74 s waited)."""
+    Submitted only when the module loads, a backward's kernels would start compiling after all of
+    its code generation, and its first call would wait for what is left (BART's training step on
+    the H200 host: 33 kernels, a second and a half of compiles on sixteen workers, 0.74 s waited;
+    compiled as generated, none)."""
     if compile_workers() is not None:
         PyCodeCache.load(module_source)
 
