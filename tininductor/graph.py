@@ -68,6 +68,16 @@ def _scalar_destination(node: torch.fx.Node) -> torch.device | None:
     return devices.pop() if len(devices) == 1 else None
 
 
+def _leaves(value) -> list:
+    """The leaves of nested tuples, lists and dicts (pytree's ``tree_flatten`` without the spec:
+    asked for every node lowered, where pytree's generality costs a tenth of the lowering)."""
+    if isinstance(value, (tuple, list)):
+        return [leaf for v in value for leaf in _leaves(v)]
+    if isinstance(value, dict):
+        return [leaf for v in value.values() for leaf in _leaves(v)]
+    return [value]
+
+
 class GraphLowering(torch.fx.Interpreter):
     def __init__(self, gm: torch.fx.GraphModule, example_inputs, is_inference: bool = False):
         super().__init__(gm, garbage_collect_values=False)
@@ -202,7 +212,7 @@ class GraphLowering(torch.fx.Interpreter):
             result = super().run_node(n)
         finally:
             self.current_node = None
-        for leaf in tree_flatten(result)[0]:
+        for leaf in _leaves(result):
             box = leaf.unwrap_storage() if isinstance(leaf, ir.View) else leaf
             if isinstance(box, ir.StorageBox) and not box.is_realized():
                 box.origins = list(self.current_origins)
@@ -211,7 +221,7 @@ class GraphLowering(torch.fx.Interpreter):
         # output: each of those counts its own output's users, and an output nobody reads stays
         # unrealized (never computed)
         if n.op == "call_function" and len(n.users) > 1 and not isinstance(result, (tuple, list)):
-            for leaf in tree_flatten(result)[0]:
+            for leaf in _leaves(result):
                 box = leaf.unwrap_storage() if isinstance(leaf, ir.View) else leaf
                 if isinstance(box, ir.StorageBox):
                     box.mark_reuse(len(n.users))
@@ -221,7 +231,7 @@ class GraphLowering(torch.fx.Interpreter):
         """Origins of the not-yet-realized inputs of ``n`` (they get inlined into it)."""
         origins: list[str] = []
         for arg in n.all_input_nodes:
-            for leaf in tree_flatten(self.env.get(arg))[0]:
+            for leaf in _leaves(self.env.get(arg)):
                 box = leaf.unwrap_storage() if isinstance(leaf, ir.View) else leaf
                 if isinstance(box, ir.StorageBox) and not box.is_realized():
                     origins += [o for o in box.origins if o not in origins]
@@ -310,9 +320,9 @@ class GraphLowering(torch.fx.Interpreter):
     def _dtype_without_kernels(self, args, kwargs) -> torch.dtype | None:
         """A dtype of this op's tensors that Triton/C++ kernels cannot hold (complex), if any:
         such an op runs in torch, as a fallback with its reason logged, instead of failing."""
-        dtypes = [a.get_dtype() for a in tree_flatten((args, kwargs))[0] if isinstance(a, ir.IRNode)]
+        dtypes = [a.get_dtype() for a in _leaves((args, kwargs)) if isinstance(a, ir.IRNode)]
         val = self.current_node.meta.get("val") if self.current_node is not None else None
-        dtypes += [v.dtype for v in tree_flatten(val)[0] if isinstance(v, torch.Tensor)]
+        dtypes += [v.dtype for v in _leaves(val) if isinstance(v, torch.Tensor)]
         return next((d for d in dtypes if d not in KERNEL_DTYPES), None)
 
     def call_method(self, target, args, kwargs):
