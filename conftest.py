@@ -28,6 +28,10 @@ def _cuda_available() -> bool:
 if "TRITON_INTERPRET" not in os.environ and not _cuda_available():
     os.environ["TRITON_INTERPRET"] = "1"
 
+# Every kernel tininductor reuses for a group of the same structure (another layer's) is generated
+# anyway and compared with the one reused (tininductor.config.check_kernel_reuse).
+os.environ.setdefault("TINY_CHECK_KERNEL_REUSE", "1")
+
 
 def pytest_addoption(parser):
     parser.addoption(

@@ -68,6 +68,13 @@ max_pointwise_cat_inputs_masked: int = 32
 #: faster than its size: a kernel of 67 nodes, 126 loads and 64 stores took 13 s.
 max_fusion_size: int = 64
 
+#: Generate a kernel once per structure (scheduler.FusedGroup.structure): the repeated layers of a
+#: model give the same kernels, and the wrapper calls the first with each layer's buffers.
+#: ``check_kernel_reuse`` (``TINY_CHECK_KERNEL_REUSE=1``, on in the test suite) generates every
+#: reused kernel anyway and raises unless its code is the reused one's.
+reuse_kernels_by_structure: bool = os.environ.get("TINY_REUSE_KERNELS", "1") != "0"
+check_kernel_reuse: bool = os.environ.get("TINY_CHECK_KERNEL_REUSE", "0") == "1"
+
 #: Pad matmul operands to sizes that are multiples of 16 bytes where it pays: CUDA, half precision,
 #: big matmuls (fx_passes/pad_mm.py; TorchInductor's ``shape_padding``). ``force_shape_padding``
 #: pads every unaligned matmul, on any device and dtype (tests).

@@ -58,6 +58,52 @@ class ReadWrites:
         return lambda *args: "v"
 
 
+class BodyRecorder(ReadWrites):
+    """:class:`ReadWrites` that also records the body's structure: every op in order, its results
+    numbered (``v0``, ``v1``, ...), the buffers it loads and stores left out of the ops and listed
+    in :attr:`buffers` in order of use. Two bodies with the same structure, run on the same kind of
+    loop, with their buffers in the same roles, generate the same kernel (:meth:`FusedGroup.structure`)."""
+
+    def __init__(self):
+        super().__init__()
+        self.ops: list[tuple] = []  # (op, its arguments, Python numbers typed: see _typed)
+        self.buffers: list[str] = []
+
+    def _record(self, op: str, args: tuple) -> str:
+        self.ops.append((op, args))
+        return f"v{len(self.ops) - 1}"
+
+    def load(self, name, index):
+        super().load(name, index)
+        self.buffers.append(name)
+        return self._record("load", (self.reads[-1][1],))
+
+    def store(self, name, index, value, mode=None):
+        super().store(name, index, value, mode)
+        self.buffers.append(name)
+        return self._record("store", (self.writes[-1][1], value, mode))
+
+    def indirect_indexing(self, value, size, check=True):
+        symbol = super().indirect_indexing(value, size, check)
+        self._record("indirect_indexing", (value, size, check, symbol))
+        return symbol
+
+    def masked(self, mask, body, other):
+        """The body's ops between two markers (a backend may load nothing outside ``mask``)."""
+        self._record("masked", (mask,))
+        return self._record("end_masked", (body(), _typed(other)))
+
+    def __getattr__(self, name):
+        return lambda *args, **kwargs: self._record(name, tuple(map(_typed, args)) + tuple(
+            (k, _typed(v)) for k, v in sorted(kwargs.items())))
+
+
+def _typed(value):
+    """``value`` as part of a key: a Python number with its type (``1``, ``1.0`` and ``True`` are
+    equal in Python, not as literals in a kernel)."""
+    return (type(value), value) if isinstance(value, (bool, int, float)) else value
+
+
 def split_point(ranges, numel: int, rnumel: int) -> int | None:
     """The k with prod(ranges[:k]) == numel and prod(ranges[k:]) == rnumel, if any."""
     for k in range(len(ranges) + 1):
@@ -78,7 +124,7 @@ def iteration_vars(node: ir.ComputedBuffer, kind: str, numel: int, rnumel: int):
 
 
 def _new_read_writes() -> ReadWrites:
-    return (FUSION_RULES["read_writes_handler"] or ReadWrites)()
+    return (FUSION_RULES["read_writes_handler"] or BodyRecorder)()
 
 
 def read_writes(node: ir.ComputedBuffer, kind: str, numel: int, rnumel: int) -> ReadWrites:
@@ -156,6 +202,30 @@ class FusedGroup:
 
     def read_writes(self, node) -> ReadWrites:
         return read_writes(node, self.kind(node), self.numel, self.rnumel)
+
+    def structure(self) -> tuple[tuple, list[str]] | None:
+        """``(key, the buffers it loads and stores in order of first use)``; None when a swapped-in
+        read/write handler records no structure.
+
+        A kernel is a function of what the key holds: the loops, each node's kind, ranges and
+        body (its ops, loads and stores with their indices, as :class:`BodyRecorder` records them),
+        which buffer plays which role, their dtypes, and which stay in registers. Groups with equal
+        keys (the same block of a model's repeated layers) generate the same kernel, apart from
+        the buffers it is called with: the wrapper generates it once (codegen/wrapper.py).
+        """
+        roles: dict[str, int] = {}
+        nodes = []
+        for node in self.nodes:
+            kind = self.kind(node)
+            rw = self.read_writes(node)
+            if not isinstance(rw, BodyRecorder):
+                return None
+            nodes.append((kind, tuple(node.get_ranges()), tuple(node.get_reduction_ranges()), tuple(rw.ops),
+                          tuple(roles.setdefault(name, len(roles)) for name in rw.buffers)))
+        names = list(roles)
+        dtypes = tuple(V.graph.get_buffer(name).get_dtype() for name in names)
+        internal = tuple(sorted(roles[name] for name in self.internal if name in roles))
+        return (self.device, self.numel, self.rnumel, self.is_reduction, tuple(nodes), dtypes, internal), names
 
     def loop_phases(self) -> list[tuple[str, list[ir.ComputedBuffer]]]:
         """The steps of a reduction kernel's body, shared by every backend.

@@ -32,7 +32,7 @@ import re
 import sympy
 import torch
 
-from .. import ir
+from .. import config, ir
 from ..indexing import host_expr, size_expr, tuple_source
 from ..scheduler import ExternNode, FusedGroup, Scheduler
 from .common import GeneratedKernel, IndentedBuffer, get_scheduling
@@ -105,6 +105,9 @@ class WrapperCodeGen:
         # repeated layers give the same kernels, each compiled and loaded once (TorchInductor:
         # ``src_to_kernel`` in its wrapper codegen)
         self._by_source: dict[str, tuple[GeneratedKernel, list[str]]] = {}
+        # a group's structure (FusedGroup.structure) -> its kernel, buffers and renames (_add): a
+        # group of a structure seen before is not generated again
+        self._by_structure: dict[tuple, tuple[GeneratedKernel, list[str], dict[str, str]]] = {}
         self.reused = 0  # kernels that reused an earlier one's code
         self.headers: list[str] = []
         # buffers kept in registers inside one kernel: never allocated, so never freed
@@ -167,23 +170,41 @@ class WrapperCodeGen:
     def _kernel(self, group: FusedGroup, calls: IndentedBuffer) -> None:
         backend = get_scheduling(group.device)
         self.headers.append(backend.header())
-        kernel = backend.codegen_kernel(group, len(self.kernels))
-        names, key = _defined_names(kernel.source)
-        call = kernel.call_line()
-        if key in self._by_source:  # the same code as an earlier kernel (another layer's): reuse it
-            first, first_names = self._by_source[key]
-            for mine, theirs in zip(names, first_names):
-                call = re.sub(rf"\b{mine}\b", theirs, call)
+        structure = group.structure() if config.reuse_kernels_by_structure else None
+        known = self._by_structure.get(structure[0]) if structure is not None else None
+        if known is not None:  # another group of this structure (another layer's): its kernel, our buffers
+            kernel, names, renames = known
+            refs = dict(zip(names, structure[1]))
             self.reused += 1
+            if config.check_kernel_reuse:
+                _check_reuse(kernel, refs, backend.codegen_kernel(group, len(self.kernels)))
         else:
-            self._by_source[key] = (kernel, names)
-            self.kernels.append(kernel)
-            if kernel.prebuild is not None:
-                kernel.prebuild()
-        for name in [n.get_name() for n in group.nodes if n.get_name() in kernel.stored]:
+            kernel = backend.codegen_kernel(group, len(self.kernels))
+            refs, renames = {}, self._add(kernel)
+            if structure is not None:
+                self._by_structure[structure[0]] = (kernel, structure[1], renames)
+        call = kernel.call_line(refs)
+        for mine, theirs in renames.items():
+            call = re.sub(rf"\b{mine}\b", theirs, call)
+        stored = {refs.get(name, name) for name in kernel.stored}
+        for name in [n.get_name() for n in group.nodes if n.get_name() in stored]:
             lay = self.graph.get_buffer(name).layout
             calls.writeline(f"{name} = {allocation(lay)}")
         calls.writeline(call)
+
+    def _add(self, kernel: GeneratedKernel) -> dict[str, str]:
+        """Add a newly generated kernel to the module, unless it has an earlier kernel's code: then
+        the names its call uses -> the earlier kernel's."""
+        names, key = _defined_names(kernel.source)
+        if key in self._by_source:  # the same code as an earlier kernel: reuse it
+            first, first_names = self._by_source[key]
+            self.reused += 1
+            return dict(zip(names, first_names))
+        self._by_source[key] = (kernel, names)
+        self.kernels.append(kernel)
+        if kernel.prebuild is not None:
+            kernel.prebuild()
+        return {}
 
     def _extern(self, node: ExternNode, calls: IndentedBuffer) -> None:
         buf = node.node
@@ -228,6 +249,16 @@ class WrapperCodeGen:
             '    print(f"{(time.perf_counter() - start) / runs * 1e3:.3f} ms per call (including input creation)")',
         ]
         return "\n".join(lines)
+
+
+def _check_reuse(kernel: GeneratedKernel, refs: dict[str, str], generated: GeneratedKernel) -> None:
+    """``config.check_kernel_reuse``: the kernel reused for a group is the one generated for it."""
+    mapped = [refs.get(a, a) for a in kernel.arg_names]
+    if _defined_names(kernel.source)[1] != _defined_names(generated.source)[1] or mapped != generated.arg_names \
+            or {refs.get(s, s) for s in kernel.stored} != generated.stored:
+        raise AssertionError(f"kernel reuse: a group of the same structure generated other code\n"
+                             f"reused ({mapped}):\n{kernel.source}\ngenerated ({generated.arg_names}):\n"
+                             f"{generated.source}")
 
 
 _DEFINED = re.compile(r"^(?:def (\w+)\(|(\w+) = )", re.MULTILINE)
