@@ -541,10 +541,20 @@ if stored.exists() and "rows" in gpu["results"].get("pointwise_chain max-autotun
 #   process hands the cubin to torch's launcher. On the H200 host BART's training step's first
 #   call was 1.16 of torch.compile's through Triton's cache and 0.68 with the binary, OPT's 1.08
 #   and 0.71.
-# * **Compile each kernel once, and build nothing to launch it.** Six identical layers give six
-#   copies of each layer's kernels, equal but for their names: the wrapper keeps the first and
-#   calls it for the others (`_defined_names` in `codegen/wrapper.py`; TorchInductor's
-#   `src_to_kernel`). And Triton launches a kernel through a small C module it builds with gcc
+# * **Generate and compile each kernel once, and build nothing to launch it.** Six identical
+#   layers give six copies of each layer's kernels, equal but for their names: the wrapper keeps
+#   the first and calls it for the others (`_defined_names` in `codegen/wrapper.py`; TorchInductor's
+#   `src_to_kernel`). Finding them equal by their code still means generating every copy: BART's
+#   training step generated about 500 kernels on the H200 host for 42 distinct ones, 1.7 s of its
+#   compile. The scheduler already runs each body once with a recording ops handler, to learn its
+#   loads and stores; recording every op as well, its results numbered and the buffers it reads
+#   and writes listed apart (`scheduler.BodyRecorder`), gives each kernel a key before any code
+#   exists (`FusedGroup.structure`): the loops, each body's ops and indices, which buffer plays
+#   which role, their dtypes. A group whose key was seen calls that kernel with its own buffers,
+#   and codegen took 0.5 s. The key must hold everything the code depends on, or a layer would run
+#   another layer's kernel: `config.check_kernel_reuse`, on in the test suite, generates every
+#   reused kernel anyway and raises unless the code is the same. And Triton launches a kernel
+#   through a small C module it builds with gcc
 #   for each new signature, about 0.2 s each in an empty cache; torch ships a launcher built
 #   once with torch that takes the argument types as a string, which tininductor uses where it
 #   can (`StaticKernel` in `runtime/static_kernel.py`). Together they took this step's cold
