@@ -209,12 +209,18 @@ def _deref(expected: Any) -> Any:
     return expected() if isinstance(expected, weakref.ref) else expected
 
 
+def _expected_module(g) -> str:
+    """The module an NN_MODULE guard expects, for a failure message (it may have been freed since)."""
+    module = _deref(g.expected)
+    return "a module since freed" if module is None else _short(module)
+
+
 register_guard_kind(
     "NN_MODULE",
     lambda g, ref, scope: ([f"{ref} is {scope.constant(g.expected, 'mod')}()"] if isinstance(g.expected, weakref.ref)
                            else [f"{ref} is {scope.constant(g.expected, 'mod')}"]),
     lambda g, v: None if v is _deref(g.expected)
-    else f"module {g.name} was replaced: expected {_short(_deref(g.expected))}, actual {_short(v)}",
+    else f"module {g.name} was replaced: expected {_expected_module(g)}, actual {_short(v)}",
     lambda g: f"{g.name} is {_short(_deref(g.expected))}  # the module (and so its parameters' owner)",
 )
 
