@@ -156,6 +156,26 @@ def test_compile_times_account_for_compile_steps_only():
         compile_times(repr="csv")
 
 
+def test_chromium_event_log_records_full_collections():
+    """A full garbage collection inside the block is a span on the thread it ran in (it walks
+    every live object: after a compile, tenths of a second wherever it starts); younger
+    generations' collections are not spans, and outside the block nothing is recorded."""
+    import gc
+
+    from tinydynamo.utils import chromium_event_log
+
+    with chromium_event_log() as log:
+        gc.collect(0)
+        gc.collect(1)
+        assert log.events == []
+        gc.collect()
+    (span,) = log.events
+    assert span.name.startswith("gc: full collection (") and span.track == "MainThread"
+    assert 0 <= span.end - span.start < 60
+    gc.collect()
+    assert len(log.events) == 1
+
+
 def test_chromium_event_log_records_a_timeline_of_the_compile():
     """Inside ``chromium_event_log()`` each compile phase is a span on its thread's track, nested
     in the frame's compile, with CPU seconds of that thread; a span another layer adds (a kernel
@@ -180,7 +200,7 @@ def test_chromium_event_log_records_a_timeline_of_the_compile():
         assert names.count(phase) == 1, (phase, names)
     frame = next(e for e in log.events if e.name == "compile_frame")
     for e in log.events:
-        if e.track == "MainThread" and e is not frame:
+        if e.track == "MainThread" and e is not frame and not e.name.startswith("gc: "):
             assert frame.start <= e.start <= e.end <= frame.end, e
             assert e.cpu is not None and 0 <= e.cpu <= (e.end - e.start) + 0.05, e
     assert next(e for e in log.events if e.name == "load k").track == "loader"
@@ -230,6 +250,39 @@ def test_full_collections_wait_while_a_frame_compiles():
         tinydynamo.reset()
         tinydynamo.compile(lambda x: x.sin() * 2, backend=backend)(torch.randn(3))
     assert seen == [before]
+
+
+def test_the_deferred_collection_walks_only_what_the_block_made():
+    """While a block defers, the heap from before it is frozen (left out of every collection); the
+    block ends with a full collection of what it made (its cyclic garbage is freed there, not in
+    the compiled function's first call) and unfreezes the old heap. A heap someone else froze
+    stays frozen, and nothing is collected at the block's end then."""
+    import gc
+    import weakref
+
+    from tinydynamo.utils import deferred_full_collections
+
+    class Node:
+        pass
+
+    assert gc.get_freeze_count() == 0
+    with deferred_full_collections():
+        assert gc.get_freeze_count() > 0
+        a, b = Node(), Node()
+        a.other, b.other = b, a
+        gc.collect(1)  # alive: moved to the oldest generation, which only a full collection walks
+        dead = weakref.ref(a)
+        del a, b  # now garbage, in a cycle: refcounting cannot free it
+        gc.collect(1)
+        assert dead() is not None
+    assert gc.get_freeze_count() == 0 and dead() is None
+    gc.freeze()
+    try:
+        with deferred_full_collections():
+            pass
+        assert gc.get_freeze_count() > 0  # (refcounting may free some frozen objects meanwhile)
+    finally:
+        gc.unfreeze()
 
 
 def test_builtins_and_op_overloads_compile_through_a_python_frame():

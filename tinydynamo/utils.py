@@ -102,7 +102,7 @@ class ChromiumEventLog:
 
 #: the logs of the active :func:`chromium_event_log` blocks (usually none)
 _event_logs: list[ChromiumEventLog] = []
-_event_lock = threading.Lock()
+_event_lock = threading.RLock()  # reentrant: a full collection (a span) may start inside
 
 
 def log_event(name: str, start: float, end: float, track: str | None = None, cpu: float | None = None) -> None:
@@ -116,16 +116,36 @@ def log_event(name: str, start: float, end: float, track: str | None = None, cpu
             log.events.append(event)
 
 
+_full_collection_start: list[float] = []  # when the full collection under way began
+
+
+def _time_full_collections(phase: str, info: dict) -> None:
+    """``gc.callbacks``: each full (generation-2) collection as a span on the thread it ran in."""
+    if info["generation"] != 2:
+        return
+    if phase == "start":
+        _full_collection_start[:] = [time.perf_counter()]
+    elif _full_collection_start:
+        log_event(f"gc: full collection ({info['collected']} objects freed)", _full_collection_start.pop(),
+                  time.perf_counter())
+
+
 @contextlib.contextmanager
 def chromium_event_log() -> Iterator[ChromiumEventLog]:
     """Record the spans of every compile step while the block runs (TorchDynamo's
-    ``ChromiumEventLogger``); nothing is recorded outside such a block."""
+    ``ChromiumEventLogger``), and every full garbage collection (it walks every live object: after
+    a large compile, a few tenths of a second, wherever it happens to start); nothing is recorded
+    outside such a block."""
     log = ChromiumEventLog()
     _event_logs.append(log)
+    if _time_full_collections not in gc.callbacks:
+        gc.callbacks.append(_time_full_collections)
     try:
         yield log
     finally:
         _event_logs.remove(log)
+        if not _event_logs and _time_full_collections in gc.callbacks:
+            gc.callbacks.remove(_time_full_collections)
 
 
 _deferring = [0]  # 1 while a block defers (a compile inside a compile leaves the thresholds to the outer one)
@@ -136,12 +156,21 @@ def deferred_full_collections():
     """No full garbage collection inside the block (``config.defer_full_gc``): generation 2's
     threshold is raised, generations 0 and 1 still collect, and refcounting still frees what
     dies. A full collection walks every live object; a compile grows the heap by about a million
-    of them, so the default thresholds rescan it a dozen times. After the block the deferred
-    collection runs once, at the next generation-1 collection (TorchDynamo defers them too)."""
+    of them, so the default thresholds rescan it a dozen times (TorchDynamo defers them too).
+
+    The one full collection the compile still owes walks only what the compile made: the heap
+    from before the block is frozen while it runs (``gc.freeze``: left out of every collection),
+    the block ends with a full collection of the rest, and the old heap is unfrozen. Done later
+    by the default thresholds, that collection would walk the whole heap (the model, torch,
+    transformers) inside the compiled function's first call. A process that froze its heap
+    itself keeps it frozen, and its collection happens at the next generation-1 collection."""
     if not config.defer_full_gc or _deferring[0]:  # off, or an outer block already defers
         yield
         return
     thresholds = gc.get_threshold()
+    freeze = gc.isenabled() and gc.get_freeze_count() == 0
+    if freeze:
+        gc.freeze()
     gc.set_threshold(thresholds[0], thresholds[1], 1 << 30)
     _deferring[0] += 1
     try:
@@ -149,6 +178,9 @@ def deferred_full_collections():
     finally:
         _deferring[0] -= 1
         gc.set_threshold(*thresholds)
+        if freeze:
+            gc.collect()
+            gc.unfreeze()
 
 
 def timed(phase: str):
