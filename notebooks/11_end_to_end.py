@@ -570,7 +570,10 @@ if stored.exists() and "rows" in gpu["results"].get("pointwise_chain max-autotun
 #   whole heap, the model, torch and transformers included: 0.66 s inside BART's first training
 #   step on the CPU. So the heap from before the compile is frozen while it runs (`gc.freeze`
 #   leaves objects out of every collection), the compile ends with a full collection of what it
-#   made, 0.19 s, and the old heap is unfrozen. `gc.callbacks` is how to see it: each callback
+#   made, 0.19 s, and the old heap is unfrozen. Only a large compile does: after a full
+#   collection CPython takes its survivors for the size of the oldest generation and starts the
+#   next whole-heap one after a quarter of that many more, which after a small compile is soon.
+#   `gc.callbacks` is how to see it: each callback
 #   gets the generation and can time it, and `chromium_event_log` records every full collection
 #   as a span, so `bench/first_call.py`'s timeline shows where one lands.
 # * **Trace each op once, and leanly.** A large model's first call is mostly per-op front-end
