@@ -209,10 +209,24 @@ def _deref(expected: Any) -> Any:
     return expected() if isinstance(expected, weakref.ref) else expected
 
 
+class ModuleRef(weakref.ref):
+    """An NN_MODULE guard's expected module: a weak reference (compiled code must not keep the
+    user's modules alive; once the module is gone the guard fails) that keeps the module's name
+    (``<Linear at 0x...>``) for failure messages, whether or not the module has been freed."""
+
+    __slots__ = ("description",)
+
+    def __new__(cls, module):
+        ref = super().__new__(cls, module)
+        ref.description = _short(module)
+        return ref
+
+    def __init__(self, module):
+        super().__init__(module)
+
+
 def _expected_module(g) -> str:
-    """The module an NN_MODULE guard expects, for a failure message (it may have been freed since)."""
-    module = _deref(g.expected)
-    return "a module since freed" if module is None else _short(module)
+    return g.expected.description if isinstance(g.expected, ModuleRef) else _short(_deref(g.expected))
 
 
 register_guard_kind(
@@ -221,7 +235,7 @@ register_guard_kind(
                            else [f"{ref} is {scope.constant(g.expected, 'mod')}"]),
     lambda g, v: None if v is _deref(g.expected)
     else f"module {g.name} was replaced: expected {_expected_module(g)}, actual {_short(v)}",
-    lambda g: f"{g.name} is {_short(_deref(g.expected))}  # the module (and so its parameters' owner)",
+    lambda g: f"{g.name} is {_expected_module(g)}  # the module (and so its parameters' owner)",
 )
 
 # ---- CONSTANT_MATCH --------------------------------------------------------------------------

@@ -19,7 +19,6 @@ import math
 import operator
 import os
 import types
-import weakref
 from typing import Any
 
 import torch
@@ -27,6 +26,7 @@ from torch import nn
 
 from tinydynamo import trace_rules
 from tinydynamo.exc import unimplemented
+from tinydynamo.guards import ModuleRef
 from tinydynamo.polyfills import constant_object_types, np, numpy_constant_types, typing_types
 from tinydynamo.source import AttrSource, DictKeySource, DictValueSource, GetItemSource, Source
 from tinydynamo.variables import polyfilled, torch_function
@@ -93,7 +93,7 @@ class VariableBuilder:
                 return torch_function.wrap_subclass_tensor(self.tx, value, src)
             return self.tx.output.lift_tensor(value, src)
         if isinstance(value, nn.Module):
-            self.guard("NN_MODULE", weakref.ref(value))  # weak: compiled code does not keep modules alive
+            self.guard("NN_MODULE", ModuleRef(value))  # weak: compiled code does not keep modules alive
             return NNModuleVariable(value, src)
         if is_numpy_array_type(value) and self.tx is not None:  # held as the tensor over its memory
             return wrap_numpy_input(self.tx, value, src)
