@@ -565,17 +565,11 @@ if stored.exists() and "rows" in gpu["results"].get("pointwise_chain max-autotun
 #   objects survive: a dozen times during one large compile, each walk longer than the last.
 #   BART's training compile spent 2.2 of its 9.5 s on the CPU there. While a frame compiles,
 #   tinydynamo raises generation 2's threshold (`utils.deferred_full_collections`, as
-#   TorchDynamo does); young objects are still collected. The one full walk the compile still
-#   owes would then start at some allocation of the compiled function's first call and walk the
-#   whole heap, the model, torch and transformers included: 0.66 s inside BART's first training
-#   step on the CPU. So the heap from before the compile is frozen while it runs (`gc.freeze`
-#   leaves objects out of every collection), the compile ends with a full collection of what it
-#   made, 0.19 s, and the old heap is unfrozen. Only a large compile does: after a full
-#   collection CPython takes its survivors for the size of the oldest generation and starts the
-#   next whole-heap one after a quarter of that many more, which after a small compile is soon.
-#   `gc.callbacks` is how to see it: each callback
-#   gets the generation and can time it, and `chromium_event_log` records every full collection
-#   as a span, so `bench/first_call.py`'s timeline shows where one lands.
+#   TorchDynamo does); young objects are still collected, and the full walk happens once,
+#   after, at some allocation of the compiled function's first call: on the CPU, 0.66 s inside
+#   BART's first training step. `gc.callbacks` is how to see it: each callback gets the
+#   generation and can time it, and `chromium_event_log` records every full collection as a
+#   span, so `bench/first_call.py`'s timeline shows where one lands.
 # * **Trace each op once, and leanly.** A large model's first call is mostly per-op front-end
 #   work: BART's training graph (24 layers) has 2,239 forward prims and 4,425 backward ops.
 #   The joint graph does not need the forward run again under a tracer, since `decompose` traced

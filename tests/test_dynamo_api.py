@@ -252,53 +252,6 @@ def test_full_collections_wait_while_a_frame_compiles():
     assert seen == [before]
 
 
-def test_the_deferred_collection_walks_only_what_the_block_made():
-    """While a block defers, the heap from before it is frozen (left out of every collection). A
-    large block (as many generation-1 collections as start a full one) ends with a full collection
-    of what it made: its cyclic garbage is freed there, not in the compiled function's first call.
-    A small one leaves it to the default thresholds (a collection of its few survivors would make
-    CPython start the next whole-heap one soon). Either way the old heap is unfrozen; a heap
-    someone else froze stays frozen."""
-    import gc
-    import weakref
-
-    from tinydynamo.utils import deferred_full_collections
-
-    class Node:
-        pass
-
-    def old_garbage(young_collections: int):
-        """A cycle aged into the oldest generation (only a full collection walks it), then dropped."""
-        a, b = Node(), Node()
-        a.other, b.other = b, a
-        gc.collect(1)
-        dead = weakref.ref(a)
-        del a, b
-        for _ in range(young_collections):
-            gc.collect(1)
-        return dead
-
-    full_after = gc.get_threshold()[2]  # generation-1 collections that start a full one
-    assert gc.get_freeze_count() == 0
-    with deferred_full_collections():
-        assert gc.get_freeze_count() > 0
-        dead = old_garbage(full_after)
-        assert dead() is not None
-    assert gc.get_freeze_count() == 0 and dead() is None
-    with deferred_full_collections():
-        small = old_garbage(1)
-    assert gc.get_freeze_count() == 0 and small() is not None
-    gc.collect()
-    assert small() is None
-    gc.freeze()
-    try:
-        with deferred_full_collections():
-            pass
-        assert gc.get_freeze_count() > 0  # (refcounting may free some frozen objects meanwhile)
-    finally:
-        gc.unfreeze()
-
-
 def test_builtins_and_op_overloads_compile_through_a_python_frame():
     from tinydynamo.testing import CompileCounter
 

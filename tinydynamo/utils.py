@@ -156,37 +156,19 @@ def deferred_full_collections():
     """No full garbage collection inside the block (``config.defer_full_gc``): generation 2's
     threshold is raised, generations 0 and 1 still collect, and refcounting still frees what
     dies. A full collection walks every live object; a compile grows the heap by about a million
-    of them, so the default thresholds rescan it a dozen times (TorchDynamo defers them too).
-
-    The one full collection the compile still owes walks only what the compile made: the heap
-    from before the block is frozen while it runs (``gc.freeze``: left out of every collection),
-    a large block ends with a full collection of the rest, and the old heap is unfrozen. Done later
-    by the default thresholds, that collection would walk the whole heap (the model, torch,
-    transformers) inside the compiled function's first call. A process that froze its heap
-    itself keeps it frozen, and its collection happens at the next generation-1 collection."""
+    of them, so the default thresholds rescan it a dozen times. After the block the deferred
+    collection runs once, at the next generation-1 collection (TorchDynamo defers them too)."""
     if not config.defer_full_gc or _deferring[0]:  # off, or an outer block already defers
         yield
         return
     thresholds = gc.get_threshold()
-    freeze = gc.isenabled() and gc.get_freeze_count() == 0
-    if freeze:
-        gc.freeze()
-    young_collections = gc.get_count()[2]
     gc.set_threshold(thresholds[0], thresholds[1], 1 << 30)
     _deferring[0] += 1
     try:
         yield
     finally:
         _deferring[0] -= 1
-        # a small block (fewer generation-1 collections than start a full one) owes no full collection:
-        # one here would count only its own survivors as the oldest generation's size, and CPython
-        # would start the next full collection, of the whole heap, after a quarter of that
-        large = gc.get_count()[2] - young_collections >= thresholds[2]
         gc.set_threshold(*thresholds)
-        if freeze:
-            if large:
-                gc.collect()
-            gc.unfreeze()
 
 
 def timed(phase: str):
