@@ -497,9 +497,9 @@ if stored.exists() and "rows" in gpu["results"].get("pointwise_chain max-autotun
 #   backward's kernels compile while the forward runs; its first call waits for what is left.
 #   A model cut into several graphs (BART's LayerDrop breaks before each layer) then overlaps
 #   the backward kernels of one graph with the tracing of the next. The workers are forked from
-#   one process that imports torch and Triton once: workers that each import them compete with
-#   the main process while it traces (on two cores, four such workers took OPT's training
-#   compile from 2.2 to 3.7 s; forked, 2.3 s).
+#   one process that imports Triton once: workers that each import it compete with the main
+#   process while it traces (on two cores, four such workers took OPT's training compile from
+#   2.2 to 3.7 s; forked, 2.3 s).
 # * **Start each compile as early as it can start, and the longest first.** A kernel's compile
 #   can begin as soon as its source exists, not when the module around it loads: the wrapper
 #   hands each new Triton kernel to `compile_early`, which loads it as a module of its own whose
@@ -513,16 +513,30 @@ if stored.exists() and "rows" in gpu["results"].get("pointwise_chain max-autotun
 #   CUDA (a context, hundreds of MB of GPU memory, in each of sixteen workers at once) and Triton's
 #   compiler: 2-3 s on the H200 host, against 0.1-0.5 s for its later kernels. Triton only asks
 #   CUDA which architecture to compile for, so the main process names it and the workers install
-#   a Triton driver that answers from that (`compile_worker.offline_driver`); with no CUDA in it,
+#   a Triton driver that answers from that (`compile_server.offline_driver`); with no CUDA in it,
 #   the forking process can compile one small kernel before it forks, and every worker starts
-#   as a copy of a process whose compiler has already run. Until the pool is ready (4.3 s on the
-#   H200 host: it imports torch), two threads of the main process take kernels over, and only
+#   as a copy of a process whose compiler has already run. Until the pool is ready, two threads
+#   of the main process take kernels over, and only
 #   once the main thread waits for them (`triton_launcher.await_kernel`): sixteen took the GIL
 #   from the main thread, and two started at once still slowed the backward's compile beside
 #   them while taking 2.1-2.5 s per kernel that a worker compiles in 0.1-1 s. OPT's training
 #   step, first call in a fresh process on the H200 host: its forward waited 2.3 s for its
 #   kernels with workers that each start CUDA, 0.9 s with the offline driver, and the whole first
 #   call took 6.95 s (11.5 s with sixteen take-over threads).
+# * **A worker needs Triton, not torch.** Importing torch took the forking process four to five
+#   seconds on the H200 host, longer than OPT's or Llama's whole compile: their first kernels
+#   waited for the pool (OPT 3.9 s, Llama 3.4 s). Compiling a kernel needs only its source and
+#   its *specialisation*: each argument's type, which pointers and sizes are 16-byte aligned, the
+#   constexprs and options. The main process works that out with Triton's own binder, stopped
+#   just before it would compile (`triton_launcher.specialization`, through Triton's
+#   `jit_cache_hook`), and sends it as Triton's JSON record; the worker compiles the record
+#   (`JITFunction.preload`) in a process that never imports torch
+#   (`tininductor/runtime/compile_server.py`). Binding in the worker instead, with stand-ins for
+#   tensors, is not safe: Triton's C++ argument specialiser imports torch on first use and
+#   caches pointer types by `hash(dtype)`, and stand-in dtypes whose hashes collide got the
+#   wrong pointer types. The pool of sixteen is now ready 1.5 s after it starts; OPT's first
+#   call waits 0.2-0.3 s for kernels and takes 4.2-4.5 s, Llama's 5.0-5.8 s (torch.compile:
+#   14.3 s and 20.7 s in the same dashboard run).
 # * **Look at the slowest kernel's compile, not the average.** A timeline of one first call
 #   (each compile phase with its wall and CPU time, each kernel's compile in a worker and its
 #   load: `tinydynamo.utils.chromium_event_log()` records it, `bench/first_call.py` prints it

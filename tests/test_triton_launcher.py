@@ -41,6 +41,8 @@ class FakeJIT:
         pass
 
     __name__ = "fake_kernel"
+    src = "def fake_kernel(in_ptr0, out_ptr0, xnumel, XBLOCK, RBLOCK): ..."
+    debug = False
 
     def __getitem__(self, grid):
         def launch(*args, num_warps, num_stages, **constants):
@@ -199,6 +201,8 @@ def _launcher_with_pool(jit, monkeypatch, pool):
     processes), and the list of Triton warmups (compiles or cache lookups) made in this process."""
     monkeypatch.setattr(triton_launcher, "compile_workers", lambda: pool)
     monkeypatch.setattr(triton_launcher, "is_generated", lambda path: True)
+    monkeypatch.setattr(triton_launcher, "specialization", lambda *args: '{"name": "fake_kernel"}')
+    monkeypatch.setattr(triton_launcher, "_started", {})  # (no compile shared with another test's)
     warmups = []
     jit.warmup = lambda *args, grid, **kw: warmups.append(args) or FakeCompiled()
     launcher = TritonLauncher(jit, grid=(7,), num_warps=4, RBLOCK=32, XBLOCK=8,
@@ -311,6 +315,13 @@ def test_example_args_compile_the_kernel_in_the_background(fast_launcher, monkey
     assert launcher._precompiled is None and len(jit.front_door) == 1
 
 
+def _job(name: str, src: str | None = None):
+    """A job for the worker processes that no worker can compile (it has no specialisation)."""
+    from tininductor.runtime.compile_server import KernelJob
+
+    return KernelJob("tiny_test", name, src or f"def {name}(x):\n    pass\n", False, "{}", 0)
+
+
 def test_compile_worker_processes_answer_and_report_errors(tmp_path):
     """The worker pool (runtime/compile_worker.py): a worker starts, takes a job over its pipe and
     answers; a kernel that cannot be compiled comes back as an error the main process raises."""
@@ -318,17 +329,17 @@ def test_compile_worker_processes_answer_and_report_errors(tmp_path):
 
     from tininductor.runtime.compile_worker import CompileWorkers
 
-    pool = CompileWorkers(1)
+    pool = CompileWorkers(1, archs=[90])
     try:
         deadline = time.time() + 120
         while pool.ready == 0 and time.time() < deadline:
             time.sleep(0.1)
         assert pool.ready == 1
-        bad = pool.submit((str(tmp_path / "missing.py"), "kernel", (), (1, 1, 1), {}, {}, None))
-        with pytest.raises(RuntimeError, match="worker process failed: FileNotFoundError"):
+        bad = pool.submit(_job("kernel", src="def kernel(:\n"))
+        with pytest.raises(RuntimeError, match="worker process failed: SyntaxError"):
             bad.result(timeout=60)
-        again = pool.submit((str(tmp_path / "missing.py"), "kernel", (), (1, 1, 1), {}, {}, None))
-        with pytest.raises(RuntimeError):  # the worker is still alive after an error
+        again = pool.submit(_job("kernel"))  # no specialisation to compile from
+        with pytest.raises(RuntimeError, match="worker process failed"):  # the worker is still alive after an error
             again.result(timeout=60)
     finally:
         pool.close()
@@ -352,22 +363,48 @@ tiny_offline_probe = types.SimpleNamespace(fn=tiny_offline_probe)  # what a gene
 """
 
 
+# prints Triton's specialisation of the probe (at the path in argv[1]) for device 1, an sm_90 (no GPU needed)
+SPECIALIZE_PROBE = """\
+import sys
+
+import torch
+
+from tininductor.codecache import PyCodeCache
+from tininductor.runtime import compile_server, triton_launcher
+
+source = open(sys.argv[1]).read()
+compile_server.offline_driver([80, 90]).set_current_device(1)
+fn = PyCodeCache.load(source).tiny_offline_probe.fn
+print(triton_launcher.specialization(fn, (torch.bfloat16, torch.float32, 1000), (8, 1, 1), {"XBLOCK": 128},
+                                     {"num_warps": 4, "num_stages": 1}, None))
+"""
+
+
 def test_workers_compile_for_a_named_gpu_without_starting_cuda(tmp_path, monkeypatch):
     """Given the devices' architectures, the forking process compiles its warm-up kernel before it
     forks and a worker compiles a job's kernel into a cubin for that architecture, with no GPU
     visible: neither starts CUDA (which each of sixteen workers would otherwise do at the moment
-    the first kernels are due)."""
+    the first kernels are due), and none imports torch. The job's specialisation is Triton's own
+    (``triton_launcher.specialization``, worked out here with Triton's binder)."""
     import json
+    import subprocess
+    import sys
     import time
 
     pytest.importorskip("triton.backends.nvidia.driver")
     from tininductor.codecache import PyCodeCache
+    from tininductor.runtime.compile_server import KernelJob
     from tininductor.runtime.compile_worker import CompileWorkers
 
     monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton"))
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")  # a worker that asked CUDA for its device would fail
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)  # (the CPU test run's default) compile for real
-    PyCodeCache.load(OFFLINE_PROBE)
+    # the main process's side, in a process of its own (this one imported Triton for its interpreter)
+    fn = PyCodeCache.load(OFFLINE_PROBE).tiny_offline_probe.fn
+    spec = subprocess.run([sys.executable, "-c", SPECIALIZE_PROBE, str(PyCodeCache.path_for(OFFLINE_PROBE))],
+                          capture_output=True, text=True, check=True).stdout
+    assert json.loads(spec)["signature"] == {"in_ptr": "*bf16", "out_ptr": "*fp32", "xnumel": "i32",
+                                             "XBLOCK": "constexpr"}
     pool = CompileWorkers(1, archs=[80, 90])
     try:
         deadline = time.time() + 180
@@ -376,17 +413,17 @@ def test_workers_compile_for_a_named_gpu_without_starting_cuda(tmp_path, monkeyp
         assert pool.ready == 1
         # the warm-up was compiled before the fork, for the first device
         assert list((tmp_path / "triton").rglob("tiny_worker_warm_up.cubin"))
-        job = (str(PyCodeCache.path_for(OFFLINE_PROBE)), "tiny_offline_probe", (torch.bfloat16, torch.float32, 1000),
-               (8, 1, 1), {"XBLOCK": 128}, {"num_warps": 4, "num_stages": 1}, 1)
-        binary = pool.submit(job).result(timeout=180)
+        binary = pool.submit(KernelJob(fn.fn.__module__, "tiny_offline_probe", fn.src, False, spec, 1)).result(timeout=180)
+        server = pool._server.pid
+        assert "libtorch" not in Path(f"/proc/{server}/maps").read_text()  # the forking process has no torch
     finally:
         pool.close()
     cubins = list((tmp_path / "triton").rglob("tiny_offline_probe.cubin"))
     assert len(cubins) == 1
     meta = json.loads((cubins[0].parent / "tiny_offline_probe.json").read_text())
     assert meta["target"]["arch"] == 90  # device 1's architecture, not device 0's
-    if binary is not None:  # a torch with the prebuilt launcher: what it needs to load the cubin
-        assert binary.cubin == str(cubins[0]) and binary.name == "tiny_offline_probe"
+    assert binary.cubin == str(cubins[0]) and binary.name == "tiny_offline_probe"
+    assert binary.types == "OOi" + "O" * binary.extra  # two pointers, an int32 (and scratch pointers)
 
 
 def test_a_pool_whose_workers_all_failed_to_start_fails_its_jobs(monkeypatch):
@@ -398,16 +435,16 @@ def test_a_pool_whose_workers_all_failed_to_start_fails_its_jobs(monkeypatch):
     from tininductor.runtime.compile_worker import CompileWorkers
 
     monkeypatch.setattr(sys, "executable", "/bin/false")  # the forking process exits at once
-    pool = CompileWorkers(2)
+    pool = CompileWorkers(2, archs=[90])
     try:
-        waiting = pool.submit(("m.py", "kernel", (), (1, 1, 1), {}, {}, None))
+        waiting = pool.submit(_job("kernel"))
         with pytest.raises(RuntimeError, match="no Triton compile worker process is left"):
             waiting.result(timeout=60)
         deadline = time.time() + 60
         while pool.alive and time.time() < deadline:
             time.sleep(0.01)
         assert not pool.alive and pool.ready == 0
-        late = pool.submit(("m.py", "kernel", (), (1, 1, 1), {}, {}, None))
+        late = pool.submit(_job("kernel"))
         assert late.done() and "no Triton compile worker" in str(late.exception())
     finally:
         pool.close()
@@ -434,7 +471,7 @@ def test_compile_workers_are_forked_from_one_process_and_end_with_it():
     def children(pid):
         return [child for child, _, parent, _ in processes() if parent == pid]
 
-    pool = CompileWorkers(3)
+    pool = CompileWorkers(3, archs=[90])
     group = pool._server.pid
     try:
         deadline = time.time() + 120
@@ -457,13 +494,13 @@ def test_compile_workers_take_the_most_urgent_job_first(tmp_path):
 
     from tininductor.runtime.compile_worker import CompileWorkers
 
-    pool = CompileWorkers(1)
+    pool = CompileWorkers(1, archs=[90])
     try:
         order = []
         jobs = [("late-1", 1, 10), ("now-1", 0, 10), ("late-2", 1, 10), ("now-2", 0, 10), ("now-big", 0, 99),
                 ("late-big", 1, 99)]
         for name, priority, size in jobs:  # all queued while the worker still imports Triton
-            future = pool.submit((str(tmp_path / f"{name}.py"), "kernel", (), (1, 1, 1), {}, {}, None), priority, size)
+            future = pool.submit(_job(name.replace("-", "_")), priority, size)
             future.add_done_callback(lambda _, name=name: order.append(name))
         assert pool.ready == 0
         deadline = time.time() + 120
@@ -476,16 +513,13 @@ def test_compile_workers_take_the_most_urgent_job_first(tmp_path):
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="compiles for a CUDA GPU")
 def test_the_compile_warm_up_compiles_a_kernel_for_the_current_device(tmp_path, monkeypatch):
-    """compile_worker.warm_up compiles a small kernel for the current device (the forking process
-    runs it before it forks, so that Triton's compiler has run once in every worker; without an
-    offline driver each worker runs it itself). The warm-up swallows errors, so this checks that
-    it really compiled, here through Triton's own driver."""
-    from tininductor.codecache import PyCodeCache
-    from tininductor.runtime import compile_worker
+    """compile_server.warm_up compiles a small kernel for the current device (the forking process
+    runs it before it forks, so that Triton's compiler has run once in every worker). The warm-up
+    swallows errors, so this checks that it really compiled, here through Triton's own driver."""
+    from tininductor.runtime import compile_server
 
     monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))
-    monkeypatch.setattr(PyCodeCache, "modules", {})  # a fresh module: no kernel compiled in memory yet
-    compile_worker.warm_up()
+    compile_server.warm_up()
     assert list(tmp_path.rglob("tiny_worker_warm_up*.cubin")), list(tmp_path.rglob("*"))
 
 

@@ -8,8 +8,9 @@ loaded cubin; TorchInductor uses it by default (``StaticallyLaunchedCudaKernel``
 torch/_inductor/runtime/static_triton_launcher.py).
 
 Loading a kernel this way needs a few facts and the cubin file, nothing of Triton's: a
-:class:`KernelBinary`. A compile worker process (runtime/compile_worker.py) sends one back with
-each kernel it compiled, and the main process loads the cubin straight away. Going through
+:class:`KernelBinary` (defined in runtime/compile_server.py, the workers' side, which does not
+import torch). A compile worker process sends one back with each kernel it compiled, and the main
+process loads the cubin straight away. Going through
 Triton's JIT instead (``fn.warmup``: bind the arguments, specialise, hash, read the cache's
 metadata and every intermediate file) is Python that holds the GIL while the main process
 compiles the next graph: BART's training step made 84 such loads, 15-53 s of thread time in all
@@ -17,10 +18,11 @@ on an H200 host.
 """
 from __future__ import annotations
 
-import dataclasses
 import os
 
 import torch
+
+from .compile_server import UNSUPPORTED, KernelBinary
 
 
 def static_launcher():
@@ -31,71 +33,15 @@ def static_launcher():
     return getattr(torch._C, "_StaticCudaLauncher", None)
 
 
-# Triton's signature types -> the argument codes of torch's launcher (its StaticallyLaunchedCudaKernel)
-_ARG_CODES = {"i1": "i", "i8": "b", "i16": "h", "i32": "i", "i64": "l", "u1": "I", "u8": "B", "u16": "H",
-              "u32": "I", "u64": "K", "fp16": "f", "bf16": "f", "fp32": "f", "fp64": "d"}
-
-#: what KernelBinary.of raises for a kernel torch's launcher cannot take (Triton's own launches it)
-UNSUPPORTED = (NotImplementedError, KeyError, AttributeError, TypeError, ValueError)
-
-
-@dataclasses.dataclass(frozen=True)
-class KernelBinary:
-    """A compiled kernel as torch's launcher takes it: picklable, with nothing of Triton in it.
-
-    ``types``: one code per argument the cubin takes (``"O"`` a pointer); ``keep``: positions of
-    the runtime arguments the cubin takes (Triton folds an int equal to 1 into the kernel as a
-    constant; None when all are kept); ``extra``: how many trailing scratch-pointer arguments newer
-    Tritons add (passed as null, as TorchInductor does).
-    """
-
-    cubin: str
-    name: str
-    types: str
-    keep: tuple[int, ...] | None
-    extra: int
-    num_warps: int
-    shared: int
-
-    @classmethod
-    def of(cls, compiled) -> "KernelBinary":
-        """The binary of Triton's ``CompiledKernel``; raises one of :data:`UNSUPPORTED` where
-        torch's launcher cannot take it (no single cubin, clusters, scratch memory, an argument
-        type it cannot pass, another Triton)."""
-        meta = compiled.metadata
-        cubins = [p for p in compiled.metadata_group.values() if str(p).endswith(".cubin")]
-        if len(cubins) != 1 or getattr(meta, "num_ctas", 1) != 1:
-            raise NotImplementedError("no single cubin, or clusters")
-        src = compiled.src
-        names = src.fn.arg_names
-        folded = {k[0] if isinstance(k, tuple) else names.index(k) for k in getattr(src, "constants", {})}
-        keep, types = [], ""
-        for i, name in enumerate(names):
-            ty = src.signature.get(name, "constexpr")
-            if ty == "constexpr" or i in folded:
-                continue
-            keep.append(i)
-            types += "O" if ty.startswith("*") else _ARG_CODES[ty]  # KeyError: a type it cannot pass
-        extra = 0
-        for scratch in ("global_scratch_size", "profile_scratch_size"):
-            if hasattr(meta, scratch):
-                if getattr(meta, scratch):
-                    raise NotImplementedError(f"{scratch} > 0")
-                types += "O"
-                extra += 1
-        runtime = [i for i in range(len(names)) if i not in src.fn.constexprs]  # what a launch passes
-        return cls(str(cubins[0]), compiled.name, types, None if keep == runtime else tuple(keep), extra,
-                   meta.num_warps, meta.shared)
-
-    @classmethod
-    def describe(cls, compiled) -> "KernelBinary | None":
-        """:meth:`of`, or None where torch's launcher does not apply (none here, or not its kind of kernel)."""
-        if static_launcher() is None or not hasattr(compiled, "metadata_group"):
-            return None
-        try:
-            return cls.of(compiled)
-        except UNSUPPORTED:
-            return None
+def describe(compiled) -> KernelBinary | None:
+    """The binary of Triton's compiled kernel (``KernelBinary.of``), or None where torch's launcher
+    does not apply (none here, or not its kind of kernel)."""
+    if static_launcher() is None or not hasattr(compiled, "metadata_group"):
+        return None
+    try:
+        return KernelBinary.of(compiled)
+    except UNSUPPORTED:
+        return None
 
 
 class StaticKernel:
@@ -126,7 +72,7 @@ class StaticKernel:
         where that does not apply."""
         cached = getattr(compiled, "_tiny_static", False)
         if cached is False:
-            binary = KernelBinary.describe(compiled)
+            binary = describe(compiled)
             cached = None
             if binary is not None:
                 try:

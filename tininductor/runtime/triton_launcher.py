@@ -38,6 +38,7 @@ from .. import config
 from ..codecache import PyCodeCache
 from . import static_kernel
 from .autotune import autotune
+from .compile_server import KernelJob
 from .compile_worker import compile_workers, is_generated
 from .index_check import interpreter_asserts
 from .static_kernel import KernelBinary, StaticKernel
@@ -451,21 +452,21 @@ def precompile(launcher: TritonLauncher, example_args: tuple):
                     init()
             return kernel
 
-    path = fn.fn.__code__.co_filename
-    workers = compile_workers() if is_generated(path) else None
+    workers = compile_workers() if is_generated(fn.fn.__code__.co_filename) else None
     if workers is None:
         return _compile_pool.submit(load)
     # the same kernel source with the same arguments, already asked for (compile_early's module, or
     # another graph's): its compile is shared
-    src = getattr(fn, "src", None)
-    key = (fn.fn.__name__, src, tuple(example_args), grid, tuple(constants.items()), tuple(options.items()), device)
-    if src is not None and key in _started:
+    key = (fn.fn.__name__, fn.src, tuple(example_args), grid, tuple(constants.items()), tuple(options.items()), device)
+    if key in _started:
         return _started[key]
-    in_worker = workers.submit((path, fn.fn.__name__, tuple(example_args), grid, constants, options, device),
-                               priority=_priority.get(), size=len(src or ""))
+    spec = specialization(fn, example_args, grid, constants, options, device)
+    if spec is None:  # this Triton records no specialisation, or the kernel is compiled already
+        return _compile_pool.submit(load)
+    job = KernelJob(fn.fn.__module__, fn.fn.__name__, fn.src, bool(fn.debug), spec, device or 0)
+    in_worker = workers.submit(job, priority=_priority.get(), size=len(fn.src))
     done: Future = Future()
-    if src is not None:
-        _started[key] = done
+    _started[key] = done
 
     def loaded(answer: Future) -> None:
         # a thread is taken only once the worker has answered (with an error, or ended: the
@@ -476,7 +477,7 @@ def precompile(launcher: TritonLauncher, example_args: tuple):
         _compile_pool.submit(load, binary).add_done_callback(lambda f: _settle(done, f))
 
     def take_over() -> None:
-        # the workers are still starting (importing torch, warming the compiler: seconds) and a
+        # the workers are still starting (importing Triton, warming the compiler: a second) and a
         # caller waits: one of a few threads compiles the kernel here unless a worker has taken it
         # meanwhile, so that a small graph's few kernels do not wait for the pool
         if in_worker.cancel():
@@ -490,6 +491,48 @@ def precompile(launcher: TritonLauncher, example_args: tuple):
         with _queued_lock:
             _queued_take_overs.append(take_over)
     return done
+
+
+_capturing = threading.local()  # .spec: where specialization() records what Triton would compile
+
+
+def _capture_hook(previous):
+    """Triton's ``jit_cache_hook``, called with a compile's specialisation just before it would
+    compile: in a thread inside :func:`specialization` it records that and skips the compile;
+    elsewhere it leaves the call to the hook that was there before (if any)."""
+
+    def hook(*args, **kwargs):
+        if getattr(_capturing, "spec", False) is None:
+            _capturing.spec = kwargs["compile"]["specialization_data"]
+            return True  # compile nothing
+        return previous(*args, **kwargs) if previous is not None else None
+
+    hook.tiny_capture = True
+    return hook
+
+
+def specialization(fn, example_args: tuple, grid, constants: dict, options: dict, device: int | None) -> str | None:
+    """How Triton would specialise ``fn`` for ``example_args`` (a torch dtype per pointer, taken as
+    16-byte aligned, and the sizes), as the JSON record its ``JITFunction.preload`` compiles from:
+    argument types and alignments, constexprs, options, target. Worked out by Triton's own binder,
+    stopped just before it compiles (``knobs.runtime.jit_cache_hook``), so that a compile worker,
+    which has no torch to bind arguments with, compiles exactly what a launch here would.
+
+    None where this Triton has no such hook, or when ``fn`` is already compiled for these
+    arguments in this process (Triton then compiles nothing and asks no hook)."""
+    try:
+        from triton import knobs
+    except ImportError:  # Triton before 3.4
+        return None
+    if not getattr(knobs.runtime.jit_cache_hook, "tiny_capture", False):
+        knobs.runtime.jit_cache_hook = _capture_hook(knobs.runtime.jit_cache_hook)
+    _capturing.spec = None
+    try:
+        with torch.cuda.device(device) if device is not None else contextlib.nullcontext():
+            fn.warmup(*example_args, grid=grid, **constants, **options)
+        return _capturing.spec
+    finally:
+        del _capturing.spec
 
 
 #: (kernel name, source, example arguments, launch options, device) -> the future of its compile in
