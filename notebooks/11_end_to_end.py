@@ -535,7 +535,7 @@ if stored.exists() and "rows" in gpu["results"].get("pointwise_chain max-autotun
 #   tensors, is not safe: Triton's C++ argument specialiser imports torch on first use and
 #   caches pointer types by `hash(dtype)`, and stand-in dtypes whose hashes collide got the
 #   wrong pointer types. The pool of sixteen is now ready 1.5 s after it starts; OPT's first
-#   call waits 0.2-0.3 s for kernels and takes 4.2-4.5 s, Llama's 5.0-5.8 s (torch.compile:
+#   call waits 0.2-0.4 s for kernels and takes 4.2-4.5 s, Llama's 5.0-5.8 s (torch.compile:
 #   14.3 s and 20.7 s in the same dashboard run).
 # * **Look at the slowest kernel's compile, not the average.** A timeline of one first call
 #   (each compile phase with its wall and CPU time, each kernel's compile in a worker and its
