@@ -322,6 +322,14 @@ print("TinyBlock via tininductor's Triton path matches eager")
 # call. Buffers are allocated with torch's C++ `empty_strided_cpu` / `empty_strided_cuda` and
 # views are made with `reinterpret_tensor`, so no Python arguments are parsed. Library kernels
 # are called as `torch.mm`, not through the `torch.ops.aten.mm.default` overload object.
+#
+# A third is memory planning. A buffer dies after its last reader (`del`), and the next buffer
+# of the same size, strides, dtype and device takes it over instead of being allocated
+# (`buf5 = buf3; del buf3  # reuse`, TorchInductor's buffer reuse): one allocator call fewer per
+# reuse. A graph output is never taken over, and neither is a buffer that an extern kernel reads
+# unless the op's schema says it returns new memory (a view's result would share the storage).
+# Below, `buf3` (the LayerNorm's output) dies after the first matmul, and the last kernel's
+# output, of the same layout, takes it over as `buf7`.
 
 # %%
 src = compiled_block.source

@@ -75,6 +75,12 @@ max_fusion_size: int = 64
 reuse_kernels_by_structure: bool = os.environ.get("TINY_REUSE_KERNELS", "1") != "0"
 check_kernel_reuse: bool = os.environ.get("TINY_CHECK_KERNEL_REUSE", "0") == "1"
 
+#: Memory planning in the wrapper (TorchInductor's ``memory_planning`` reuse): a buffer whose last
+#: reader has run is handed to the next allocation of the same size, strides, dtype and device
+#: (``buf7 = buf3; del buf3  # reuse``) instead of being freed and allocated again: one allocator
+#: call fewer per reuse on the cached call's host path. ``TINY_REUSE_BUFFERS=0``: off.
+reuse_buffers: bool = os.environ.get("TINY_REUSE_BUFFERS", "1") != "0"
+
 #: Pad matmul operands to sizes that are multiples of 16 bytes where it pays: CUDA, half precision,
 #: big matmuls (fx_passes/pad_mm.py; TorchInductor's ``shape_padding``). ``force_shape_padding``
 #: pads every unaligned matmul, on any device and dtype (tests).

@@ -125,14 +125,22 @@ class WrapperCodeGen:
         dies_after: dict[int, list[str]] = collections.defaultdict(list)
         for name, last in self._last_uses().items():
             dies_after[last].append(name)
+        body = _CallBody()
+        self._free: dict[str, list[tuple[str, list[str]]]] = {}  # allocation source -> dead buffers
+        self._allocated: dict[str, str] = {}  # buffer -> its allocation source, for buffers this module allocates
+        aliased = self._maybe_aliased()
         for i, node in enumerate(self.scheduler.nodes):
             if isinstance(node, FusedGroup):
-                self._kernel(node, calls)
+                self._kernel(node, body)
             else:
-                self._extern(node, calls)
+                self._extern(node, body)
             dead = sorted(dies_after.get(i, ()))  # stable source: nbval, code cache
             if dead:
-                calls.writeline(f"del {', '.join(dead)}")
+                dels = body.deletion(dead)
+                for name in dead:  # a buffer only this module's kernels use: the next allocation like it may take it
+                    if config.reuse_buffers and name in self._allocated and name not in aliased:
+                        self._free.setdefault(self._allocated[name], []).append((name, dels))
+        body.write_to(calls)
         outs = [value_repr(o) if isinstance(o, ir.IRNode) else repr(o) for o in self.graph.graph_outputs]
         calls.writeline(f"return ({', '.join(outs)}{',' if len(outs) == 1 else ''})")
 
@@ -167,6 +175,30 @@ class WrapperCodeGen:
                     last[name] = i
         return {n: i for n, i in last.items() if n not in keep and n not in self.internal}
 
+    def _maybe_aliased(self) -> set[str]:
+        """Buffers that an extern kernel reads, unless its op's schema says it returns new
+        memory: the output of a view op (or of an unknown callable) may share the buffer's
+        storage and outlive the buffer's name, so that storage is never handed to another buffer."""
+        aliased = set()
+        for node in self.scheduler.nodes:
+            if isinstance(node, ExternNode) and isinstance(node.node, ir.ExternKernel) \
+                    and not _returns_new_memory(node.node):
+                aliased.update(node.node.input_names())
+        return aliased
+
+    def _allocate(self, name: str, layout, calls) -> None:
+        """``name = <allocation>``, or a dead buffer of the same allocation taken over (memory
+        planning: one allocator call fewer on every call)."""
+        source = allocation(layout)
+        free = self._free.get(source)
+        if free:
+            old, dels = free.pop()
+            dels.remove(old)  # not freed where it died: it lives on as ``name``
+            calls.writeline(f"{name} = {old}; del {old}  # reuse")
+        else:
+            calls.writeline(f"{name} = {source}")
+        self._allocated[name] = source
+
     def _kernel(self, group: FusedGroup, calls: IndentedBuffer) -> None:
         backend = get_scheduling(group.device)
         self.headers.append(backend.header())
@@ -188,8 +220,7 @@ class WrapperCodeGen:
             call = re.sub(rf"\b{mine}\b", theirs, call)
         stored = {refs.get(name, name) for name in kernel.stored}
         for name in [n.get_name() for n in group.nodes if n.get_name() in stored]:
-            lay = self.graph.get_buffer(name).layout
-            calls.writeline(f"{name} = {allocation(lay)}")
+            self._allocate(name, self.graph.get_buffer(name).layout, calls)
         calls.writeline(call)
 
     def _add(self, kernel: GeneratedKernel) -> dict[str, str]:
@@ -249,6 +280,36 @@ class WrapperCodeGen:
             '    print(f"{(time.perf_counter() - start) / runs * 1e3:.3f} ms per call (including input creation)")',
         ]
         return "\n".join(lines)
+
+
+class _CallBody:
+    """The lines of ``call`` as they are generated, where a ``del`` line is kept as its list of
+    names until the end: a later allocation that takes a dead buffer over removes its name."""
+
+    def __init__(self):
+        self.lines: list[str | list[str]] = []
+
+    def writeline(self, line: str) -> None:
+        self.lines.append(line)
+
+    def deletion(self, names: list[str]) -> list[str]:
+        dels = list(names)
+        self.lines.append(dels)
+        return dels
+
+    def write_to(self, calls: IndentedBuffer) -> None:
+        for line in self.lines:
+            if isinstance(line, str):
+                calls.writeline(line)
+            elif line:
+                calls.writeline(f"del {', '.join(line)}")
+
+
+def _returns_new_memory(node: ir.ExternKernel) -> bool:
+    """Whether an extern kernel's outputs are new tensors: an ATen op whose schema marks no
+    return as an alias of an argument (``convolution``, ``mm``; not ``view`` or ``as_strided``)."""
+    schema = getattr(getattr(node, "fn", None), "_schema", None)
+    return schema is not None and all(r.alias_info is None for r in schema.returns)
 
 
 def _check_reuse(kernel: GeneratedKernel, refs: dict[str, str], generated: GeneratedKernel) -> None:
