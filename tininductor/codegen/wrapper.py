@@ -186,7 +186,7 @@ class WrapperCodeGen:
                 aliased.update(node.node.input_names())
         return aliased
 
-    def _allocate(self, name: str, layout, calls) -> None:
+    def _allocate(self, name: str, layout: ir.Layout, calls: _CallBody) -> None:
         """``name = <allocation>``, or a dead buffer of the same allocation taken over (memory
         planning: one allocator call fewer on every call)."""
         source = allocation(layout)
@@ -199,7 +199,7 @@ class WrapperCodeGen:
             calls.writeline(f"{name} = {source}")
         self._allocated[name] = source
 
-    def _kernel(self, group: FusedGroup, calls: IndentedBuffer) -> None:
+    def _kernel(self, group: FusedGroup, calls: _CallBody) -> None:
         backend = get_scheduling(group.device)
         self.headers.append(backend.header())
         structure = group.structure() if config.reuse_kernels_by_structure else None
@@ -237,7 +237,7 @@ class WrapperCodeGen:
             kernel.prebuild()
         return {}
 
-    def _extern(self, node: ExternNode, calls: IndentedBuffer) -> None:
+    def _extern(self, node: ExternNode, calls: _CallBody) -> None:
         buf = node.node
         if isinstance(buf, ir.MultiOutput):
             calls.writeline(f"{buf.get_name()} = {buf.parent.get_name()}[{buf.index}]")
