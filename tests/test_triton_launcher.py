@@ -15,7 +15,7 @@ import torch
 
 pytest.importorskip("triton")
 from tininductor.runtime import static_kernel, triton_launcher  # noqa: E402
-from tininductor.runtime.static_kernel import KernelBinary  # noqa: E402
+from tininductor.runtime.compile_server import KernelBinary  # noqa: E402
 from tininductor.runtime.triton_launcher import TritonLauncher  # noqa: E402
 
 

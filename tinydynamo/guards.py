@@ -221,9 +221,6 @@ class ModuleRef(weakref.ref):
         ref.description = _short(module)
         return ref
 
-    def __init__(self, module):
-        super().__init__(module)
-
 
 def _expected_module(g) -> str:
     return g.expected.description if isinstance(g.expected, ModuleRef) else _short(_deref(g.expected))

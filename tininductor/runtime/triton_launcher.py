@@ -38,10 +38,10 @@ from .. import config
 from ..codecache import PyCodeCache
 from . import static_kernel
 from .autotune import autotune
-from .compile_server import KernelJob
+from .compile_server import KernelBinary, KernelJob
 from .compile_worker import compile_workers, is_generated
 from .index_check import interpreter_asserts
-from .static_kernel import KernelBinary, StaticKernel
+from .static_kernel import StaticKernel
 
 
 def _triton_version() -> tuple[int, int]:
@@ -521,11 +521,11 @@ def specialization(fn, example_args: tuple, grid, constants: dict, options: dict
     None where this Triton has no such hook, or when ``fn`` is already compiled for these
     arguments in this process (Triton then compiles nothing and asks no hook)."""
     try:
-        from triton import knobs
+        knobs = _runtime_knobs()
     except ImportError:  # Triton before 3.4
         return None
-    if not getattr(knobs.runtime.jit_cache_hook, "tiny_capture", False):
-        knobs.runtime.jit_cache_hook = _capture_hook(knobs.runtime.jit_cache_hook)
+    if not getattr(knobs.jit_cache_hook, "tiny_capture", False):
+        knobs.jit_cache_hook = _capture_hook(knobs.jit_cache_hook)
     _capturing.spec = None
     try:
         with torch.cuda.device(device) if device is not None else contextlib.nullcontext():
