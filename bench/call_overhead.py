@@ -135,6 +135,8 @@ def model_rows(args, names: list[str]) -> list[dict]:
             if "tiny" in names and other in names:
                 row[f"tiny vs {other}"] = row[f"{other} us/call"] / row["tiny us/call"]
         rows.append(row)
+        if args.json is not None:  # after every model, so that a run stopped by a time limit keeps its rows
+            harness.save("call_overhead", args.device, rows, meta={"models": args.model, "partial": True}, path=args.json)
     return rows
 
 
