@@ -328,7 +328,10 @@ print("TinyBlock via tininductor's Triton path matches eager")
 # (`buf5 = buf3; del buf3  # reuse`, TorchInductor's buffer reuse): one allocator call fewer per
 # reuse. A graph output is never taken over, and neither is a buffer that an extern kernel reads
 # unless the op's schema says it returns new memory (a view's result would share the storage).
-# Below, `buf3` (the LayerNorm's output) dies after the first matmul, and the last kernel's
+# Nor is a buffer kept for a takeover if holding it would raise the graph's peak memory: freed,
+# its memory would serve the buffers made in between (the caching allocator hands it out again).
+# The wrapper estimates the bytes live at each kernel and allows a takeover only while the held
+# buffer fits under the peak (TorchInductor's `should_reuse_buffer`). Below, `buf3` (the LayerNorm's output) dies after the first matmul, and the last kernel's
 # output, of the same layout, takes it over as `buf7`.
 
 # %%

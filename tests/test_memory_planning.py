@@ -44,7 +44,7 @@ def run(fn, *args, **options):
     compiled = compile_graph(fn, args, **options)
     out = compiled(*args)
     out = out[0] if isinstance(out, (tuple, list)) else out
-    torch.testing.assert_close(out, fn(*args), atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(out, fn(*args), atol=1e-4, rtol=1e-4)
     return compiled
 
 
@@ -85,6 +85,33 @@ def test_graph_outputs_are_never_handed_on():
     torch.testing.assert_close(second, expected[1], atol=1e-5, rtol=1e-4)
     returned = re.search(r"return \((buf\d+)", call_body(compiled)).group(1)
     assert all(old != returned for _, old in reuses(compiled)), call_body(compiled)
+
+
+def test_a_takeover_never_raises_the_peak():
+    """``a`` dies after the first matmul; the next allocation of its layout comes after a wide
+    matmul's output has been live. Kept for it, ``a`` would be held across the graph's peak and
+    add to it: so it is freed where it dies, and the allocation gets memory of its own."""
+    def valley_then_peak(x, w, w_wide, w_back):
+        a = x.sin()
+        wide = (a @ w) @ w_wide  # (8, 4096): the graph's peak
+        return (wide @ w_back).cos()  # allocated like ``a``, after the peak
+
+    x, w = args()
+    w_wide, w_back = torch.randn(16, 4096, device=DEVICE) / 4, torch.randn(4096, 16, device=DEVICE) / 64
+    compiled = run(valley_then_peak, x, w, w_wide, w_back)
+    body = call_body(compiled)
+    assert not reuses(compiled), body
+    assert body.count("empty_strided") == 2, body
+
+    # the wide matmul after the takeover instead: holding ``a`` across the two matmuls stays under
+    # the peak that comes later, so ``a`` is taken over
+    def valley(x, w, w_wide, w_back):
+        a = x.sin()
+        b = ((a @ w) @ w).cos()  # allocated like ``a``
+        return (b @ w_wide).sum(-1)  # (8, 4096): the graph's peak
+
+    compiled = run(valley, x, w, w_wide, w_back)
+    assert len(reuses(compiled)) == 1, call_body(compiled)
 
 
 @pytest.mark.parametrize("op, fresh", [

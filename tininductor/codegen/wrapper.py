@@ -26,6 +26,7 @@ and one module (one code-cache entry) for every size.
 from __future__ import annotations
 
 import collections
+import itertools
 import math
 import re
 
@@ -122,14 +123,19 @@ class WrapperCodeGen:
         for symbol, source in sorted(self.graph.size_sources.items(), key=lambda kv: str(kv[0])):
             if str(symbol) != source:  # dynamic shapes: each size symbol from an argument
                 calls.writeline(f"{symbol} = {source}")
+        last_uses = self._last_uses()
         dies_after: dict[int, list[str]] = collections.defaultdict(list)
-        for name, last in self._last_uses().items():
+        for name, last in last_uses.items():
             dies_after[last].append(name)
         body = _CallBody()
-        self._free: dict[str, list[tuple[str, list[str]]]] = {}  # allocation source -> dead buffers
+        # allocation source -> dead buffers: (name, the del line it is on, the node after which it died)
+        self._free: dict[str, list[tuple[str, list[str], int]]] = {}
         self._allocated: dict[str, str] = {}  # buffer -> its allocation source, for buffers this module allocates
+        self._live = self._live_bytes(last_uses)  # bytes live while each node runs, as if nothing were taken over
+        self._peak = max(self._live, default=0)
         aliased = self._maybe_aliased()
         for i, node in enumerate(self.scheduler.nodes):
+            self._at = i
             if isinstance(node, FusedGroup):
                 self._kernel(node, body)
             else:
@@ -139,7 +145,7 @@ class WrapperCodeGen:
                 dels = body.deletion(dead)
                 for name in dead:  # a buffer only this module's kernels use: the next allocation like it may take it
                     if config.reuse_buffers and name in self._allocated and name not in aliased:
-                        self._free.setdefault(self._allocated[name], []).append((name, dels))
+                        self._free.setdefault(self._allocated[name], []).append((name, dels, i))
         body.write_to(calls)
         outs = [value_repr(o) if isinstance(o, ir.IRNode) else repr(o) for o in self.graph.graph_outputs]
         calls.writeline(f"return ({', '.join(outs)}{',' if len(outs) == 1 else ''})")
@@ -187,17 +193,59 @@ class WrapperCodeGen:
         return aliased
 
     def _allocate(self, name: str, layout: ir.Layout, calls: _CallBody) -> None:
-        """``name = <allocation>``, or a dead buffer of the same allocation taken over (memory
-        planning: one allocator call fewer on every call)."""
+        """``name = <allocation>``, or the last buffer of the same allocation to die taken over
+        (memory planning: one allocator call fewer on every call), unless holding it from its
+        death until here would raise the graph's peak memory."""
         source = allocation(layout)
         free = self._free.get(source)
-        if free:
-            old, dels = free.pop()
+        if free and self._hold(free[-1][2], _nbytes(layout, self.graph)):
+            old, dels, _ = free.pop()
             dels.remove(old)  # not freed where it died: it lives on as ``name``
             calls.writeline(f"{name} = {old}; del {old}  # reuse")
         else:
             calls.writeline(f"{name} = {source}")
         self._allocated[name] = source
+
+    def _hold(self, died: int, nbytes: int) -> bool:
+        """May a buffer of ``nbytes`` that died after node ``died`` be kept for the node being
+        generated? Freed, its memory would serve the nodes in between (the caching allocator
+        hands it out again); kept, it adds to what they hold. Allowed when that stays within the
+        peak the graph reaches anyway (TorchInductor's ``should_reuse_buffer``); the nodes in
+        between then count it as live."""
+        between = range(died + 1, self._at)
+        if not between:
+            return True
+        if max(self._live[j] for j in between) + nbytes > self._peak:
+            return False
+        for j in between:
+            self._live[j] += nbytes
+        return True
+
+    def _live_bytes(self, last: dict[str, int]) -> list[int]:
+        """Bytes of the buffers the call body holds while each scheduler node runs: each from the
+        node that writes it to its last reader (graph outputs, and buffers nobody reads, to the
+        end). A view's output shares its input's memory and counts nothing. An input counts until
+        its last reader, after which the body lets it go (a backward graph's saved activations:
+        its peak is often at the start, before any of its own buffers exists)."""
+        nodes = self.scheduler.nodes
+        live = [0] * (len(nodes) + 1)  # a difference array: +bytes where a buffer starts, -bytes after it dies
+        for name, buf in self.graph.graph_inputs.items():
+            if name in last:
+                nbytes = _nbytes(buf.layout, self.graph)
+                live[0] += nbytes
+                live[last[name] + 1] -= nbytes
+        for i, node in enumerate(nodes):
+            if isinstance(node, FusedGroup):
+                written = [m for m in node.nodes if m.get_name() not in self.internal]
+            elif isinstance(node.node, ir.MultiOutput):
+                written = [node.node] if _returns_new_memory(node.node.parent) else []
+            else:
+                written = [node.node] if isinstance(node.node, ir.ExternKernel) and _returns_new_memory(node.node) else []
+            for buf in written:
+                nbytes = _nbytes(buf.layout, self.graph)
+                live[i] += nbytes
+                live[last.get(buf.get_name(), len(nodes) - 1) + 1] -= nbytes
+        return list(itertools.accumulate(live[:-1]))
 
     def _kernel(self, group: FusedGroup, calls: _CallBody) -> None:
         backend = get_scheduling(group.device)
@@ -303,6 +351,21 @@ class _CallBody:
                 calls.writeline(line)
             elif line:
                 calls.writeline(f"del {', '.join(line)}")
+
+
+def _nbytes(layout, graph) -> int:
+    """Bytes of a buffer's storage; for symbolic sizes at the example's values (0 when unknown,
+    as for a multi-output call's own layout)."""
+    if not isinstance(layout, ir.Layout):
+        return 0
+    numel = layout.storage_size()
+    if isinstance(numel, sympy.Basic) and not numel.is_Integer:
+        shape_env = graph._shape_env()
+        values = getattr(shape_env, "backed_var_to_val", None) or getattr(shape_env, "var_to_val", {})
+        numel = numel.xreplace(values)
+        if not numel.is_Integer:
+            return 0
+    return int(numel) * layout.dtype.itemsize
 
 
 def _returns_new_memory(node: ir.ExternKernel) -> bool:
