@@ -115,6 +115,35 @@ def test_training_graphs_are_laid_out_only_on_cuda_and_when_asked():
         assert _wants_channels_last(gm, is_inference=False)
 
 
+def test_a_cuda_graph_whose_convolutions_are_rare_keeps_its_layouts():
+    """A transformer whose one convolution embeds the patches (ViT): fewer than one convolution per
+    300 nodes, so on CUDA the graph is not laid out channels-last (TorchInductor's line); a graph of
+    the same convolution with a short tail is. On the CPU oneDNN wants channels-last either way."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from tininductor.graph import _wants_channels_last
+
+    def patch_embedding_then(layers):
+        def fn(x, w):
+            y = torch.ops.aten.convolution.default(x, w, None, [2, 2], [0, 0], [1, 1], False, [0, 0], 1)
+            for _ in range(layers):
+                y = torch.ops.aten.add.Tensor(torch.ops.aten.mul.Tensor(y, 0.5), 1.0)
+            return y
+        return torch.fx.symbolic_trace(fn)
+
+    with FakeTensorMode():
+        cuda_vals = torch.empty(2, 3, 8, 8, device="cuda"), torch.empty(4, 3, 2, 2, device="cuda")
+    for layers, laid_out in ((10, True), (150, False)):
+        gm = patch_embedding_then(layers)
+        for node, val in zip([n for n in gm.graph.nodes if n.op == "placeholder"], cuda_vals):
+            node.meta["val"] = val
+        assert _wants_channels_last(gm, is_inference=True) is laid_out, (layers, len(gm.graph.nodes))
+        for node, val in zip([n for n in gm.graph.nodes if n.op == "placeholder"], (torch.empty(2, 3, 8, 8),)):
+            node.meta["val"] = val  # the same graph on the CPU
+        if torch.backends.mkldnn.is_available():
+            assert _wants_channels_last(gm, is_inference=True)
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_channels_last_training_gradients(backend):
     m = Bottleneck().train()

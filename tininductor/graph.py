@@ -521,7 +521,18 @@ def _wants_channels_last(gm: torch.fx.GraphModule, is_inference: bool) -> bool:
     mkldnn = torch.backends.mkldnn.enabled and torch.backends.mkldnn.is_available()
     if not is_inference and not (config.layout_optimization_training and devices == {"cuda"}):
         return False
-    return devices == {"cuda"} or (devices == {"cpu"} and mkldnn)
+    if devices == {"cuda"}:
+        return not convolutions_are_rare(gm, len(convs))
+    return devices == {"cpu"} and mkldnn
+
+
+def convolutions_are_rare(gm: torch.fx.GraphModule, convs: int) -> bool:
+    """Fewer than one convolution per 300 nodes: a transformer whose only convolution embeds the
+    image's patches (ViT, Swin). Channels-last would there buy one convolution's speed for
+    converting the image and the weight in every call, so such a graph keeps its layouts on CUDA
+    (TorchInductor's ``decide_layout_opt`` draws the same line; on the CPU oneDNN's convolutions
+    want channels-last whatever surrounds them)."""
+    return len(gm.graph.nodes) >= 300 * convs
 
 
 #: (N, C, H, W) stored in (N, H, W, C) order
