@@ -639,10 +639,10 @@ else:
 # inference call with CUDA graphs on both sides (`--mode reduce-overhead`, where a replay takes the
 # wrapper's Python out of the picture), and the host time of one cached call at batch 1
 # (`bench/call_overhead.py --model`: kernels nearly free, so what is left is guards, the wrapper and
-# the launches). One row of the training run is not what it seems: shufflenet_v2's frame ran in
-# torch, because one kernel of its backward did not compile (fixed since); tininductor warned, and
-# the dashboard now records such a fallback in the row (`tiny fallbacks`), so an eager time is never
-# read as a compiled one:
+# the launches). A row is a compiled run only if tiny did not fall back to torch for a frame: a
+# kernel that fails to compile makes tininductor warn and run that frame eagerly, and the dashboard
+# records such a fallback in the row (`tiny fallbacks`) and names the model in its summary, so an
+# eager time is never read as a compiled one. The inference and training runs record none:
 
 # %%
 for name, columns in (("dashboard_h200_training.json", ["model", "eager ms", "torch.compile speedup",
@@ -671,9 +671,9 @@ for name, columns in (("dashboard_h200_training.json", ["model", "eager ms", "to
 # branch is decided before the data exists: a uniform draw lies in [0, 1], and no value there is
 # below 0. tinydynamo keeps that range on the draw (`element_range` in `variables/tensor.py`, the
 # tensor counterpart of the value ranges torch keeps for symbolic sizes), so the `if` costs no graph
-# break and the model is one graph; torch.compile breaks there. On the H200 that made BART's training
-# step 1.78x torch.compile's speed (1.33x with a graph per layer), at the price of a longer first
-# call: one graph of every layer is traced and lowered as a whole.
+# break and the model is one graph; torch.compile breaks there. On the H200 that makes BART's training
+# step 1.51x torch.compile's speed in the run above (1.33x with a graph per layer), at the price of a
+# longer first call: one graph of every layer is traced and lowered as a whole.
 #
 # With `layerdrop > 0` the branch is real, and each layer reaches the backend as a graph of its own,
 # pinned to its block. After AOT autograd lifts the parameters to inputs, those graphs are the same.
