@@ -357,3 +357,12 @@ def test_hooks_of_many_modules_are_checked_together_and_still_seen():
         assert len(seen) == 2, "the compiled call ran without the hook"
         handle.remove()
     torch.testing.assert_close(fn(x), model(x))
+    # each of the four hook dicts, on any module, fails the batched check
+    L, G = {"self": model, "input": x}, type(model).forward.__globals__
+    [check] = [e.check_fn.check for e in tinydynamo.cache_info(fn).entries if e.check_fn.check(L, G)]
+    for name in ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks"):
+        hooks = getattr(model[3], name)
+        hooks[12345] = lambda *args: None
+        assert not check(L, G), f"a hook in {name} went unseen"
+        del hooks[12345]
+    assert check(L, G)
