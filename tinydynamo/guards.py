@@ -583,19 +583,17 @@ def generate_check_code(guards: list[Guard], scope: SourceScope) -> str:
     TorchDynamo runs for them too. Per tensor that is a fraction of a microsecond instead of six
     Python comparisons, and a ResNet's 300 tensors stop dominating the cached call. A tensor that
     needs more than that check (a subclass) keeps its Python conditions. Likewise the modules'
-    NO_HOOKS: ``any(map(itemgetter('_forward_hooks'), dicts)) or ...`` over the tuple of every module's
-    ``__dict__``, four loops in C (one per kind of hook; cheaper than one loop building a tuple of
-    the four per module), a
-    loop in C over every module's hook dicts, read from the instance dicts that the
-    ``'forward' not in m.__dict__`` guards have read already, instead of four attribute reads and
-    tests in Python each.
+    NO_HOOKS: ``any(map(itemgetter('_forward_hooks'), dicts)) or ...`` over the tuple of every
+    module's ``__dict__`` (read already by its ``'forward' not in m.__dict__`` guard), one loop in C
+    per kind of hook (cheaper than one loop building a tuple of the four per module), instead of
+    four attribute reads and tests in Python per module.
     """
     body: list[str] = []
     ref_of = source_reader(body, "___v")  # each source read once, a nested one through its parent's local
 
     batched: list[tuple[str, Guard]] = []  # tensors checked by one C++ call at the end
     fast = {id(g) for g in _cpp_checkable(guards)}
-    no_hooks: list[tuple[str, Guard]] = []  # modules whose hook dicts are checked in one C-level pass
+    no_hooks: list[tuple[str, Guard]] = []  # modules whose hook dicts are checked by C-level loops
     hooks_batched = {id(g) for g in _hooks_batchable(guards)}
     for g in guards:
         ref = ref_of(g.source) if g.source is not None else "None"
@@ -615,7 +613,7 @@ def generate_check_code(guards: list[Guard], scope: SourceScope) -> str:
     if no_hooks:
         # each module's __dict__: most are read already (its DICT_CONTAINS 'forward' guard)
         dicts = [ref_of(AttrSource(g.source, "__dict__")) for _, g in no_hooks]
-        body.append(f"# NO_HOOKS of {len(no_hooks)} modules in one C-level pass (any hook dict not empty): "
+        body.append(f"# NO_HOOKS of {len(no_hooks)} modules in C-level loops (any hook dict not empty): "
                     + ", ".join(g.name for _, g in no_hooks[:4]) + (", ..." if len(no_hooks) > 4 else ""))
         body.append(f"___module_dicts = ({', '.join(dicts)},)")
         passes = [f"any(map({scope.constant(getter, 'fn')}, ___module_dicts))" for getter in _hook_dict_getters]
