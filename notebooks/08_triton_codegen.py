@@ -331,8 +331,9 @@ print("TinyBlock via tininductor's Triton path matches eager")
 # Nor is a buffer kept for a takeover if holding it would raise the graph's peak memory: freed,
 # its memory would serve the buffers made in between (the caching allocator hands it out again).
 # The wrapper estimates the bytes live at each kernel and allows a takeover only while the held
-# buffer fits under the peak (TorchInductor's `should_reuse_buffer`). Below, `buf3` (the LayerNorm's output) dies after the first matmul, and the last kernel's
-# output, of the same layout, takes it over as `buf7`.
+# buffer fits under the peak (TorchInductor's `should_reuse_buffer`). Below, `buf3` (the
+# LayerNorm's output) dies after the first matmul, and the last kernel's output, of the same
+# layout, takes it over as `buf7`.
 
 # %%
 src = compiled_block.source

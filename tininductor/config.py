@@ -78,7 +78,8 @@ check_kernel_reuse: bool = os.environ.get("TINY_CHECK_KERNEL_REUSE", "0") == "1"
 #: Memory planning in the wrapper (TorchInductor's ``memory_planning`` reuse): a buffer whose last
 #: reader has run is handed to the next allocation of the same size, strides, dtype and device
 #: (``buf7 = buf3; del buf3  # reuse``) instead of being freed and allocated again: one allocator
-#: call fewer per reuse on the cached call's host path. ``TINY_REUSE_BUFFERS=0``: off.
+#: call fewer per reuse on the cached call's host path, unless holding the dead buffer until then
+#: would raise the graph's peak memory (``WrapperCodeGen._hold``). ``TINY_REUSE_BUFFERS=0``: off.
 reuse_buffers: bool = os.environ.get("TINY_REUSE_BUFFERS", "1") != "0"
 
 #: Pad matmul operands to sizes that are multiples of 16 bytes where it pays: CUDA, half precision,
