@@ -49,3 +49,53 @@ def isinstance_with_a_keyword(x):
 def test_builtin_with_invalid_arguments_raises_as_eager():
     with pytest.raises(TypeError, match="keyword"):
         tinydynamo.compile(isinstance_with_a_keyword, backend="eager")(torch.randn(3))
+
+
+def keyword_rich(x, a=2, *rest, k, m=3, **kw):
+    return x
+
+
+def positional_only(x, y, /, z=1):
+    return x
+
+
+@pytest.mark.parametrize("fn, args, kwargs", [
+    (keyword_rich, (1,), {"k": 2}), (keyword_rich, (1, 2, 3, 4), {"k": 1, "q": 2}), (keyword_rich, (1,), {}),
+    (keyword_rich, (), {"x": 1, "k": 1}), (positional_only, (1, 2), {}), (positional_only, (1,), {"y": 2}),
+    (positional_only, (1, 2, 3), {}), (positional_only, (1, 2), {"z": 5}), (positional_only, (1, 2, 3, 4), {}),
+])
+def test_a_frames_arguments_bind_as_python_binds_them(fn, args, kwargs):
+    """The frame's locals L are the call's arguments bound as CPython binds them: defaults filled
+    in, extra ones in *args/**kwargs, in parameter order; a call Python rejects raises its TypeError."""
+    import inspect
+
+    from tinydynamo.eval_frame import OptimizedFunction
+
+    try:
+        bound = inspect.signature(fn).bind(*args, **kwargs)
+    except TypeError:
+        with pytest.raises(TypeError, match=fn.__name__):
+            OptimizedFunction(fn, "eager")._bind(args, kwargs)
+        return
+    bound.apply_defaults()
+    got = OptimizedFunction(fn, "eager")._bind(args, kwargs)
+    assert list(got.items()) == list(bound.arguments.items())
+
+
+def scaled(x, factor=2.0):
+    return x * factor
+
+
+def test_the_current_defaults_are_bound():
+    """Defaults rebound after the first call (or changed in place, for keyword-only ones) are what
+    the next call binds, and the guards on them recompile."""
+    x = torch.randn(3)
+    compiled = tinydynamo.compile(scaled, backend="eager")
+    torch.testing.assert_close(compiled(x), x * 2)
+    saved = scaled.__defaults__
+    try:
+        scaled.__defaults__ = (5.0,)
+        torch.testing.assert_close(compiled(x), x * 5)
+    finally:
+        scaled.__defaults__ = saved
+    torch.testing.assert_close(compiled(x), x * 2)

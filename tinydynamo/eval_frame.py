@@ -13,6 +13,7 @@ too), :func:`wrap_for_resume` does: convert_frame passes it down to the code it 
 """
 from __future__ import annotations
 
+import builtins
 import contextlib
 import copy
 import dataclasses
@@ -130,17 +131,32 @@ def _user_function(fn: Callable) -> tuple[types.FunctionType, Any]:
     raise TypeError(f"tinydynamo can compile Python functions, methods and nn.Modules, not {type(fn).__name__}")
 
 
-def _kwdefaults_snapshot(kwdefaults: dict | None) -> tuple | None:
-    """What a signature was built from: the ``__kwdefaults__`` entries, as (name, object) pairs. The
-    dict is mutable (``f.__kwdefaults__['k'] = -1`` keeps the dict, changes the default)."""
-    return None if kwdefaults is None else tuple(kwdefaults.items())
-
-
-def _same_kwdefaults(kwdefaults: dict | None, snapshot: tuple | None) -> bool:
-    if kwdefaults is None or snapshot is None:
-        return kwdefaults is None and snapshot is None
-    return len(kwdefaults) == len(snapshot) and all(
-        k1 == k2 and v1 is v2 for (k1, v1), (k2, v2) in zip(kwdefaults.items(), snapshot))
+def argument_binder(fn: types.FunctionType) -> types.FunctionType:
+    """A function with ``fn``'s parameters that returns them by name: ``binder(*args, **kwargs)`` is
+    the frame's arguments as ``fn``'s call would bind them, by CPython's own argument parsing (its
+    errors, its keyword rules). It has no defaults of its own: the caller gives it ``fn``'s current
+    ``__defaults__``/``__kwdefaults__`` (``inspect.Signature.bind`` does the same in ~10 us of Python)."""
+    code = fn.__code__
+    names = code.co_varnames
+    positional = list(names[:code.co_argcount])
+    if code.co_posonlyargcount:
+        positional.insert(code.co_posonlyargcount, "/")
+    at = code.co_argcount + code.co_kwonlyargcount
+    keyword_only = list(names[code.co_argcount:at])
+    star = []
+    if code.co_flags & inspect.CO_VARARGS:
+        star, at = [f"*{names[at]}"], at + 1
+    elif keyword_only:
+        star = ["*"]
+    double_star = [f"**{names[at]}"] if code.co_flags & inspect.CO_VARKEYWORDS else []
+    params = positional + star + keyword_only + double_star
+    bound = [p.lstrip("*") for p in params if p not in ("/", "*")]
+    source = f"def bind({', '.join(params)}):\n    return {{{', '.join(f'{n!r}: {n}' for n in bound)}}}\n"
+    scope: dict = {}
+    exec(builtins.compile(source, f"<arguments of {code.co_qualname}>", "exec"), scope)
+    binder = scope["bind"]
+    binder.__name__, binder.__qualname__ = code.co_name, code.co_qualname  # its errors name the function
+    return binder
 
 
 class OptimizedFunction:
@@ -157,13 +173,9 @@ class OptimizedFunction:
         self._globals = self._fn.__globals__
         self._backend = lookup_backend(backend)
         self._nopython = nopython
-        # the code's own parameters: a decorator's ``wrapper(*args, **kwargs)`` carries ``__wrapped__``,
-        # which inspect.signature would follow to the inner function's parameters
-        self._signature = inspect.signature(self._fn, follow_wrapped=False)
-        self._sig_defaults, self._sig_kwdefaults = self._fn.__defaults__, _kwdefaults_snapshot(self._fn.__kwdefaults__)
-        code = self._code
-        simple = not (code.co_flags & (inspect.CO_VARARGS | inspect.CO_VARKEYWORDS)) and code.co_kwonlyargcount == 0
-        self._fast_names = code.co_varnames[:code.co_argcount] if simple else None
+        # the code's own parameters (a decorator's ``wrapper(*args, **kwargs)`` binds as that, not as
+        # the function in its ``__wrapped__``)
+        self._binder = argument_binder(self._fn)
         functools.update_wrapper(self, self._fn)
 
     def _bind(self, args: tuple, kwargs: dict, closure: tuple | None = None) -> dict[str, Any]:
@@ -171,17 +183,12 @@ class OptimizedFunction:
         themselves as ``L['___closure']`` for resume functions that need the real cells)."""
         if self._self is not None:
             args = (self._self, *args)
-        if not kwargs and self._fast_names is not None and len(args) == len(self._fast_names):
-            L = dict(zip(self._fast_names, args))
-        else:
-            fn = self._fn
-            if fn.__defaults__ is not self._sig_defaults or not _same_kwdefaults(fn.__kwdefaults__, self._sig_kwdefaults):
-                # defaults rebound, or the __kwdefaults__ dict changed in place, since: bind the current ones
-                self._signature = inspect.signature(fn, follow_wrapped=False)
-                self._sig_defaults, self._sig_kwdefaults = fn.__defaults__, _kwdefaults_snapshot(fn.__kwdefaults__)
-            bound = self._signature.bind(*args, **kwargs)
-            bound.apply_defaults()
-            L = dict(bound.arguments)
+        fn, binder = self._fn, self._binder
+        if binder.__defaults__ is not fn.__defaults__:  # the defaults as they are now (they may be rebound)
+            binder.__defaults__ = fn.__defaults__
+        if binder.__kwdefaults__ is not fn.__kwdefaults__:  # (a dict: changed in place, it is seen as well)
+            binder.__kwdefaults__ = fn.__kwdefaults__
+        L = binder(*args, **kwargs)
         closure = self._fn.__closure__ if closure is None else closure
         if closure:
             for name, cell in zip(self._code.co_freevars, closure):
