@@ -104,6 +104,37 @@ def test_generated_run_keys_each_pointer_by_its_position(fast_launcher):
     assert [len(c.calls) for c in jit.compiled.values()] == [1, 1, 1, 1]
 
 
+def test_arguments_known_aligned_are_not_checked(fast_launcher):
+    """``assume_aligned(1)``: the wrapper vouches for the output buffer, so the generated ``run``
+    keys the launch on the input alone; a shifted input still gets a variant of its own."""
+    jit, launcher = fast_launcher
+    launcher.assume_aligned(1)
+    storage = torch.randn(65)
+    aligned, shifted = storage[:64], storage[1:]
+    launcher.run(aligned, aligned, 64)
+    launcher.run(aligned, shifted, 64)  # (a promise broken on purpose: the check is skipped)
+    assert len(jit.front_door) == 1, "the output's alignment must not be checked"
+    launcher.run(shifted, aligned, 64)
+    assert len(jit.front_door) == 2, "the input's alignment is still checked"
+
+
+def test_the_wrapper_vouches_for_its_buffers_and_library_outputs():
+    """A Triton kernel's arguments that the wrapper allocated, and a library kernel's output (mm),
+    are declared aligned; a graph input is not."""
+    from tininductor.testing import DEVICE, compile_graph
+
+    def fn(x, w, b):
+        y = torch.mm(x, w)
+        return ((y + b).relu() * 2).sum(1)
+
+    x, w, b = torch.randn(8, 16, device=DEVICE), torch.randn(16, 16, device=DEVICE), torch.randn(16, device=DEVICE)
+    compiled = compile_graph(fn, [x, w, b], backend="triton")
+    (launch,) = [line.strip() for line in compiled.source.splitlines() if ".run(" in line]
+    assert launch.endswith(".run(buf0, arg2_1, buf1, 8, 16)"), launch  # mm's output, the bias, the output
+    assert f"{launch.split('.run')[0]}.assume_aligned(0, 2)" in compiled.source
+    torch.testing.assert_close(compiled(x, w, b), fn(x, w, b))
+
+
 def test_launch_hooks_keep_the_front_door(fast_launcher, monkeypatch):
     jit, launcher = fast_launcher
     a, b = torch.randn(8), torch.empty(8)

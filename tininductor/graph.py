@@ -578,18 +578,12 @@ def _same_strides(layout: ir.Layout, stride) -> bool:
     return all(n == 1 or a == b for n, a, b in zip(layout.size, layout.stride, stride))
 
 
-#: library kernels called through their public torch function: the same ATen kernel and schema,
-#: without the OpOverload object's Python ``__call__`` (a few microseconds a call on a slow host)
-PUBLIC_NAMES = {"aten::mm": "torch.mm", "aten::bmm": "torch.bmm", "aten::addmm": "torch.addmm",
-                "aten::baddbmm": "torch.baddbmm", "aten::convolution": "torch.convolution"}
-
-
 def _kernel_name(target) -> str:
     """A Python expression naming the torch callable, for the wrapper (``torch.mm``,
     ``torch.ops.aten.cumsum.default``)."""
     if isinstance(target, torch._ops.OpOverload) and target._overloadname == "default" \
-            and target._schema.name in PUBLIC_NAMES:
-        return PUBLIC_NAMES[target._schema.name]
+            and target._schema.name in ir.LIBRARY_KERNELS:
+        return ir.LIBRARY_KERNELS[target._schema.name]
     if isinstance(target, torch._ops.OpOverload):
         ns = target.namespace
         return f"torch.ops.{ns}.{target._opname}.{target._overloadname}"

@@ -280,6 +280,13 @@ class ScatterBuffer(ComputedBuffer):
                 f"over {self.data.ranges}; origins={self.origins})\n  {self.data.body_str()}")
 
 
+#: library kernels, called through their public torch function: the same ATen kernel and schema,
+#: without the OpOverload object's Python ``__call__`` (a few microseconds a call on a slow host).
+#: Each returns a tensor it allocates itself.
+LIBRARY_KERNELS = {"aten::mm": "torch.mm", "aten::bmm": "torch.bmm", "aten::addmm": "torch.addmm",
+                   "aten::baddbmm": "torch.baddbmm", "aten::convolution": "torch.convolution"}
+
+
 class ExternKernel(Buffer):
     """A call into torch: ``name = kernel(*args, **kwargs)``, args being buffers/views or constants.
 

@@ -125,6 +125,9 @@ class GeneratedKernel:
     # loading the module waits for this kernel's build (C++), where loading a Triton kernel only
     # starts its compile: such kernels go last in the module
     load_waits: bool = False
+    # its launcher skips the alignment check of the arguments the wrapper knows to be aligned
+    # (``TritonLauncher.assume_aligned``)
+    takes_known_alignment: bool = False
 
     def call_line(self, refs: dict[str, str] | None = None) -> str:
         refs = refs or {}

@@ -433,7 +433,8 @@ class TritonKernel:
         module = "import torch\n" + TritonScheduling.header() + source  # the kernel as a module of its own
         return GeneratedKernel(self.name, source, ordered, set(self.stored),
                                self._launch_call(dynamic, grid, size_args), origins,
-                               prebuild=(lambda: compile_early(module)) if ahead else None)
+                               prebuild=(lambda: compile_early(module)) if ahead else None,
+                               takes_known_alignment=True)
 
     def _signature(self, body: IndentedBuffer) -> tuple[list[str], list]:
         """The ``@triton.jit`` function's parameters, and the size symbols among them."""

@@ -131,6 +131,7 @@ class WrapperCodeGen:
         # allocation source -> dead buffers: (name, the del line it is on, the node after which it died)
         self._free: dict[str, list[tuple[str, list[str], int]]] = {}
         self._allocated: dict[str, str] = {}  # buffer -> its allocation source, for buffers this module allocates
+        self._known_aligned: dict[str, set[int]] = {}  # launcher -> its arguments aligned by construction
         self._live = self._live_bytes(last_uses)  # bytes live while each node runs, as if nothing were taken over
         self._peak = max(self._live, default=0)
         aliased = self._maybe_aliased()
@@ -161,6 +162,14 @@ class WrapperCodeGen:
             code.writeline("")
             code.writeline("")
             code.splice(k.source)
+        known = {name: positions for name, positions in self._known_aligned.items() if positions}
+        if known:
+            code.writeline("")
+            code.writeline("")
+            code.writeline("# arguments aligned by construction (buffers allocated here, library kernels' outputs):")
+            code.writeline("# their launches skip the alignment check")
+            for name, positions in known.items():
+                code.writeline(f"{name}.assume_aligned({', '.join(map(str, sorted(positions)))})")
         code.writeline("")
         code.writeline("")
         code.writeline("def call(args):")
@@ -270,6 +279,21 @@ class WrapperCodeGen:
         for name in [n.get_name() for n in group.nodes if n.get_name() in stored]:
             self._allocate(name, self.graph.get_buffer(name).layout, calls)
         calls.writeline(call)
+        if kernel.takes_known_alignment:
+            args = [refs.get(a, a) for a in kernel.arg_names]
+            aligned = {i for i, a in enumerate(args) if self._aligned(a)}
+            name = renames.get(kernel.name, kernel.name)
+            self._known_aligned[name] = self._known_aligned.get(name, aligned) & aligned  # at every call site
+
+    def _aligned(self, name: str) -> bool:
+        """Is buffer ``name`` 16-byte aligned on every call, by construction? A buffer this module
+        allocates is (the caching allocator's blocks are 512-byte aligned), as is the output of a
+        library kernel (mm, convolution: a new tensor of its own); a graph input, or another
+        extern's output (possibly a view), may not be."""
+        if name in self._allocated:
+            return True
+        buf = self.graph.get_buffer(name)
+        return isinstance(buf, ir.ExternKernel) and buf.kernel in ir.LIBRARY_KERNELS.values()
 
     def _add(self, kernel: GeneratedKernel) -> dict[str, str]:
         """Add a newly generated kernel to the module, unless it has an earlier kernel's code: then

@@ -111,6 +111,8 @@ class TritonLauncher:
         # alignment pattern of the pointer arguments -> a direct launch closure
         self._launchers: dict[int, object] = {}
         self._pointer_positions: tuple[int, ...] | None = None
+        # positions of pointer arguments that are 16-byte aligned at every launch (assume_aligned)
+        self.known_aligned: frozenset[int] = frozenset()
         self._int_positions: tuple[int, ...] | None = None  # run_grid: the int arguments (sizes)
         # what the kernel is compiled for: a torch dtype per pointer, the sizes (see precompile below)
         self.example_args = example_args
@@ -118,6 +120,13 @@ class TritonLauncher:
         self._precompiled = None
         if example_args is not None and self.fast and self.autotune is None:
             self._precompiled = precompile(self, example_args)
+
+    def assume_aligned(self, *positions: int) -> None:
+        """The pointer arguments at ``positions`` are 16-byte aligned at every launch: buffers the
+        wrapper allocates (the caching allocator hands out 512-byte aligned blocks) and outputs of
+        library kernels (fresh allocations). Their launches skip those arguments' alignment check
+        (TorchInductor assumes the same of its buffers); the graph's inputs are still checked."""
+        self.known_aligned = frozenset(positions)
 
     def wait_compiled(self) -> None:
         """Block until the background compile is done. Its error (a Triton ``CompilationError``)
@@ -251,14 +260,18 @@ class TritonLauncher:
 
     def _specialized_run(self, key: int, n_args: int):
         """``run`` for this kernel's arguments, generated once their pointer positions are known:
-        the alignment key as one expression (no loop, no attribute lookups). Where the first
+        the alignment key as one expression (no loop, no attribute lookups) over the arguments
+        not known to be aligned (:meth:`assume_aligned`). Where the first
         launch went through torch's prebuilt launcher, that launch is written into ``run`` itself
         for the first call's alignment (one Python frame per launch, everything else a constant);
         another alignment, or a profiler's launch hook, goes through :meth:`run`. The saving is
         per launch, so it counts on models of hundreds of kernels, whose cached calls are bound
         by the host."""
-        bits = [f"((args[{i}].data_ptr() & 15) == 0) << {len(self._pointer_positions) - 1 - j}"
-                for j, i in enumerate(self._pointer_positions)]
+        n = len(self._pointer_positions)
+        checked = [(j, i) for j, i in enumerate(self._pointer_positions) if i not in self.known_aligned]
+        bits = [f"((args[{i}].data_ptr() & 15) == 0) << {n - 1 - j}" for j, i in checked]
+        # the known-aligned arguments' bits are as at the first launch (aligned, by the wrapper's word)
+        known = key & ~sum(1 << (n - 1 - j) for j, _ in checked)
         key_expr = " | ".join(bits) or "0"
         scope = {"get": self._launchers.get, "general": TritonLauncher.run, "self": self}
         parts = getattr(self._launchers.get(key), "static_parts", None)
@@ -273,13 +286,13 @@ class TritonLauncher:
             hooked += "".join(f" or {name}.calls" for name, hook in (("enter", enter), ("exit", exit))
                               if hasattr(hook, "calls"))
             source = ("def run(*args):\n"
-                      f"    if ({key_expr}) != {key} or {hooked}:\n"
+                      f"    if ({key_expr}) != {key & ~known} or {hooked}:\n"
                       "        return general(self, *args)\n"
                       f"    c_launch(function, {gx}, {gy}, {gz}, warps, shared, types, ({kept}*extra),"
                       " get_stream(get_device()))\n")
         else:
             source = ("def run(*args):\n"
-                      f"    launch = get({key_expr})\n"
+                      f"    launch = get({key_expr}{f' | {known}' if known else ''})\n"
                       "    if launch is None:\n"
                       "        return general(self, *args)\n"
                       "    launch(args)\n")
