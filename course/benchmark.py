@@ -8,8 +8,10 @@ Every script under ``bench/`` uses it the same way: build the compiled callables
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import datetime
+import gc
 import json
 import os
 import platform
@@ -77,6 +79,21 @@ def check_close(name: str, got: Any, expected: Any, rtol: float, atol: float) ->
         raise SystemExit(f"{name}: output differs from eager, not timing it:\n{error}") from None
 
 
+@contextlib.contextmanager
+def no_gc():
+    """Python's cyclic garbage collector off while timing, as ``timeit`` does: a full collection
+    after compiling a large model walks every object the compilers left alive (tens of
+    milliseconds), and whichever callable it interrupts would be charged for it."""
+    gc.collect()
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
 def bench(fn: Callable, args: tuple, device: str, warmup: int, iters: int, repeats: int = 5) -> float:
     """Median seconds per call over ``repeats`` batches of ``iters`` calls, after ``warmup`` calls."""
     return bench_spread(fn, args, device, warmup, iters, repeats).median
@@ -111,12 +128,13 @@ def bench_spread(fn: Callable, args: tuple, device: str, warmup: int, iters: int
         fn(*args)
     synchronize(device)
     samples = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        for _ in range(iters):
-            fn(*args)
-        synchronize(device)
-        samples.append((time.perf_counter() - start) / iters)
+    with no_gc():
+        for _ in range(repeats):
+            start = time.perf_counter()
+            for _ in range(iters):
+                fn(*args)
+            synchronize(device)
+            samples.append((time.perf_counter() - start) / iters)
     return Spread(tuple(samples))
 
 
@@ -138,7 +156,7 @@ def bench_interleaved(fns: dict[str, Callable], args: tuple, device: str, warmup
 
     Short workloads (a block at fp16 takes ~0.1 ms) drift with clocks and host noise; timing the
     backends back to back within each round exposes them to the same drift, and ``iters`` grows
-    until one sample lasts at least ``min_sample_s``.
+    until one sample lasts at least ``min_sample_s``. The garbage collector waits (:func:`no_gc`).
     """
     for fn in fns.values():
         for _ in range(warmup):
@@ -151,13 +169,14 @@ def bench_interleaved(fns: dict[str, Callable], args: tuple, device: str, warmup
         synchronize(device)
         counts[name] = max(iters, int(min_sample_s / max(time.perf_counter() - start, 1e-7)))
     samples: dict[str, list[float]] = {name: [] for name in fns}
-    for _ in range(repeats):
-        for name, fn in fns.items():
-            start = time.perf_counter()
-            for _ in range(counts[name]):
-                fn(*args)
-            synchronize(device)
-            samples[name].append((time.perf_counter() - start) / counts[name])
+    with no_gc():
+        for _ in range(repeats):
+            for name, fn in fns.items():
+                start = time.perf_counter()
+                for _ in range(counts[name]):
+                    fn(*args)
+                synchronize(device)
+                samples[name].append((time.perf_counter() - start) / counts[name])
     return {name: statistics.median(times) for name, times in samples.items()}
 
 

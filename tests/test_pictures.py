@@ -50,3 +50,17 @@ def test_spread_keeps_every_batch():
     assert len(spread.samples) == 4 and len(calls) == 2 + 3 * 4
     assert spread.min <= spread.median <= spread.max
     assert benchmark.Spread((1e-6, 3e-6, 2e-6)).format() == "1-3"
+
+
+def test_timing_holds_the_garbage_collector_back():
+    """While batches are timed the cyclic collector is off (a full collection would be charged to
+    whichever callable it interrupts); afterwards it is as it was."""
+    import gc
+
+    seen = []
+    timings = benchmark.bench_interleaved({"a": lambda: seen.append(gc.isenabled()), "b": lambda: None}, (), "cpu",
+                                          warmup=1, iters=2, repeats=2, min_sample_s=0)
+    assert set(timings) == {"a", "b"} and gc.isenabled()
+    assert seen[-4:] == [False] * 4  # every timed call
+    benchmark.bench_spread(lambda: seen.append(gc.isenabled()), (), "cpu", warmup=0, iters=1, repeats=2)
+    assert seen[-2:] == [False, False] and gc.isenabled()
