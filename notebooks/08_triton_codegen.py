@@ -316,6 +316,11 @@ print("TinyBlock via tininductor's Triton path matches eager")
 # wrapper is generated; each kernel is bound once to a `TritonLauncher`
 # (`tininductor/runtime/triton_launcher.py`), whose `run()` goes through the front door once
 # per alignment pattern and afterwards calls the compiled kernel's C launcher directly.
+# The alignment of its pointers is then the one thing a launch still checks, and the wrapper
+# knows it for most of them: a buffer it allocates (the caching allocator's blocks are 512-byte
+# aligned) and a library kernel's output (a new tensor) are aligned on every call, so the
+# module declares them once (`launcher.assume_aligned(0, 2)`) and only the graph's inputs are
+# checked per launch, as TorchInductor assumes of its own buffers.
 # In the interpreter (this machine, if it has no GPU) `run()` simply uses the front door.
 #
 # Two smaller differences have the same motive, since every line of `call()` runs on every
@@ -340,6 +345,7 @@ src = compiled_block.source
 print(src[src.index("def call"):src.index("def get_args")])
 launcher_lines = [line for line in src.splitlines() if "= TritonLauncher(" in line]
 print("\n".join(launcher_lines))
+print("\n".join(line for line in src.splitlines() if ".assume_aligned(" in line))
 assert len(launcher_lines) == len(compiled_block.kernels)
 
 # %% [markdown]
