@@ -191,7 +191,12 @@ def test_module_members_are_read_from_their_dicts_and_shown_dotted():
     # (a parent read by several inputs is read once: ``___i1 = ___i0._modules['fc']``)
     assert "._modules['fc']" in entry.code and "._parameters['weight']" in entry.code
     assert ".fc" not in entry.code
-    assert "._buffers['shift']" in entry.check_fn.code and "._parameters['raw_scale']" in entry.code
+    assert "._parameters['raw_scale']" in entry.code
+    # the guard check reads each module's instance dict once, and its tables and attributes from
+    # it: no attribute read on a module (``nn.Module.__getattr__`` keeps CPython from specialising them)
+    check = entry.check_fn.code
+    assert "['_buffers']" in check and "['shift']" in check and "['_modules']" in check
+    assert "._modules" not in check and "._parameters" not in check and "._buffers" not in check
     # what people read stays the attribute path
     readable = "\n".join(g.readable() for g in entry.check_fn.guards)
     assert "L['self'].fc.weight" in readable and "_parameters" not in readable
@@ -272,3 +277,45 @@ def test_a_cache_hit_reads_a_shared_parent_once():
     with torch.no_grad():
         m[0][2].weight.mul_(-1.0)
     torch.testing.assert_close(cm(x), m(x))
+
+
+class ReadOnly:
+    """A data descriptor (it has ``__set__``): on the class, it wins over the instance dict."""
+
+    def __get__(self, obj, owner=None):
+        return 3.0
+
+    def __set__(self, obj, value):
+        raise AttributeError("read-only")
+
+
+class Dropped(nn.Module):
+    """An attribute in the instance dict (``p``), and one that a data descriptor on the class shadows."""
+
+    k = ReadOnly()
+
+    def __init__(self):
+        super().__init__()
+        self.p = 0.5
+        self.__dict__["k"] = 2.0  # never seen: ``self.k`` is the descriptor's 3.0
+
+    def forward(self, x):
+        return x * self.p + self.k
+
+
+def test_instance_attributes_are_guarded_through_the_instance_dict():
+    """``self.p`` is guarded as ``<the module's __dict__>['p']``; a name that a data descriptor on
+    the class shadows is read as an attribute. Changing ``p`` recompiles, as reading it would."""
+    m = Dropped()
+    cnt = CompileCounter()
+    cm = tinydynamo.compile(m, backend=cnt)
+    x = torch.randn(3)
+    torch.testing.assert_close(cm(x), m(x))
+    check = tinydynamo.cache_info(cm).entries[0].check_fn.code
+    assert "['p']" in check and ".p\n" not in check and ".p)" not in check
+    assert "['k']" not in check
+    torch.testing.assert_close(cm(x), m(x))
+    assert cnt.frame_count == 1
+    m.p = 0.25
+    torch.testing.assert_close(cm(x), m(x))
+    assert cnt.frame_count == 2

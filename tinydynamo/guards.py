@@ -589,7 +589,8 @@ def generate_check_code(guards: list[Guard], scope: SourceScope) -> str:
     four attribute reads and tests in Python per module.
     """
     body: list[str] = []
-    ref_of = source_reader(body, "___v")  # each source read once, a nested one through its parent's local
+    # each source read once, a nested one through its parent's local; module members through dicts
+    ref_of = source_reader(body, "___v", through_dicts=True)
 
     batched: list[tuple[str, Guard]] = []  # tensors checked by one C++ call at the end
     fast = {id(g) for g in _cpp_checkable(guards)}

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import inspect
 from typing import Any, Callable
 
 
@@ -102,15 +103,31 @@ class ModuleMemberSource(AttrSource):
         return f"{self.base.code()}.{self.table}[{self.attr!r}]"
 
 
+def is_data_descriptor(attr) -> bool:
+    """A class attribute that wins over the instance dict (a property, ``__slots__`` members)."""
+    return hasattr(type(attr), "__set__") or hasattr(type(attr), "__delete__")
+
+
+@dataclasses.dataclass(frozen=True)
+class InstanceAttrSource(AttrSource):
+    """An attribute kept in the object's own ``__dict__`` that nothing on its class shadows (a
+    module's ``training``, a Dropout's ``p``): ``L['self'].drop.p``, and the same value as
+    ``L['self'].drop.__dict__['p']``, which is how the guard check reads it (``through_dicts``)."""
+
+
 def module_member_source(module: Any, base: Source, attr: str) -> AttrSource:
     """The source of ``module.<attr>``: a :class:`ModuleMemberSource` when plain attribute lookup
     would end in the module's own ``_parameters`` / ``_buffers`` / ``_modules`` (nothing on the
-    instance or its class shadows the name), else an ordinary :class:`AttrSource`."""
+    instance or its class shadows the name), an :class:`InstanceAttrSource` when it ends in the
+    module's ``__dict__``, else an ordinary :class:`AttrSource`."""
     own = vars(module)
     if attr not in own and not hasattr(type(module), attr):
         for table in ("_parameters", "_buffers", "_modules"):
             if attr in own.get(table, ()):
                 return ModuleMemberSource(base, attr, table)
+    if attr in own and type(module).__getattribute__ is object.__getattribute__:
+        if not is_data_descriptor(inspect.getattr_static(type(module), attr, None)):
+            return InstanceAttrSource(base, attr)  # (a data descriptor on the class would win over the dict)
     return AttrSource(base, attr)
 
 
@@ -265,15 +282,21 @@ class ConstSource(Source):
         return self.scope_name
 
 
-def source_reader(lines: list[str], prefix: str,
-                  bind: Callable[[Source], bool] = lambda source: True) -> Callable[[Source], str]:
+def source_reader(lines: list[str], prefix: str, bind: Callable[[Source], bool] = lambda source: True,
+                  through_dicts: bool = False) -> Callable[[Source], str]:
     """A function ``source -> expression`` for generated code that reads many sources, each
     parent once. A source that ``bind`` accepts is read into a temporary (``<prefix>0 = L['self']``,
     appended to ``lines`` on first use) and its children are read through it
     (``<prefix>0._modules['fc1']``), so a walk shared by many sources is done once.
 
     The guard check binds every source (each is read by several conditions); a compiled frame's
-    input reads bind only the parents that several inputs go through."""
+    input reads bind only the parents that several inputs go through.
+
+    ``through_dicts``: a module's parameter, buffer or child is read from the module's instance
+    dict (``<local>['_modules']['fc1']``, the dict and its table read once per module), not as an
+    attribute: ``nn.Module`` defines ``__getattr__``, so CPython cannot specialise attribute reads
+    on modules, and a dict subscript costs a third of one. For code that binds every source (the
+    guard check, which reads each module's ``__dict__`` anyway)."""
     names: dict[str, str] = {}
 
     def read(source: Source) -> str:
@@ -281,9 +304,16 @@ def source_reader(lines: list[str], prefix: str,
         if key in names:
             return names[key]
         base = getattr(source, "base", None)
-        code = source.code()
-        if base is not None:
-            code = code.replace(base.code(), read(base), 1)
+        if through_dicts and isinstance(source, (ModuleMemberSource, ContainerItemSource)):
+            table = GetItemSource(AttrSource(base, "__dict__"), source.table)
+            member = source.attr if isinstance(source, ModuleMemberSource) else source.key
+            code = f"{read(table)}[{member!r}]"
+        elif through_dicts and isinstance(source, InstanceAttrSource):
+            code = f"{read(AttrSource(base, '__dict__'))}[{source.attr!r}]"
+        else:
+            code = source.code()
+            if base is not None:
+                code = code.replace(base.code(), read(base), 1)
         if not bind(source):
             return code
         names[key] = f"{prefix}{len(names)}"

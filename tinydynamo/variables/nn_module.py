@@ -19,7 +19,7 @@ from torch.nn.modules import module as module_mod
 from tinydynamo import trace_rules
 from tinydynamo.distributed import native_call_reason
 from tinydynamo.exc import raise_observed, unimplemented
-from tinydynamo.source import AttrSource, ContainerItemSource, module_member_source
+from tinydynamo.source import AttrSource, ContainerItemSource, is_data_descriptor, module_member_source
 from tinydynamo.variables.base import VariableTracker, check_plain_setattr
 from tinydynamo.variables.constant import ConstantVariable
 from tinydynamo.variables.functions import UserMethodVariable
@@ -27,7 +27,7 @@ from tinydynamo.variables.lists import ListIteratorVariable, ListVariable, Tuple
 from tinydynamo.variables.misc import GetAttrVariable
 from tinydynamo.variables.module_hooks import call_with_hooks
 from tinydynamo.variables.tensor import TensorVariable
-from tinydynamo.variables.user_defined import MISSING, class_attribute_variable, is_data_descriptor
+from tinydynamo.variables.user_defined import MISSING, class_attribute_variable
 
 
 def _has_hooks(m: nn.Module) -> bool:

@@ -16,7 +16,7 @@ from typing import Any
 
 from tinydynamo import polyfills
 from tinydynamo.exc import ObservedException, raise_observed, unimplemented
-from tinydynamo.source import AttrSource, BaseMethodSource, ClassSource, Source
+from tinydynamo.source import AttrSource, BaseMethodSource, ClassSource, Source, is_data_descriptor
 from tinydynamo.variables.base import DELETED, VariableTracker, check_plain_setattr
 from tinydynamo.variables.constant import ConstantVariable
 from tinydynamo.variables.ctx_manager import GradModeDecoratedFunctionVariable, unwrap_grad_mode_decorator
@@ -341,10 +341,6 @@ class BaseMethodVariable(VariableTracker):
 
 
 MISSING = object()
-
-
-def is_data_descriptor(attr) -> bool:
-    return hasattr(type(attr), "__set__") or hasattr(type(attr), "__delete__")
 
 
 def class_attribute_variable(tx, obj: VariableTracker, cls: type, name: str, attr, source=None) -> VariableTracker:
