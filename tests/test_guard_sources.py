@@ -94,9 +94,11 @@ def test_source_reader_reads_a_shared_parent_once():
     assert lines == ["___v0 = L['self']", "___v1 = ___v0._modules['fc']",
                      "___v2 = ___v1._parameters['weight']", "___v3 = ___v1._parameters['bias']"]
 
+    # a frame reads through the modules' instance dicts (each read once where shared)
     reads, args = read_inputs([weight, bias, LocalSource("x")])
-    assert reads == ["___i0 = L['self']", "___i1 = ___i0._modules['fc']"]
-    assert args == ["___i1._parameters['weight']", "___i1._parameters['bias']", "L['x']"]
+    assert reads == ["___i0 = L['self']", "___i1 = ___i0.__dict__", "___i2 = ___i1['_modules']",
+                     "___i3 = ___i2['fc']", "___i4 = ___i3.__dict__", "___i5 = ___i4['_parameters']"]
+    assert args == ["___i5['weight']", "___i5['bias']", "L['x']"]
     env = {"L": {"self": model, "x": 1}}
     exec("\n".join(reads), env)
     assert [eval(a, env) for a in args[:2]] == [model.fc.weight, model.fc.bias]  # the same objects

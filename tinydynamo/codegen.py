@@ -25,7 +25,7 @@ import torch.fx
 from tinydynamo import bytecode as bc
 from tinydynamo.exc import unimplemented
 from tinydynamo.resume import live_locals, make_resume_code, next_offset
-from tinydynamo.source import LocalSource, Source, source_reader
+from tinydynamo.source import LocalSource, Source, read_parent, source_reader
 from tinydynamo.variables.base import NULL
 from tinydynamo.variables.ctx_manager import WithExitFunctionVariable, is_grad_mode_node
 from tinydynamo.variables.lists import ListIteratorVariable
@@ -106,15 +106,15 @@ def read_inputs(sources: list[Source]) -> tuple[list[str], list[str]]:
     that several inputs are read through (``L['self']._modules['layer1']``, on the way to each of its
     parameters) is read once into a temporary, ``___i0 = ...``, and the inputs read from it: a
     ResNet's hundred parameters cost two lookups each instead of a walk from ``L['self']``, as the
-    guard check reads them (guards.generate_check_code)."""
+    guard check reads them (guards.generate_check_code), through the modules' instance dicts."""
     uses: collections.Counter = collections.Counter()
     for source in sources:
-        base = getattr(source, "base", None)
-        while base is not None:
-            uses[base.name()] += 1
-            base = getattr(base, "base", None)
+        parent, _ = read_parent(source, through_dicts=True)
+        while parent is not None:
+            uses[parent.name()] += 1
+            parent, _ = read_parent(parent, through_dicts=True)
     reads: list[str] = []
-    read = source_reader(reads, "___i", bind=lambda source: uses[source.name()] >= 2)
+    read = source_reader(reads, "___i", bind=lambda source: uses[source.name()] >= 2, through_dicts=True)
     return reads, [read(s) for s in sources]
 
 

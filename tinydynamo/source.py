@@ -282,6 +282,22 @@ class ConstSource(Source):
         return self.scope_name
 
 
+def read_parent(source: Source, through_dicts: bool = False) -> tuple[Source | None, Callable[[str], str]]:
+    """(the source a read of ``source`` goes through, a function from that parent's expression to
+    the code that reads ``source``). With ``through_dicts`` a module's member is read from its
+    table in the module's instance dict, and an :class:`InstanceAttrSource` from that dict."""
+    base = getattr(source, "base", None)
+    if through_dicts and isinstance(source, (ModuleMemberSource, ContainerItemSource)):
+        member = source.attr if isinstance(source, ModuleMemberSource) else source.key
+        return GetItemSource(AttrSource(base, "__dict__"), source.table), lambda table: f"{table}[{member!r}]"
+    if through_dicts and isinstance(source, InstanceAttrSource):
+        return AttrSource(base, "__dict__"), lambda instance_dict: f"{instance_dict}[{source.attr!r}]"
+    code = source.code()
+    if base is None:
+        return None, lambda _: code
+    return base, lambda parent: code.replace(base.code(), parent, 1)
+
+
 def source_reader(lines: list[str], prefix: str, bind: Callable[[Source], bool] = lambda source: True,
                   through_dicts: bool = False) -> Callable[[Source], str]:
     """A function ``source -> expression`` for generated code that reads many sources, each
@@ -292,28 +308,18 @@ def source_reader(lines: list[str], prefix: str, bind: Callable[[Source], bool] 
     The guard check binds every source (each is read by several conditions); a compiled frame's
     input reads bind only the parents that several inputs go through.
 
-    ``through_dicts``: a module's parameter, buffer or child is read from the module's instance
-    dict (``<local>['_modules']['fc1']``, the dict and its table read once per module), not as an
+    ``through_dicts``: a module's parameter, buffer, child or plain attribute is read from the
+    module's instance dict (``<local>['_modules']['fc1']``, ``<local>['training']``), not as an
     attribute: ``nn.Module`` defines ``__getattr__``, so CPython cannot specialise attribute reads
-    on modules, and a dict subscript costs a third of one. For code that binds every source (the
-    guard check, which reads each module's ``__dict__`` anyway)."""
+    on modules, and a dict subscript costs a third of one (:func:`read_parent`)."""
     names: dict[str, str] = {}
 
     def read(source: Source) -> str:
         key = source.name()
         if key in names:
             return names[key]
-        base = getattr(source, "base", None)
-        if through_dicts and isinstance(source, (ModuleMemberSource, ContainerItemSource)):
-            table = GetItemSource(AttrSource(base, "__dict__"), source.table)
-            member = source.attr if isinstance(source, ModuleMemberSource) else source.key
-            code = f"{read(table)}[{member!r}]"
-        elif through_dicts and isinstance(source, InstanceAttrSource):
-            code = f"{read(AttrSource(base, '__dict__'))}[{source.attr!r}]"
-        else:
-            code = source.code()
-            if base is not None:
-                code = code.replace(base.code(), read(base), 1)
+        parent, code_from = read_parent(source, through_dicts)
+        code = code_from(read(parent) if parent is not None else "")
         if not bind(source):
             return code
         names[key] = f"{prefix}{len(names)}"
