@@ -99,3 +99,18 @@ def test_the_current_defaults_are_bound():
     finally:
         scaled.__defaults__ = saved
     torch.testing.assert_close(compiled(x), x * 2)
+
+
+def test_a_comprehensions_frame_binds_its_iterator():
+    """A comprehension's own code object (Python 3.11) takes its iterator as ``.0``: not a name a
+    ``def`` can have, so the binder calls it something else and keeps ``.0`` in the locals."""
+    import types
+
+    from tinydynamo.eval_frame import argument_binder
+
+    code = next(c for c in compile("[v * 2 for v in values]", "<comprehension>", "eval").co_consts
+                if isinstance(c, types.CodeType))
+    if not code.co_varnames or code.co_varnames[0] != ".0":
+        pytest.skip("comprehensions are inlined into their function (Python 3.12+)")
+    it = iter([1, 2])
+    assert argument_binder(types.FunctionType(code, {}))(it) == {".0": it}

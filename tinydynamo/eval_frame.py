@@ -19,6 +19,7 @@ import copy
 import dataclasses
 import functools
 import inspect
+import keyword
 import types
 import warnings
 from typing import Any, Callable, Iterator
@@ -137,7 +138,9 @@ def argument_binder(fn: types.FunctionType) -> types.FunctionType:
     errors, its keyword rules). It has no defaults of its own: the caller gives it ``fn``'s current
     ``__defaults__``/``__kwdefaults__`` (``inspect.Signature.bind`` does the same in ~10 us of Python)."""
     code = fn.__code__
-    names = code.co_varnames
+    # a comprehension's code object takes ``.0`` (its iterator): not a name a ``def`` can have
+    names = [n if n.isidentifier() and not keyword.iskeyword(n) else f"___arg{i}"
+             for i, n in enumerate(code.co_varnames)]
     positional = list(names[:code.co_argcount])
     if code.co_posonlyargcount:
         positional.insert(code.co_posonlyargcount, "/")
@@ -151,7 +154,8 @@ def argument_binder(fn: types.FunctionType) -> types.FunctionType:
     double_star = [f"**{names[at]}"] if code.co_flags & inspect.CO_VARKEYWORDS else []
     params = positional + star + keyword_only + double_star
     bound = [p.lstrip("*") for p in params if p not in ("/", "*")]
-    source = f"def bind({', '.join(params)}):\n    return {{{', '.join(f'{n!r}: {n}' for n in bound)}}}\n"
+    real = dict(zip(names, code.co_varnames))
+    source = f"def bind({', '.join(params)}):\n    return {{{', '.join(f'{real[n]!r}: {n}' for n in bound)}}}\n"
     scope: dict = {}
     exec(builtins.compile(source, f"<arguments of {code.co_qualname}>", "exec"), scope)
     binder = scope["bind"]
