@@ -127,7 +127,8 @@ def model_rows(args, names: list[str]) -> list[dict]:
                 if args.profile_dir:
                     write_profile(compiled, inputs, args, Path(args.profile_dir) / f"{model_name}.txt")
         # in turns, round after round: a busy host slows every backend alike
-        per_call = harness.bench_interleaved(steps, inputs, args.device, warmup=3, iters=args.calls, repeats=5)
+        per_call = harness.bench_interleaved(steps, inputs, args.device, warmup=3, iters=args.calls,
+                                             repeats=args.rounds)
         for name, seconds in per_call.items():
             row[f"{name} us/call"] = seconds * 1e6
         steps.clear()
@@ -146,6 +147,8 @@ def main(argv=None) -> None:
     parser.add_argument("--calls", type=int, default=20000)
     parser.add_argument("--model", type=lambda s: [m for m in s.split(",") if m], default=None,
                         help="comma list of dashboard models (bench/dashboard.py) instead of the two functions")
+    parser.add_argument("--rounds", type=int, default=9,
+                        help="with --model: rounds of --calls calls per backend, timed in turns (the median is kept)")
     parser.add_argument("--profile-dir", default=None,
                         help="with --model: write a cProfile of tiny's cached calls per model into this folder")
     args = parser.parse_args(argv)
