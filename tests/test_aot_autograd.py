@@ -2,11 +2,13 @@
 from __future__ import annotations
 
 import copy
+import warnings
 
 import pytest
 import torch
 import torch.nn.functional as F
 
+import tinydynamo
 from course.models import GPT, TinyBlock
 from tininductor.aot_autograd import aot_autograd, aot_eager, aot_eager_min_cut
 from tininductor.joint_graph import create_joint
@@ -265,6 +267,57 @@ def test_outputs_aliasing_inputs_or_each_other(case):
     (got,) = torch.autograd.grad(outs[0].sum() + 2 * outs[1].sum(), x)
     (exp,) = torch.autograd.grad(want[0].sum() + 2 * want[1].sum(), x)
     torch.testing.assert_close(got, exp)
+
+
+INTERMEDIATE_VIEWS = {
+    "view_before_base": lambda x: (lambda a: (a.view(-1), a))(x * 2),
+    "two_views_one_whole": lambda x: (lambda a: (a.view(-1), a.view(2, 2)))(x * 2),
+    "disjoint_rows": lambda x: (lambda a: (a[0], a[1]))(x.view(2, 2) * 2),
+    "overlapping_slices": lambda x: (lambda a: (a[:3], a[1:]))(x * 2),
+}
+
+
+@pytest.mark.parametrize("backend", ["aot_eager", "tininductor"])
+@pytest.mark.parametrize("case", sorted(INTERMEDIATE_VIEWS))
+def test_outputs_viewing_an_intermediate_take_in_place_writes_like_eager(case, backend):
+    """Writing into one output that views an intermediate: eager allows it, and the other outputs
+    that share its elements, and their gradients, see the write."""
+    f = INTERMEDIATE_VIEWS[case]
+    x = torch.randn(4, dtype=torch.float64, requires_grad=True)
+    tinydynamo.reset()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the overlapping case runs its graph as captured, and says so
+        got = tinydynamo.compile(f, backend=backend)(x)
+    want = f(x)
+    got[0].mul_(3)
+    want[0].mul_(3)
+    torch.testing.assert_close(list(got), list(want))
+    for j in range(2):  # each output's gradient sees the write (or not) as eager's does
+        (g,) = torch.autograd.grad(got[j].sum(), x, retain_graph=True)
+        (e,) = torch.autograd.grad(want[j].sum(), x, retain_graph=True)
+        torch.testing.assert_close(g, e)
+
+
+def test_overlapping_views_of_an_intermediate_run_the_graph_as_captured():
+    with pytest.warns(UserWarning, match="overlapping views of an intermediate"):
+        torch.compile(INTERMEDIATE_VIEWS["overlapping_slices"], backend=aot_eager)(torch.randn(4, requires_grad=True))
+
+
+def test_an_input_only_read_detached_gets_no_backward_edge():
+    """``e`` requires grad, but the graph reads only ``e.detach()``: the call must not link the new
+    loss to the graph that made ``e``, whose backward already ran and freed what it saved (GANs)."""
+    def f(a, b):
+        e = a @ torch.ones(2, 2)
+        (e - 1).abs().mean().backward()
+        loss = (b @ e.detach()).mean()  # a graph break above: this graph takes e as an input
+        loss.backward()
+        return loss
+
+    a, b = torch.randn(2, 2, requires_grad=True), torch.randn(2, 2, requires_grad=True)
+    a2, b2 = a.detach().clone().requires_grad_(), b.detach().clone().requires_grad_()
+    tinydynamo.reset()
+    torch.testing.assert_close(tinydynamo.compile(f, backend="aot_eager")(a2, b2), f(a, b))
+    torch.testing.assert_close((a2.grad, b2.grad), (a.grad, b.grad))
 
 
 @pytest.mark.parametrize("dtype", [torch.int32, torch.int16], ids=["same_size", "other_size"])

@@ -15,7 +15,8 @@ around the compiled call:
 * what functionalization cannot reproduce falls back to running the captured graph as it is
   (eager semantics, eager errors), with the reason logged: an in-place op whose source
   partially overlaps its destination (eager raises), an in-place op that changes an input's
-  shape or strides, and, at run time, a mutated input that shares memory with another input
+  shape or strides, two outputs requiring grad that share elements of an intermediate no output
+  owns (eager tracks a write into one through their common base), and, at run time, a mutated input that shares memory with another input
   (the same tensor passed twice, two overlapping views of one base).
 """
 from __future__ import annotations
@@ -92,6 +93,37 @@ def partial_overlap(a: torch.Tensor, b: torch.Tensor) -> bool:
     return (a0, a1) != (b0, b1) and a0 < b1 and b0 < a1
 
 
+def share_elements(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Do two views of one storage read a common element? Exact for any strides: the elements of
+    ``a`` are marked in a mask of the storage and looked up through ``b``'s view. Sizes not known
+    (symbolic) or element types that differ count as sharing."""
+    views = [(t.shape, t.stride(), t.storage_offset()) for t in (a, b)]
+    nbytes = a.untyped_storage().nbytes()
+    if a.dtype != b.dtype or not all(type(d) is int for v in views for d in (*v[0], *v[1], v[2])) \
+            or not isinstance(nbytes, int):
+        return True  # (int() of a symbolic size would specialize it: a guard the graph does not need)
+    mask = torch.zeros(nbytes // a.element_size(), dtype=torch.bool)
+    mask.as_strided(*views[0]).fill_(True)
+    return bool(mask.as_strided(*views[1]).any())
+
+
+def _overlapping_intermediate_views(flat: list, outputs: list, inputs: dict) -> str | None:
+    """Two outputs that require grad, view one intermediate no output or input owns, and share
+    elements: writing into one changes the other, which autograd tracks only through a base that
+    eager has and the compiled call does not return. Such a graph runs as captured."""
+    groups: dict[StorageWeakRef, list[int]] = {}
+    for j, (o, a) in enumerate(zip(flat, outputs)):
+        if a is None and isinstance(o, torch.Tensor) and o.requires_grad and o._is_view() and _storage(o) not in inputs:
+            groups.setdefault(_storage(o), []).append(j)
+    for js in groups.values():
+        for k, i in enumerate(js):
+            for j in js[k + 1:]:
+                if share_elements(flat[i], flat[j]):
+                    return (f"outputs {i} and {j} are overlapping views of an intermediate the graph does not "
+                            "return (a write into one must show in the other's gradient)")
+    return None
+
+
 def _written(func, args, kwargs) -> list[torch.Tensor]:
     """The tensors ``func`` writes in place, by its schema's ``(a!)`` annotations: ``self`` of
     ``add_``, but also ``running_mean``/``running_var`` of batch norm and ``out=``."""
@@ -155,6 +187,9 @@ def analyze(fn, example_inputs: Sequence[Any]) -> AliasInfo:
             return AliasInfo([None] * len(flat), f"input {i} has its shape or strides changed in place")
     inputs = {_storage(x): i for i, x in reversed(list(enumerate(fakes))) if isinstance(x, torch.Tensor)}
     outputs = _output_aliases(fakes, flat, inputs, [meta[2] if meta is not None else 0 for meta in before])
+    overlap = _overlapping_intermediate_views(flat, outputs, inputs)
+    if overlap:
+        return AliasInfo([None] * len(flat), overlap)
     for a in outputs:
         if a is not None and a.dtype is not None:
             base = fakes[a.index] if a.kind == "input_view" else flat[a.index]
@@ -223,7 +258,15 @@ def _run_on_fakes(fn, fakes: list, mode: FakeTensorMode, checker: "_InPlaceCheck
 def _output_aliases(fakes: list, flat: list, inputs: dict, offsets: list[int]) -> list[OutputAlias | None]:
     """Per output: the input it is, or a view of an input or of an earlier output (None: its own memory)."""
     outputs: list[OutputAlias | None] = []
-    bases: dict[StorageWeakRef, int] = {}  # an output that owns its whole storage: others may view it
+    # the base the outputs that view it are rebuilt from: the first output that owns its whole
+    # storage, preferring one that is not itself a view, wherever it stands (``return y.view(-1), y``);
+    # outputs of one autograd function that are views of each other cannot be written in place
+    bases: dict[StorageWeakRef, int] = {}
+    for j, o in sorted(enumerate(flat), key=lambda jo: isinstance(jo[1], torch.Tensor) and jo[1]._is_view()):
+        if isinstance(o, torch.Tensor) and _storage(o) not in inputs and _storage(o) not in bases \
+                and o.storage_offset() == 0 and o.is_contiguous() \
+                and o.numel() * o.element_size() == o.untyped_storage().nbytes():
+            bases[_storage(o)] = j
     for j, o in enumerate(flat):
         if not isinstance(o, torch.Tensor):
             outputs.append(None)
@@ -239,13 +282,11 @@ def _output_aliases(fakes: list, flat: list, inputs: dict, offsets: list[int]) -
             rel = view[2] - offsets[i]
             dtype = o.dtype if o.dtype != fakes[i].dtype else None
             outputs.append(OutputAlias("input_view", i, view[0], view[1], rel, rg, dtype=dtype) if rel >= 0 else None)
-        elif st in bases:
+        elif st in bases and bases[st] != j:
             dtype = o.dtype if o.dtype != flat[bases[st]].dtype else None
             outputs.append(OutputAlias("output_view", bases[st], *view, rg, dtype=dtype))
         else:
             outputs.append(None)
-            if o.storage_offset() == 0 and o.is_contiguous() and o.numel() * o.element_size() == o.untyped_storage().nbytes():
-                bases[st] = j
     return outputs
 
 

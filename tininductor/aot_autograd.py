@@ -110,6 +110,21 @@ class _Runtime:
     mutated_inputs: list[int] = dataclasses.field(default_factory=list)  # written back after the call
     version_checked_outputs: list[int] = dataclasses.field(default_factory=list)
     saved_mutated_inputs: list[tuple[int, tuple[int, ...], int]] = dataclasses.field(default_factory=list)
+    #: outputs the compiled forward returns as views of its own intermediates (found at the first call)
+    intermediate_views: list[int] | None = None
+
+
+def views_of_intermediates(outs, primals) -> list[int]:
+    """Which outputs are views of a tensor the forward made (not of an input).
+
+    A compiler that runs torch ops (``aot_eager``) returns ``y.view(-1)`` as a view; autograd
+    forbids writing in place into a view an ``autograd.Function`` returns, which eager allows. Such
+    an output is returned as a plain alias of its memory instead, as a generated kernel's buffer
+    is; the outputs that view each other are rebuilt as views after the call (aliasing.py).
+    """
+    inputs = {p.untyped_storage().data_ptr() for p in primals if isinstance(p, torch.Tensor)}
+    return [j for j, o in enumerate(outs) if isinstance(o, torch.Tensor) and o._is_view()
+            and o.untyped_storage().data_ptr() not in inputs]
 
 
 class CompiledFunction(torch.autograd.Function):
@@ -119,6 +134,12 @@ class CompiledFunction(torch.autograd.Function):
     def forward(ctx, runtime: _Runtime, *primals):
         outs = runtime.compiled_fw(*primals)
         user_outs, saved = outs[: runtime.num_outputs], outs[runtime.num_outputs:]
+        if runtime.intermediate_views is None:
+            runtime.intermediate_views = views_of_intermediates(user_outs, primals)
+        if runtime.intermediate_views:
+            user_outs = list(user_outs)
+            for j in runtime.intermediate_views:
+                user_outs[j] = user_outs[j].detach()
         ctx.runtime = runtime
         # a CUDA graph replay's saved activations live in graph memory until the next replay
         # (runtime/cudagraphs.py); the token lets the backward check they are still there
@@ -486,6 +507,10 @@ def _compile_training(prep: _Prepared, requires_grad: list[bool], fw_compiler: C
         saved_mutated_inputs=[m for m in prep.alias_info.saved_mutated_inputs if m[0] in prep.mutated])
     flat = is_flat_sequence(joint.out_spec)
     core = prep.without_module()
+    # an input that requires grad but gets no gradient (``e.detach()`` is all the graph reads of it)
+    # is passed detached, as AOTAutograd does: autograd then has no edge from this call into the
+    # graph that made it, which may already have run its backward and freed what it saved
+    no_grad_inputs = [i for i, (rg, has_grad) in enumerate(zip(requires_grad, joint.grad_mask)) if rg and not has_grad]
 
     def bind(eager_gm, owners) -> Callable:
         prep = dataclasses.replace(core, eager_gm=eager_gm, owners=owners)
@@ -495,11 +520,16 @@ def _compile_training(prep: _Prepared, requires_grad: list[bool], fw_compiler: C
             primals = [*prep.current_state(), *args] if stateful else args
             if mutated and prep.aliased_mutation(primals):
                 return eager_gm(*args)
+            inputs = primals
+            if no_grad_inputs:
+                inputs = list(primals)
+                for i in no_grad_inputs:
+                    inputs[i] = inputs[i].detach()
             if grad_inside:
                 with torch.enable_grad():
-                    outs = CompiledFunction.apply(runtime, *primals)
+                    outs = CompiledFunction.apply(runtime, *inputs)
             else:
-                outs = CompiledFunction.apply(runtime, *primals)
+                outs = CompiledFunction.apply(runtime, *inputs)
             if effects:
                 return prep.finish(primals, outs)
             return joint.out_spec.type(outs) if flat else pytree.tree_unflatten(list(outs), joint.out_spec)
