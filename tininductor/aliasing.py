@@ -16,7 +16,8 @@ around the compiled call:
   (eager semantics, eager errors), with the reason logged: an in-place op whose source
   partially overlaps its destination (eager raises), an in-place op that changes an input's
   shape or strides, two outputs requiring grad that share elements of an intermediate no output
-  owns (eager tracks a write into one through their common base), and, at run time, a mutated input that shares memory with another input
+  owns (eager tracks a write into one through their common base), an output requiring grad that
+  views one that does not (``y.detach()`` returned beside ``y[0]``), and, at run time, a mutated input that shares memory with another input
   (the same tensor passed twice, two overlapping views of one base).
 """
 from __future__ import annotations
@@ -186,7 +187,10 @@ def analyze(fn, example_inputs: Sequence[Any]) -> AliasInfo:
         if meta is not None and (x.shape, x.stride(), x.storage_offset()) != meta:
             return AliasInfo([None] * len(flat), f"input {i} has its shape or strides changed in place")
     inputs = {_storage(x): i for i, x in reversed(list(enumerate(fakes))) if isinstance(x, torch.Tensor)}
-    outputs = _output_aliases(fakes, flat, inputs, [meta[2] if meta is not None else 0 for meta in before])
+    try:
+        outputs = _output_aliases(fakes, flat, inputs, [meta[2] if meta is not None else 0 for meta in before])
+    except _CannotRebuild as e:
+        return AliasInfo([None] * len(flat), str(e))
     overlap = _overlapping_intermediate_views(flat, outputs, inputs)
     if overlap:
         return AliasInfo([None] * len(flat), overlap)
@@ -255,14 +259,23 @@ def _run_on_fakes(fn, fakes: list, mode: FakeTensorMode, checker: "_InPlaceCheck
     return out, saved, saved_versions
 
 
+class _CannotRebuild(Exception):
+    """The outputs alias each other in a way no view of one output rebuilds."""
+
+
 def _output_aliases(fakes: list, flat: list, inputs: dict, offsets: list[int]) -> list[OutputAlias | None]:
     """Per output: the input it is, or a view of an input or of an earlier output (None: its own memory)."""
     outputs: list[OutputAlias | None] = []
-    # the base the outputs that view it are rebuilt from: the first output that owns its whole
-    # storage, preferring one that is not itself a view, wherever it stands (``return y.view(-1), y``);
-    # outputs of one autograd function that are views of each other cannot be written in place
+    # the base the outputs that view it are rebuilt from: an output that owns its whole storage,
+    # wherever it stands (``return y.view(-1), y``), one that requires grad first (``y.detach(), y``:
+    # a view of the detached one would lose y's gradient), then one that is not itself a view
+    # (outputs of one autograd function that are views of each other cannot be written in place)
+    def rank(jo):
+        o = jo[1]
+        return (not o.requires_grad, o._is_view()) if isinstance(o, torch.Tensor) else (True, True)
+
     bases: dict[StorageWeakRef, int] = {}
-    for j, o in sorted(enumerate(flat), key=lambda jo: isinstance(jo[1], torch.Tensor) and jo[1]._is_view()):
+    for j, o in sorted(enumerate(flat), key=rank):
         if isinstance(o, torch.Tensor) and _storage(o) not in inputs and _storage(o) not in bases \
                 and o.storage_offset() == 0 and o.is_contiguous() \
                 and o.numel() * o.element_size() == o.untyped_storage().nbytes():
@@ -283,6 +296,9 @@ def _output_aliases(fakes: list, flat: list, inputs: dict, offsets: list[int]) -
             dtype = o.dtype if o.dtype != fakes[i].dtype else None
             outputs.append(OutputAlias("input_view", i, view[0], view[1], rel, rg, dtype=dtype) if rel >= 0 else None)
         elif st in bases and bases[st] != j:
+            if rg and not flat[bases[st]].requires_grad:
+                raise _CannotRebuild(f"output {j} requires grad and views output {bases[st]}, which does not "
+                                     "(y.detach() returned beside a view of y)")
             dtype = o.dtype if o.dtype != flat[bases[st]].dtype else None
             outputs.append(OutputAlias("output_view", bases[st], *view, rg, dtype=dtype))
         else:
