@@ -112,6 +112,15 @@ class _Runtime:
     saved_mutated_inputs: list[tuple[int, tuple[int, ...], int]] = dataclasses.field(default_factory=list)
     #: outputs the compiled forward returns as views of its own intermediates (found at the first call)
     intermediate_views: list[int] | None = None
+    checked_deduplicated: bool = False
+
+
+def _drop_saved_twice(runtime: _Runtime, tensors: list, primals, user_outs) -> None:
+    """Leave out of the version-checked tensors those the compiled forward saves itself."""
+    saved = {id(t) for t in tensors}
+    runtime.version_checked_inputs = [i for i in runtime.version_checked_inputs if id(primals[i]) not in saved]
+    runtime.version_checked_outputs = [j for j in runtime.version_checked_outputs if id(user_outs[j]) not in saved]
+    runtime.checked_deduplicated = True
 
 
 def views_of_intermediates(outs, primals) -> list[int]:
@@ -151,6 +160,10 @@ class CompiledFunction(torch.autograd.Function):
             old = {id(primals[i]) for i in runtime.mutated_inputs}
             tensors = [v.clone() if id(v) in old else v for v in tensors]
         # what eager would have saved, saved too: autograd then checks their versions at backward
+        # (once: one the compiled forward saves anyway is left out, so a saved-tensor hook packs
+        # it once, as in eager; the forward's code is fixed, so the first call tells)
+        if not runtime.checked_deduplicated:
+            _drop_saved_twice(runtime, tensors, primals, user_outs)
         checked = [primals[i] for i in runtime.version_checked_inputs] + \
                   [user_outs[j] for j in runtime.version_checked_outputs]
         ctx.num_checked = len(checked)
