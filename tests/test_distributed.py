@@ -262,8 +262,9 @@ def test_ddp_split_off_compiles_one_graph(results):
 
 def test_fsdp2_compiles_each_block(results):
     r = results[0]["transformer_fsdp2"]
-    # the blocks' forward (one entry per block: they are different modules), the code around them
-    assert r["graphs"] > FSDP_BLOCKS, r
+    # the blocks' forward (pinned to the first block, then one entry for every block of the class:
+    # tinydynamo.config.unspecialize_replaced_modules) and the code around them
+    assert 2 <= r["graphs"] < FSDP_BLOCKS, r
     assert all("FSDP" in k for k in r["unsupported"]) or not r["unsupported"], r
     # one entry per block, none of them a recompile: no block runs eagerly at the recompile limit
     assert not r["recompiles"] and not any("limit" in k for k in r["frames"]), r

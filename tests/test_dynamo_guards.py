@@ -1,4 +1,5 @@
 """Guards and the cache: recompile exactly when an assumption changes, never otherwise; readable reasons."""
+import copy
 import gc
 import logging
 import warnings
@@ -161,10 +162,12 @@ def test_recompile_limit_falls_back_with_one_warning():
     assert tinydynamo.config.recompile_limit == 8  # patch restored it
 
 
+@tinydynamo.config.patch(unspecialize_replaced_modules=False)
 def test_recompile_limit_counts_entries_per_module_instance():
-    """Twelve blocks of one class each pin the frame's ``self`` to themselves: twelve first entries,
-    not eleven recompiles (TorchDynamo counts the limit per id-matched frame argument); one block
-    recompiling past the limit still falls back, and the accumulated limit caps the total."""
+    """With modules pinned by identity, twelve blocks of one class each pin the frame's ``self`` to
+    themselves: twelve first entries, not eleven recompiles (TorchDynamo counts the limit per
+    id-matched frame argument); one block recompiling past the limit still falls back, and the
+    accumulated limit caps the total."""
 
     class Block(nn.Module):
         def __init__(self):
@@ -193,6 +196,72 @@ def test_recompile_limit_counts_entries_per_module_instance():
         for b in blocks[:6]:
             g(b, x, 1.0)
     assert cnt.frame_count == 5
+
+
+class _Block(nn.Module):
+    def __init__(self, bias=True):
+        super().__init__()
+        self.fc = nn.Linear(4, 4, bias=bias)
+        self.scale = 2.0
+
+    def forward(self, x):
+        return self.fc(x) * self.scale
+
+
+def test_blocks_of_one_class_share_one_entry_after_the_second():
+    """The first block pins ``self``; the second, a module of the same class at the same source,
+    makes that source guarded by type: one more entry, then every block hits it."""
+    blocks = [_Block() for _ in range(12)]
+    g, cnt = compiled(_Block.forward)
+    x = torch.randn(2, 4)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for b in blocks:
+            torch.testing.assert_close(g(b, x), b(x))
+        blocks[3].scale = 3.0  # an attribute the frame read: guarded by value still
+        torch.testing.assert_close(g(blocks[3], x), blocks[3](x))
+    assert cnt.frame_count == 3
+
+
+def test_a_module_made_for_every_call_compiles_once_more_not_every_call():
+    """``copy.deepcopy(self.net)`` in every call (MAML's fine-tuning): without a type guard each copy
+    misses, and the frame would reach the recompile limit and run eagerly."""
+
+    class Outer(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.net = _Block()
+
+        def forward(self, x):
+            net = copy.deepcopy(self.net)
+            return helper(net, x)
+
+    def helper(net, x):
+        return net(x).relu()
+
+    outer, x = Outer(), torch.randn(2, 4)
+    g, cnt = compiled(helper)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no recompile-limit fallback
+        for _ in range(12):
+            torch.testing.assert_close(g(copy.deepcopy(outer.net), x), outer.net(x).relu())
+    assert cnt.frame_count == 2
+
+
+def test_a_module_guarded_by_type_is_still_checked_for_what_the_frame_read():
+    """Another module of the class with other parameters (shapes, a missing bias), other children,
+    or other entries in the tables ``parameters()`` lists: a miss, never the other module's graph."""
+    def total(model, x):
+        return model(x).sum() + sum(p.sum() for p in model.parameters())
+
+    g, cnt = compiled(total)
+    x = torch.randn(2, 4)
+    for m in [_Block(), _Block(), _Block(bias=False), _Block()]:
+        torch.testing.assert_close(g(m, x), total(m, x))
+    m = _Block()
+    g(m, x)
+    m.register_parameter("extra", nn.Parameter(torch.ones(3)))  # the same module, one more parameter
+    torch.testing.assert_close(g(m, x), total(m, x))
 
 
 def test_recompiles_are_logged(caplog):

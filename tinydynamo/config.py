@@ -16,6 +16,11 @@ from typing import Any, Iterator
 recompile_limit: int = 8
 #: entries per code object whatever objects they are pinned to (torch: accumulated_recompile_limit)
 accumulated_recompile_limit: int = 256
+#: a frame first pins each module it reads to that object (NN_MODULE); when a miss finds another
+#: module of the same class at the same source (a second block, a copy made for every call), that
+#: source is guarded by type from then on and one entry serves them all, as TorchDynamo's inlined
+#: modules do (torch: inline_inbuilt_nn_modules). False: one entry per module object
+unspecialize_replaced_modules: bool = True
 #: internal compiler errors fall back to eager with a warning (False: raise them)
 suppress_errors: bool = True
 #: deepest chain of inlined user functions
@@ -67,7 +72,8 @@ cpp_tensor_guards_min: int | None = 4
 share_aliased_guards: bool = True
 
 _SETTINGS = ("optimize_ddp", "cpp_tensor_guards_min", "share_aliased_guards", "automatic_dynamic_shapes", "assume_static_by_default", "force_parameter_static_shapes", "disable",
-             "capture_scalar_outputs", "traceable_tensor_subclasses", "recompile_limit", "accumulated_recompile_limit", "suppress_errors",
+             "capture_scalar_outputs", "traceable_tensor_subclasses", "recompile_limit", "accumulated_recompile_limit",
+             "unspecialize_replaced_modules", "suppress_errors",
              "max_inline_depth", "max_instructions", "default_backend", "defer_full_gc")
 _this = sys.modules[__name__]
 

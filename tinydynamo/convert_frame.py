@@ -31,6 +31,7 @@ from tinydynamo import artifacts, bytecode, config, logs, symbolic_shapes
 from tinydynamo.backends import compiling_frame
 from tinydynamo.decompile import DecompiledCode
 from tinydynamo.exc import EagerFallbackWarning, Unsupported
+from tinydynamo.guards import note_replaced_modules
 from tinydynamo.output_graph import CompiledFrame, OutputGraph
 from tinydynamo.skip_frame import CompileCallee, compile_callees
 from tinydynamo.source import LocalSource
@@ -97,6 +98,9 @@ def _note_cache_miss(cache, L: dict, G: dict, code, name: str) -> bool:
     and count it against the recompile limits. False: a limit is hit, the frame runs eagerly from now on."""
     # every entry failed: say why, newest first (the first failing guard of each)
     reasons = [e.check_fn.failure_reason(L, G) or "compiled for another backend" for e in cache.entries]
+    if config.unspecialize_replaced_modules:
+        for e in cache.entries:
+            note_replaced_modules(e.check_fn, L, G, cache.frame_state)
     reason = cache.last_reason = "; ".join(reasons)
     # only entries pinned to this call's frame arguments are recompiles of it (another block of the
     # same class gets its first entry)

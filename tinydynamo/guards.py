@@ -22,7 +22,7 @@ from typing import Any, Callable, Iterator
 import torch
 from torch.nn.modules import module as module_mod
 
-from tinydynamo import config
+from tinydynamo import config, registry
 from tinydynamo.registry import swap
 from tinydynamo.source import AttrSource, GetItemSource, Source, SourceScope, source_reader
 
@@ -213,12 +213,49 @@ class ModuleRef(weakref.ref):
     user's modules alive; once the module is gone the guard fails) that keeps the module's name
     (``<Linear at 0x...>``) for failure messages, whether or not the module has been freed."""
 
-    __slots__ = ("description",)
+    __slots__ = ("description", "module_type")
 
     def __new__(cls, module):
         ref = super().__new__(cls, module)
         ref.description = _short(module)
+        ref.module_type = type(module)
         return ref
+
+
+#: ``frame_state`` key: the sources at which a frame met another module of the same class
+UNSPECIALIZED_MODULES = "unspecialized_modules"
+
+
+def note_replaced_modules(check_fn: "CheckFunction", L: dict, G: dict, frame_state: dict) -> None:
+    """After a miss: the sources of NN_MODULE guards that now hold another module of the same class.
+
+    A frame compiled for one module is pinned to it; a module made anew for every call
+    (``deepcopy(self.net)``, a model built inside the step) or a second instance passed to the same
+    function would compile again at every call and, for the first kind, soon reach the recompile
+    limit. From the next compile on such a source is guarded by its type, and one entry serves every
+    module of that class (as TorchDynamo's inlined modules do)."""
+    for g in check_fn.guards:
+        if g.kind != "NN_MODULE" or not isinstance(g.expected, ModuleRef):
+            continue
+        try:
+            value = check_fn.scope.evaluate(g.source, L, G)
+        except Exception:  # noqa: BLE001 - not readable now: another kind of miss
+            continue
+        if value is not g.expected() and type(value) is g.expected.module_type:
+            frame_state.setdefault(UNSPECIALIZED_MODULES, set()).add(g.source.name())
+
+
+def is_unspecialized_module(source, frame_state: dict | None) -> bool:
+    """Whether the module at ``source`` (or at a source it is read through) is guarded by type, not
+    identity. Its parameters are graph inputs read from their sources at every call, its plain
+    attributes are guarded by value and its submodules by type: nothing compiled depends on which
+    object it is."""
+    names = frame_state.get(UNSPECIALIZED_MODULES) if frame_state else None
+    while names and source is not None:
+        if source.name() in names:
+            return True
+        source = getattr(source, "base", None)
+    return False
 
 
 def _expected_module(g) -> str:
@@ -463,6 +500,20 @@ register_guard_kind(
     lambda g, v: None if torch.get_default_dtype() == g.expected
     else f"default dtype changed: expected {g.expected}, actual {torch.get_default_dtype()}",
     lambda g: f"torch.get_default_dtype() is {g.expected}",
+)
+
+
+# ---- REGISTRY_GENERATION: compiled with the registries' entries of now --------------------------
+# An entry that serves any module of a class (guarded by type) is not reused after a registry
+# swap began or ended (a learner's decomposition or rule swapped in): a compile under the learner's
+# entry must not answer for another model after it, nor an earlier compile inside it.
+
+register_guard_kind(
+    "REGISTRY_GENERATION",
+    lambda g, ref, scope: [f"{scope.constant(registry, 'registry')}.generation == {g.expected!r}"],
+    lambda g, v: None if registry.generation == g.expected
+    else f"a registry swap began or ended since the compile (generation {g.expected}, now {registry.generation})",
+    lambda g: f"tinydynamo.registry.generation == {g.expected}",
 )
 
 

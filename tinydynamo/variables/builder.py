@@ -24,9 +24,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from tinydynamo import trace_rules
+from tinydynamo import registry, trace_rules
 from tinydynamo.exc import unimplemented
-from tinydynamo.guards import ModuleRef
+from tinydynamo.guards import ModuleRef, is_unspecialized_module
 from tinydynamo.polyfills import constant_object_types, np, numpy_constant_types, typing_types
 from tinydynamo.source import AttrSource, DictKeySource, DictValueSource, GetItemSource, Source
 from tinydynamo.variables import polyfilled, torch_function
@@ -93,7 +93,11 @@ class VariableBuilder:
                 return torch_function.wrap_subclass_tensor(self.tx, value, src)
             return self.tx.output.lift_tensor(value, src)
         if isinstance(value, nn.Module):
-            self.guard("NN_MODULE", ModuleRef(value))  # weak: compiled code does not keep modules alive
+            if is_unspecialized_module(src, self.tx.output.frame_state if self.tx is not None else None):
+                self.guard("TYPE_MATCH", type(value))  # made anew for every call: any module of its type
+                self.tx.output.add_guard("REGISTRY_GENERATION", None, registry.generation)
+            else:
+                self.guard("NN_MODULE", ModuleRef(value))  # weak: compiled code does not keep modules alive
             return NNModuleVariable(value, src)
         if is_numpy_array_type(value) and self.tx is not None:  # held as the tensor over its memory
             return wrap_numpy_input(self.tx, value, src)

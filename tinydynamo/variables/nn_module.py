@@ -180,6 +180,7 @@ class NNModuleVariable(VariableTracker):
             kind = named.get(name, name)
             real = dict(getattr(m, "named_" + kind)(*[a.as_python_constant() for a in args],
                                                     **{k: v.as_python_constant() for k, v in kwargs.items()}))
+            self._guard_tables(tx, kind)
             pairs = [(k, self._wrap_dotted(tx, k, v)) for k, v in real.items()]
             if name in named:
                 return ListIteratorVariable([TupleVariable([ConstantVariable(k), v]) for k, v in pairs])
@@ -187,6 +188,24 @@ class NNModuleVariable(VariableTracker):
         if name == "forward" or name == "__call__":
             return self.call_function(tx, args, kwargs)
         return self.var_getattr(tx, name).call_function(tx, args, kwargs)
+
+    def _guard_tables(self, tx, kind: str) -> None:
+        """Guard the names in the tables ``parameters()`` / ``buffers()`` / ``children()`` /
+        ``modules()`` read, through every submodule: another module of the class, or this one with a
+        parameter registered since, lists other entries (a miss)."""
+        if self.source is None:
+            return
+        tables = {"parameters": ("_parameters",), "buffers": ("_buffers",)}.get(kind, ())
+        todo = [(self.source, self.module)]
+        while todo:
+            source, module = todo.pop()
+            for table in (*tables, "_modules"):
+                entries = module.__dict__.get(table)
+                if entries is not None:
+                    tx.output.add_guard("DICT_KEYS", AttrSource(source, table), (type(entries), tuple(entries)))
+            if kind != "children":
+                todo += [(module_member_source(module, source, k), child)
+                         for k, child in module._modules.items() if child is not None]
 
     def _wrap_dotted(self, tx, dotted: str, value) -> VariableTracker:
         source, owner = self.source, self.module
