@@ -307,6 +307,35 @@ def test_overlapping_views_of_an_intermediate_run_the_graph_as_captured():
         torch.compile(INTERMEDIATE_VIEWS["overlapping_slices"], backend=aot_eager)(torch.randn(4, requires_grad=True))
 
 
+DETACHED_WRITES = {
+    "input_slice": lambda a: (lambda v: (v, v.detach().mul_(2)))(a[1:]),
+    "input_zeroed_then_read": lambda a: (a.detach().zero_(), a + 1)[1],
+    "intermediate": lambda a: (lambda y: (y.detach().zero_(), y + 1)[1])(a * 2),
+}
+
+
+@pytest.mark.parametrize("backend", ["aot_eager", "tininductor"])
+@pytest.mark.parametrize("case", sorted(DETACHED_WRITES))
+def test_a_write_through_a_detached_alias_is_invisible_to_autograd_as_in_eager(case, backend):
+    """Eager's autograd does not see a write through ``x.detach()``: later uses of ``x`` read the new
+    values but differentiate as ``x``. A functional graph cannot say that, so the graph runs as
+    captured, with a warning; the values and gradients are eager's."""
+    f = DETACHED_WRITES[case]
+    x = torch.randn(3, 3, dtype=torch.float64, requires_grad=True)
+
+    def run(fn):
+        outs = fn(x * 1)  # a non-leaf input: writable in place
+        outs = outs if isinstance(outs, tuple) else (outs,)
+        grads = [torch.autograd.grad(o.sum(), x, retain_graph=True)[0] if o.requires_grad else None for o in outs]
+        return [o.detach() for o in outs], [o.requires_grad for o in outs], grads
+
+    want = run(f)
+    tinydynamo.reset()
+    with pytest.warns(UserWarning, match="x.detach"):
+        got = run(tinydynamo.compile(f, backend=backend))
+    torch.testing.assert_close(got, want)
+
+
 def test_an_input_only_read_detached_gets_no_backward_edge():
     """``e`` requires grad, but the graph reads only ``e.detach()``: the call must not link the new
     loss to the graph that made ``e``, whose backward already ran and freed what it saved (GANs)."""

@@ -148,18 +148,25 @@ class _InPlaceChecker(TorchDispatchMode):
         self.problem: str | None = None
         self.mutated: set[StorageWeakRef] = set()  # storages written in place
         self.mutated_with_grad: set[StorageWeakRef] = set()  # ... while grad mode was on
+        self.grad_storages: set[StorageWeakRef] = set()  # memory of tensors that require grad, seen so far
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
+        if self.training:
+            self.grad_storages.update(_storage(a) for a in torch.utils._pytree.tree_leaves((args, kwargs))
+                                      if isinstance(a, torch.Tensor) and a.requires_grad)
         for dest in _written(func, args, kwargs):
             self.mutated.add(_storage(dest))
             if torch.is_grad_enabled():
                 self.mutated_with_grad.add(_storage(dest))
-            elif self.training and dest.requires_grad and self.problem is None:
-                # eager: autograd does not see this write (later uses differentiate as if the
-                # old value were there); a functional graph would differentiate through it
-                self.problem = (f"{func} under no_grad changes a tensor that requires grad, in a graph "
-                                "that computes gradients")
+            if self.training and self.problem is None and (
+                    dest.requires_grad if not torch.is_grad_enabled()
+                    else not dest.requires_grad and _storage(dest) in self.grad_storages):
+                # eager: autograd does not see this write, made under no_grad or through an alias
+                # that does not require grad (``x.detach()``, ``x.data``): later uses differentiate
+                # as if the old value were there; a functional graph would differentiate through it
+                self.problem = (f"{func} changes a tensor that requires grad where autograd does not see it "
+                                "(under no_grad, or through x.detach() / x.data), in a graph that computes gradients")
             for src in torch.utils._pytree.tree_leaves((args, kwargs)):
                 if isinstance(src, torch.Tensor) and src is not dest and partial_overlap(dest, src):
                     self.problem = (f"{func} writes to memory that its input partially overlaps "
@@ -176,6 +183,8 @@ def analyze(fn, example_inputs: Sequence[Any]) -> AliasInfo:
     entry_versions = [x._version if isinstance(x, torch.Tensor) else None for x in fakes]
     before = [(x.shape, x.stride(), x.storage_offset()) if isinstance(x, torch.Tensor) else None for x in fakes]
     checker = _InPlaceChecker(torch.is_grad_enabled())
+    if checker.training:
+        checker.grad_storages.update(_storage(x) for x in fakes if isinstance(x, torch.Tensor) and x.requires_grad)
     try:
         out, saved, saved_versions = _run_on_fakes(fn, fakes, mode, checker)
     except Exception as e:  # noqa: BLE001 - eager raises it too: let eager say it
