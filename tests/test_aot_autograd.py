@@ -276,6 +276,7 @@ INTERMEDIATE_VIEWS = {
     "overlapping_slices": lambda x: (lambda a: (a[:3], a[1:]))(x * 2),
     "detached_and_base": lambda x: (lambda a: (a.detach(), a))(x * 2),
     "detached_base_and_row": lambda x: (lambda a: (a.detach(), a.view(2, 2)[0]))(x * 2),
+    "transposed_base_and_row": lambda x: (lambda a: (a, a[0]))(x.view(2, 2).t().sin()),
 }
 
 

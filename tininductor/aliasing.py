@@ -55,6 +55,9 @@ class OutputAlias:
     at_sizes: Any = None
     #: a view of another dtype than its base (``x.view(torch.int32)``): the base is reinterpreted first
     dtype: Any = None
+    #: "output_view" of a dense base that is not contiguous (``y = x.t().sin()``): the strides the base
+    #: must have for the view's strides to mean the same elements (None: a contiguous base)
+    base_stride: tuple[int, ...] | None = None
 
 
 @dataclasses.dataclass
@@ -286,7 +289,7 @@ def _output_aliases(fakes: list, flat: list, inputs: dict, offsets: list[int]) -
     bases: dict[StorageWeakRef, int] = {}
     for j, o in sorted(enumerate(flat), key=rank):
         if isinstance(o, torch.Tensor) and _storage(o) not in inputs and _storage(o) not in bases \
-                and o.storage_offset() == 0 and o.is_contiguous() \
+                and o.storage_offset() == 0 and _dense(o) \
                 and o.numel() * o.element_size() == o.untyped_storage().nbytes():
             bases[_storage(o)] = j
     for j, o in enumerate(flat):
@@ -308,8 +311,10 @@ def _output_aliases(fakes: list, flat: list, inputs: dict, offsets: list[int]) -
             if rg and not flat[bases[st]].requires_grad:
                 raise _CannotRebuild(f"output {j} requires grad and views output {bases[st]}, which does not "
                                      "(y.detach() returned beside a view of y)")
-            dtype = o.dtype if o.dtype != flat[bases[st]].dtype else None
-            outputs.append(OutputAlias("output_view", bases[st], *view, rg, dtype=dtype))
+            base = flat[bases[st]]
+            dtype = o.dtype if o.dtype != base.dtype else None
+            base_stride = None if base.is_contiguous() else tuple(base.stride())
+            outputs.append(OutputAlias("output_view", bases[st], *view, rg, dtype=dtype, base_stride=base_stride))
         else:
             outputs.append(None)
     return outputs
@@ -411,7 +416,10 @@ def regenerate_aliases(outs: list, inputs: Sequence[Any], aliases: list[OutputAl
             outs[j] = base.as_strided(size, stride, base.storage_offset() + offset)
         else:
             base = outs[a.index]
-            if base.is_contiguous() and base.storage_offset() == 0:
+            # the compiled graph returned the base with the layout the view's strides assume
+            # (else the outputs stay apart: same values, not the same memory)
+            if base.storage_offset() == 0 and (base.is_contiguous() if a.base_stride is None or a.at_sizes is not None
+                                               else base.stride() == a.base_stride):
                 if base.requires_grad and not a.requires_grad:
                     base = base.detach()
                 if a.dtype is not None:
