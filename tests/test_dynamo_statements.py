@@ -5,6 +5,7 @@ slicing, local @torch.no_grad() functions, getattr(self, name), while loops, wal
 Each matches eager and compiles into as many graphs as torch.compile (backend "eager")."""
 import contextlib
 import enum
+import operator
 
 import pytest
 import torch
@@ -297,3 +298,21 @@ def test_enumerate_over_a_list_yields_index_pairs_and_reads_it_live():
     want, got = f(x, y), g(x, y)
     assert torch.allclose(got[0], want[0]) and got[1] == want[1] == [1, 2, 11, 13]
     assert cnt.frame_count == 1
+
+
+# ---- `is` between containers: one object reached two ways, or two objects equal by value ----------------
+TABLE_A, TABLE_B, ITEMS = {"k": 1}, {"k": 1}, [1, 2]
+
+
+def container_identity(x, d, items):
+    mine = [1, 2]
+    return (x + (d is TABLE_A) + 2 * (d is not TABLE_B) + 4 * (items is ITEMS) + 8 * (mine is ITEMS)
+            + 16 * (mine is mine) + 32 * (d is d) + 64 * (operator.is_(items, ITEMS)))
+
+
+@pytest.mark.parametrize("args", ["same_objects", "equal_copies"])
+def test_is_between_containers_is_identity_not_equality(args):
+    """A dict or list is ``is`` another only if it is that object: their values (equal here) do not
+    decide. Each case compiles one graph, guarded to the objects' identity."""
+    d, items = (TABLE_A, ITEMS) if args == "same_objects" else (dict(TABLE_A), list(ITEMS))
+    assert compare(container_identity, torch.zeros(2), d, items) == (1, 1)

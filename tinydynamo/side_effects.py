@@ -75,6 +75,10 @@ class SideEffects:
             self.output.add_guard("ALIAS_MATCH", source, (var.source, True))
         return var
 
+    def real_object(self, var: VariableTracker) -> Any:
+        """The real list/dict/set from outside the frame that ``var`` tracks, else None."""
+        return self._real.get(id(var))
+
     def track_object_seen(self, value: Any, source) -> None:
         """A plain Python object reached through ``source`` (see :meth:`install_alias_guards`)."""
         if id(value) not in self.seen_objects:

@@ -178,6 +178,8 @@ class BuiltinVariable(VariableTracker):
         """``a is b`` when it is known at trace time."""
         a, b = (ConstantVariable(getattr(v.obj.value, v.name)) if isinstance(v, GetAttrVariable) and
                 isinstance(v.obj, ConstantVariable) and isinstance(v.obj.value, type) else v for v in (a, b))
+        if _is_container(a) or _is_container(b):
+            return _container_is(tx, a, b)  # (their python constants are new objects: never ``is``)
         if a.is_python_constant() and b.is_python_constant():  # (``func is torch.Tensor.add``: a class's method)
             return a.as_python_constant() is b.as_python_constant()
         if a is b:
@@ -648,6 +650,34 @@ def _as_sequence(v: VariableTracker) -> VariableTracker:
     if type(value) not in (tuple, list):
         return v
     return (ListVariable if type(value) is list else TupleVariable)([ConstantVariable(x) for x in value])
+
+
+def _is_container(v: VariableTracker) -> bool:
+    """A list, tuple, dict or set tracker (sets are traced above this module: by their type)."""
+    if isinstance(v, (BaseListVariable, DictVariable)):
+        return True
+    try:
+        return not isinstance(v, ConstantVariable) and v.python_type() is set
+    except Exception:  # noqa: BLE001 - a tracker with no Python type of its own
+        return False
+
+
+def _container_is(tx, a: VariableTracker, b: VariableTracker) -> bool:
+    """``a is b`` where one is a list, tuple, dict or set: one tracker per object (a container from
+    outside the frame has one tracker however it is reached: tinydynamo.side_effects), so another
+    tracker is another object, as long as each is from outside (guarded to stay distinct) or made in
+    the frame. A tuple from outside has no tracker of its own: two of them may be one object."""
+    if a is b:
+        return True
+    if not (_is_container(a) and _is_container(b)) or a.python_type() is not b.python_type():
+        return False  # a container is no object of another kind
+    real_a, real_b = (tx.output.side_effects.real_object(v) for v in (a, b))
+    made_in_frame = (a.source is None and real_a is None) or (b.source is None and real_b is None)
+    if made_in_frame or (real_a is not None and real_b is not None):
+        if a.source is not None and b.source is not None:
+            tx.output.add_guard("ALIAS_MATCH", a.source, (b.source, False))
+        return False
+    unimplemented(f"`is` between {a} and {b}: two {a.python_type().__name__}s from outside the frame")
 
 
 def _identity_known(v: VariableTracker) -> bool:
