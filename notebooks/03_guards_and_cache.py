@@ -201,7 +201,10 @@ print(results, "| frames:", cnt.frame_count, "| entries:", len(tinydynamo.cache_
 # `L['self'].fc1.weight` (each with TENSOR_MATCH); submodules are guarded by identity (NN_MODULE);
 # plain attributes such as `self.training` by value. So `model.eval()` recompiles (dropout leaves
 # the graph), and replacing `model.fc1` does too, while an optimizer step — new values in the same
-# parameters — does not.
+# parameters — does not. Identity is where a frame starts: when a miss finds another module of the
+# same class at the same source (a second block, a copy made for every call), that source is
+# guarded by its type from then on, and one entry serves every such module
+# (`config.unspecialize_replaced_modules`, TorchDynamo's `inline_inbuilt_nn_modules`).
 
 # %%
 from course.models import TinyBlock  # noqa: E402
