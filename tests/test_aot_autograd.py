@@ -354,36 +354,6 @@ def test_an_input_only_read_detached_gets_no_backward_edge():
     torch.testing.assert_close((a2.grad, b2.grad), (a.grad, b.grad))
 
 
-@pytest.mark.parametrize("case", ["mul", "sin"])
-def test_saved_tensor_hooks_pack_each_saved_tensor_once(case):
-    """A tensor the compiled forward saves, and eager saves too, is packed once (as in eager): a
-    hook that offloads or compresses saved tensors must not see it twice, nor the unpack run early."""
-    fns = {"mul": lambda x, y: x * y, "sin": lambda x, y: (x * y).sin()}
-    f = fns[case]
-
-    def counts(fn):
-        n = {"pack": 0, "unpack": 0}
-
-        def pack(t):
-            n["pack"] += 1
-            return t
-
-        def unpack(t):
-            n["unpack"] += 1
-            return t
-
-        x, y = torch.ones(4, requires_grad=True), torch.ones(4)
-        with torch.autograd.graph.saved_tensors_hooks(pack, unpack):
-            out = fn(x, y)
-            packed_in_forward, unpacked_in_forward = n["pack"], n["unpack"]
-            out.sum().backward()
-        return packed_in_forward, unpacked_in_forward, n["pack"]
-
-    compiled = torch.compile(f, backend=aot_eager)
-    compiled(torch.ones(4, requires_grad=True), torch.ones(4))  # compile outside the hooks
-    assert counts(compiled) == counts(f)
-
-
 @pytest.mark.parametrize("dtype", [torch.int32, torch.int16], ids=["same_size", "other_size"])
 @pytest.mark.parametrize("requires_grad", [True, False])
 def test_an_output_viewing_its_input_as_another_dtype_keeps_the_dtype(dtype, requires_grad):

@@ -291,9 +291,12 @@ def test_a_module_built_in_the_frame_is_returned_as_a_new_module_each_call():
     assert m1.act is torch.nn.functional.gelu and hasattr(m1, "_buffers") and cnt.frame_count == 1
 
 
+@pytest.mark.parametrize("f", [lambda x, y: x * y, lambda x, y: (x * y).sin()], ids=["mul", "sin"])
 @pytest.mark.parametrize("backend", ["aot_eager", "tininductor"])
-def test_saved_tensor_hooks_run_at_run_time_only(backend):
-    """Compiling (tracing, the backward graph, codegen) saves nothing through the user's pack hooks."""
+def test_saved_tensor_hooks_run_at_run_time_only(backend, f):
+    """Compiling (tracing, the backward graph, codegen) saves nothing through the user's pack hooks,
+    and a call packs each saved tensor once, as eager does (a hook that offloads or compresses saved
+    tensors must not see one twice)."""
     calls = {"pack": 0, "unpack": 0}
 
     def pack(t):
@@ -304,21 +307,18 @@ def test_saved_tensor_hooks_run_at_run_time_only(backend):
         calls["unpack"] += 1
         return t
 
-    def f(x, y):
-        return x * y
-
     x, y = torch.ones(4, requires_grad=True), torch.ones(4)
     tinydynamo.reset()
     g = tinydynamo.compile(f, backend=backend)
     counts = []
-    for _ in range(2):  # the first call compiles, the second runs the cached code: the same hook calls
+    for fn in (f, g, g):  # eager; the first call compiles, the second runs the cached code: the same hook calls
         calls.update(pack=0, unpack=0)
         with torch.autograd.graph.saved_tensors_hooks(pack, unpack):
-            out = g(x, y)
+            out = fn(x, y)
             assert calls["unpack"] == 0
             out.sum().backward()
         counts.append(dict(calls))
-    assert counts[0] == counts[1] and counts[0]["pack"] == counts[0]["unpack"] >= 1
+    assert counts[0] == counts[1] == counts[2] and counts[0]["pack"] == counts[0]["unpack"] >= 1
 
 
 def new_leaf(x):
