@@ -86,6 +86,30 @@ def test_branch_inside_a_loop_resumes_every_iteration():
     assert 4 <= cnt.frame_count <= 12  # one graph per (iteration, side) reached: torch.compile runs this frame eagerly
 
 
+def test_a_long_loop_with_a_break_stops_resuming_after_max_loop_resumes():
+    """Each iteration's break resumes in a new function; after ``config.max_loop_resumes`` of them
+    the rest of the loop runs natively, with the function it calls compiled as its own frame."""
+    def inner(x):
+        return torch.sin(x) + 1
+
+    def f(x):
+        total = x
+        for _ in range(50):
+            total = total + inner(x)
+            tinydynamo.graph_break()
+        return total
+
+    tinydynamo.reset()
+    cnt = CompileCounter()
+    g = tinydynamo.optimize(cnt)(f)
+    x = torch.randn(4)
+    torch.testing.assert_close(g(x), f(x))
+    first = cnt.frame_count
+    assert first <= tinydynamo.config.max_loop_resumes + 3  # the resumes, the tail, inner's own frame
+    torch.testing.assert_close(g(x), f(x))
+    assert cnt.frame_count == first  # the second call compiles nothing
+
+
 def test_joining_paths_compile_as_many_frames_as_torch():
     torch.manual_seed(0)
     inputs = [torch.randn(8) + s for s in (-2, -1, -0.3, 0, 0.3, 1, 2, 3)] * 2

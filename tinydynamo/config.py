@@ -21,6 +21,9 @@ accumulated_recompile_limit: int = 256
 #: source is guarded by type from then on and one entry serves them all, as TorchDynamo's inlined
 #: modules do (torch: inline_inbuilt_nn_modules). False: one entry per module object
 unspecialize_replaced_modules: bool = True
+#: a graph break inside a loop resumes in a new function at every iteration; after this many in a
+#: chain, the frame runs natively from the break on, its callees compiled (torch.compile does so at once)
+max_loop_resumes: int = 8
 #: internal compiler errors fall back to eager with a warning (False: raise them)
 suppress_errors: bool = True
 #: deepest chain of inlined user functions
@@ -73,7 +76,7 @@ share_aliased_guards: bool = True
 
 _SETTINGS = ("optimize_ddp", "cpp_tensor_guards_min", "share_aliased_guards", "automatic_dynamic_shapes", "assume_static_by_default", "force_parameter_static_shapes", "disable",
              "capture_scalar_outputs", "traceable_tensor_subclasses", "recompile_limit", "accumulated_recompile_limit",
-             "unspecialize_replaced_modules", "suppress_errors",
+             "unspecialize_replaced_modules", "max_loop_resumes", "suppress_errors",
              "max_inline_depth", "max_instructions", "default_backend", "defer_full_gc")
 _this = sys.modules[__name__]
 

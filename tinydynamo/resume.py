@@ -182,6 +182,12 @@ def _prologue(stack_slots: list, stack_args: list[str], label: Label, lineno: in
     return prologue
 
 
+def resume_depth(code: types.CodeType) -> int:
+    """How many graph breaks led to ``code``: 0 for a user's function, n for the resume function of
+    a resume function ... (its qualified name nests ``.__resume_at_<offset>`` once per break)."""
+    return getattr(code, "co_qualname", code.co_name).count(".__resume_at_")
+
+
 def closure_names(code: types.CodeType) -> list[str]:
     """The free variables of a resume function made from ``code``: the original's free variables,
     then its cell variables (the cells the original frame made, passed in as a closure)."""

@@ -29,7 +29,7 @@ from tinydynamo.bytecode import Instruction
 from tinydynamo.exc import ObservedException, Unsupported, raise_observed, unimplemented
 from tinydynamo.output_graph import OutputGraph
 from tinydynamo.registry import swap
-from tinydynamo.resume import enclosing_blocks
+from tinydynamo.resume import enclosing_blocks, resume_depth
 from tinydynamo.skip_frame import CompileCallee, compile_callee_at, compile_callees
 from tinydynamo.source import GetItemSource, GlobalSource, LocalSource
 from tinydynamo.variables import (
@@ -989,10 +989,11 @@ class InstructionTranslator(InstructionTranslatorBase):
             advanced = any(g.steps != steps for g, steps in generators)
             # one whose clean-up (a `finally` around its suspended yield) would run later: not modelled
             advanced = advanced or any(g.cleanup_pending() for g in self.output.generators)
-            if blocks != ["with"] * len(contexts) or e.skip_frame or advanced:
+            if blocks != ["with"] * len(contexts) or e.skip_frame or advanced or self._resumed_too_often(inst):
                 # inside try (or a `with` we did not trace), or an instruction that reads the frame
-                # itself (eval()), or a generator as above: not resumable, the frame runs eagerly,
-                # but the functions and modules it calls are compiled (tinydynamo.skip_frame)
+                # itself (eval()), or a generator as above, or a loop that broke in too many
+                # iterations already: not resumable, the frame runs eagerly, but the functions and
+                # modules it calls are compiled (tinydynamo.skip_frame)
                 e.eager_code = self._compile_callees_code(inst, stack)
                 raise
             self.stack, self.symbolic_locals = stack, local_vars
@@ -1005,6 +1006,20 @@ class InstructionTranslator(InstructionTranslatorBase):
                 set_grad_enabled(self, grad_contexts[0].initial_mode)
             self.graph_break = GraphBreak(inst, e, stack, local_vars)
             self.graph_break.cells = dict(self.cells)  # closures rebuilt at the break share these
+
+    def _resumed_too_often(self, inst: Instruction) -> bool:
+        """A break inside a ``for``/``while`` loop resumes in a function of its own, which breaks again
+        in the next iteration: one more resume function per iteration. After
+        ``config.max_loop_resumes`` of them the frame runs natively from here, its callees compiled
+        (TorchDynamo runs any frame with a break in a loop so, ``has_backedge``)."""
+        if resume_depth(self.code) < config.max_loop_resumes:
+            return False
+        for later in self.instructions[inst.index + 1:]:  # a jump back to or before inst: a loop around it
+            if later.opname in ("RETURN_VALUE", "RETURN_CONST"):
+                return False
+            if later.target is not None and later.target <= inst.index:
+                return True
+        return False
 
     def _compile_callees_code(self, inst: Instruction, stack: list) -> types.CodeType | None:
         """The frame's code with the callables of its calls compiled: every call where this Python's
