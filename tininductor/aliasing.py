@@ -17,8 +17,10 @@ around the compiled call:
   partially overlaps its destination (eager raises), an in-place op that changes an input's
   shape or strides, two outputs requiring grad that share elements of an intermediate no output
   owns (eager tracks a write into one through their common base), an output requiring grad that
-  views one that does not (``y.detach()`` returned beside ``y[0]``), and, at run time, a mutated input that shares memory with another input
-  (the same tensor passed twice, two overlapping views of one base).
+  views one that does not (``y.detach()`` returned beside ``y[0]``), a write through an alias that
+  does not require grad into memory that does (``x.detach().zero_()``: autograd does not see it),
+  and, at run time, a mutated input that shares memory with another input (the same tensor passed
+  twice, two overlapping views of one base).
 """
 from __future__ import annotations
 
@@ -276,7 +278,7 @@ class _CannotRebuild(Exception):
 
 
 def _output_aliases(fakes: list, flat: list, inputs: dict, offsets: list[int]) -> list[OutputAlias | None]:
-    """Per output: the input it is, or a view of an input or of an earlier output (None: its own memory)."""
+    """Per output: the input it is, or a view of an input or of another output (None: its own memory)."""
     outputs: list[OutputAlias | None] = []
     # the base the outputs that view it are rebuilt from: an output that owns its whole storage,
     # wherever it stands (``return y.view(-1), y``), one that requires grad first (``y.detach(), y``:
